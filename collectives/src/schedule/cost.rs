@@ -1,0 +1,106 @@
+//! Prices schedules under the alpha-beta-gamma model, from the schedules themselves.
+//!
+//! A *round* is a global step in which some rank sends. A message belongs to the round of
+//! the primitive that sends it. Per round, the model charges one latency `alpha` plus the
+//! largest number of bytes any rank sends or receives in that round over the link bandwidth
+//! (`beta` per byte); per step, it charges the largest number of bytes any rank reduces at
+//! the reduction rate (`gamma` per byte):
+//!
+//! `T = sum over rounds (alpha + beta * max_rank max(sent, received)) + sum over steps gamma * max_rank reduced`
+//!
+//! This is the unpipelined bound of the textbook analysis (and of the seed lecture's table);
+//! the engine pipelines segments within a step and can beat it for chain and tree shapes.
+
+use super::Schedule;
+
+/// Machine parameters for the alpha-beta-gamma model.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct CostModel {
+    /// Per-round latency in microseconds (alpha).
+    pub alpha_us: f64,
+    /// Link bandwidth in gigabits per second (beta = 8 / (bandwidth_gbps * 1000) us per byte).
+    pub bandwidth_gbps: f64,
+    /// Reduction throughput in gigabytes per second (gamma = 1 / (reduce_gbytes_per_s * 1000) us per byte).
+    pub reduce_gbytes_per_s: f64,
+}
+
+impl Default for CostModel {
+    /// A 100 Gbit/s fabric with 2 us per round, reducing at 10 GB/s.
+    fn default() -> Self {
+        CostModel { alpha_us: 2.0, bandwidth_gbps: 100.0, reduce_gbytes_per_s: 10.0 }
+    }
+}
+
+/// What a collective costs under one algorithm.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Cost {
+    /// Rounds in which some rank sends.
+    pub steps: usize,
+    /// Bytes sent by all ranks together.
+    pub total_bytes: u64,
+    /// The most bytes any rank sends or receives in one round.
+    pub max_step_bytes_per_rank: u64,
+    /// The most bytes any rank sends over the whole collective.
+    pub max_bytes_sent_per_rank: u64,
+    /// Messages (before segmentation) sent by all ranks.
+    pub messages: u64,
+    /// Predicted time in microseconds.
+    pub predicted_us: f64,
+}
+
+/// Prices one collective given every rank's schedule and the element size in bytes.
+pub fn cost(schedules: &[Schedule], elem_size: usize, model: &CostModel) -> Cost {
+    let n = schedules.len();
+    let nsteps = schedules
+        .iter()
+        .flat_map(|s| s.channels.iter().map(|c| c.steps.len()))
+        .max()
+        .unwrap_or(0);
+    let mut sent = vec![vec![0u64; n]; nsteps];
+    let mut received = vec![vec![0u64; n]; nsteps];
+    let mut reduced = vec![vec![0u64; n]; nsteps];
+    let mut round = vec![false; nsteps];
+    let mut total_bytes = 0u64;
+    let mut messages = 0u64;
+    let mut per_rank = vec![0u64; n];
+    for (r, schedule) in schedules.iter().enumerate() {
+        // Channels run concurrently: step s of every channel falls in round s.
+        for (_, s, p) in schedule.primitives() {
+            let bytes = (p.len() * elem_size) as u64;
+            if p.reduces() {
+                reduced[s][r] += bytes;
+            }
+            for to in p.send_to() {
+                round[s] = true;
+                sent[s][r] += bytes;
+                if let Some(row) = received[s].get_mut(to.index()) {
+                    *row += bytes;
+                }
+                total_bytes += bytes;
+                per_rank[r] += bytes;
+                messages += 1;
+            }
+        }
+    }
+    let beta_us_per_byte = 8.0 / (model.bandwidth_gbps * 1e3);
+    let gamma_us_per_byte = 1.0 / (model.reduce_gbytes_per_s * 1e3);
+    let mut predicted_us = 0.0;
+    let mut max_step = 0u64;
+    for s in 0..nsteps {
+        let busiest = (0..n).map(|r| sent[s][r].max(received[s][r])).max().unwrap_or(0);
+        if round[s] {
+            predicted_us += model.alpha_us + beta_us_per_byte * busiest as f64;
+            max_step = max_step.max(busiest);
+        }
+        let reduce = reduced[s].iter().copied().max().unwrap_or(0);
+        predicted_us += gamma_us_per_byte * reduce as f64;
+    }
+    Cost {
+        steps: round.iter().filter(|r| **r).count(),
+        total_bytes,
+        max_step_bytes_per_rank: max_step,
+        max_bytes_sent_per_rank: per_rank.iter().copied().max().unwrap_or(0),
+        messages,
+        predicted_us,
+    }
+}

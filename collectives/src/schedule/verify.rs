@@ -1,0 +1,390 @@
+//! The symbolic verifier: runs every rank's schedule on provenance-tagged elements and
+//! checks the collective's definition.
+//!
+//! Each element holds a [`Sym`]: the index it had in its origin's input and the set of
+//! ranks whose contributions it sums. Inputs start as `{index i, ranks {r}}`; everything else
+//! starts undefined. Messages are matched exactly as the engine matches them
+//! ([`Plan`]), primitives run as soon as their message and the primitives they wait for are
+//! done, steps run in order. The run fails on a deadlock, on reading undefined data, on
+//! reducing elements of different indices or overlapping contributor sets (double counting),
+//! on writing the caller's input, on touching the buffer outside the output when in place,
+//! and on any output element that differs from the definition. For barriers it also checks
+//! causality: every rank must have heard, directly or transitively, from every other rank.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use rcoll_transport::Rank;
+
+use super::plan::{Location, Plan, PlannedPrimitive, Store, Wait};
+use super::{Collective, Layout, Schedule};
+
+/// A symbolic element: origin index and contributor set (bit r = rank r); `ranks == 0`
+/// means undefined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sym {
+    /// Index in the origin rank's input.
+    pub index: u32,
+    /// Contributing ranks.
+    pub ranks: u64,
+}
+
+impl Sym {
+    const UNDEFINED: Sym = Sym { index: 0, ranks: 0 };
+
+    fn of(index: usize, rank: usize) -> Sym {
+        Sym { index: index as u32, ranks: 1 << rank }
+    }
+}
+
+/// Largest group the verifier can model (one bit per rank).
+pub const MAX_RANKS: usize = 64;
+
+/// A schedule that does not implement its collective.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifyError {
+    /// The rank where the problem shows.
+    pub rank: Rank,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for VerifyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {}: {}", self.rank.0, self.message)
+    }
+}
+
+impl std::error::Error for VerifyError {}
+
+struct RankState {
+    plan: Plan,
+    input: Vec<Sym>,
+    output: Vec<Sym>,
+    scratch: Vec<Sym>,
+    initial_output: Vec<Sym>,
+    channels: Vec<ChannelState>,
+}
+
+#[derive(Default)]
+struct ChannelState {
+    step: usize,
+    done: Vec<bool>,
+    /// Ranks this rank has heard from, on this channel, at the start of its current step.
+    knows_at_step: u64,
+    /// Per primitive of the current step: what it knew when it ran.
+    knows_op: Vec<u64>,
+}
+
+impl RankState {
+    fn finished(&self) -> bool {
+        self.channels.iter().zip(&self.plan.channels).all(|(c, p)| c.step >= p.steps.len())
+    }
+
+    fn knows(&self) -> u64 {
+        self.channels.iter().fold(0, |k, c| k | c.knows_at_step)
+    }
+}
+
+type MessageKey = (usize, usize, usize, u32); // (from, to, channel, transfer)
+
+struct Message {
+    data: Vec<Sym>,
+    knows: u64,
+}
+
+/// Verifies that `schedules` (one per rank, `schedules[r].rank == r`) implement `layout`.
+pub fn verify(layout: &Layout, schedules: &[Schedule]) -> Result<(), VerifyError> {
+    let n = layout.nranks;
+    let err = |rank: usize, message: String| VerifyError { rank: Rank::from(rank), message };
+    if n > MAX_RANKS {
+        return Err(err(0, format!("the verifier models at most {MAX_RANKS} ranks")));
+    }
+    if schedules.len() != n {
+        return Err(err(0, format!("{} schedules for {n} ranks", schedules.len())));
+    }
+    let mut ranks = Vec::with_capacity(n);
+    for (r, schedule) in schedules.iter().enumerate() {
+        if schedule.rank.index() != r || schedule.layout != *layout {
+            return Err(err(r, "schedule is for another rank or layout".into()));
+        }
+        let buffers = layout.buffers(Rank::from(r));
+        let plan = Plan::new(schedule, &buffers).map_err(|e| {
+            err(r, format!("channel {} step {}: {}: {}", e.channel, e.step, e.prim, e.reason))
+        })?;
+        plan.check_channels_disjoint().map_err(|m| err(r, m))?;
+        let (input, mut output) = if buffers.in_place {
+            (Vec::new(), vec![Sym::UNDEFINED; buffers.storage_len])
+        } else {
+            (
+                (0..buffers.input.len).map(|i| Sym::of(i, r)).collect(),
+                vec![Sym::UNDEFINED; buffers.output.len],
+            )
+        };
+        if buffers.in_place {
+            for i in 0..buffers.input.len {
+                output[buffers.input.offset + i] = Sym::of(i, r);
+            }
+        }
+        let channels = plan
+            .channels
+            .iter()
+            .map(|_| ChannelState { knows_at_step: 1 << r, ..ChannelState::default() })
+            .collect();
+        ranks.push(RankState {
+            plan,
+            input,
+            initial_output: output.clone(),
+            output,
+            scratch: vec![Sym::UNDEFINED; schedule.scratch_len],
+            channels,
+        });
+    }
+
+    let mut messages: HashMap<MessageKey, Message> = HashMap::new();
+    loop {
+        let mut progress = false;
+        for (r, state) in ranks.iter_mut().enumerate() {
+            progress |= advance(r, state, &mut messages).map_err(|m| err(r, m))?;
+        }
+        if ranks.iter().all(RankState::finished) {
+            break;
+        }
+        if !progress {
+            let mut stuck = Vec::new();
+            for (r, state) in ranks.iter().enumerate() {
+                for (c, (cs, plan)) in state.channels.iter().zip(&state.plan.channels).enumerate() {
+                    if let Some(prims) = plan.steps.get(cs.step) {
+                        let waiting = prims
+                            .iter()
+                            .zip(&cs.done)
+                            .find(|(_, d)| !**d)
+                            .map_or(String::new(), |(p, _)| p.prim.to_string());
+                        stuck.push(format!("rank {r} channel {c} step {} on {waiting}", cs.step));
+                    }
+                }
+            }
+            return Err(err(0, format!("deadlock: {}", stuck.join("; "))));
+        }
+    }
+    if let Some(((src, dst, c, t), _)) = messages.iter().next() {
+        return Err(err(
+            *dst,
+            format!("message {t} on channel {c} from rank {src} was never received"),
+        ));
+    }
+    for (r, state) in ranks.iter().enumerate() {
+        check_result(layout, r, state).map_err(|m| err(r, m))?;
+    }
+    Ok(())
+}
+
+/// Runs whatever rank `r` can run now, on every channel; returns whether anything ran.
+fn advance(
+    r: usize,
+    state: &mut RankState,
+    messages: &mut HashMap<MessageKey, Message>,
+) -> Result<bool, String> {
+    let mut progress = false;
+    for c in 0..state.channels.len() {
+        progress |= advance_channel(r, c, state, messages)?;
+    }
+    Ok(progress)
+}
+
+fn advance_channel(
+    r: usize,
+    c: usize,
+    state: &mut RankState,
+    messages: &mut HashMap<MessageKey, Message>,
+) -> Result<bool, String> {
+    let mut progress = false;
+    let nsteps = state.plan.channels[c].steps.len();
+    while state.channels[c].step < nsteps {
+        let step = state.channels[c].step;
+        let nprims = state.plan.channels[c].steps[step].len();
+        let cs = &mut state.channels[c];
+        if cs.done.len() != nprims || nprims == 0 {
+            cs.done = vec![false; nprims];
+            cs.knows_op = vec![cs.knows_at_step; nprims];
+        }
+        let mut ran_any = true;
+        while ran_any {
+            ran_any = false;
+            for j in 0..nprims {
+                if state.channels[c].done[j] {
+                    continue;
+                }
+                let p = state.plan.channels[c].steps[step][j].clone();
+                let cs = &state.channels[c];
+                // Lockstep and whole waits both order whole primitives here; the engine's
+                // finer lockstep runs the same operations on the same elements.
+                if p.waits.iter().any(|&(i, _w): &(usize, Wait)| !cs.done[i]) {
+                    continue;
+                }
+                let mut knows = cs.knows_at_step;
+                for &(i, _) in &p.waits {
+                    knows |= cs.knows_op[i];
+                }
+                let received = match (p.prim.recv_from(), p.recv_transfer) {
+                    (Some(from), Some(t)) => match messages.remove(&(from.index(), r, c, t)) {
+                        Some(m) => Some(m),
+                        None => continue,
+                    },
+                    _ => None,
+                };
+                if let Some(m) = &received {
+                    knows |= m.knows;
+                }
+                run(state, &p, received.map(|m| m.data), messages, (r, c), knows)
+                    .map_err(|e| format!("channel {c} step {step}: {}: {e}", p.prim))?;
+                let cs = &mut state.channels[c];
+                cs.done[j] = true;
+                cs.knows_op[j] = knows;
+                ran_any = true;
+                progress = true;
+            }
+        }
+        let cs = &mut state.channels[c];
+        if cs.done.iter().all(|d| *d) {
+            cs.knows_at_step = cs.knows_op.iter().fold(cs.knows_at_step, |a, k| a | k);
+            cs.step += 1;
+            cs.done.clear();
+            progress = true;
+        } else {
+            break;
+        }
+    }
+    Ok(progress)
+}
+
+fn read(state: &RankState, loc: Location) -> Result<Vec<Sym>, String> {
+    let store = match loc.store {
+        Store::Input => &state.input,
+        Store::Output => &state.output,
+        Store::Scratch => &state.scratch,
+    };
+    let data = store[loc.offset..loc.offset + loc.len].to_vec();
+    if let Some(i) = data.iter().position(|s| s.ranks == 0) {
+        return Err(format!("reads undefined element {} of {:?}", loc.offset + i, loc.store));
+    }
+    Ok(data)
+}
+
+fn write(state: &mut RankState, loc: Location, data: &[Sym]) {
+    let store = match loc.store {
+        // Plan::new rejects writes to the input.
+        Store::Input => &mut state.input,
+        Store::Output => &mut state.output,
+        Store::Scratch => &mut state.scratch,
+    };
+    store[loc.offset..loc.offset + loc.len].copy_from_slice(data);
+}
+
+fn reduce(a: &[Sym], b: &[Sym]) -> Result<Vec<Sym>, String> {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| {
+            if x.index != y.index {
+                Err(format!("reduces element {} with element {}", x.index, y.index))
+            } else if x.ranks & y.ranks != 0 {
+                Err(format!(
+                    "counts ranks {:#b} twice in element {}",
+                    x.ranks & y.ranks,
+                    x.index
+                ))
+            } else {
+                Ok(Sym { index: x.index, ranks: x.ranks | y.ranks })
+            }
+        })
+        .collect()
+}
+
+fn run(
+    state: &mut RankState,
+    p: &PlannedPrimitive,
+    received: Option<Vec<Sym>>,
+    messages: &mut HashMap<MessageKey, Message>,
+    (r, c): (usize, usize),
+    knows: u64,
+) -> Result<(), String> {
+    use super::Primitive as P;
+    let src = p.src.map(|l| read(state, l)).transpose()?;
+    let recv = || received.clone().ok_or_else(|| "no message".to_string());
+    let (store, send): (Option<Vec<Sym>>, Option<Vec<Sym>>) = match &p.prim {
+        P::Send { .. } => (None, src),
+        P::Recv { .. } => (Some(recv()?), None),
+        P::RecvReduceSend { .. } => (None, Some(reduce(&recv()?, &src.unwrap_or_default())?)),
+        P::RecvReduceCopy { .. } => (Some(reduce(&recv()?, &src.unwrap_or_default())?), None),
+        P::RecvCopySend { .. } => {
+            let x = recv()?;
+            (Some(x.clone()), Some(x))
+        }
+        P::RecvReduceCopySend { .. } => {
+            let x = reduce(&recv()?, &src.unwrap_or_default())?;
+            (Some(x.clone()), Some(x))
+        }
+        P::Copy { .. } => (src, None),
+        P::Reduce { .. } => {
+            let dst = p.dst.map(|l| read(state, l)).transpose()?.unwrap_or_default();
+            (Some(reduce(&dst, &src.unwrap_or_default())?), None)
+        }
+    };
+    if let (Some(data), Some(loc)) = (store, p.dst) {
+        write(state, loc, &data);
+    }
+    if let Some(data) = send {
+        for (to, t) in p.prim.send_to().iter().zip(&p.send_transfers) {
+            messages.insert((r, to.index(), c, *t), Message { data: data.clone(), knows });
+        }
+    }
+    Ok(())
+}
+
+/// The value the definition requires at output element `i` of rank `r`.
+fn expected(layout: &Layout, r: usize, i: usize) -> Sym {
+    let (n, c) = (layout.nranks, layout.count);
+    let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+    let root = layout.root.index();
+    match layout.collective {
+        Collective::AllReduce | Collective::Reduce => Sym { index: i as u32, ranks: all },
+        Collective::Broadcast => Sym::of(i, root),
+        Collective::AllGather | Collective::Gather => Sym::of(i % c.max(1), i / c.max(1)),
+        Collective::ReduceScatter => Sym { index: (r * c + i) as u32, ranks: all },
+        Collective::Scatter => Sym::of(r * c + i, root),
+        Collective::AllToAll => Sym::of(r * c + i % c.max(1), i / c.max(1)),
+        Collective::Barrier | Collective::SendRecv => Sym::UNDEFINED,
+    }
+}
+
+fn check_result(layout: &Layout, r: usize, state: &RankState) -> Result<(), String> {
+    let buffers = layout.buffers(Rank::from(r));
+    let out = buffers.output;
+    for i in 0..out.len {
+        let got = state.output[out.offset + i];
+        let want = expected(layout, r, i);
+        if got != want {
+            return Err(format!(
+                "output[{i}] is {got:?}, the definition of {} requires {want:?}",
+                layout.collective
+            ));
+        }
+    }
+    if buffers.in_place {
+        for (i, (got, was)) in state.output.iter().zip(&state.initial_output).enumerate() {
+            if (i < out.offset || i >= out.end()) && got != was {
+                return Err(format!("in place, element {i} outside the output was modified"));
+            }
+        }
+    }
+    if layout.collective == Collective::Barrier {
+        let all = if layout.nranks == 64 { u64::MAX } else { (1u64 << layout.nranks) - 1 };
+        if state.knows() != all {
+            return Err(format!(
+                "barrier: leaves having heard only from ranks {:#b}",
+                state.knows()
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,53 @@
+//! Transports for rcoll: the [`Transport`] trait that the collectives engine drives, and
+//! its backends.
+//!
+//! | backend | module | status |
+//! |---|---|---|
+//! | in-process (ranks are threads) | [`local`] | available |
+//! | TCP on mio | `tcp` | planned |
+//! | RDMA verbs (RC, WRITE with immediate) | `verbs` | planned |
+//!
+//! # Quick start
+//!
+//! ```
+//! use std::time::{Duration, Instant};
+//! use rcoll_transport::{local, Rank, Tag, Transport};
+//!
+//! let mut ranks = local::group(2, local::DEFAULT_WINDOW);
+//! let tag = Tag { collective: 0, transfer: 0, segment: 0 };
+//!
+//! let mut message = ranks[0].alloc(5);
+//! message.as_bytes_mut().copy_from_slice(b"hello");
+//! assert!(ranks[0].try_send(Rank(1), tag, message)?.is_none());
+//!
+//! let deadline = Instant::now() + Duration::from_secs(5);
+//! let received = loop {
+//!     if let Some(p) = ranks[1].try_recv(Rank(0), tag, 5)? {
+//!         break p;
+//!     }
+//!     ranks[1].wait(deadline)?;
+//! };
+//! assert_eq!(received.as_bytes(), b"hello");
+//! ranks[1].recycle(received);
+//! # Ok::<(), rcoll_transport::TransportError>(())
+//! ```
+//!
+//! # Thread safety
+//!
+//! An endpoint is `Send`: it may move between threads but is used by one at a time.
+//!
+//! # Resource cleanup
+//!
+//! Dropping an endpoint closes it: peers waiting for it get
+//! [`TransportError::PeerClosed`] instead of hanging.
+
+#![forbid(unsafe_code)]
+
+pub mod error;
+pub mod local;
+pub mod transport;
+pub mod types;
+
+pub use error::TransportError;
+pub use transport::{Payload, Transport};
+pub use types::{Rank, Tag};

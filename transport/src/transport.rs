@@ -1,0 +1,123 @@
+//! The transport trait: the one seam every backend (in-process, TCP, verbs) plugs into.
+//!
+//! The model follows NCCL's net plugin and gloo's pairs, reduced to what a schedule engine
+//! needs: tagged, non-blocking, point-to-point messages between ranks, with the buffers
+//! owned by the transport so that no borrowed memory outlives a call.
+//!
+//! - A sender asks the transport for a [`Payload`] ([`Transport::alloc`]), fills it and hands
+//!   it back with [`Transport::try_send`]. The transport may refuse for now (no credits); the
+//!   payload then comes back and the caller retries after [`Transport::wait`].
+//! - A receiver takes a message by `(peer, tag)` with [`Transport::try_recv`] once it has
+//!   arrived, consumes the bytes in place (copy or reduce), and either forwards the same
+//!   payload with `try_send` or returns it with [`Transport::recycle`].
+//! - [`Transport::wait`] blocks until something may have changed or a deadline passes; the
+//!   caller owns every deadline.
+//!
+//! Messages on one `(sender, receiver)` channel may be matched in any order: receivers
+//! match by tag, and a transport keeps messages that arrive before they are asked for.
+//! A transport always accepts messages from every peer while any call is in progress, so
+//! a sender's credits never depend on which tag the receiver happens to wait for.
+
+use std::time::Instant;
+
+use crate::error::TransportError;
+use crate::types::{Rank, Tag};
+
+/// An owned message buffer, lent by a transport and given back to it (or forwarded).
+///
+/// Its contents are whatever the transport last held in it: fill every byte before sending.
+#[derive(Debug, Default)]
+pub struct Payload {
+    bytes: Vec<u8>,
+}
+
+impl Payload {
+    /// A payload of `len` bytes reusing `storage`'s allocation.
+    ///
+    /// Stale bytes are kept rather than zeroed (the sender overwrites all of them), so a
+    /// recycled buffer costs no memset.
+    pub fn reuse(mut storage: Vec<u8>, len: usize) -> Payload {
+        if storage.len() >= len {
+            storage.truncate(len);
+        } else {
+            storage.resize(len, 0);
+        }
+        Payload { bytes: storage }
+    }
+
+    /// Number of bytes in the message.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether the message is empty (zero-length messages carry only their tag).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The message bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The message bytes, to fill or to reduce into in place.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
+
+    /// The allocation, for a transport's pool.
+    pub fn into_storage(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
+/// A connected group endpoint: this rank's view of the channels to every peer.
+///
+/// Implementations are used from one thread at a time (`&mut self`) but may be moved
+/// between threads.
+pub trait Transport: Send {
+    /// Short backend name, e.g. `"local"`, `"tcp"`, `"verbs"`.
+    fn name(&self) -> &'static str;
+
+    /// This endpoint's rank.
+    fn rank(&self) -> Rank;
+
+    /// Number of ranks in the group.
+    fn nranks(&self) -> usize;
+
+    /// A buffer of `len` bytes to fill and send. Contents are unspecified.
+    fn alloc(&mut self, len: usize) -> Payload;
+
+    /// Hands a message to the transport.
+    ///
+    /// Returns `Ok(None)` when accepted, or `Ok(Some(payload))` when there is no room on the
+    /// channel yet: call again after [`Transport::wait`].
+    fn try_send(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        payload: Payload,
+    ) -> Result<Option<Payload>, TransportError>;
+
+    /// Takes the message `tag` from `peer` if it has arrived.
+    ///
+    /// `len` is the length the caller expects; a message of another length is an error
+    /// ([`TransportError::LengthMismatch`]), never a silent truncation.
+    fn try_recv(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        len: usize,
+    ) -> Result<Option<Payload>, TransportError>;
+
+    /// Returns a payload that is no longer needed.
+    fn recycle(&mut self, payload: Payload);
+
+    /// Blocks until a message may have arrived or send room may have opened, or until
+    /// `deadline`. Spurious wake-ups are allowed; the caller re-checks and owns the deadline.
+    fn wait(&mut self, deadline: Instant) -> Result<(), TransportError>;
+
+    /// Fails every pending and future operation of every rank in the group with
+    /// [`TransportError::Aborted`], waking all waiters.
+    fn abort(&mut self, reason: &str);
+}

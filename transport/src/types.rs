@@ -1,0 +1,58 @@
+//! Newtypes for the words every layer shares: [`Rank`] and [`Tag`].
+
+use std::fmt;
+
+/// The index of a participant in a communicator, `0..nranks`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Rank(pub u32);
+
+impl Rank {
+    /// The rank as an index into per-rank tables.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+impl From<usize> for Rank {
+    fn from(i: usize) -> Self {
+        // Communicators are limited to u32::MAX ranks by construction (see `Group`),
+        // so the truncation cannot happen for a valid rank.
+        Rank(i as u32)
+    }
+}
+
+impl fmt::Display for Rank {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {}", self.0)
+    }
+}
+
+/// Names one message on the channel between two ranks.
+///
+/// A message is one *segment* of one *transfer* of one *collective*:
+/// - `collective`: the sequence number of the collective call on this communicator
+///   (every rank numbers its calls the same way);
+/// - `transfer`: the index of the transfer among all transfers from the sender to the
+///   receiver within that collective, in schedule order;
+/// - `segment`: the index of the segment inside the transfer.
+///
+/// Receivers match messages by `(peer, tag)`, so segments may arrive in any order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub struct Tag {
+    /// Sequence number of the collective call.
+    pub collective: u32,
+    /// Index of the transfer on this (sender, receiver) channel.
+    pub transfer: u32,
+    /// Index of the segment within the transfer.
+    pub segment: u32,
+}
+
+impl fmt::Display for Tag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "collective #{} transfer {} segment {}",
+            self.collective, self.transfer, self.segment
+        )
+    }
+}
