@@ -296,6 +296,7 @@ mod tests {
     fn tag(segment: u32) -> Tag {
         Tag {
             collective: 0,
+            channel: 0,
             transfer: 0,
             segment,
         }

@@ -29,11 +29,12 @@ impl fmt::Display for Rank {
 
 /// Names one message on the channel between two ranks.
 ///
-/// A message is one *segment* of one *transfer* of one *collective*:
+/// A message is one *segment* of one *transfer* on one *channel* of one *collective*:
 /// - `collective`: the sequence number of the collective call on this communicator
 ///   (every rank numbers its calls the same way);
+/// - `channel`: the schedule channel (an independent lane of the collective);
 /// - `transfer`: the index of the transfer among all transfers from the sender to the
-///   receiver within that collective, in schedule order;
+///   receiver on that channel, in schedule order;
 /// - `segment`: the index of the segment inside the transfer.
 ///
 /// Receivers match messages by `(peer, tag)`, so segments may arrive in any order.
@@ -41,7 +42,9 @@ impl fmt::Display for Rank {
 pub struct Tag {
     /// Sequence number of the collective call.
     pub collective: u32,
-    /// Index of the transfer on this (sender, receiver) channel.
+    /// Schedule channel.
+    pub channel: u16,
+    /// Index of the transfer between this sender and receiver on that channel.
     pub transfer: u32,
     /// Index of the segment within the transfer.
     pub segment: u32,
@@ -51,8 +54,8 @@ impl fmt::Display for Tag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "collective #{} transfer {} segment {}",
-            self.collective, self.transfer, self.segment
+            "collective #{} channel {} transfer {} segment {}",
+            self.collective, self.channel, self.transfer, self.segment
         )
     }
 }

@@ -120,6 +120,8 @@ pub struct PlannedChannel {
 pub struct Plan {
     /// The channels, in the schedule's order.
     pub channels: Vec<PlannedChannel>,
+    /// Elements of scratch the plan needs.
+    pub scratch_len: usize,
 }
 
 /// Why a schedule cannot run.
@@ -144,7 +146,7 @@ impl Plan {
             .enumerate()
             .map(|(c, ch)| plan_channel(schedule, c, &ch.steps, buffers))
             .collect::<Result<_, _>>()?;
-        Ok(Plan { channels })
+        Ok(Plan { channels, scratch_len: schedule.scratch_len })
     }
 
     /// Checks that no two channels touch overlapping memory where either writes (they run

@@ -388,3 +388,111 @@ fn check_result(layout: &Layout, r: usize, state: &RankState) -> Result<(), Stri
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Algorithm;
+    use crate::schedule::{Primitive, Slice};
+
+    fn layout(collective: Collective, nranks: usize, count: usize, in_place: bool) -> Layout {
+        Layout { collective, nranks, count, root: Rank(0), in_place }
+    }
+
+    fn ring(l: &Layout) -> Vec<Schedule> {
+        Algorithm::Ring.schedules(l).unwrap()
+    }
+
+    fn expect_error(l: &Layout, schedules: &[Schedule], needle: &str) {
+        let e = verify(l, schedules).expect_err("a broken schedule must not verify");
+        assert!(e.message.contains(needle), "expected {needle:?} in {e}");
+    }
+
+    #[test]
+    fn a_correct_schedule_verifies() {
+        let l = layout(Collective::AllReduce, 4, 10, false);
+        verify(&l, &ring(&l)).unwrap();
+    }
+
+    #[test]
+    fn a_missing_receive_is_a_deadlock_or_an_orphan_message() {
+        let l = layout(Collective::AllReduce, 3, 9, false);
+        let mut s = ring(&l);
+        s[1].channels[0].steps[2].clear();
+        let e = verify(&l, &s).unwrap_err();
+        assert!(e.message.contains("deadlock") || e.message.contains("never received"), "{e}");
+    }
+
+    #[test]
+    fn double_counting_is_caught() {
+        let l = layout(Collective::AllReduce, 2, 4, false);
+        let mut s = ring(&l);
+        // Rank 0 adds its own input a second time after the all-reduce.
+        s[0].push(3, Primitive::Reduce { src: Slice::input(0, 4), dst: Slice::output(0, 4) });
+        expect_error(&l, &s, "twice");
+    }
+
+    #[test]
+    fn reducing_misaligned_elements_is_caught() {
+        let l = layout(Collective::AllReduce, 2, 4, false);
+        let mut s = ring(&l);
+        let step0 = &mut s[0].channels[0].steps[0];
+        step0[0] = Primitive::Send { to: vec![Rank(1)], src: Slice::input(1, 2) };
+        expect_error(&l, &s, "reduces element");
+    }
+
+    #[test]
+    fn reading_undefined_data_is_caught() {
+        let l = layout(Collective::Broadcast, 2, 4, false);
+        let mut s = ring(&l);
+        s[1].push(5, Primitive::Copy { src: Slice::scratch(0, 4), dst: Slice::output(0, 4) });
+        expect_error(&l, &s, "undefined");
+    }
+
+    #[test]
+    fn a_wrong_result_is_caught() {
+        let l = layout(Collective::AllGather, 3, 2, false);
+        let mut s = ring(&l);
+        // Rank 2 overwrites block 0 with its own block.
+        s[2].push(9, Primitive::Copy { src: Slice::input(0, 2), dst: Slice::output(0, 2) });
+        expect_error(&l, &s, "requires");
+    }
+
+    #[test]
+    fn writing_the_input_is_rejected() {
+        let l = layout(Collective::AllReduce, 2, 4, false);
+        let mut s = ring(&l);
+        s[0].push(0, Primitive::Copy { src: Slice::output(0, 4), dst: Slice::input(0, 4) });
+        expect_error(&l, &s, "input");
+    }
+
+    #[test]
+    fn clobbering_outside_the_output_in_place_is_caught() {
+        let l = layout(Collective::ReduceScatter, 2, 3, true);
+        // Rank 0's output is elements 0..3 of its buffer; it writes its result over 3..6 too.
+        let mut s = ring(&l);
+        s[0].push(5, Primitive::Copy { src: Slice::output(0, 3), dst: Slice::input(3, 3) });
+        expect_error(&l, &s, "outside the output");
+    }
+
+    #[test]
+    fn a_barrier_that_does_not_wait_for_everyone_is_caught() {
+        let l = layout(Collective::Barrier, 3, 0, false);
+        // Rank 2 only tells rank 0 it arrived; ranks 0 and 1 exchange; rank 2 leaves at once.
+        let mut s: Vec<Schedule> = (0..3).map(|r| Schedule::new(l, Rank::from(r))).collect();
+        let token = Slice::output(0, 0);
+        s[2].push(0, Primitive::Send { to: vec![Rank(0)], src: token });
+        s[0].push(0, Primitive::Recv { from: Rank(2), dst: token });
+        s[0].push(0, Primitive::Send { to: vec![Rank(1)], src: token });
+        s[1].push(0, Primitive::Recv { from: Rank(0), dst: token });
+        expect_error(&l, &s, "barrier");
+    }
+
+    #[test]
+    fn channels_that_race_are_caught() {
+        let l = layout(Collective::AllReduce, 2, 4, false);
+        let mut s = ring(&l);
+        s[0].push_on(1, 0, Primitive::Copy { src: Slice::input(0, 4), dst: Slice::output(0, 4) });
+        expect_error(&l, &s, "race");
+    }
+}

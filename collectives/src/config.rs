@@ -1,0 +1,131 @@
+//! Communicator configuration: defaults, then the environment, then explicit settings.
+
+use std::time::Duration;
+
+use crate::algorithm::Algorithm;
+use crate::error::{Error, Result};
+use crate::schedule::cost::CostModel;
+
+/// Default time without progress before a collective fails.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Default segment size: small enough that a segment stays in L2 between the rank that
+/// writes it and the rank that reduces it, large enough to amortise per-message work.
+pub const DEFAULT_SEGMENT_BYTES: usize = 128 * 1024;
+
+/// How a communicator runs its collectives.
+///
+/// Precedence, lowest first: [`Config::default`], the environment ([`Config::from_env`]),
+/// explicit builder settings, and finally a per-call
+/// [`Communicator::with_algorithm`](crate::Communicator::with_algorithm).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The algorithm to use where it applies; `None` chooses by the cost model
+    /// (`RCOLL_ALGO=auto|<name>`). A forced algorithm that does not implement a collective
+    /// leaves that collective to the cost model.
+    pub algorithm: Option<Algorithm>,
+    /// Time without progress before a collective fails (`RCOLL_TIMEOUT`, seconds).
+    pub timeout: Duration,
+    /// Bytes per segment, the unit of pipelining (`RCOLL_SEGMENT_BYTES`).
+    pub segment_bytes: usize,
+    /// The machine model used to choose algorithms.
+    pub cost_model: CostModel,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            algorithm: None,
+            timeout: DEFAULT_TIMEOUT,
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+            cost_model: CostModel::default(),
+        }
+    }
+}
+
+impl Config {
+    /// Defaults overridden by `RCOLL_ALGO`, `RCOLL_TIMEOUT` and `RCOLL_SEGMENT_BYTES`.
+    pub fn from_env() -> Result<Config> {
+        Config::default().with_vars(|name| std::env::var(name).ok())
+    }
+
+    /// Applies variables looked up by `var` (the environment, or a map in tests).
+    pub fn with_vars(mut self, var: impl Fn(&str) -> Option<String>) -> Result<Config> {
+        if let Some(v) = var("RCOLL_ALGO") {
+            self.algorithm = parse_algorithm(&v)?;
+        }
+        if let Some(v) = var("RCOLL_TIMEOUT") {
+            let secs: f64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|s: &f64| s.is_finite() && *s > 0.0)
+                .ok_or_else(|| Error::Config(format!("RCOLL_TIMEOUT={v:?} is not a positive number of seconds")))?;
+            self.timeout = Duration::from_secs_f64(secs);
+        }
+        if let Some(v) = var("RCOLL_SEGMENT_BYTES") {
+            self.segment_bytes = parse_bytes(&v)
+                .filter(|b| *b > 0)
+                .ok_or_else(|| Error::Config(format!("RCOLL_SEGMENT_BYTES={v:?} is not a positive size")))?;
+        }
+        Ok(self)
+    }
+}
+
+/// `auto` or an algorithm name.
+pub fn parse_algorithm(v: &str) -> Result<Option<Algorithm>> {
+    if v.trim().eq_ignore_ascii_case("auto") {
+        return Ok(None);
+    }
+    v.parse::<Algorithm>().map(Some).map_err(Error::Config)
+}
+
+/// A byte count with an optional K, M or G suffix (powers of 1024).
+pub fn parse_bytes(v: &str) -> Option<usize> {
+    let v = v.trim();
+    let (digits, shift) = match v.chars().last()?.to_ascii_uppercase() {
+        'K' => (&v[..v.len() - 1], 10),
+        'M' => (&v[..v.len() - 1], 20),
+        'G' => (&v[..v.len() - 1], 30),
+        _ => (v, 0),
+    };
+    digits.trim().parse::<usize>().ok()?.checked_mul(1 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
+    }
+
+    #[test]
+    fn environment_overrides_defaults() {
+        let c = Config::default()
+            .with_vars(vars(&[("RCOLL_ALGO", "ring"), ("RCOLL_TIMEOUT", "2.5"), ("RCOLL_SEGMENT_BYTES", "64K")]))
+            .unwrap();
+        assert_eq!(c.algorithm, Some(Algorithm::Ring));
+        assert_eq!(c.timeout, Duration::from_millis(2500));
+        assert_eq!(c.segment_bytes, 65536);
+        let c = Config::default().with_vars(vars(&[("RCOLL_ALGO", "AUTO")])).unwrap();
+        assert_eq!(c.algorithm, None);
+    }
+
+    #[test]
+    fn bad_values_are_config_errors() {
+        for bad in [&[("RCOLL_ALGO", "fastest")][..], &[("RCOLL_TIMEOUT", "-1")], &[("RCOLL_SEGMENT_BYTES", "0")]] {
+            let owned: Vec<(String, String)> = bad.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let r = Config::default().with_vars(|n| owned.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()));
+            assert!(matches!(r, Err(Error::Config(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn sizes_take_suffixes() {
+        assert_eq!(parse_bytes("8"), Some(8));
+        assert_eq!(parse_bytes("64M"), Some(64 << 20));
+        assert_eq!(parse_bytes("1g"), Some(1 << 30));
+        assert_eq!(parse_bytes("x"), None);
+    }
+}

@@ -1,0 +1,364 @@
+//! The engine core: runs a [`Plan`] segment by segment without ever blocking.
+//!
+//! [`Execution::poll`] does every piece of work that can be done now — take arrived
+//! segments, reduce or copy them, hand segments to the transport — and returns. It never
+//! waits and never reads the clock; the [driver](super::driver) owns waiting and deadlines.
+//!
+//! Within a step of a channel, every primitive advances one segment at a time, round-robin:
+//! segment k of a primitive starts once the primitives it waits for (slices that overlap)
+//! have finished segment k (lockstep) or entirely. So while a segment is being reduced, the
+//! next one is already arriving and the previous one is on its way out. Channels advance
+//! independently; steps of a channel run in order.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+
+use rcoll_transport::{Payload, Rank, Tag, Transport, TransportError};
+
+use super::memory::{Memory, OutOfRange, SrcDst};
+use crate::element::Element;
+use crate::op::ReduceOp;
+use crate::schedule::plan::{Plan, PlannedPrimitive, Wait};
+use crate::schedule::Primitive;
+
+/// Where in the plan something went wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    /// Channel.
+    pub channel: usize,
+    /// Step within the channel.
+    pub step: usize,
+    /// The primitive, displayed.
+    pub primitive: String,
+}
+
+/// Why an execution stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecError {
+    /// The transport failed.
+    Transport(Position, TransportError),
+    /// The buffers do not match the plan (an rcoll bug: lengths are checked before).
+    Memory(Position, OutOfRange),
+}
+
+/// What one call of [`Execution::poll`] achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Whether any segment moved.
+    pub moved: bool,
+    /// Whether the whole plan has completed.
+    pub finished: bool,
+}
+
+struct ChannelState {
+    step: usize,
+    /// Segments completed, per primitive of the current step.
+    done: Vec<usize>,
+    /// Segments the transport refused for now (no credits); retried first.
+    pending: VecDeque<(Rank, Tag, Payload)>,
+}
+
+/// One rank's run of one plan.
+pub struct Execution<'p> {
+    plan: &'p Plan,
+    collective: u32,
+    segment_elems: usize,
+    op: ReduceOp,
+    channels: Vec<ChannelState>,
+}
+
+impl<'p> Execution<'p> {
+    /// Starts `plan` as collective number `collective`, cutting transfers into segments of
+    /// `segment_elems` elements and reducing with `op`.
+    pub fn new(plan: &'p Plan, collective: u32, segment_elems: usize, op: ReduceOp) -> Self {
+        let channels = plan
+            .channels
+            .iter()
+            .map(|_| ChannelState { step: 0, done: Vec::new(), pending: VecDeque::new() })
+            .collect();
+        Execution { plan, collective, segment_elems: segment_elems.max(1), op, channels }
+    }
+
+    fn segments(&self, len: usize) -> usize {
+        len.div_ceil(self.segment_elems).max(1)
+    }
+
+    /// Does all the work possible now.
+    pub fn poll<T: Element>(
+        &mut self,
+        mem: &mut Memory<'_, T>,
+        io: &mut dyn Transport,
+    ) -> Result<Progress, ExecError> {
+        let mut moved = false;
+        let mut finished = true;
+        for c in 0..self.channels.len() {
+            moved |= self.poll_channel(c, mem, io)?;
+            finished &= self.channels[c].step >= self.plan.channels[c].steps.len();
+        }
+        Ok(Progress { moved, finished })
+    }
+
+    /// What this rank is waiting for: (peer, position) of the first unfinished primitive
+    /// that receives, or of a refused send. For timeout errors.
+    pub fn blocked_on(&self) -> Option<(Rank, Position)> {
+        for (c, state) in self.channels.iter().enumerate() {
+            let Some(prims) = self.plan.channels[c].steps.get(state.step) else { continue };
+            if let Some((peer, _, _)) = state.pending.front() {
+                return Some((*peer, position(c, state.step, &prims[0])));
+            }
+            for (j, p) in prims.iter().enumerate() {
+                let unfinished = state.done.get(j).is_none_or(|&d| d < self.segments(p.prim.len()));
+                if let (true, Some(from)) = (unfinished, p.prim.recv_from()) {
+                    return Some((from, position(c, state.step, p)));
+                }
+            }
+        }
+        None
+    }
+
+    fn poll_channel<T: Element>(
+        &mut self,
+        c: usize,
+        mem: &mut Memory<'_, T>,
+        io: &mut dyn Transport,
+    ) -> Result<bool, ExecError> {
+        let plan = self.plan;
+        let steps = &plan.channels[c].steps;
+        let mut moved = false;
+        while self.channels[c].step < steps.len() {
+            let step = self.channels[c].step;
+            let prims = &steps[step];
+            if self.channels[c].done.len() != prims.len() {
+                self.channels[c].done = vec![0; prims.len()];
+            }
+            moved |= self.flush_pending(c, step, prims, io)?;
+            let mut again = true;
+            while again && self.channels[c].pending.is_empty() {
+                again = false;
+                for (j, p) in prims.iter().enumerate() {
+                    if self.try_segment(c, step, j, p, mem, io)? {
+                        again = true;
+                        moved = true;
+                    }
+                }
+            }
+            let state = &self.channels[c];
+            let complete = state.pending.is_empty()
+                && prims.iter().zip(&state.done).all(|(p, &d)| d >= self.segments(p.prim.len()));
+            if !complete {
+                break;
+            }
+            let state = &mut self.channels[c];
+            state.step += 1;
+            state.done.clear();
+            moved = true;
+        }
+        Ok(moved)
+    }
+
+    fn flush_pending(
+        &mut self,
+        c: usize,
+        step: usize,
+        prims: &[PlannedPrimitive],
+        io: &mut dyn Transport,
+    ) -> Result<bool, ExecError> {
+        let mut moved = false;
+        while let Some((peer, tag, payload)) = self.channels[c].pending.pop_front() {
+            let at = || position(c, step, &prims[0]);
+            match io.try_send(peer, tag, payload).map_err(|e| ExecError::Transport(at(), e))? {
+                None => moved = true,
+                Some(back) => {
+                    self.channels[c].pending.push_front((peer, tag, back));
+                    break;
+                }
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Runs the next segment of primitive `j` if it can run now.
+    fn try_segment<T: Element>(
+        &mut self,
+        c: usize,
+        step: usize,
+        j: usize,
+        p: &PlannedPrimitive,
+        mem: &mut Memory<'_, T>,
+        io: &mut dyn Transport,
+    ) -> Result<bool, ExecError> {
+        let len = p.prim.len();
+        let nseg = self.segments(len);
+        let done = &self.channels[c].done;
+        let k = done[j];
+        if k >= nseg || !self.channels[c].pending.is_empty() {
+            return Ok(false);
+        }
+        let prims = &self.plan.channels[c].steps[step];
+        let ready = p.waits.iter().all(|&(i, wait)| {
+            let theirs = self.segments(prims[i].prim.len());
+            match wait {
+                Wait::Lockstep => done[i] > k || done[i] >= theirs,
+                Wait::Whole => done[i] >= theirs,
+            }
+        });
+        if !ready {
+            return Ok(false);
+        }
+        let at = || position(c, step, p);
+        let lo = k * self.segment_elems;
+        let seg_len = len.saturating_sub(lo).min(self.segment_elems);
+        let bytes = seg_len * std::mem::size_of::<T>();
+        let collective = self.collective;
+        let tag = move |transfer: u32| Tag {
+            collective,
+            channel: c as u16,
+            transfer,
+            segment: k as u32,
+        };
+        let received = match (p.prim.recv_from(), p.recv_transfer) {
+            (Some(from), Some(t)) => {
+                match io.try_recv(from, tag(t), bytes).map_err(|e| ExecError::Transport(at(), e))? {
+                    Some(payload) => Some(payload),
+                    None => return Ok(false),
+                }
+            }
+            _ => None,
+        };
+        let sub = |l: Option<crate::schedule::plan::Location>| {
+            l.map(|mut l| {
+                l.offset += lo;
+                l.len = seg_len;
+                l
+            })
+        };
+        let (src, dst) = (sub(p.src), sub(p.dst));
+        let mem_err = |e: OutOfRange| ExecError::Memory(at(), e);
+        let op = self.op;
+        // The payload to forward, if the primitive sends what it received.
+        let mut outgoing: Option<Payload> = None;
+        match (&p.prim, received, src, dst) {
+            (Primitive::Send { .. }, None, Some(src), _) => {
+                let data = mem.read(src).map_err(mem_err)?;
+                let mut payload = io.alloc(bytes);
+                payload.as_bytes_mut().copy_from_slice(bytemuck::cast_slice(data));
+                outgoing = Some(payload);
+            }
+            (Primitive::Recv { .. }, Some(payload), _, Some(dst)) => {
+                let d = mem.write(dst).map_err(mem_err)?;
+                bytemuck::cast_slice_mut::<T, u8>(d).copy_from_slice(payload.as_bytes());
+                io.recycle(payload);
+            }
+            (Primitive::RecvReduceSend { .. }, Some(mut payload), Some(src), _) => {
+                let s = mem.read(src).map_err(mem_err)?;
+                with_typed_mut(payload.as_bytes_mut(), |x: &mut [T]| T::reduce_assign(op, x, s));
+                outgoing = Some(payload);
+            }
+            (Primitive::RecvReduceCopy { .. }, Some(payload), Some(src), Some(dst)) => {
+                let x = typed::<T>(payload.as_bytes());
+                match mem.read_write(src, dst).map_err(mem_err)? {
+                    SrcDst::Same(d) => T::reduce_assign(op, d, &x),
+                    SrcDst::Disjoint(s, d) => T::reduce_to(op, d, &x, s),
+                }
+                drop(x);
+                io.recycle(payload);
+            }
+            (Primitive::RecvCopySend { .. }, Some(payload), _, Some(dst)) => {
+                let d = mem.write(dst).map_err(mem_err)?;
+                bytemuck::cast_slice_mut::<T, u8>(d).copy_from_slice(payload.as_bytes());
+                outgoing = Some(payload);
+            }
+            (Primitive::RecvReduceCopySend { .. }, Some(mut payload), Some(src), Some(dst)) => {
+                let s = mem.read(src).map_err(mem_err)?;
+                with_typed_mut(payload.as_bytes_mut(), |x: &mut [T]| T::reduce_assign(op, x, s));
+                let d = mem.write(dst).map_err(mem_err)?;
+                bytemuck::cast_slice_mut::<T, u8>(d).copy_from_slice(payload.as_bytes());
+                outgoing = Some(payload);
+            }
+            (Primitive::Copy { .. }, None, Some(src), Some(dst)) => {
+                if let SrcDst::Disjoint(s, d) = mem.read_write(src, dst).map_err(mem_err)? {
+                    d.copy_from_slice(s);
+                }
+            }
+            (Primitive::Reduce { .. }, None, Some(src), Some(dst)) => {
+                match mem.read_write(src, dst).map_err(mem_err)? {
+                    SrcDst::Disjoint(s, d) => T::reduce_assign(op, d, s),
+                    SrcDst::Same(d) => {
+                        let copy = d.to_vec();
+                        T::reduce_assign(op, d, &copy);
+                    }
+                }
+            }
+            _ => {
+                // Every primitive has exactly the slices and message its variant names,
+                // by construction of `Plan`; reaching here means the plan is inconsistent.
+                let loc = src.or(dst).unwrap_or(crate::schedule::plan::Location {
+                    store: crate::schedule::plan::Store::Scratch,
+                    offset: 0,
+                    len: 0,
+                });
+                return Err(ExecError::Memory(at(), OutOfRange(loc)));
+            }
+        }
+        if let Some(payload) = outgoing {
+            self.send_all(c, p, payload, &tag, io).map_err(|e| ExecError::Transport(at(), e))?;
+        }
+        self.channels[c].done[j] += 1;
+        Ok(true)
+    }
+
+    /// Sends `payload` to every destination of `p` (copies for all but the last).
+    fn send_all(
+        &mut self,
+        c: usize,
+        p: &PlannedPrimitive,
+        payload: Payload,
+        tag: &dyn Fn(u32) -> Tag,
+        io: &mut dyn Transport,
+    ) -> Result<(), TransportError> {
+        let to = p.prim.send_to();
+        let last = to.len().saturating_sub(1);
+        let mut payload = Some(payload);
+        for (i, (&peer, &t)) in to.iter().zip(&p.send_transfers).enumerate() {
+            let msg = if i == last {
+                match payload.take() {
+                    Some(m) => m,
+                    None => break,
+                }
+            } else {
+                let Some(original) = payload.as_ref() else { break };
+                let mut copy = io.alloc(original.len());
+                copy.as_bytes_mut().copy_from_slice(original.as_bytes());
+                copy
+            };
+            if let Some(back) = io.try_send(peer, tag(t), msg)? {
+                self.channels[c].pending.push_back((peer, tag(t), back));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn position(channel: usize, step: usize, p: &PlannedPrimitive) -> Position {
+    Position { channel, step, primitive: p.prim.to_string() }
+}
+
+/// The payload's bytes as elements: borrowed when aligned, copied when not.
+fn typed<T: Element>(bytes: &[u8]) -> Cow<'_, [T]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(s) => Cow::Borrowed(s),
+        Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
+    }
+}
+
+/// Runs `f` on the payload's bytes as elements, through an aligned copy if need be.
+fn with_typed_mut<T: Element>(bytes: &mut [u8], f: impl FnOnce(&mut [T])) {
+    match bytemuck::try_cast_slice_mut(bytes) {
+        Ok(s) => f(s),
+        Err(_) => {
+            let mut copy: Vec<T> = bytemuck::pod_collect_to_vec(bytes);
+            f(&mut copy);
+            bytes.copy_from_slice(bytemuck::cast_slice(&copy));
+        }
+    }
+}

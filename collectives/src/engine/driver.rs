@@ -1,0 +1,75 @@
+//! The driver: pumps an [`Execution`] against a transport until it finishes, sleeping in
+//! [`Transport::wait`] when nothing can move, and failing with a timeout when nothing has
+//! moved for the configured time.
+
+use std::time::{Duration, Instant};
+
+use rcoll_transport::Transport;
+
+use super::core::{ExecError, Execution, Position, Progress};
+use super::memory::Memory;
+use crate::element::Element;
+use crate::op::ReduceOp;
+use crate::schedule::plan::Plan;
+
+/// Polls before going to sleep: a message that is a few microseconds away is cheaper to
+/// spin for than a condition-variable round trip.
+const SPINS_BEFORE_SLEEP: u32 = 64;
+
+/// Why [`run`] stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunError {
+    /// The execution failed.
+    Exec(ExecError),
+    /// Nothing moved for `waited`; the rank was waiting on `blocked_on`.
+    Stalled {
+        /// How long nothing moved.
+        waited: Duration,
+        /// The peer and position it was waiting on, if known.
+        blocked_on: Option<(rcoll_transport::Rank, Position)>,
+    },
+    /// Waiting itself failed (the group was aborted or a peer closed).
+    Wait(Option<Position>, rcoll_transport::TransportError),
+}
+
+/// Runs `plan` to completion.
+///
+/// `timeout` bounds the time without progress, not the whole call: a large collective
+/// that keeps moving never times out, a stuck one fails after `timeout`.
+pub fn run<T: Element>(
+    plan: &Plan,
+    collective: u32,
+    segment_elems: usize,
+    op: ReduceOp,
+    mem: &mut Memory<'_, T>,
+    io: &mut dyn Transport,
+    timeout: Duration,
+) -> Result<(), RunError> {
+    let mut exec = Execution::new(plan, collective, segment_elems, op);
+    let mut last_move = Instant::now();
+    let mut idle_polls = 0u32;
+    loop {
+        let Progress { moved, finished } = exec.poll(mem, io).map_err(RunError::Exec)?;
+        if finished {
+            return Ok(());
+        }
+        if moved {
+            idle_polls = 0;
+            continue;
+        }
+        idle_polls += 1;
+        if idle_polls == 1 {
+            last_move = Instant::now();
+        }
+        if idle_polls < SPINS_BEFORE_SLEEP {
+            std::thread::yield_now();
+            continue;
+        }
+        let deadline = last_move + timeout;
+        if Instant::now() >= deadline {
+            return Err(RunError::Stalled { waited: timeout, blocked_on: exec.blocked_on() });
+        }
+        io.wait(deadline)
+            .map_err(|e| RunError::Wait(exec.blocked_on().map(|(_, p)| p), e))?;
+    }
+}

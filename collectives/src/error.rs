@@ -1,0 +1,174 @@
+//! The error type of `rcoll`.
+
+use std::time::Duration;
+
+use rcoll_transport::{Rank, TransportError};
+
+use crate::algorithm::Algorithm;
+use crate::element::DataType;
+use crate::op::ReduceOp;
+use crate::schedule::Collective;
+
+/// Everything that can go wrong in a collective, naming the rank that saw it.
+///
+/// Argument errors ([`Error::BufferLength`], [`Error::RootOutOfRange`],
+/// [`Error::PeerOutOfRange`], [`Error::UnsupportedOp`], [`Error::UnsupportedAlgorithm`],
+/// [`Error::CountOverflow`]) are detected before any data moves; the communicator then
+/// aborts the group so that the other ranks, which cannot know, fail at once instead of
+/// waiting for a rank that will not come. Every error except [`Error::Config`] leaves the
+/// communicator unusable: later calls return [`Error::Poisoned`]. Rebuild it to continue.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A buffer has the wrong number of elements.
+    #[error("rank {rank}: {collective}: {buffer} buffer has {got} elements, expected {expected}")]
+    BufferLength {
+        /// The calling rank.
+        rank: u32,
+        /// The collective.
+        collective: Collective,
+        /// Which buffer (`"send"`, `"recv"`, `"in-place"`).
+        buffer: &'static str,
+        /// Required length.
+        expected: usize,
+        /// Given length.
+        got: usize,
+    },
+    /// The root is not a rank of the communicator.
+    #[error("rank {rank}: {collective}: root {root} is out of range for {nranks} ranks")]
+    RootOutOfRange {
+        /// The calling rank.
+        rank: u32,
+        /// The collective.
+        collective: Collective,
+        /// The bad root.
+        root: usize,
+        /// Communicator size.
+        nranks: usize,
+    },
+    /// A point-to-point peer is not another rank of the communicator.
+    #[error("rank {rank}: {what}: peer {peer} is not another rank of this {nranks}-rank communicator")]
+    PeerOutOfRange {
+        /// The calling rank.
+        rank: u32,
+        /// `"send"` or `"recv"`.
+        what: &'static str,
+        /// The bad peer.
+        peer: usize,
+        /// Communicator size.
+        nranks: usize,
+    },
+    /// The reduction is not defined on the element type.
+    #[error("rank {rank}: {collective}: {op} is not defined on {dtype}")]
+    UnsupportedOp {
+        /// The calling rank.
+        rank: u32,
+        /// The collective.
+        collective: Collective,
+        /// The reduction.
+        op: ReduceOp,
+        /// The element type.
+        dtype: DataType,
+    },
+    /// The algorithm forced for this call does not implement the collective.
+    #[error("rank {rank}: algorithm {algorithm} does not implement {collective}")]
+    UnsupportedAlgorithm {
+        /// The calling rank.
+        rank: u32,
+        /// The algorithm.
+        algorithm: Algorithm,
+        /// The collective.
+        collective: Collective,
+    },
+    /// `count * nranks` does not fit in memory.
+    #[error("rank {rank}: {collective}: count {count} times {nranks} ranks overflows")]
+    CountOverflow {
+        /// The calling rank.
+        rank: u32,
+        /// The collective.
+        collective: Collective,
+        /// The per-rank count.
+        count: usize,
+        /// Communicator size.
+        nranks: usize,
+    },
+    /// The transport failed during the collective.
+    #[error("rank {rank}: {collective} #{seq} ({algorithm}, channel {channel} step {step}, {primitive}): {source}")]
+    Transport {
+        /// The calling rank.
+        rank: u32,
+        /// The collective.
+        collective: Collective,
+        /// Its sequence number on this communicator.
+        seq: u32,
+        /// The algorithm running it.
+        algorithm: String,
+        /// Channel of the failing primitive.
+        channel: usize,
+        /// Step of the failing primitive.
+        step: usize,
+        /// The failing primitive.
+        primitive: String,
+        /// What the transport said.
+        #[source]
+        source: TransportError,
+    },
+    /// Nothing moved for the timeout.
+    #[error("rank {rank}: {collective} #{seq} ({algorithm}): no progress for {waited:?}; waiting for {waiting_for}")]
+    Timeout {
+        /// The calling rank.
+        rank: u32,
+        /// The collective.
+        collective: Collective,
+        /// Its sequence number on this communicator.
+        seq: u32,
+        /// The algorithm running it.
+        algorithm: String,
+        /// The peer waited for, if known.
+        peer: Option<u32>,
+        /// What it waited for, in words.
+        waiting_for: String,
+        /// The timeout.
+        waited: Duration,
+    },
+    /// An earlier error made this communicator unusable.
+    #[error("rank {rank}: communicator unusable after an earlier error: {first}")]
+    Poisoned {
+        /// The calling rank.
+        rank: u32,
+        /// The first error, displayed.
+        first: String,
+    },
+    /// Bad configuration (environment variable or builder value).
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// An internal invariant failed; please report it.
+    #[error("rank {rank}: internal error: {what}")]
+    Internal {
+        /// The calling rank.
+        rank: u32,
+        /// What failed.
+        what: String,
+    },
+}
+
+impl Error {
+    /// The peer involved, when the error names one.
+    pub fn peer(&self) -> Option<Rank> {
+        match self {
+            Error::Timeout { peer, .. } => peer.map(Rank),
+            Error::Transport { source, .. } => match source {
+                TransportError::Timeout { peer, .. }
+                | TransportError::PeerClosed { peer, .. }
+                | TransportError::LengthMismatch { peer, .. }
+                | TransportError::InvalidPeer { peer, .. } => Some(*peer),
+                TransportError::Aborted { by, .. } => Some(*by),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

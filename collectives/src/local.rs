@@ -1,0 +1,97 @@
+//! In-process groups: `n` ranks as threads of one process (burn-collective's "local"
+//! level), for tests and for applications with one rank per thread or device.
+//!
+//! ```
+//! let comms = rcoll::local::group(4)?;
+//! let results: Vec<Vec<f32>> = std::thread::scope(|s| {
+//!     let handles: Vec<_> = comms
+//!         .into_iter()
+//!         .map(|mut comm| {
+//!             s.spawn(move || {
+//!                 let mut v = vec![comm.rank() as f32; 3];
+//!                 comm.all_reduce_in_place(&mut v, rcoll::ReduceOp::Sum).map(|_| v)
+//!             })
+//!         })
+//!         .collect();
+//!     handles.into_iter().map(|h| h.join().expect("rank thread").expect("all_reduce")).collect()
+//! });
+//! assert!(results.iter().all(|v| v == &[6.0, 6.0, 6.0]));
+//! # Ok::<(), rcoll::Error>(())
+//! ```
+
+use std::time::Duration;
+
+use rcoll_transport::local as backend;
+
+use crate::algorithm::Algorithm;
+use crate::communicator::Communicator;
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// `n` communicators of one in-process group, rank `i` at index `i`, configured from the
+/// environment (`RCOLL_ALGO`, `RCOLL_TIMEOUT`, `RCOLL_SEGMENT_BYTES`).
+pub fn group(n: usize) -> Result<Vec<Communicator>> {
+    Builder::new(n).build()
+}
+
+/// Builds an in-process group with explicit settings (which override the environment).
+#[derive(Clone, Debug)]
+pub struct Builder {
+    n: usize,
+    algorithm: Option<Option<Algorithm>>,
+    timeout: Option<Duration>,
+    segment_bytes: Option<usize>,
+    window: usize,
+}
+
+impl Builder {
+    /// A group of `n` ranks.
+    pub fn new(n: usize) -> Builder {
+        Builder { n, algorithm: None, timeout: None, segment_bytes: None, window: backend::DEFAULT_WINDOW }
+    }
+
+    /// Forces `algorithm` (`None`: choose by the cost model) wherever it applies.
+    pub fn algorithm(mut self, algorithm: Option<Algorithm>) -> Builder {
+        self.algorithm = Some(algorithm);
+        self
+    }
+
+    /// Time without progress before a call fails.
+    pub fn timeout(mut self, timeout: Duration) -> Builder {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Bytes per pipelined segment.
+    pub fn segment_bytes(mut self, bytes: usize) -> Builder {
+        self.segment_bytes = Some(bytes.max(1));
+        self
+    }
+
+    /// Segments a rank may have in flight to one peer.
+    pub fn window(mut self, segments: usize) -> Builder {
+        self.window = segments.max(1);
+        self
+    }
+
+    /// Creates the communicators.
+    pub fn build(self) -> Result<Vec<Communicator>> {
+        if self.n == 0 || self.n > u32::MAX as usize {
+            return Err(Error::Config(format!("a group needs 1 to {} ranks, not {}", u32::MAX, self.n)));
+        }
+        let mut config = Config::from_env()?;
+        if let Some(a) = self.algorithm {
+            config.algorithm = a;
+        }
+        if let Some(t) = self.timeout {
+            config.timeout = t;
+        }
+        if let Some(b) = self.segment_bytes {
+            config.segment_bytes = b;
+        }
+        Ok(backend::group(self.n, self.window)
+            .into_iter()
+            .map(|t| Communicator::new(Box::new(t), config.clone()))
+            .collect())
+    }
+}

@@ -1,0 +1,107 @@
+//! Algorithm selection: `Auto` prices every algorithm that serves a collective under the
+//! cost model, from the schedules themselves, and takes the cheapest.
+//!
+//! The choice depends only on the collective, the number of ranks, the root, whether the
+//! call is in place, the message size rounded up to a power of two, and the cost model, so
+//! every rank of a communicator makes the same choice without talking. Choices are cached
+//! per size bucket.
+
+use std::collections::HashMap;
+
+use rcoll_transport::Rank;
+
+use crate::algorithm::Algorithm;
+use crate::schedule::cost::{cost, Cost, CostModel};
+use crate::schedule::{Collective, Layout};
+
+/// Beyond this many ranks the quadratic algorithms are not even priced.
+const QUADRATIC_LIMIT: usize = 64;
+
+/// Every algorithm that serves `layout`, with its cost, cheapest first.
+pub fn rank_algorithms(layout: &Layout, elem_size: usize, model: &CostModel) -> Vec<(Algorithm, Cost)> {
+    let mut priced: Vec<(Algorithm, Cost)> = Algorithm::ALL
+        .into_iter()
+        .filter(|a| a.serves(layout.collective))
+        .filter(|a| {
+            layout.nranks <= QUADRATIC_LIMIT || !matches!(a, Algorithm::Mesh | Algorithm::SingleRoot)
+        })
+        .filter_map(|a| Some((a, cost(&a.schedules(layout).ok()?, elem_size, model))))
+        .collect();
+    priced.sort_by(|x, y| x.1.predicted_us.total_cmp(&y.1.predicted_us));
+    priced
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    collective: Collective,
+    nranks: usize,
+    root: Rank,
+    in_place: bool,
+    bucket_bytes: usize,
+    elem_size: usize,
+}
+
+/// Caches `Auto` choices for one communicator.
+#[derive(Debug, Default)]
+pub struct Selector {
+    cache: HashMap<Key, Algorithm>,
+}
+
+impl Selector {
+    /// The algorithm `Auto` picks for `layout`.
+    pub fn choose(&mut self, layout: &Layout, elem_size: usize, model: &CostModel) -> Algorithm {
+        let bytes = layout.count.saturating_mul(elem_size);
+        let bucket_bytes = bytes.checked_next_power_of_two().unwrap_or(usize::MAX);
+        let key = Key {
+            collective: layout.collective,
+            nranks: layout.nranks,
+            root: layout.root,
+            in_place: layout.in_place,
+            bucket_bytes,
+            elem_size,
+        };
+        if let Some(a) = self.cache.get(&key) {
+            return *a;
+        }
+        let representative = Layout { count: bucket_bytes / elem_size.max(1), ..*layout };
+        let choice = rank_algorithms(&representative, elem_size, model)
+            .first()
+            .map_or(Algorithm::Ring, |(a, _)| *a);
+        if self.cache.len() > 1024 {
+            self.cache.clear();
+        }
+        self.cache.insert(key, choice);
+        choice
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(collective: Collective, nranks: usize, count: usize) -> Layout {
+        Layout { collective, nranks, count, root: Rank(0), in_place: false }
+    }
+
+    #[test]
+    fn latency_bound_and_bandwidth_bound_sizes_choose_differently() {
+        let model = CostModel::default();
+        let mut s = Selector::default();
+        let small = s.choose(&layout(Collective::AllReduce, 16, 2), 4, &model);
+        let large = s.choose(&layout(Collective::AllReduce, 16, 64 << 20), 4, &model);
+        assert_ne!(small, large);
+        assert!(matches!(large, Algorithm::Ring | Algorithm::HalvingDoubling), "{large}");
+    }
+
+    #[test]
+    fn choices_only_use_algorithms_that_serve_the_collective() {
+        let model = CostModel::default();
+        let mut s = Selector::default();
+        for c in Collective::SCHEDULED {
+            for n in [2, 3, 8] {
+                let a = s.choose(&layout(c, n, 1000), 8, &model);
+                assert!(a.serves(c), "{a} chosen for {c}");
+            }
+        }
+    }
+}
