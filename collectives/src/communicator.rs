@@ -9,8 +9,8 @@ use rcoll_transport::{Rank, Transport};
 use crate::algorithm::Algorithm;
 use crate::config::Config;
 use crate::element::Element;
-use crate::engine::driver::{run, RunError};
 use crate::engine::core::ExecError;
+use crate::engine::driver::{run, RunError};
 use crate::engine::memory::Memory;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
@@ -115,131 +115,273 @@ impl Communicator {
     }
 
     /// The algorithm the next call of `collective` with `count` elements of `T` would use.
-    pub fn algorithm_for<T: Element>(&mut self, collective: Collective, count: usize, root: usize) -> Algorithm {
+    pub fn algorithm_for<T: Element>(
+        &mut self,
+        collective: Collective,
+        count: usize,
+        root: usize,
+    ) -> Algorithm {
         let layout = self.layout(collective, count, root, false);
-        self.choose(&layout, std::mem::size_of::<T>(), None).unwrap_or(Algorithm::Ring)
+        self.choose(&layout, std::mem::size_of::<T>(), None)
+            .unwrap_or(Algorithm::Ring)
     }
 
     /// Fails every pending and future call of every rank with an error naming this rank and
     /// `reason`, and makes this communicator unusable.
     pub fn abort(&mut self, reason: &str) {
         self.transport.abort(reason);
-        self.poisoned.get_or_insert_with(|| format!("aborted: {reason}"));
+        self.poisoned
+            .get_or_insert_with(|| format!("aborted: {reason}"));
     }
 
     /// **AllReduce**: every rank's `recv` becomes the element-wise reduction of all ranks'
     /// `send`. `send.len() == recv.len()`.
-    pub fn all_reduce<T: Element>(&mut self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
+    pub fn all_reduce<T: Element>(
+        &mut self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
         let count = send.len();
-        self.execute(Request { collective: Collective::AllReduce, count, root: 0, op, buffers: Buffers::Separate(send, recv) })
+        self.execute(Request {
+            collective: Collective::AllReduce,
+            count,
+            root: 0,
+            op,
+            buffers: Buffers::Separate(send, recv),
+        })
     }
 
     /// AllReduce in place: `buf` is both input and output.
     pub fn all_reduce_in_place<T: Element>(&mut self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         let count = buf.len();
-        self.execute(Request { collective: Collective::AllReduce, count, root: 0, op, buffers: Buffers::InPlace(buf) })
+        self.execute(Request {
+            collective: Collective::AllReduce,
+            count,
+            root: 0,
+            op,
+            buffers: Buffers::InPlace(buf),
+        })
     }
 
     /// **Reduce**: the root's `recv` becomes the reduction of all ranks' `send`.
     /// `recv.len() == send.len()` on the root; `recv` is ignored elsewhere.
-    pub fn reduce<T: Element>(&mut self, send: &[T], recv: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
+    pub fn reduce<T: Element>(
+        &mut self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
         let count = send.len();
-        self.execute(Request { collective: Collective::Reduce, count, root, op, buffers: Buffers::Separate(send, recv) })
+        self.execute(Request {
+            collective: Collective::Reduce,
+            count,
+            root,
+            op,
+            buffers: Buffers::Separate(send, recv),
+        })
     }
 
     /// Reduce in place: the root's `buf` is replaced by the reduction; other ranks' `buf`
     /// is their input and is left unchanged.
-    pub fn reduce_in_place<T: Element>(&mut self, buf: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
+    pub fn reduce_in_place<T: Element>(
+        &mut self,
+        buf: &mut [T],
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
         let count = buf.len();
-        self.execute(Request { collective: Collective::Reduce, count, root, op, buffers: Buffers::InPlace(buf) })
+        self.execute(Request {
+            collective: Collective::Reduce,
+            count,
+            root,
+            op,
+            buffers: Buffers::InPlace(buf),
+        })
     }
 
     /// **Broadcast**: every rank's `recv` becomes the root's `send`. `send.len() ==
     /// recv.len()` on the root; `send` is ignored elsewhere.
     pub fn broadcast<T: Element>(&mut self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
         let count = recv.len();
-        self.execute(Request { collective: Collective::Broadcast, count, root, op: ReduceOp::Sum, buffers: Buffers::Separate(send, recv) })
+        self.execute(Request {
+            collective: Collective::Broadcast,
+            count,
+            root,
+            op: ReduceOp::Sum,
+            buffers: Buffers::Separate(send, recv),
+        })
     }
 
     /// Broadcast in place: the root's `buf` is sent; every other rank's `buf` receives it.
     pub fn broadcast_in_place<T: Element>(&mut self, buf: &mut [T], root: usize) -> Result<()> {
         let count = buf.len();
-        self.execute(Request { collective: Collective::Broadcast, count, root, op: ReduceOp::Sum, buffers: Buffers::InPlace(buf) })
+        self.execute(Request {
+            collective: Collective::Broadcast,
+            count,
+            root,
+            op: ReduceOp::Sum,
+            buffers: Buffers::InPlace(buf),
+        })
     }
 
     /// **AllGather**: every rank's `recv` becomes all ranks' `send` concatenated in rank
     /// order. `recv.len() == size() * send.len()`.
     pub fn all_gather<T: Element>(&mut self, send: &[T], recv: &mut [T]) -> Result<()> {
         let count = send.len();
-        self.execute(Request { collective: Collective::AllGather, count, root: 0, op: ReduceOp::Sum, buffers: Buffers::Separate(send, recv) })
+        self.execute(Request {
+            collective: Collective::AllGather,
+            count,
+            root: 0,
+            op: ReduceOp::Sum,
+            buffers: Buffers::Separate(send, recv),
+        })
     }
 
     /// AllGather in place: `buf.len() == size() * count`, and rank r's contribution is
     /// already at `buf[r * count..(r + 1) * count]`.
     pub fn all_gather_in_place<T: Element>(&mut self, buf: &mut [T]) -> Result<()> {
         let count = self.block_count(Collective::AllGather, buf.len())?;
-        self.execute(Request { collective: Collective::AllGather, count, root: 0, op: ReduceOp::Sum, buffers: Buffers::InPlace(buf) })
+        self.execute(Request {
+            collective: Collective::AllGather,
+            count,
+            root: 0,
+            op: ReduceOp::Sum,
+            buffers: Buffers::InPlace(buf),
+        })
     }
 
     /// **ReduceScatter**: rank r's `recv` becomes block r of the reduction of all ranks'
     /// `send`. `send.len() == size() * recv.len()`.
-    pub fn reduce_scatter<T: Element>(&mut self, send: &[T], recv: &mut [T], op: ReduceOp) -> Result<()> {
+    pub fn reduce_scatter<T: Element>(
+        &mut self,
+        send: &[T],
+        recv: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
         let count = recv.len();
-        self.execute(Request { collective: Collective::ReduceScatter, count, root: 0, op, buffers: Buffers::Separate(send, recv) })
+        self.execute(Request {
+            collective: Collective::ReduceScatter,
+            count,
+            root: 0,
+            op,
+            buffers: Buffers::Separate(send, recv),
+        })
     }
 
     /// ReduceScatter in place: `buf.len() == size() * count`; rank r's result lands in
     /// `buf[r * count..(r + 1) * count]` and the rest of `buf` is left unchanged.
-    pub fn reduce_scatter_in_place<T: Element>(&mut self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+    pub fn reduce_scatter_in_place<T: Element>(
+        &mut self,
+        buf: &mut [T],
+        op: ReduceOp,
+    ) -> Result<()> {
         let count = self.block_count(Collective::ReduceScatter, buf.len())?;
-        self.execute(Request { collective: Collective::ReduceScatter, count, root: 0, op, buffers: Buffers::InPlace(buf) })
+        self.execute(Request {
+            collective: Collective::ReduceScatter,
+            count,
+            root: 0,
+            op,
+            buffers: Buffers::InPlace(buf),
+        })
     }
 
     /// **Gather**: the root's `recv` becomes all ranks' `send` concatenated in rank order.
     /// `recv.len() == size() * send.len()` on the root; `recv` is ignored elsewhere.
     pub fn gather<T: Element>(&mut self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
         let count = send.len();
-        self.execute(Request { collective: Collective::Gather, count, root, op: ReduceOp::Sum, buffers: Buffers::Separate(send, recv) })
+        self.execute(Request {
+            collective: Collective::Gather,
+            count,
+            root,
+            op: ReduceOp::Sum,
+            buffers: Buffers::Separate(send, recv),
+        })
     }
 
     /// Gather in place: on the root `buf.len() == size() * count` with the root's own block
     /// already in place; on other ranks `buf` is the `count`-element contribution.
     pub fn gather_in_place<T: Element>(&mut self, buf: &mut [T], root: usize) -> Result<()> {
-        let count = if root == self.rank() { self.block_count(Collective::Gather, buf.len())? } else { buf.len() };
-        self.execute(Request { collective: Collective::Gather, count, root, op: ReduceOp::Sum, buffers: Buffers::InPlace(buf) })
+        let count = if root == self.rank() {
+            self.block_count(Collective::Gather, buf.len())?
+        } else {
+            buf.len()
+        };
+        self.execute(Request {
+            collective: Collective::Gather,
+            count,
+            root,
+            op: ReduceOp::Sum,
+            buffers: Buffers::InPlace(buf),
+        })
     }
 
     /// **Scatter**: rank r's `recv` becomes block r of the root's `send`.
     /// `send.len() == size() * recv.len()` on the root; `send` is ignored elsewhere.
     pub fn scatter<T: Element>(&mut self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
         let count = recv.len();
-        self.execute(Request { collective: Collective::Scatter, count, root, op: ReduceOp::Sum, buffers: Buffers::Separate(send, recv) })
+        self.execute(Request {
+            collective: Collective::Scatter,
+            count,
+            root,
+            op: ReduceOp::Sum,
+            buffers: Buffers::Separate(send, recv),
+        })
     }
 
     /// Scatter in place: on the root `buf.len() == size() * count` and its own block stays
     /// in place; on other ranks `buf` is the `count`-element destination.
     pub fn scatter_in_place<T: Element>(&mut self, buf: &mut [T], root: usize) -> Result<()> {
-        let count = if root == self.rank() { self.block_count(Collective::Scatter, buf.len())? } else { buf.len() };
-        self.execute(Request { collective: Collective::Scatter, count, root, op: ReduceOp::Sum, buffers: Buffers::InPlace(buf) })
+        let count = if root == self.rank() {
+            self.block_count(Collective::Scatter, buf.len())?
+        } else {
+            buf.len()
+        };
+        self.execute(Request {
+            collective: Collective::Scatter,
+            count,
+            root,
+            op: ReduceOp::Sum,
+            buffers: Buffers::InPlace(buf),
+        })
     }
 
     /// **AllToAll**: block j of rank i's `send` becomes block i of rank j's `recv`.
     /// `send.len() == recv.len() == size() * count`.
     pub fn all_to_all<T: Element>(&mut self, send: &[T], recv: &mut [T]) -> Result<()> {
         let count = self.block_count(Collective::AllToAll, send.len())?;
-        self.execute(Request { collective: Collective::AllToAll, count, root: 0, op: ReduceOp::Sum, buffers: Buffers::Separate(send, recv) })
+        self.execute(Request {
+            collective: Collective::AllToAll,
+            count,
+            root: 0,
+            op: ReduceOp::Sum,
+            buffers: Buffers::Separate(send, recv),
+        })
     }
 
     /// AllToAll in place (`buf.len() == size() * count`; the input is staged in scratch).
     pub fn all_to_all_in_place<T: Element>(&mut self, buf: &mut [T]) -> Result<()> {
         let count = self.block_count(Collective::AllToAll, buf.len())?;
-        self.execute(Request { collective: Collective::AllToAll, count, root: 0, op: ReduceOp::Sum, buffers: Buffers::InPlace(buf) })
+        self.execute(Request {
+            collective: Collective::AllToAll,
+            count,
+            root: 0,
+            op: ReduceOp::Sum,
+            buffers: Buffers::InPlace(buf),
+        })
     }
 
     /// **Barrier**: returns once every rank has entered it.
     pub fn barrier(&mut self) -> Result<()> {
         let mut none: [u8; 0] = [];
-        self.execute(Request { collective: Collective::Barrier, count: 0, root: 0, op: ReduceOp::Sum, buffers: Buffers::InPlace(&mut none) })
+        self.execute(Request {
+            collective: Collective::Barrier,
+            count: 0,
+            root: 0,
+            op: ReduceOp::Sum,
+            buffers: Buffers::InPlace(&mut none),
+        })
     }
 
     /// **Send** `buf` to `peer`, which must call [`Communicator::recv`] with the same
@@ -255,12 +397,24 @@ impl Communicator {
 
     /// Sends `send` to `to` and receives `recv` from `from` at the same time (no deadlock
     /// when every rank does it, as in a ring shift).
-    pub fn send_recv<T: Element>(&mut self, send: &[T], to: usize, recv: &mut [T], from: usize) -> Result<()> {
+    pub fn send_recv<T: Element>(
+        &mut self,
+        send: &[T],
+        to: usize,
+        recv: &mut [T],
+        from: usize,
+    ) -> Result<()> {
         self.point_to_point(Some((send, to)), Some((recv, from)))
     }
 
     fn layout(&self, collective: Collective, count: usize, root: usize, in_place: bool) -> Layout {
-        Layout { collective, nranks: self.nranks, count, root: Rank::from(root), in_place }
+        Layout {
+            collective,
+            nranks: self.nranks,
+            count,
+            root: Rank::from(root),
+            in_place,
+        }
     }
 
     fn block_count(&mut self, collective: Collective, len: usize) -> Result<usize> {
@@ -269,7 +423,13 @@ impl Communicator {
         }
         let expected = len.div_ceil(self.nranks) * self.nranks;
         let buffer = "in-place or send";
-        Err(self.fail(Error::BufferLength { rank: self.rank.0, collective, buffer, expected, got: len }))
+        Err(self.fail(Error::BufferLength {
+            rank: self.rank.0,
+            collective,
+            buffer,
+            expected,
+            got: len,
+        }))
     }
 
     /// Records `err` as fatal: aborts the group so that the other ranks fail too.
@@ -281,16 +441,27 @@ impl Communicator {
         err
     }
 
-    fn choose(&mut self, layout: &Layout, elem_size: usize, forced: Option<Algorithm>) -> Result<Algorithm> {
+    fn choose(
+        &mut self,
+        layout: &Layout,
+        elem_size: usize,
+        forced: Option<Algorithm>,
+    ) -> Result<Algorithm> {
         if let Some(a) = forced {
             if !a.serves(layout.collective) {
-                return Err(Error::UnsupportedAlgorithm { rank: self.rank.0, algorithm: a, collective: layout.collective });
+                return Err(Error::UnsupportedAlgorithm {
+                    rank: self.rank.0,
+                    algorithm: a,
+                    collective: layout.collective,
+                });
             }
             return Ok(a);
         }
         match self.config.algorithm {
             Some(a) if a.serves(layout.collective) => Ok(a),
-            _ => Ok(self.selector.choose(layout, elem_size, &self.config.cost_model)),
+            _ => Ok(self
+                .selector
+                .choose(layout, elem_size, &self.config.cost_model)),
         }
     }
 
@@ -298,13 +469,32 @@ impl Communicator {
         let rank = self.rank.0;
         let collective = req.collective;
         if collective.is_rooted() && req.root >= self.nranks {
-            return Err(Error::RootOutOfRange { rank, collective, root: req.root, nranks: self.nranks });
+            return Err(Error::RootOutOfRange {
+                rank,
+                collective,
+                root: req.root,
+                nranks: self.nranks,
+            });
         }
         if collective.reduces() && !T::DTYPE.supports(req.op) {
-            return Err(Error::UnsupportedOp { rank, collective, op: req.op, dtype: T::DTYPE });
+            return Err(Error::UnsupportedOp {
+                rank,
+                collective,
+                op: req.op,
+                dtype: T::DTYPE,
+            });
         }
-        if req.count.checked_mul(self.nranks).is_none_or(|b| b.checked_mul(std::mem::size_of::<T>()).is_none()) {
-            return Err(Error::CountOverflow { rank, collective, count: req.count, nranks: self.nranks });
+        if req
+            .count
+            .checked_mul(self.nranks)
+            .is_none_or(|b| b.checked_mul(std::mem::size_of::<T>()).is_none())
+        {
+            return Err(Error::CountOverflow {
+                rank,
+                collective,
+                count: req.count,
+                nranks: self.nranks,
+            });
         }
         let in_place = matches!(req.buffers, Buffers::InPlace(_));
         let layout = self.layout(collective, req.count, req.root, in_place);
@@ -313,7 +503,13 @@ impl Communicator {
             if expected == got {
                 Ok(())
             } else {
-                Err(Error::BufferLength { rank, collective, buffer, expected, got })
+                Err(Error::BufferLength {
+                    rank,
+                    collective,
+                    buffer,
+                    expected,
+                    got,
+                })
             }
         };
         match &req.buffers {
@@ -338,9 +534,15 @@ impl Communicator {
         let rank = self.rank.0;
         let schedule = algorithm
             .schedule(layout, self.rank)
-            .map_err(|e| Error::Internal { rank, what: e.to_string() })?;
-        let plan = Plan::new(&schedule, &layout.buffers(self.rank))
-            .map_err(|e| Error::Internal { rank, what: format!("{algorithm} schedule: {}", e.reason) })?;
+            .map_err(|e| Error::Internal {
+                rank,
+                what: e.to_string(),
+            })?;
+        let plan =
+            Plan::new(&schedule, &layout.buffers(self.rank)).map_err(|e| Error::Internal {
+                rank,
+                what: format!("{algorithm} schedule: {}", e.reason),
+            })?;
         let plan = Arc::new(plan);
         if self.plans.len() >= PLAN_CACHE_LIMIT {
             self.plans.clear();
@@ -352,7 +554,10 @@ impl Communicator {
     fn execute<T: Element>(&mut self, req: Request<'_, T>) -> Result<()> {
         let forced = self.next_algorithm.take();
         if let Some(first) = &self.poisoned {
-            return Err(Error::Poisoned { rank: self.rank.0, first: first.clone() });
+            return Err(Error::Poisoned {
+                rank: self.rank.0,
+                first: first.clone(),
+            });
         }
         let layout = match self.validate(&req) {
             Ok(l) => l,
@@ -384,9 +589,21 @@ impl Communicator {
             self.scratch.resize(words, 0);
         }
         let scratch: &mut [T] = bytemuck::cast_slice_mut(&mut self.scratch[..words]);
-        let mut mem = Memory { input, output, scratch: &mut scratch[..scratch_len] };
+        let mut mem = Memory {
+            input,
+            output,
+            scratch: &mut scratch[..scratch_len],
+        };
         let segment_elems = (self.config.segment_bytes / elem).max(1);
-        let result = run(&plan, seq, segment_elems, req.op, &mut mem, self.transport.as_mut(), self.config.timeout);
+        let result = run(
+            &plan,
+            seq,
+            segment_elems,
+            req.op,
+            &mut mem,
+            self.transport.as_mut(),
+            self.config.timeout,
+        );
         if let Err(e) = result {
             let err = self.describe(e, req.collective, seq, algorithm);
             return Err(self.fail(err));
@@ -407,29 +624,58 @@ impl Communicator {
     ) -> Result<()> {
         self.next_algorithm = None;
         if let Some(first) = &self.poisoned {
-            return Err(Error::Poisoned { rank: self.rank.0, first: first.clone() });
+            return Err(Error::Poisoned {
+                rank: self.rank.0,
+                first: first.clone(),
+            });
         }
         let (rank, nranks) = (self.rank.0, self.nranks);
-        for (what, peer) in [("send", send.as_ref().map(|s| s.1)), ("recv", recv.as_ref().map(|r| r.1))] {
+        for (what, peer) in [
+            ("send", send.as_ref().map(|s| s.1)),
+            ("recv", recv.as_ref().map(|r| r.1)),
+        ] {
             if let Some(peer) = peer.filter(|&p| p >= nranks || p == self.rank()) {
-                return Err(self.fail(Error::PeerOutOfRange { rank, what, peer, nranks }));
+                return Err(self.fail(Error::PeerOutOfRange {
+                    rank,
+                    what,
+                    peer,
+                    nranks,
+                }));
             }
         }
         // One step with a Send and/or a Recv. Point-to-point messages carry the reserved
         // sequence number P2P_BIT and are numbered per peer and direction, so they match in
         // call order and never collide with collectives.
-        let layout = Layout { collective: Collective::SendRecv, nranks, count: 0, root: self.rank, in_place: false };
+        let layout = Layout {
+            collective: Collective::SendRecv,
+            nranks,
+            count: 0,
+            root: self.rank,
+            in_place: false,
+        };
         let mut schedule = Schedule::new(layout, self.rank);
         let input: &[T] = match send {
             Some((buf, to)) => {
-                schedule.push(0, Primitive::Send { to: vec![Rank::from(to)], src: Slice::input(0, buf.len()) });
+                schedule.push(
+                    0,
+                    Primitive::Send {
+                        to: vec![Rank::from(to)],
+                        src: Slice::input(0, buf.len()),
+                    },
+                );
                 buf
             }
             None => &[],
         };
         let output: &mut [T] = match recv {
             Some((buf, from)) => {
-                schedule.push(0, Primitive::Recv { from: Rank::from(from), dst: Slice::output(0, buf.len()) });
+                schedule.push(
+                    0,
+                    Primitive::Recv {
+                        from: Rank::from(from),
+                        dst: Slice::output(0, buf.len()),
+                    },
+                );
                 buf
             }
             None => &mut [],
@@ -440,8 +686,15 @@ impl Communicator {
             storage_len: 0,
             in_place: false,
         };
-        let mut plan = Plan::new(&schedule, &buffers).map_err(|e| Error::Internal { rank, what: e.reason })?;
-        for p in plan.channels.iter_mut().flat_map(|c| c.steps.iter_mut().flatten()) {
+        let mut plan = Plan::new(&schedule, &buffers).map_err(|e| Error::Internal {
+            rank,
+            what: e.reason,
+        })?;
+        for p in plan
+            .channels
+            .iter_mut()
+            .flat_map(|c| c.steps.iter_mut().flatten())
+        {
             if let Some(&to) = p.prim.send_to().first() {
                 p.send_transfers = vec![self.p2p_sent[to.index()]];
                 self.p2p_sent[to.index()] = self.p2p_sent[to.index()].wrapping_add(1);
@@ -452,28 +705,48 @@ impl Communicator {
             }
         }
         let segment_elems = (self.config.segment_bytes / std::mem::size_of::<T>()).max(1);
-        let mut mem = Memory { input, output, scratch: &mut [] };
-        let result = run(&plan, P2P_BIT, segment_elems, ReduceOp::Sum, &mut mem, self.transport.as_mut(), self.config.timeout);
+        let mut mem = Memory {
+            input,
+            output,
+            scratch: &mut [],
+        };
+        let result = run(
+            &plan,
+            P2P_BIT,
+            segment_elems,
+            ReduceOp::Sum,
+            &mut mem,
+            self.transport.as_mut(),
+            self.config.timeout,
+        );
         result.map_err(|e| {
             let err = self.describe(e, Collective::SendRecv, P2P_BIT, Algorithm::Mesh);
             self.fail(err)
         })
     }
 
-    fn describe(&self, e: RunError, collective: Collective, seq: u32, algorithm: Algorithm) -> Error {
+    fn describe(
+        &self,
+        e: RunError,
+        collective: Collective,
+        seq: u32,
+        algorithm: Algorithm,
+    ) -> Error {
         let rank = self.rank.0;
         let algorithm = algorithm.to_string();
         match e {
-            RunError::Exec(ExecError::Transport(at, source)) | RunError::Wait(Some(at), source) => Error::Transport {
-                rank,
-                collective,
-                seq,
-                algorithm,
-                channel: at.channel,
-                step: at.step,
-                primitive: at.primitive,
-                source,
-            },
+            RunError::Exec(ExecError::Transport(at, source)) | RunError::Wait(Some(at), source) => {
+                Error::Transport {
+                    rank,
+                    collective,
+                    seq,
+                    algorithm,
+                    channel: at.channel,
+                    step: at.step,
+                    primitive: at.primitive,
+                    source,
+                }
+            }
             RunError::Wait(None, source) => Error::Transport {
                 rank,
                 collective,
@@ -486,7 +759,10 @@ impl Communicator {
             },
             RunError::Exec(ExecError::Memory(at, loc)) => Error::Internal {
                 rank,
-                what: format!("{algorithm} channel {} step {} {}: buffers do not match the plan at {:?}", at.channel, at.step, at.primitive, loc.0),
+                what: format!(
+                    "{algorithm} channel {} step {} {}: buffers do not match the plan at {:?}",
+                    at.channel, at.step, at.primitive, loc.0
+                ),
             },
             RunError::Stalled { waited, blocked_on } => Error::Timeout {
                 rank,
@@ -495,7 +771,10 @@ impl Communicator {
                 algorithm,
                 peer: blocked_on.as_ref().map(|(p, _)| p.0),
                 waiting_for: match blocked_on {
-                    Some((peer, at)) => format!("rank {} (channel {} step {}: {})", peer.0, at.channel, at.step, at.primitive),
+                    Some((peer, at)) => format!(
+                        "rank {} (channel {} step {}: {})",
+                        peer.0, at.channel, at.step, at.primitive
+                    ),
                     None => "nothing identifiable".into(),
                 },
                 waited,

@@ -60,13 +60,17 @@ impl Config {
                 .parse()
                 .ok()
                 .filter(|s: &f64| s.is_finite() && *s > 0.0)
-                .ok_or_else(|| Error::Config(format!("RCOLL_TIMEOUT={v:?} is not a positive number of seconds")))?;
+                .ok_or_else(|| {
+                    Error::Config(format!(
+                        "RCOLL_TIMEOUT={v:?} is not a positive number of seconds"
+                    ))
+                })?;
             self.timeout = Duration::from_secs_f64(secs);
         }
         if let Some(v) = var("RCOLL_SEGMENT_BYTES") {
-            self.segment_bytes = parse_bytes(&v)
-                .filter(|b| *b > 0)
-                .ok_or_else(|| Error::Config(format!("RCOLL_SEGMENT_BYTES={v:?} is not a positive size")))?;
+            self.segment_bytes = parse_bytes(&v).filter(|b| *b > 0).ok_or_else(|| {
+                Error::Config(format!("RCOLL_SEGMENT_BYTES={v:?} is not a positive size"))
+            })?;
         }
         Ok(self)
     }
@@ -97,26 +101,45 @@ mod tests {
     use super::*;
 
     fn vars(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
-        move |name| pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned())
+        move |name| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
     }
 
     #[test]
     fn environment_overrides_defaults() {
         let c = Config::default()
-            .with_vars(vars(&[("RCOLL_ALGO", "ring"), ("RCOLL_TIMEOUT", "2.5"), ("RCOLL_SEGMENT_BYTES", "64K")]))
+            .with_vars(vars(&[
+                ("RCOLL_ALGO", "ring"),
+                ("RCOLL_TIMEOUT", "2.5"),
+                ("RCOLL_SEGMENT_BYTES", "64K"),
+            ]))
             .unwrap();
         assert_eq!(c.algorithm, Some(Algorithm::Ring));
         assert_eq!(c.timeout, Duration::from_millis(2500));
         assert_eq!(c.segment_bytes, 65536);
-        let c = Config::default().with_vars(vars(&[("RCOLL_ALGO", "AUTO")])).unwrap();
+        let c = Config::default()
+            .with_vars(vars(&[("RCOLL_ALGO", "AUTO")]))
+            .unwrap();
         assert_eq!(c.algorithm, None);
     }
 
     #[test]
     fn bad_values_are_config_errors() {
-        for bad in [&[("RCOLL_ALGO", "fastest")][..], &[("RCOLL_TIMEOUT", "-1")], &[("RCOLL_SEGMENT_BYTES", "0")]] {
-            let owned: Vec<(String, String)> = bad.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-            let r = Config::default().with_vars(|n| owned.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()));
+        for bad in [
+            &[("RCOLL_ALGO", "fastest")][..],
+            &[("RCOLL_TIMEOUT", "-1")],
+            &[("RCOLL_SEGMENT_BYTES", "0")],
+        ] {
+            let owned: Vec<(String, String)> = bad
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let r = Config::default()
+                .with_vars(|n| owned.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone()));
             assert!(matches!(r, Err(Error::Config(_))), "{bad:?}");
         }
     }

@@ -47,7 +47,9 @@ pub enum Error {
         nranks: usize,
     },
     /// A point-to-point peer is not another rank of the communicator.
-    #[error("rank {rank}: {what}: peer {peer} is not another rank of this {nranks}-rank communicator")]
+    #[error(
+        "rank {rank}: {what}: peer {peer} is not another rank of this {nranks}-rank communicator"
+    )]
     PeerOutOfRange {
         /// The calling rank.
         rank: u32,

@@ -47,7 +47,13 @@ pub struct Builder {
 impl Builder {
     /// A group of `n` ranks.
     pub fn new(n: usize) -> Builder {
-        Builder { n, algorithm: None, timeout: None, segment_bytes: None, window: backend::DEFAULT_WINDOW }
+        Builder {
+            n,
+            algorithm: None,
+            timeout: None,
+            segment_bytes: None,
+            window: backend::DEFAULT_WINDOW,
+        }
     }
 
     /// Forces `algorithm` (`None`: choose by the cost model) wherever it applies.
@@ -77,7 +83,11 @@ impl Builder {
     /// Creates the communicators.
     pub fn build(self) -> Result<Vec<Communicator>> {
         if self.n == 0 || self.n > u32::MAX as usize {
-            return Err(Error::Config(format!("a group needs 1 to {} ranks, not {}", u32::MAX, self.n)));
+            return Err(Error::Config(format!(
+                "a group needs 1 to {} ranks, not {}",
+                u32::MAX,
+                self.n
+            )));
         }
         let mut config = Config::from_env()?;
         if let Some(a) = self.algorithm {

@@ -85,7 +85,9 @@ impl std::str::FromStr for ReduceOp {
         ReduceOp::ALL
             .into_iter()
             .find(|o| o.name() == s)
-            .ok_or_else(|| format!("unknown reduction {s:?} (expected sum prod min max avg band bor bxor)"))
+            .ok_or_else(|| {
+                format!("unknown reduction {s:?} (expected sum prod min max avg band bor bxor)")
+            })
     }
 }
 
@@ -282,7 +284,12 @@ mod tests {
         T::reduce_to(op, &mut dst, &a, &b);
         let got: Vec<f64> = acc.iter().map(|v| v.to_f64()).collect();
         assert_eq!(got, want, "{op} on {}", T::DTYPE);
-        assert_eq!(acc, dst, "reduce_to agrees with reduce_assign for {op} on {}", T::DTYPE);
+        assert_eq!(
+            acc,
+            dst,
+            "reduce_to agrees with reduce_assign for {op} on {}",
+            T::DTYPE
+        );
     }
 
     #[test]

@@ -18,12 +18,17 @@ use crate::schedule::{Collective, Layout};
 const QUADRATIC_LIMIT: usize = 64;
 
 /// Every algorithm that serves `layout`, with its cost, cheapest first.
-pub fn rank_algorithms(layout: &Layout, elem_size: usize, model: &CostModel) -> Vec<(Algorithm, Cost)> {
+pub fn rank_algorithms(
+    layout: &Layout,
+    elem_size: usize,
+    model: &CostModel,
+) -> Vec<(Algorithm, Cost)> {
     let mut priced: Vec<(Algorithm, Cost)> = Algorithm::ALL
         .into_iter()
         .filter(|a| a.serves(layout.collective))
         .filter(|a| {
-            layout.nranks <= QUADRATIC_LIMIT || !matches!(a, Algorithm::Mesh | Algorithm::SingleRoot)
+            layout.nranks <= QUADRATIC_LIMIT
+                || !matches!(a, Algorithm::Mesh | Algorithm::SingleRoot)
         })
         .filter_map(|a| Some((a, cost(&a.schedules(layout).ok()?, elem_size, model))))
         .collect();
@@ -63,7 +68,10 @@ impl Selector {
         if let Some(a) = self.cache.get(&key) {
             return *a;
         }
-        let representative = Layout { count: bucket_bytes / elem_size.max(1), ..*layout };
+        let representative = Layout {
+            count: bucket_bytes / elem_size.max(1),
+            ..*layout
+        };
         let choice = rank_algorithms(&representative, elem_size, model)
             .first()
             .map_or(Algorithm::Ring, |(a, _)| *a);
@@ -80,7 +88,13 @@ mod tests {
     use super::*;
 
     fn layout(collective: Collective, nranks: usize, count: usize) -> Layout {
-        Layout { collective, nranks, count, root: Rank(0), in_place: false }
+        Layout {
+            collective,
+            nranks,
+            count,
+            root: Rank(0),
+            in_place: false,
+        }
     }
 
     #[test]
@@ -90,7 +104,10 @@ mod tests {
         let small = s.choose(&layout(Collective::AllReduce, 16, 2), 4, &model);
         let large = s.choose(&layout(Collective::AllReduce, 16, 64 << 20), 4, &model);
         assert_ne!(small, large);
-        assert!(matches!(large, Algorithm::Ring | Algorithm::HalvingDoubling), "{large}");
+        assert!(
+            matches!(large, Algorithm::Ring | Algorithm::HalvingDoubling),
+            "{large}"
+        );
     }
 
     #[test]

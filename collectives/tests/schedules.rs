@@ -29,14 +29,28 @@ fn sweep(algorithm: Algorithm) {
                 if count == 10007 && quadratic && n > 8 {
                     continue;
                 }
-                let roots = if collective.is_rooted() { vec![0, n - 1] } else { vec![0] };
+                let roots = if collective.is_rooted() {
+                    vec![0, n - 1]
+                } else {
+                    vec![0]
+                };
                 for root in roots {
                     for in_place in [false, true] {
-                        let layout = Layout { collective, nranks: n, count, root: Rank::from(root), in_place };
+                        let layout = Layout {
+                            collective,
+                            nranks: n,
+                            count,
+                            root: Rank::from(root),
+                            in_place,
+                        };
                         let schedules = algorithm.schedules(&layout).expect("served");
                         if let Err(e) = verify(&layout, &schedules) {
                             let s = &schedules[e.rank.index()];
-                            let shown = if s.primitive_count() < 60 { s.to_string() } else { String::new() };
+                            let shown = if s.primitive_count() < 60 {
+                                s.to_string()
+                            } else {
+                                String::new()
+                            };
                             panic!("{algorithm} {layout:?}: {e}\n{shown}");
                         }
                         checked += 1;

@@ -208,7 +208,11 @@ impl Transport for LocalTransport {
                 peer,
             });
         }
-        match self.shared.channel(self.rank, peer).push(Message { tag, payload }) {
+        match self
+            .shared
+            .channel(self.rank, peer)
+            .push(Message { tag, payload })
+        {
             Ok(()) => {
                 self.shared.doorbells[peer.index()].ring();
                 Ok(None)
@@ -332,12 +336,21 @@ mod tests {
         let p = message(&mut a, b"x");
         assert!(a.try_send(Rank(1), tag(0), p).unwrap().is_none());
         let p = message(&mut a, b"y");
-        let back = a.try_send(Rank(1), tag(1), p).unwrap().expect("window is 1");
+        let back = a
+            .try_send(Rank(1), tag(1), p)
+            .unwrap()
+            .expect("window is 1");
         // Asking for an unrelated tag still frees the channel.
         assert!(b.try_recv(Rank(0), tag(7), 1).unwrap().is_none());
         assert!(a.try_send(Rank(1), tag(1), back).unwrap().is_none());
-        assert_eq!(b.try_recv(Rank(0), tag(1), 1).unwrap().unwrap().as_bytes(), b"y");
-        assert_eq!(b.try_recv(Rank(0), tag(0), 1).unwrap().unwrap().as_bytes(), b"x");
+        assert_eq!(
+            b.try_recv(Rank(0), tag(1), 1).unwrap().unwrap().as_bytes(),
+            b"y"
+        );
+        assert_eq!(
+            b.try_recv(Rank(0), tag(0), 1).unwrap().unwrap().as_bytes(),
+            b"x"
+        );
     }
 
     #[test]
@@ -348,7 +361,14 @@ mod tests {
         let p = message(&mut a, b"abc");
         a.try_send(Rank(1), tag(0), p).unwrap();
         let err = b.try_recv(Rank(0), tag(0), 4).unwrap_err();
-        assert!(matches!(err, TransportError::LengthMismatch { expected: 4, got: 3, .. }));
+        assert!(matches!(
+            err,
+            TransportError::LengthMismatch {
+                expected: 4,
+                got: 3,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -359,11 +379,23 @@ mod tests {
         let p = message(&mut a, b"last");
         a.try_send(Rank(1), tag(0), p).unwrap();
         drop(a);
-        assert_eq!(b.try_recv(Rank(0), tag(0), 4).unwrap().unwrap().as_bytes(), b"last");
+        assert_eq!(
+            b.try_recv(Rank(0), tag(0), 4).unwrap().unwrap().as_bytes(),
+            b"last"
+        );
         let err = b.try_recv(Rank(0), tag(1), 4).unwrap_err();
-        assert_eq!(err, TransportError::PeerClosed { rank: Rank(1), peer: Rank(0) });
+        assert_eq!(
+            err,
+            TransportError::PeerClosed {
+                rank: Rank(1),
+                peer: Rank(0)
+            }
+        );
         let p = b.alloc(1);
-        assert!(matches!(b.try_send(Rank(0), tag(0), p), Err(TransportError::PeerClosed { .. })));
+        assert!(matches!(
+            b.try_send(Rank(0), tag(0), p),
+            Err(TransportError::PeerClosed { .. })
+        ));
     }
 
     #[test]
@@ -385,7 +417,11 @@ mod tests {
         let err = waiter.join().unwrap();
         assert_eq!(
             err,
-            TransportError::Aborted { rank: Rank(1), by: Rank(0), reason: "test abort".into() }
+            TransportError::Aborted {
+                rank: Rank(1),
+                by: Rank(0),
+                reason: "test abort".into()
+            }
         );
     }
 

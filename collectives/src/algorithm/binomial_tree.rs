@@ -30,7 +30,11 @@ pub fn binomial(n: usize, root: Rank) -> Tree {
 
 /// Rank `rank`'s schedule.
 pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
-    let root = if layout.collective.is_rooted() { layout.root } else { Rank(0) };
+    let root = if layout.collective.is_rooted() {
+        layout.root
+    } else {
+        Rank(0)
+    };
     let t = binomial(layout.nranks, root);
     compose(layout, rank, &t, &t)
 }

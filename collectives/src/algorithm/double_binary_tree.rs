@@ -49,19 +49,36 @@ fn btree_parent(n: usize, x: usize) -> Option<usize> {
 /// The two trees, relabelled so that tree A is rooted at `root`.
 pub fn trees(n: usize, root: Rank) -> (Tree, Tree) {
     let a = Tree::rooted_at(n, root, |x| btree_parent(n, x));
-    let to_position = |v: usize| if n % 2 == 0 { n - 1 - v } else { (v + n - 1) % n };
+    let to_position = |v: usize| {
+        if n % 2 == 0 {
+            n - 1 - v
+        } else {
+            (v + n - 1) % n
+        }
+    };
     let from_position = |x: usize| if n % 2 == 0 { n - 1 - x } else { (x + 1) % n };
-    let b = Tree::rooted_at(n, root, |v| btree_parent(n, to_position(v)).map(from_position));
+    let b = Tree::rooted_at(n, root, |v| {
+        btree_parent(n, to_position(v)).map(from_position)
+    });
     (a, b)
 }
 
 /// Rank `rank`'s schedule.
 pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
     let (n, c) = (layout.nranks, layout.count);
-    let root = if layout.collective.is_rooted() { layout.root } else { Rank(0) };
+    let root = if layout.collective.is_rooted() {
+        layout.root
+    } else {
+        Rank(0)
+    };
     let (a, b) = trees(n, root);
     let halves = partition(c, 2);
-    let half = |e: Extent| (Slice::input(e.offset, e.len), Slice::output(e.offset, e.len));
+    let half = |e: Extent| {
+        (
+            Slice::input(e.offset, e.len),
+            Slice::output(e.offset, e.len),
+        )
+    };
     let (in_a, out_a) = half(halves[0]);
     let (in_b, out_b) = half(halves[1]);
     let acc_a = Slice::scratch(0, halves[0].len);
@@ -85,16 +102,40 @@ pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
             let used = reduce_up(&mut sb, &b, 0, in_b, b_dst, acc_b);
             if b_root != root {
                 if rank == b_root {
-                    sb.push(used, Primitive::Send { to: vec![root], src: parked });
+                    sb.push(
+                        used,
+                        Primitive::Send {
+                            to: vec![root],
+                            src: parked,
+                        },
+                    );
                 } else if rank == root {
-                    sb.push(used, Primitive::Recv { from: b_root, dst: out_b });
+                    sb.push(
+                        used,
+                        Primitive::Recv {
+                            from: b_root,
+                            dst: out_b,
+                        },
+                    );
                 }
             }
         }
         Collective::Broadcast => {
             if rank == root && !layout.in_place {
-                sa.push(0, Primitive::Copy { src: in_a, dst: out_a });
-                sb.push(0, Primitive::Copy { src: in_b, dst: out_b });
+                sa.push(
+                    0,
+                    Primitive::Copy {
+                        src: in_a,
+                        dst: out_a,
+                    },
+                );
+                sb.push(
+                    0,
+                    Primitive::Copy {
+                        src: in_b,
+                        dst: out_b,
+                    },
+                );
             }
             broadcast_down(&mut sa, &a, 0, in_a, out_a);
             let mut b_src = in_b;
@@ -103,9 +144,21 @@ pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
                 b_step0 = 1;
                 b_src = out_b;
                 if rank == root {
-                    sb.push(0, Primitive::Send { to: vec![b_root], src: in_b });
+                    sb.push(
+                        0,
+                        Primitive::Send {
+                            to: vec![b_root],
+                            src: in_b,
+                        },
+                    );
                 } else if rank == b_root {
-                    sb.push(0, Primitive::Recv { from: root, dst: out_b });
+                    sb.push(
+                        0,
+                        Primitive::Recv {
+                            from: root,
+                            dst: out_b,
+                        },
+                    );
                 }
             }
             broadcast_down(&mut sb, &b, b_step0, b_src, out_b);
@@ -137,7 +190,11 @@ mod tests {
                 let r = Rank::from(r);
                 let both = a.is_interior(r) && b.is_interior(r);
                 let allowed = n % 2 == 1 && r == Rank(0);
-                assert!(!both || allowed, "rank {} interior in both trees for n={n}", r.0);
+                assert!(
+                    !both || allowed,
+                    "rank {} interior in both trees for n={n}",
+                    r.0
+                );
             }
         }
     }

@@ -38,8 +38,16 @@ struct Group {
 
 impl Group {
     fn new(n: usize) -> Group {
-        let p2 = if n == 0 { 1 } else { 1 << (usize::BITS - 1 - n.leading_zeros()) };
-        Group { n, p2, extra: n - p2 }
+        let p2 = if n == 0 {
+            1
+        } else {
+            1 << (usize::BITS - 1 - n.leading_zeros())
+        };
+        Group {
+            n,
+            p2,
+            extra: n - p2,
+        }
     }
 
     fn rounds(&self) -> usize {
@@ -57,7 +65,11 @@ impl Group {
 
     /// The rank that acts for participant `i`.
     fn rank(&self, i: usize) -> Rank {
-        Rank::from(if i < self.extra { 2 * i + 1 } else { i + self.extra })
+        Rank::from(if i < self.extra {
+            2 * i + 1
+        } else {
+            i + self.extra
+        })
     }
 
     /// Participant parts over a vector made of `n` blocks of `c` (reduce_scatter and
@@ -119,11 +131,28 @@ fn halve(s: &mut Schedule, g: &Group, id: usize, parts: &[Extent], mut w: Workin
         let mask = g.p2 >> (k + 1);
         let partner = g.rank(id ^ mask);
         let mid = lo + (hi - lo) / 2;
-        let (keep, give) = if id & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
+        let (keep, give) = if id & mask == 0 {
+            ((lo, mid), (mid, hi))
+        } else {
+            ((mid, hi), (lo, mid))
+        };
         let (keep_e, give_e) = (span(parts, keep.0, keep.1), span(parts, give.0, give.1));
-        s.push(1 + k, Primitive::Send { to: vec![partner], src: w.at(give_e) });
+        s.push(
+            1 + k,
+            Primitive::Send {
+                to: vec![partner],
+                src: w.at(give_e),
+            },
+        );
         let dst = (w.work)(keep_e.offset, keep_e.len);
-        s.push(1 + k, Primitive::RecvReduceCopy { from: partner, src: w.at(keep_e), dst });
+        s.push(
+            1 + k,
+            Primitive::RecvReduceCopy {
+                from: partner,
+                src: w.at(keep_e),
+                dst,
+            },
+        );
         w.fresh = false;
         (lo, hi) = keep;
     }
@@ -136,10 +165,26 @@ fn double(s: &mut Schedule, g: &Group, id: usize, parts: &[Extent], step0: usize
         let mask = 1 << k;
         let partner = g.rank(id ^ mask);
         let width = hi - lo;
-        let theirs = if id & mask == 0 { (hi, hi + width) } else { (lo - width, lo) };
+        let theirs = if id & mask == 0 {
+            (hi, hi + width)
+        } else {
+            (lo - width, lo)
+        };
         let (mine_e, theirs_e) = (span(parts, lo, hi), span(parts, theirs.0, theirs.1));
-        s.push(step0 + k, Primitive::Send { to: vec![partner], src: Slice::output(mine_e.offset, mine_e.len) });
-        s.push(step0 + k, Primitive::Recv { from: partner, dst: Slice::output(theirs_e.offset, theirs_e.len) });
+        s.push(
+            step0 + k,
+            Primitive::Send {
+                to: vec![partner],
+                src: Slice::output(mine_e.offset, mine_e.len),
+            },
+        );
+        s.push(
+            step0 + k,
+            Primitive::Recv {
+                from: partner,
+                dst: Slice::output(theirs_e.offset, theirs_e.len),
+            },
+        );
         (lo, hi) = (lo.min(theirs.0), hi.max(theirs.1));
     }
 }
@@ -150,19 +195,53 @@ fn all_reduce(s: &mut Schedule, g: &Group) {
     let all = Slice::output(0, c);
     let m = g.rounds();
     let Some(id) = g.id(r) else {
-        s.push(0, Primitive::Send { to: vec![Rank::from(r + 1)], src: Slice::input(0, c) });
-        s.push(2 * m + 1, Primitive::Recv { from: Rank::from(r + 1), dst: all });
+        s.push(
+            0,
+            Primitive::Send {
+                to: vec![Rank::from(r + 1)],
+                src: Slice::input(0, c),
+            },
+        );
+        s.push(
+            2 * m + 1,
+            Primitive::Recv {
+                from: Rank::from(r + 1),
+                dst: all,
+            },
+        );
         return;
     };
     let folded = r < 2 * g.extra;
     if folded {
-        s.push(0, Primitive::RecvReduceCopy { from: Rank::from(r - 1), src: Slice::input(0, c), dst: all });
+        s.push(
+            0,
+            Primitive::RecvReduceCopy {
+                from: Rank::from(r - 1),
+                src: Slice::input(0, c),
+                dst: all,
+            },
+        );
     }
     let parts = partition(c, g.p2);
-    halve(s, g, id, &parts, Working { fresh: !folded, work: Slice::output });
+    halve(
+        s,
+        g,
+        id,
+        &parts,
+        Working {
+            fresh: !folded,
+            work: Slice::output,
+        },
+    );
     double(s, g, id, &parts, m + 1);
     if folded {
-        s.push(2 * m + 1, Primitive::Send { to: vec![Rank::from(r - 1)], src: all });
+        s.push(
+            2 * m + 1,
+            Primitive::Send {
+                to: vec![Rank::from(r - 1)],
+                src: all,
+            },
+        );
     }
 }
 
@@ -172,20 +251,60 @@ fn reduce_scatter(s: &mut Schedule, g: &Group) {
     let m = g.rounds();
     let out = Slice::output(0, c);
     let Some(id) = g.id(r) else {
-        s.push(0, Primitive::Send { to: vec![Rank::from(r + 1)], src: Slice::input(0, n * c) });
-        s.push(m + 1, Primitive::Recv { from: Rank::from(r + 1), dst: out });
+        s.push(
+            0,
+            Primitive::Send {
+                to: vec![Rank::from(r + 1)],
+                src: Slice::input(0, n * c),
+            },
+        );
+        s.push(
+            m + 1,
+            Primitive::Recv {
+                from: Rank::from(r + 1),
+                dst: out,
+            },
+        );
         return;
     };
     let folded = r < 2 * g.extra;
     if folded {
         let dst = Slice::scratch(0, n * c);
-        s.push(0, Primitive::RecvReduceCopy { from: Rank::from(r - 1), src: Slice::input(0, n * c), dst });
+        s.push(
+            0,
+            Primitive::RecvReduceCopy {
+                from: Rank::from(r - 1),
+                src: Slice::input(0, n * c),
+                dst,
+            },
+        );
     }
     let parts = g.block_parts(c);
-    halve(s, g, id, &parts, Working { fresh: !folded, work: Slice::scratch });
-    s.push(m + 1, Primitive::Copy { src: Slice::scratch(r * c, c), dst: out });
+    halve(
+        s,
+        g,
+        id,
+        &parts,
+        Working {
+            fresh: !folded,
+            work: Slice::scratch,
+        },
+    );
+    s.push(
+        m + 1,
+        Primitive::Copy {
+            src: Slice::scratch(r * c, c),
+            dst: out,
+        },
+    );
     if folded {
-        s.push(m + 1, Primitive::Send { to: vec![Rank::from(r - 1)], src: Slice::scratch((r - 1) * c, c) });
+        s.push(
+            m + 1,
+            Primitive::Send {
+                to: vec![Rank::from(r - 1)],
+                src: Slice::scratch((r - 1) * c, c),
+            },
+        );
     }
 }
 
@@ -195,20 +314,50 @@ fn all_gather(s: &mut Schedule, g: &Group) {
     let m = g.rounds();
     let all = Slice::output(0, n * c);
     let Some(id) = g.id(r) else {
-        s.push(0, Primitive::Send { to: vec![Rank::from(r + 1)], src: Slice::input(0, c) });
-        s.push(m + 1, Primitive::Recv { from: Rank::from(r + 1), dst: all });
+        s.push(
+            0,
+            Primitive::Send {
+                to: vec![Rank::from(r + 1)],
+                src: Slice::input(0, c),
+            },
+        );
+        s.push(
+            m + 1,
+            Primitive::Recv {
+                from: Rank::from(r + 1),
+                dst: all,
+            },
+        );
         return;
     };
     let folded = r < 2 * g.extra;
     if folded {
-        s.push(0, Primitive::Recv { from: Rank::from(r - 1), dst: Slice::output((r - 1) * c, c) });
+        s.push(
+            0,
+            Primitive::Recv {
+                from: Rank::from(r - 1),
+                dst: Slice::output((r - 1) * c, c),
+            },
+        );
     }
     if !s.layout.in_place {
-        s.push(0, Primitive::Copy { src: Slice::input(0, c), dst: Slice::output(r * c, c) });
+        s.push(
+            0,
+            Primitive::Copy {
+                src: Slice::input(0, c),
+                dst: Slice::output(r * c, c),
+            },
+        );
     }
     double(s, g, id, &g.block_parts(c), 1);
     if folded {
-        s.push(m + 1, Primitive::Send { to: vec![Rank::from(r - 1)], src: all });
+        s.push(
+            m + 1,
+            Primitive::Send {
+                to: vec![Rank::from(r - 1)],
+                src: all,
+            },
+        );
     }
 }
 

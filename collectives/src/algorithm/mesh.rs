@@ -29,21 +29,51 @@ pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
     let mut s = Schedule::new(*layout, rank);
     match layout.collective {
         Collective::AllReduce | Collective::Barrier => {
-            s.push(0, Primitive::Send { to: others.clone(), src: Slice::input(0, c) });
+            s.push(
+                0,
+                Primitive::Send {
+                    to: others.clone(),
+                    src: Slice::input(0, c),
+                },
+            );
             let all: Vec<usize> = (0..n).collect();
-            accumulate(&mut s, &all, Slice::input(0, c), Slice::output(0, c), layout.in_place);
+            accumulate(
+                &mut s,
+                &all,
+                Slice::input(0, c),
+                Slice::output(0, c),
+                layout.in_place,
+            );
         }
         Collective::Reduce => {
             if rank == root {
                 let all: Vec<usize> = (0..n).collect();
-                accumulate(&mut s, &all, Slice::input(0, c), Slice::output(0, c), layout.in_place);
+                accumulate(
+                    &mut s,
+                    &all,
+                    Slice::input(0, c),
+                    Slice::output(0, c),
+                    layout.in_place,
+                );
             } else {
-                s.push(0, Primitive::Send { to: vec![root], src: Slice::input(0, c) });
+                s.push(
+                    0,
+                    Primitive::Send {
+                        to: vec![root],
+                        src: Slice::input(0, c),
+                    },
+                );
             }
         }
         Collective::ReduceScatter => {
             for &q in &others {
-                s.push(0, Primitive::Send { to: vec![q], src: Slice::input(q.index() * c, c) });
+                s.push(
+                    0,
+                    Primitive::Send {
+                        to: vec![q],
+                        src: Slice::input(q.index() * c, c),
+                    },
+                );
             }
             let all: Vec<usize> = (0..n).collect();
             let own = Slice::input(me * c, c);
@@ -51,12 +81,30 @@ pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
         }
         Collective::Broadcast => {
             if rank == root {
-                s.push(0, Primitive::Send { to: others, src: Slice::input(0, c) });
+                s.push(
+                    0,
+                    Primitive::Send {
+                        to: others,
+                        src: Slice::input(0, c),
+                    },
+                );
                 if copy_own {
-                    s.push(0, Primitive::Copy { src: Slice::input(0, c), dst: Slice::output(0, c) });
+                    s.push(
+                        0,
+                        Primitive::Copy {
+                            src: Slice::input(0, c),
+                            dst: Slice::output(0, c),
+                        },
+                    );
                 }
             } else {
-                s.push(0, Primitive::Recv { from: root, dst: Slice::output(0, c) });
+                s.push(
+                    0,
+                    Primitive::Recv {
+                        from: root,
+                        dst: Slice::output(0, c),
+                    },
+                );
             }
         }
         Collective::AllGather | Collective::Gather => {
@@ -67,37 +115,91 @@ pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
                 (false, false) => vec![root],
             };
             if !to.is_empty() {
-                s.push(0, Primitive::Send { to, src: Slice::input(0, c) });
+                s.push(
+                    0,
+                    Primitive::Send {
+                        to,
+                        src: Slice::input(0, c),
+                    },
+                );
             }
             if all_gather || rank == root {
                 for &q in &others {
-                    s.push(0, Primitive::Recv { from: q, dst: Slice::output(q.index() * c, c) });
+                    s.push(
+                        0,
+                        Primitive::Recv {
+                            from: q,
+                            dst: Slice::output(q.index() * c, c),
+                        },
+                    );
                 }
                 if copy_own {
-                    s.push(0, Primitive::Copy { src: Slice::input(0, c), dst: Slice::output(me * c, c) });
+                    s.push(
+                        0,
+                        Primitive::Copy {
+                            src: Slice::input(0, c),
+                            dst: Slice::output(me * c, c),
+                        },
+                    );
                 }
             }
         }
         Collective::Scatter => {
             if rank == root {
                 for &q in &others {
-                    s.push(0, Primitive::Send { to: vec![q], src: Slice::input(q.index() * c, c) });
+                    s.push(
+                        0,
+                        Primitive::Send {
+                            to: vec![q],
+                            src: Slice::input(q.index() * c, c),
+                        },
+                    );
                 }
                 if copy_own {
-                    s.push(0, Primitive::Copy { src: Slice::input(me * c, c), dst: Slice::output(0, c) });
+                    s.push(
+                        0,
+                        Primitive::Copy {
+                            src: Slice::input(me * c, c),
+                            dst: Slice::output(0, c),
+                        },
+                    );
                 }
             } else {
-                s.push(0, Primitive::Recv { from: root, dst: Slice::output(0, c) });
+                s.push(
+                    0,
+                    Primitive::Recv {
+                        from: root,
+                        dst: Slice::output(0, c),
+                    },
+                );
             }
         }
         Collective::AllToAll => {
             for &q in &others {
-                s.push(0, Primitive::Send { to: vec![q], src: Slice::input(q.index() * c, c) });
+                s.push(
+                    0,
+                    Primitive::Send {
+                        to: vec![q],
+                        src: Slice::input(q.index() * c, c),
+                    },
+                );
             }
             for &q in &others {
-                s.push(0, Primitive::Recv { from: q, dst: Slice::output(q.index() * c, c) });
+                s.push(
+                    0,
+                    Primitive::Recv {
+                        from: q,
+                        dst: Slice::output(q.index() * c, c),
+                    },
+                );
             }
-            s.push(0, Primitive::Copy { src: Slice::input(me * c, c), dst: Slice::output(me * c, c) });
+            s.push(
+                0,
+                Primitive::Copy {
+                    src: Slice::input(me * c, c),
+                    dst: Slice::output(me * c, c),
+                },
+            );
         }
         Collective::SendRecv => {}
     }
@@ -113,7 +215,11 @@ pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
 pub fn accumulate(s: &mut Schedule, ranks: &[usize], own: Slice, result: Slice, in_place: bool) {
     let me = s.rank.index();
     let len = own.len;
-    let acc = if in_place { Slice::scratch(0, len) } else { result };
+    let acc = if in_place {
+        Slice::scratch(0, len)
+    } else {
+        result
+    };
     let mut started = false;
     let mut pending: Option<usize> = None; // a peer whose message waits for a partner
     for &q in ranks {
@@ -126,23 +232,47 @@ pub fn accumulate(s: &mut Schedule, ranks: &[usize], own: Slice, result: Slice, 
                 pending = Some(q);
                 continue;
             }
-            (false, Some(first), true) => {
-                Primitive::RecvReduceCopy { from: Rank::from(first), src: own, dst: acc }
-            }
-            (false, Some(first), false) if first == me => {
-                Primitive::RecvReduceCopy { from: Rank::from(q), src: own, dst: acc }
-            }
+            (false, Some(first), true) => Primitive::RecvReduceCopy {
+                from: Rank::from(first),
+                src: own,
+                dst: acc,
+            },
+            (false, Some(first), false) if first == me => Primitive::RecvReduceCopy {
+                from: Rank::from(q),
+                src: own,
+                dst: acc,
+            },
             (false, Some(first), false) => {
-                s.push(0, Primitive::Recv { from: Rank::from(first), dst: acc });
-                Primitive::RecvReduceCopy { from: Rank::from(q), src: acc, dst: acc }
+                s.push(
+                    0,
+                    Primitive::Recv {
+                        from: Rank::from(first),
+                        dst: acc,
+                    },
+                );
+                Primitive::RecvReduceCopy {
+                    from: Rank::from(q),
+                    src: acc,
+                    dst: acc,
+                }
             }
             (true, _, true) => Primitive::Reduce { src: own, dst: acc },
-            (true, _, false) => Primitive::RecvReduceCopy { from: Rank::from(q), src: acc, dst: acc },
+            (true, _, false) => Primitive::RecvReduceCopy {
+                from: Rank::from(q),
+                src: acc,
+                dst: acc,
+            },
         };
         started = true;
         s.push(0, prim);
     }
     if in_place {
-        s.push(0, Primitive::Copy { src: acc, dst: result });
+        s.push(
+            0,
+            Primitive::Copy {
+                src: acc,
+                dst: result,
+            },
+        );
     }
 }

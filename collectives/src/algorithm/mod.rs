@@ -36,7 +36,9 @@ use rcoll_transport::Rank;
 use crate::schedule::{Buffer, Collective, Extent, Layout, Primitive, Schedule, Slice};
 
 /// The algorithms, by the names the CLI and `RCOLL_ALGO` use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Algorithm {
@@ -89,14 +91,15 @@ impl Algorithm {
     pub fn serves(self, collective: Collective) -> bool {
         use Collective as C;
         match self {
-            Algorithm::Mesh | Algorithm::SingleRoot | Algorithm::Ring => {
-                collective != C::SendRecv
-            }
+            Algorithm::Mesh | Algorithm::SingleRoot | Algorithm::Ring => collective != C::SendRecv,
             Algorithm::Tree | Algorithm::BinomialTree | Algorithm::NaiveRing => {
                 !matches!(collective, C::AllToAll | C::SendRecv)
             }
             Algorithm::DoubleBinaryTree => {
-                matches!(collective, C::AllReduce | C::Reduce | C::Broadcast | C::Barrier)
+                matches!(
+                    collective,
+                    C::AllReduce | C::Reduce | C::Broadcast | C::Barrier
+                )
             }
             Algorithm::HalvingDoubling => matches!(
                 collective,
@@ -108,7 +111,10 @@ impl Algorithm {
     /// Rank `rank`'s schedule for `layout`.
     pub fn schedule(self, layout: &Layout, rank: Rank) -> Result<Schedule, UnsupportedAlgorithm> {
         if !self.serves(layout.collective) || rank.index() >= layout.nranks {
-            return Err(UnsupportedAlgorithm { algorithm: self, collective: layout.collective });
+            return Err(UnsupportedAlgorithm {
+                algorithm: self,
+                collective: layout.collective,
+            });
         }
         if layout.nranks == 1 {
             return Ok(local_only(layout, rank));
@@ -125,14 +131,18 @@ impl Algorithm {
             return Ok(s);
         }
         if layout.in_place && !self.native_in_place(layout.collective) {
-            return Ok(in_place_via_scratch(layout, rank, |l| self.generate(l, rank)));
+            return Ok(in_place_via_scratch(layout, rank, |l| {
+                self.generate(l, rank)
+            }));
         }
         Ok(self.generate(layout, rank))
     }
 
     /// Every rank's schedule for `layout`, `result[r]` for rank `r`.
     pub fn schedules(self, layout: &Layout) -> Result<Vec<Schedule>, UnsupportedAlgorithm> {
-        (0..layout.nranks).map(|r| self.schedule(layout, Rank::from(r))).collect()
+        (0..layout.nranks)
+            .map(|r| self.schedule(layout, Rank::from(r)))
+            .collect()
     }
 
     fn native_in_place(self, collective: Collective) -> bool {
@@ -169,7 +179,10 @@ impl std::str::FromStr for Algorithm {
             .find(|a| a.name() == s)
             .ok_or_else(|| {
                 let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
-                format!("unknown algorithm {s:?} (expected auto or one of {})", names.join(", "))
+                format!(
+                    "unknown algorithm {s:?} (expected auto or one of {})",
+                    names.join(", ")
+                )
             })
     }
 }
@@ -185,7 +198,11 @@ pub struct UnsupportedAlgorithm {
 
 impl fmt::Display for UnsupportedAlgorithm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "algorithm {} does not implement {}", self.algorithm, self.collective)
+        write!(
+            f,
+            "algorithm {} does not implement {}",
+            self.algorithm, self.collective
+        )
     }
 }
 
@@ -218,7 +235,13 @@ fn local_only(layout: &Layout, rank: Rank) -> Schedule {
     let mut s = Schedule::new(*layout, rank);
     let b = layout.buffers(rank);
     if !layout.in_place && b.input.len > 0 && b.input.len == b.output.len {
-        s.push(0, Primitive::Copy { src: Slice::input(0, b.input.len), dst: Slice::output(0, b.output.len) });
+        s.push(
+            0,
+            Primitive::Copy {
+                src: Slice::input(0, b.input.len),
+                dst: Slice::output(0, b.output.len),
+            },
+        );
     }
     s
 }
@@ -230,7 +253,10 @@ pub fn in_place_via_scratch(
     rank: Rank,
     generate: impl FnOnce(&Layout) -> Schedule,
 ) -> Schedule {
-    let out_of_place = Layout { in_place: false, ..*layout };
+    let out_of_place = Layout {
+        in_place: false,
+        ..*layout
+    };
     let inner = generate(&out_of_place);
     let input_len = layout.buffers(rank).input.len;
     let base = inner.scratch_len;
@@ -241,9 +267,19 @@ pub fn in_place_via_scratch(
     let mut s = Schedule::new(*layout, rank);
     // The copy runs in step 0 of channel 0 and every other channel must start after it;
     // only single-channel generators need this adapter (all_to_all).
-    debug_assert_eq!(inner.channels.len(), 1, "in_place_via_scratch is for one channel");
+    debug_assert_eq!(
+        inner.channels.len(),
+        1,
+        "in_place_via_scratch is for one channel"
+    );
     if input_len > 0 {
-        s.push(0, Primitive::Copy { src: Slice::input(0, input_len), dst: Slice::scratch(base, input_len) });
+        s.push(
+            0,
+            Primitive::Copy {
+                src: Slice::input(0, input_len),
+                dst: Slice::scratch(base, input_len),
+            },
+        );
     }
     for (c, step, p) in inner.primitives() {
         s.push_on(c, step + 1, map_slices(p.clone(), moved));
@@ -258,14 +294,35 @@ pub fn map_slices(p: Primitive, f: impl Fn(Slice) -> Slice) -> Primitive {
     match p {
         P::Send { to, src } => P::Send { to, src: f(src) },
         P::Recv { from, dst } => P::Recv { from, dst: f(dst) },
-        P::RecvReduceSend { from, to, src } => P::RecvReduceSend { from, to, src: f(src) },
-        P::RecvReduceCopy { from, src, dst } => P::RecvReduceCopy { from, src: f(src), dst: f(dst) },
-        P::RecvCopySend { from, to, dst } => P::RecvCopySend { from, to, dst: f(dst) },
-        P::RecvReduceCopySend { from, to, src, dst } => {
-            P::RecvReduceCopySend { from, to, src: f(src), dst: f(dst) }
-        }
-        P::Copy { src, dst } => P::Copy { src: f(src), dst: f(dst) },
-        P::Reduce { src, dst } => P::Reduce { src: f(src), dst: f(dst) },
+        P::RecvReduceSend { from, to, src } => P::RecvReduceSend {
+            from,
+            to,
+            src: f(src),
+        },
+        P::RecvReduceCopy { from, src, dst } => P::RecvReduceCopy {
+            from,
+            src: f(src),
+            dst: f(dst),
+        },
+        P::RecvCopySend { from, to, dst } => P::RecvCopySend {
+            from,
+            to,
+            dst: f(dst),
+        },
+        P::RecvReduceCopySend { from, to, src, dst } => P::RecvReduceCopySend {
+            from,
+            to,
+            src: f(src),
+            dst: f(dst),
+        },
+        P::Copy { src, dst } => P::Copy {
+            src: f(src),
+            dst: f(dst),
+        },
+        P::Reduce { src, dst } => P::Reduce {
+            src: f(src),
+            dst: f(dst),
+        },
     }
 }
 

@@ -29,7 +29,11 @@ pub fn chain_from(n: usize, root: Rank) -> Tree {
 
 /// Rank `rank`'s schedule.
 pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
-    let root = if layout.collective.is_rooted() { layout.root } else { Rank(0) };
+    let root = if layout.collective.is_rooted() {
+        layout.root
+    } else {
+        Rank(0)
+    };
     let n = layout.nranks;
     compose(layout, rank, &chain_to(n, root), &chain_from(n, root))
 }

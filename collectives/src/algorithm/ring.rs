@@ -57,20 +57,51 @@ fn all_reduce(s: &mut Schedule) {
     let chunk = |delta: isize| chunks[ring_peer(r, delta, n).index()];
     let input = |delta: isize| Slice::input(chunk(delta).offset, chunk(delta).len);
     let output = |delta: isize| Slice::output(chunk(delta).offset, chunk(delta).len);
-    s.push(0, Primitive::Send { to: vec![right], src: input(0) });
+    s.push(
+        0,
+        Primitive::Send {
+            to: vec![right],
+            src: input(0),
+        },
+    );
     for step in 1..n - 1 {
         let d = -(step as isize);
-        s.push(step, Primitive::RecvReduceSend { from: left, to: vec![right], src: input(d) });
+        s.push(
+            step,
+            Primitive::RecvReduceSend {
+                from: left,
+                to: vec![right],
+                src: input(d),
+            },
+        );
     }
     s.push(
         n - 1,
-        Primitive::RecvReduceCopySend { from: left, to: vec![right], src: input(1), dst: output(1) },
+        Primitive::RecvReduceCopySend {
+            from: left,
+            to: vec![right],
+            src: input(1),
+            dst: output(1),
+        },
     );
     for j in 1..n - 1 {
         // Step n-1+j: the chunk completed j steps ago by rank r-j, i.e. chunk r-j+1.
-        s.push(n - 1 + j, Primitive::RecvCopySend { from: left, to: vec![right], dst: output(1 - j as isize) });
+        s.push(
+            n - 1 + j,
+            Primitive::RecvCopySend {
+                from: left,
+                to: vec![right],
+                dst: output(1 - j as isize),
+            },
+        );
     }
-    s.push(2 * n - 2, Primitive::Recv { from: left, dst: output(2 - n as isize) });
+    s.push(
+        2 * n - 2,
+        Primitive::Recv {
+            from: left,
+            dst: output(2 - n as isize),
+        },
+    );
 }
 
 fn reduce_scatter(s: &mut Schedule) {
@@ -78,26 +109,71 @@ fn reduce_scatter(s: &mut Schedule) {
     let (left, right) = neighbours(s);
     // Rank r starts with block r-1 so that block r completes at rank r.
     let block = |delta: isize| Slice::input(ring_peer(r, delta, n).index() * c, c);
-    s.push(0, Primitive::Send { to: vec![right], src: block(-1) });
+    s.push(
+        0,
+        Primitive::Send {
+            to: vec![right],
+            src: block(-1),
+        },
+    );
     for step in 1..n - 1 {
         let d = -1 - step as isize;
-        s.push(step, Primitive::RecvReduceSend { from: left, to: vec![right], src: block(d) });
+        s.push(
+            step,
+            Primitive::RecvReduceSend {
+                from: left,
+                to: vec![right],
+                src: block(d),
+            },
+        );
     }
-    s.push(n - 1, Primitive::RecvReduceCopy { from: left, src: block(0), dst: Slice::output(0, c) });
+    s.push(
+        n - 1,
+        Primitive::RecvReduceCopy {
+            from: left,
+            src: block(0),
+            dst: Slice::output(0, c),
+        },
+    );
 }
 
 fn all_gather(s: &mut Schedule) {
     let (n, c, r) = (s.layout.nranks, s.layout.count, s.rank);
     let (left, right) = neighbours(s);
     let block = |delta: isize| Slice::output(ring_peer(r, delta, n).index() * c, c);
-    s.push(0, Primitive::Send { to: vec![right], src: Slice::input(0, c) });
+    s.push(
+        0,
+        Primitive::Send {
+            to: vec![right],
+            src: Slice::input(0, c),
+        },
+    );
     if !s.layout.in_place {
-        s.push(0, Primitive::Copy { src: Slice::input(0, c), dst: block(0) });
+        s.push(
+            0,
+            Primitive::Copy {
+                src: Slice::input(0, c),
+                dst: block(0),
+            },
+        );
     }
     for step in 1..n - 1 {
-        s.push(step, Primitive::RecvCopySend { from: left, to: vec![right], dst: block(-(step as isize)) });
+        s.push(
+            step,
+            Primitive::RecvCopySend {
+                from: left,
+                to: vec![right],
+                dst: block(-(step as isize)),
+            },
+        );
     }
-    s.push(n - 1, Primitive::Recv { from: left, dst: block(1 - n as isize) });
+    s.push(
+        n - 1,
+        Primitive::Recv {
+            from: left,
+            dst: block(1 - n as isize),
+        },
+    );
 }
 
 /// Position of this rank on the chain that starts right after the root and ends at it.
@@ -112,14 +188,30 @@ fn broadcast(s: &mut Schedule) {
     let d = (position_towards_root(s) + 1) % n; // distance from the root along the ring
     let chunks = partition(c, n);
     if d == 0 && !s.layout.in_place {
-        s.push(0, Primitive::Copy { src: Slice::input(0, c), dst: Slice::output(0, c) });
+        s.push(
+            0,
+            Primitive::Copy {
+                src: Slice::input(0, c),
+                dst: Slice::output(0, c),
+            },
+        );
     }
     for (j, e) in chunks.iter().enumerate() {
-        let (src, dst) = (Slice::input(e.offset, e.len), Slice::output(e.offset, e.len));
+        let (src, dst) = (
+            Slice::input(e.offset, e.len),
+            Slice::output(e.offset, e.len),
+        );
         let prim = match d {
-            0 => Primitive::Send { to: vec![right], src },
+            0 => Primitive::Send {
+                to: vec![right],
+                src,
+            },
             d if d == n - 1 => Primitive::Recv { from: left, dst },
-            _ => Primitive::RecvCopySend { from: left, to: vec![right], dst },
+            _ => Primitive::RecvCopySend {
+                from: left,
+                to: vec![right],
+                dst,
+            },
         };
         s.push(d + j, prim);
     }
@@ -131,11 +223,25 @@ fn reduce(s: &mut Schedule) {
     let p = position_towards_root(s);
     let chunks = partition(c, n);
     for (j, e) in chunks.iter().enumerate() {
-        let (src, dst) = (Slice::input(e.offset, e.len), Slice::output(e.offset, e.len));
+        let (src, dst) = (
+            Slice::input(e.offset, e.len),
+            Slice::output(e.offset, e.len),
+        );
         let prim = match p {
-            0 => Primitive::Send { to: vec![right], src },
-            p if p == n - 1 => Primitive::RecvReduceCopy { from: left, src, dst },
-            _ => Primitive::RecvReduceSend { from: left, to: vec![right], src },
+            0 => Primitive::Send {
+                to: vec![right],
+                src,
+            },
+            p if p == n - 1 => Primitive::RecvReduceCopy {
+                from: left,
+                src,
+                dst,
+            },
+            _ => Primitive::RecvReduceSend {
+                from: left,
+                to: vec![right],
+                src,
+            },
         };
         s.push(p + j, prim);
     }
@@ -150,18 +256,43 @@ fn gather(s: &mut Schedule) {
     if p == n - 1 {
         if !s.layout.in_place {
             let own = Slice::output(s.rank.index() * c, c);
-            s.push(0, Primitive::Copy { src: Slice::input(0, c), dst: own });
+            s.push(
+                0,
+                Primitive::Copy {
+                    src: Slice::input(0, c),
+                    dst: own,
+                },
+            );
         }
         for step in 0..n - 1 {
             let q = rank_at(n - 2 - step);
-            s.push(step, Primitive::Recv { from: left, dst: Slice::output(q * c, c) });
+            s.push(
+                step,
+                Primitive::Recv {
+                    from: left,
+                    dst: Slice::output(q * c, c),
+                },
+            );
         }
         return;
     }
-    s.push(0, Primitive::Send { to: vec![right], src: Slice::input(0, c) });
+    s.push(
+        0,
+        Primitive::Send {
+            to: vec![right],
+            src: Slice::input(0, c),
+        },
+    );
     for step in 1..=p {
         let dst = Slice::scratch((step - 1) * c, c);
-        s.push(step, Primitive::RecvCopySend { from: left, to: vec![right], dst });
+        s.push(
+            step,
+            Primitive::RecvCopySend {
+                from: left,
+                to: vec![right],
+                dst,
+            },
+        );
     }
 }
 
@@ -173,30 +304,73 @@ fn scatter(s: &mut Schedule) {
     let rank_at = |pos: usize| (root + 1 + pos) % n;
     if p == n - 1 {
         if !s.layout.in_place {
-            s.push(0, Primitive::Copy { src: Slice::input(root * c, c), dst: Slice::output(0, c) });
+            s.push(
+                0,
+                Primitive::Copy {
+                    src: Slice::input(root * c, c),
+                    dst: Slice::output(0, c),
+                },
+            );
         }
         // Farthest block first: block for position t leaves at step n-2-t.
         for t in (0..n - 1).rev() {
             let src = Slice::input(rank_at(t) * c, c);
-            s.push(n - 2 - t, Primitive::Send { to: vec![right], src });
+            s.push(
+                n - 2 - t,
+                Primitive::Send {
+                    to: vec![right],
+                    src,
+                },
+            );
         }
         return;
     }
     for t in (p + 1..n - 1).rev() {
         let dst = Slice::scratch(t * c, c);
-        s.push(n - 2 - t + p + 1, Primitive::RecvCopySend { from: left, to: vec![right], dst });
+        s.push(
+            n - 2 - t + p + 1,
+            Primitive::RecvCopySend {
+                from: left,
+                to: vec![right],
+                dst,
+            },
+        );
     }
-    s.push(n - 1, Primitive::Recv { from: left, dst: Slice::output(0, c) });
+    s.push(
+        n - 1,
+        Primitive::Recv {
+            from: left,
+            dst: Slice::output(0, c),
+        },
+    );
 }
 
 fn all_to_all(s: &mut Schedule) {
     let (n, c, r) = (s.layout.nranks, s.layout.count, s.rank);
     let me = r.index();
-    s.push(0, Primitive::Copy { src: Slice::input(me * c, c), dst: Slice::output(me * c, c) });
+    s.push(
+        0,
+        Primitive::Copy {
+            src: Slice::input(me * c, c),
+            dst: Slice::output(me * c, c),
+        },
+    );
     for step in 1..n {
         let to = ring_peer(r, step as isize, n);
         let from = ring_peer(r, -(step as isize), n);
-        s.push(step, Primitive::Send { to: vec![to], src: Slice::input(to.index() * c, c) });
-        s.push(step, Primitive::Recv { from, dst: Slice::output(from.index() * c, c) });
+        s.push(
+            step,
+            Primitive::Send {
+                to: vec![to],
+                src: Slice::input(to.index() * c, c),
+            },
+        );
+        s.push(
+            step,
+            Primitive::Recv {
+                from,
+                dst: Slice::output(from.index() * c, c),
+            },
+        );
     }
 }

@@ -27,7 +27,11 @@ pub fn star(n: usize, root: Rank) -> Tree {
 
 /// Rank `rank`'s schedule.
 pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
-    let root = if layout.collective.is_rooted() { layout.root } else { Rank(0) };
+    let root = if layout.collective.is_rooted() {
+        layout.root
+    } else {
+        Rank(0)
+    };
     if layout.collective == Collective::AllToAll {
         return all_to_all(layout, rank, root);
     }
@@ -41,14 +45,38 @@ fn all_to_all(layout: &Layout, rank: Rank, root: Rank) -> Schedule {
     let mut s = Schedule::new(*layout, rank);
     let me = rank.index();
     let block = |i: usize| i * c;
-    s.push(0, Primitive::Copy { src: Slice::input(block(me), c), dst: Slice::output(block(me), c) });
+    s.push(
+        0,
+        Primitive::Copy {
+            src: Slice::input(block(me), c),
+            dst: Slice::output(block(me), c),
+        },
+    );
     if rank != root {
         for j in (0..n).filter(|&j| j != me && j != root.index()) {
-            s.push(0, Primitive::Send { to: vec![root], src: Slice::input(block(j), c) });
+            s.push(
+                0,
+                Primitive::Send {
+                    to: vec![root],
+                    src: Slice::input(block(j), c),
+                },
+            );
         }
-        s.push(0, Primitive::Send { to: vec![root], src: Slice::input(block(root.index()), c) });
+        s.push(
+            0,
+            Primitive::Send {
+                to: vec![root],
+                src: Slice::input(block(root.index()), c),
+            },
+        );
         for i in (0..n).filter(|&i| i != me) {
-            s.push(1, Primitive::Recv { from: root, dst: Slice::output(block(i), c) });
+            s.push(
+                1,
+                Primitive::Recv {
+                    from: root,
+                    dst: Slice::output(block(i), c),
+                },
+            );
         }
         return s;
     }
@@ -56,15 +84,37 @@ fn all_to_all(layout: &Layout, rank: Rank, root: Rank) -> Schedule {
     let relay = |i: usize, j: usize| Slice::scratch((i * n + j) * c, c);
     for i in (0..n).filter(|&i| i != me) {
         for j in (0..n).filter(|&j| j != i && j != me) {
-            s.push(0, Primitive::Recv { from: Rank::from(i), dst: relay(i, j) });
+            s.push(
+                0,
+                Primitive::Recv {
+                    from: Rank::from(i),
+                    dst: relay(i, j),
+                },
+            );
         }
-        s.push(0, Primitive::Recv { from: Rank::from(i), dst: Slice::output(block(i), c) });
+        s.push(
+            0,
+            Primitive::Recv {
+                from: Rank::from(i),
+                dst: Slice::output(block(i), c),
+            },
+        );
     }
     for j in (0..n).filter(|&j| j != me) {
         let to = vec![Rank::from(j)];
         for i in (0..n).filter(|&i| i != j) {
-            let src = if i == me { Slice::input(block(j), c) } else { relay(i, j) };
-            s.push(1, Primitive::Send { to: to.clone(), src });
+            let src = if i == me {
+                Slice::input(block(j), c)
+            } else {
+                relay(i, j)
+            };
+            s.push(
+                1,
+                Primitive::Send {
+                    to: to.clone(),
+                    src,
+                },
+            );
         }
     }
     s

@@ -37,7 +37,13 @@ impl Tree {
                 None => root = Rank::from(r),
             }
         }
-        let mut t = Tree { root, parent, children, height: vec![0; n], depth: vec![0; n] };
+        let mut t = Tree {
+            root,
+            parent,
+            children,
+            height: vec![0; n],
+            depth: vec![0; n],
+        };
         t.measure();
         t
     }
@@ -127,7 +133,9 @@ impl Tree {
 
     /// Number of steps a phase over this tree uses (up and down take the same).
     pub fn phase_steps(&self) -> usize {
-        self.max_height().max(self.depth.iter().copied().max().unwrap_or(0)) + 1
+        self.max_height()
+            .max(self.depth.iter().copied().max().unwrap_or(0))
+            + 1
     }
 }
 
@@ -149,21 +157,48 @@ pub fn reduce_up(
         None => {
             let mut operand = src;
             for k in kids {
-                s.push(step, Primitive::RecvReduceCopy { from: k, src: operand, dst: root_dst });
+                s.push(
+                    step,
+                    Primitive::RecvReduceCopy {
+                        from: k,
+                        src: operand,
+                        dst: root_dst,
+                    },
+                );
                 operand = root_dst;
             }
         }
         Some(parent) => {
             let Some((&last, rest)) = kids.split_last() else {
-                s.push(step, Primitive::Send { to: vec![parent], src });
+                s.push(
+                    step,
+                    Primitive::Send {
+                        to: vec![parent],
+                        src,
+                    },
+                );
                 return tree.phase_steps();
             };
             let mut operand = src;
             for &k in rest {
-                s.push(step, Primitive::RecvReduceCopy { from: k, src: operand, dst: acc });
+                s.push(
+                    step,
+                    Primitive::RecvReduceCopy {
+                        from: k,
+                        src: operand,
+                        dst: acc,
+                    },
+                );
                 operand = acc;
             }
-            s.push(step, Primitive::RecvReduceSend { from: last, to: vec![parent], src: operand });
+            s.push(
+                step,
+                Primitive::RecvReduceSend {
+                    from: last,
+                    to: vec![parent],
+                    src: operand,
+                },
+            );
         }
     }
     tree.phase_steps()
@@ -182,10 +217,23 @@ pub fn broadcast_down(
     let step = step0 + tree.depth(me);
     let kids = tree.children(me).to_vec();
     match tree.parent(me) {
-        None if !kids.is_empty() => s.push(step, Primitive::Send { to: kids, src: root_src }),
+        None if !kids.is_empty() => s.push(
+            step,
+            Primitive::Send {
+                to: kids,
+                src: root_src,
+            },
+        ),
         None => {}
         Some(p) if kids.is_empty() => s.push(step, Primitive::Recv { from: p, dst }),
-        Some(p) => s.push(step, Primitive::RecvCopySend { from: p, to: kids, dst }),
+        Some(p) => s.push(
+            step,
+            Primitive::RecvCopySend {
+                from: p,
+                to: kids,
+                dst,
+            },
+        ),
     }
     tree.phase_steps()
 }
@@ -208,17 +256,36 @@ pub fn gather_up(
         None => {
             for &k in tree.children(me) {
                 for q in tree.preorder(k) {
-                    s.push(step, Primitive::Recv { from: k, dst: root_dst(q) });
+                    s.push(
+                        step,
+                        Primitive::Recv {
+                            from: k,
+                            dst: root_dst(q),
+                        },
+                    );
                 }
             }
         }
         Some(parent) => {
-            s.push(step, Primitive::Send { to: vec![parent], src: mine });
+            s.push(
+                step,
+                Primitive::Send {
+                    to: vec![parent],
+                    src: mine,
+                },
+            );
             let mut slot = 0;
             for &k in tree.children(me) {
                 for _ in tree.preorder(k) {
                     let dst = Slice::scratch(scratch_base + slot * len, len);
-                    s.push(step, Primitive::RecvCopySend { from: k, to: vec![parent], dst });
+                    s.push(
+                        step,
+                        Primitive::RecvCopySend {
+                            from: k,
+                            to: vec![parent],
+                            dst,
+                        },
+                    );
                     slot += 1;
                 }
             }
@@ -244,19 +311,38 @@ pub fn scatter_down(
         None => {
             for &k in tree.children(me) {
                 for q in tree.preorder(k) {
-                    s.push(step, Primitive::Send { to: vec![k], src: root_src(q) });
+                    s.push(
+                        step,
+                        Primitive::Send {
+                            to: vec![k],
+                            src: root_src(q),
+                        },
+                    );
                 }
             }
         }
         Some(parent) => {
             // The parent sends our subtree in preorder: our own block first, then each
             // child's subtree, which we forward through scratch.
-            s.push(step, Primitive::Recv { from: parent, dst: mine });
+            s.push(
+                step,
+                Primitive::Recv {
+                    from: parent,
+                    dst: mine,
+                },
+            );
             let mut slot = 0;
             for &k in tree.children(me).to_vec().iter() {
                 for _ in tree.preorder(k) {
                     let dst = Slice::scratch(scratch_base + slot * len, len);
-                    s.push(step, Primitive::RecvCopySend { from: parent, to: vec![k], dst });
+                    s.push(
+                        step,
+                        Primitive::RecvCopySend {
+                            from: parent,
+                            to: vec![k],
+                            dst,
+                        },
+                    );
                     slot += 1;
                 }
             }
@@ -284,18 +370,37 @@ pub fn compose(layout: &Layout, rank: Rank, up: &Tree, down: &Tree) -> Schedule 
             broadcast_down(&mut s, down, used, v, v);
         }
         Collective::Reduce => {
-            reduce_up(&mut s, up, 0, Slice::input(0, c), Slice::output(0, c), Slice::scratch(0, c));
+            reduce_up(
+                &mut s,
+                up,
+                0,
+                Slice::input(0, c),
+                Slice::output(0, c),
+                Slice::scratch(0, c),
+            );
         }
         Collective::Broadcast => {
             if is_root && copy_own {
-                s.push(0, Primitive::Copy { src: Slice::input(0, c), dst: Slice::output(0, c) });
+                s.push(
+                    0,
+                    Primitive::Copy {
+                        src: Slice::input(0, c),
+                        dst: Slice::output(0, c),
+                    },
+                );
             }
             broadcast_down(&mut s, down, 0, Slice::input(0, c), Slice::output(0, c));
         }
         Collective::Gather | Collective::AllGather => {
             if is_root && copy_own {
                 let dst = Slice::output(rank.index() * c, c);
-                s.push(0, Primitive::Copy { src: Slice::input(0, c), dst });
+                s.push(
+                    0,
+                    Primitive::Copy {
+                        src: Slice::input(0, c),
+                        dst,
+                    },
+                );
             }
             let block = |q: Rank| Slice::output(q.index() * c, c);
             let used = gather_up(&mut s, up, 0, Slice::input(0, c), block, 0);
@@ -307,7 +412,13 @@ pub fn compose(layout: &Layout, rank: Rank, up: &Tree, down: &Tree) -> Schedule 
         Collective::Scatter => {
             if is_root && copy_own {
                 let src = Slice::input(rank.index() * c, c);
-                s.push(0, Primitive::Copy { src, dst: Slice::output(0, c) });
+                s.push(
+                    0,
+                    Primitive::Copy {
+                        src,
+                        dst: Slice::output(0, c),
+                    },
+                );
             }
             let block = |q: Rank| Slice::input(q.index() * c, c);
             scatter_down(&mut s, down, 0, block, Slice::output(0, c), 0);
@@ -318,7 +429,13 @@ pub fn compose(layout: &Layout, rank: Rank, up: &Tree, down: &Tree) -> Schedule 
             let used = reduce_up(&mut s, up, 0, Slice::input(0, n * c), total, acc);
             if is_root {
                 let src = Slice::scratch(rank.index() * c, c);
-                s.push(used, Primitive::Copy { src, dst: Slice::output(0, c) });
+                s.push(
+                    used,
+                    Primitive::Copy {
+                        src,
+                        dst: Slice::output(0, c),
+                    },
+                );
             }
             let block = |q: Rank| Slice::scratch(q.index() * c, c);
             scatter_down(&mut s, down, used, block, Slice::output(0, c), 2 * n * c);

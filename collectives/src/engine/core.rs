@@ -74,9 +74,19 @@ impl<'p> Execution<'p> {
         let channels = plan
             .channels
             .iter()
-            .map(|_| ChannelState { step: 0, done: Vec::new(), pending: VecDeque::new() })
+            .map(|_| ChannelState {
+                step: 0,
+                done: Vec::new(),
+                pending: VecDeque::new(),
+            })
             .collect();
-        Execution { plan, collective, segment_elems: segment_elems.max(1), op, channels }
+        Execution {
+            plan,
+            collective,
+            segment_elems: segment_elems.max(1),
+            op,
+            channels,
+        }
     }
 
     fn segments(&self, len: usize) -> usize {
@@ -102,12 +112,17 @@ impl<'p> Execution<'p> {
     /// that receives, or of a refused send. For timeout errors.
     pub fn blocked_on(&self) -> Option<(Rank, Position)> {
         for (c, state) in self.channels.iter().enumerate() {
-            let Some(prims) = self.plan.channels[c].steps.get(state.step) else { continue };
+            let Some(prims) = self.plan.channels[c].steps.get(state.step) else {
+                continue;
+            };
             if let Some((peer, _, _)) = state.pending.front() {
                 return Some((*peer, position(c, state.step, &prims[0])));
             }
             for (j, p) in prims.iter().enumerate() {
-                let unfinished = state.done.get(j).is_none_or(|&d| d < self.segments(p.prim.len()));
+                let unfinished = state
+                    .done
+                    .get(j)
+                    .is_none_or(|&d| d < self.segments(p.prim.len()));
                 if let (true, Some(from)) = (unfinished, p.prim.recv_from()) {
                     return Some((from, position(c, state.step, p)));
                 }
@@ -144,7 +159,10 @@ impl<'p> Execution<'p> {
             }
             let state = &self.channels[c];
             let complete = state.pending.is_empty()
-                && prims.iter().zip(&state.done).all(|(p, &d)| d >= self.segments(p.prim.len()));
+                && prims
+                    .iter()
+                    .zip(&state.done)
+                    .all(|(p, &d)| d >= self.segments(p.prim.len()));
             if !complete {
                 break;
             }
@@ -166,7 +184,10 @@ impl<'p> Execution<'p> {
         let mut moved = false;
         while let Some((peer, tag, payload)) = self.channels[c].pending.pop_front() {
             let at = || position(c, step, &prims[0]);
-            match io.try_send(peer, tag, payload).map_err(|e| ExecError::Transport(at(), e))? {
+            match io
+                .try_send(peer, tag, payload)
+                .map_err(|e| ExecError::Transport(at(), e))?
+            {
                 None => moved = true,
                 Some(back) => {
                     self.channels[c].pending.push_front((peer, tag, back));
@@ -218,7 +239,10 @@ impl<'p> Execution<'p> {
         };
         let received = match (p.prim.recv_from(), p.recv_transfer) {
             (Some(from), Some(t)) => {
-                match io.try_recv(from, tag(t), bytes).map_err(|e| ExecError::Transport(at(), e))? {
+                match io
+                    .try_recv(from, tag(t), bytes)
+                    .map_err(|e| ExecError::Transport(at(), e))?
+                {
                     Some(payload) => Some(payload),
                     None => return Ok(false),
                 }
@@ -241,7 +265,9 @@ impl<'p> Execution<'p> {
             (Primitive::Send { .. }, None, Some(src), _) => {
                 let data = mem.read(src).map_err(mem_err)?;
                 let mut payload = io.alloc(bytes);
-                payload.as_bytes_mut().copy_from_slice(bytemuck::cast_slice(data));
+                payload
+                    .as_bytes_mut()
+                    .copy_from_slice(bytemuck::cast_slice(data));
                 outgoing = Some(payload);
             }
             (Primitive::Recv { .. }, Some(payload), _, Some(dst)) => {
@@ -251,7 +277,9 @@ impl<'p> Execution<'p> {
             }
             (Primitive::RecvReduceSend { .. }, Some(mut payload), Some(src), _) => {
                 let s = mem.read(src).map_err(mem_err)?;
-                with_typed_mut(payload.as_bytes_mut(), |x: &mut [T]| T::reduce_assign(op, x, s));
+                with_typed_mut(payload.as_bytes_mut(), |x: &mut [T]| {
+                    T::reduce_assign(op, x, s)
+                });
                 outgoing = Some(payload);
             }
             (Primitive::RecvReduceCopy { .. }, Some(payload), Some(src), Some(dst)) => {
@@ -270,7 +298,9 @@ impl<'p> Execution<'p> {
             }
             (Primitive::RecvReduceCopySend { .. }, Some(mut payload), Some(src), Some(dst)) => {
                 let s = mem.read(src).map_err(mem_err)?;
-                with_typed_mut(payload.as_bytes_mut(), |x: &mut [T]| T::reduce_assign(op, x, s));
+                with_typed_mut(payload.as_bytes_mut(), |x: &mut [T]| {
+                    T::reduce_assign(op, x, s)
+                });
                 let d = mem.write(dst).map_err(mem_err)?;
                 bytemuck::cast_slice_mut::<T, u8>(d).copy_from_slice(payload.as_bytes());
                 outgoing = Some(payload);
@@ -301,7 +331,8 @@ impl<'p> Execution<'p> {
             }
         }
         if let Some(payload) = outgoing {
-            self.send_all(c, p, payload, &tag, io).map_err(|e| ExecError::Transport(at(), e))?;
+            self.send_all(c, p, payload, &tag, io)
+                .map_err(|e| ExecError::Transport(at(), e))?;
         }
         self.channels[c].done[j] += 1;
         Ok(true)
@@ -326,7 +357,9 @@ impl<'p> Execution<'p> {
                     None => break,
                 }
             } else {
-                let Some(original) = payload.as_ref() else { break };
+                let Some(original) = payload.as_ref() else {
+                    break;
+                };
                 let mut copy = io.alloc(original.len());
                 copy.as_bytes_mut().copy_from_slice(original.as_bytes());
                 copy
@@ -340,7 +373,11 @@ impl<'p> Execution<'p> {
 }
 
 fn position(channel: usize, step: usize, p: &PlannedPrimitive) -> Position {
-    Position { channel, step, primitive: p.prim.to_string() }
+    Position {
+        channel,
+        step,
+        primitive: p.prim.to_string(),
+    }
 }
 
 /// The payload's bytes as elements: borrowed when aligned, copied when not.

@@ -67,7 +67,10 @@ pub fn run<T: Element>(
         }
         let deadline = last_move + timeout;
         if Instant::now() >= deadline {
-            return Err(RunError::Stalled { waited: timeout, blocked_on: exec.blocked_on() });
+            return Err(RunError::Stalled {
+                waited: timeout,
+                blocked_on: exec.blocked_on(),
+            });
         }
         io.wait(deadline)
             .map_err(|e| RunError::Wait(exec.blocked_on().map(|(_, p)| p), e))?;

@@ -39,7 +39,9 @@ impl<T: Element> Memory<'_, T> {
 
     /// The elements at `loc`.
     pub fn read(&self, loc: Location) -> Result<&[T], OutOfRange> {
-        self.store(loc.store).get(loc.offset..loc.offset + loc.len).ok_or(OutOfRange(loc))
+        self.store(loc.store)
+            .get(loc.offset..loc.offset + loc.len)
+            .ok_or(OutOfRange(loc))
     }
 
     /// The elements at `loc`, to write.
@@ -49,12 +51,18 @@ impl<T: Element> Memory<'_, T> {
             Store::Output => self.output,
             Store::Scratch => self.scratch,
         };
-        store.get_mut(loc.offset..loc.offset + loc.len).ok_or(OutOfRange(loc))
+        store
+            .get_mut(loc.offset..loc.offset + loc.len)
+            .ok_or(OutOfRange(loc))
     }
 
     /// `src` to read and `dst` to write at once (identical or disjoint; the plan rejects
     /// partial overlaps).
-    pub fn read_write(&mut self, src: Location, dst: Location) -> Result<SrcDst<'_, T>, OutOfRange> {
+    pub fn read_write(
+        &mut self,
+        src: Location,
+        dst: Location,
+    ) -> Result<SrcDst<'_, T>, OutOfRange> {
         if src == dst {
             return self.write(dst).map(SrcDst::Same);
         }
@@ -66,7 +74,11 @@ impl<T: Element> Memory<'_, T> {
             (Store::Output, Store::Scratch) => (&*self.output, &mut *self.scratch),
             (Store::Scratch, Store::Output) => (&*self.scratch, &mut *self.output),
             (Store::Output, Store::Output) | (Store::Scratch, Store::Scratch) => {
-                let buf: &mut [T] = if dst.store == Store::Output { self.output } else { self.scratch };
+                let buf: &mut [T] = if dst.store == Store::Output {
+                    self.output
+                } else {
+                    self.scratch
+                };
                 return split(buf, src, dst).ok_or(OutOfRange(dst));
             }
         };
@@ -82,7 +94,10 @@ fn split<T>(buf: &mut [T], src: Location, dst: Location) -> Option<SrcDst<'_, T>
         return None;
     }
     if src.len == 0 {
-        return Some(SrcDst::Disjoint(&[], buf.get_mut(dst.offset..dst.offset + dst.len)?));
+        return Some(SrcDst::Disjoint(
+            &[],
+            buf.get_mut(dst.offset..dst.offset + dst.len)?,
+        ));
     }
     if src.offset < dst.offset {
         let (a, b) = buf.split_at_mut(dst.offset);

@@ -27,7 +27,11 @@ pub struct CostModel {
 impl Default for CostModel {
     /// A 100 Gbit/s fabric with 2 us per round, reducing at 10 GB/s.
     fn default() -> Self {
-        CostModel { alpha_us: 2.0, bandwidth_gbps: 100.0, reduce_gbytes_per_s: 10.0 }
+        CostModel {
+            alpha_us: 2.0,
+            bandwidth_gbps: 100.0,
+            reduce_gbytes_per_s: 10.0,
+        }
     }
 }
 
@@ -87,7 +91,10 @@ pub fn cost(schedules: &[Schedule], elem_size: usize, model: &CostModel) -> Cost
     let mut predicted_us = 0.0;
     let mut max_step = 0u64;
     for s in 0..nsteps {
-        let busiest = (0..n).map(|r| sent[s][r].max(received[s][r])).max().unwrap_or(0);
+        let busiest = (0..n)
+            .map(|r| sent[s][r].max(received[s][r]))
+            .max()
+            .unwrap_or(0);
         if round[s] {
             predicted_us += model.alpha_us + beta_us_per_byte * busiest as f64;
             max_step = max_step.max(busiest);

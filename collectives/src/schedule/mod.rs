@@ -34,7 +34,9 @@ use std::fmt;
 use rcoll_transport::Rank;
 
 /// The collectives rcoll implements.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Collective {
@@ -252,22 +254,38 @@ pub struct Slice {
 impl Slice {
     /// `len` elements of the input at `offset`.
     pub const fn input(offset: usize, len: usize) -> Slice {
-        Slice { buf: Buffer::Input, offset, len }
+        Slice {
+            buf: Buffer::Input,
+            offset,
+            len,
+        }
     }
 
     /// `len` elements of the output at `offset`.
     pub const fn output(offset: usize, len: usize) -> Slice {
-        Slice { buf: Buffer::Output, offset, len }
+        Slice {
+            buf: Buffer::Output,
+            offset,
+            len,
+        }
     }
 
     /// `len` elements of scratch at `offset`.
     pub const fn scratch(offset: usize, len: usize) -> Slice {
-        Slice { buf: Buffer::Scratch, offset, len }
+        Slice {
+            buf: Buffer::Scratch,
+            offset,
+            len,
+        }
     }
 
     /// The sub-slice `[start, start + len)` of this slice.
     pub fn sub(self, start: usize, len: usize) -> Slice {
-        Slice { buf: self.buf, offset: self.offset + start, len }
+        Slice {
+            buf: self.buf,
+            offset: self.offset + start,
+            len,
+        }
     }
 }
 
@@ -287,14 +305,43 @@ impl fmt::Display for Slice {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[allow(missing_docs)] // fields are named by the table in the module docs
 pub enum Primitive {
-    Send { to: Vec<Rank>, src: Slice },
-    Recv { from: Rank, dst: Slice },
-    RecvReduceSend { from: Rank, to: Vec<Rank>, src: Slice },
-    RecvReduceCopy { from: Rank, src: Slice, dst: Slice },
-    RecvCopySend { from: Rank, to: Vec<Rank>, dst: Slice },
-    RecvReduceCopySend { from: Rank, to: Vec<Rank>, src: Slice, dst: Slice },
-    Copy { src: Slice, dst: Slice },
-    Reduce { src: Slice, dst: Slice },
+    Send {
+        to: Vec<Rank>,
+        src: Slice,
+    },
+    Recv {
+        from: Rank,
+        dst: Slice,
+    },
+    RecvReduceSend {
+        from: Rank,
+        to: Vec<Rank>,
+        src: Slice,
+    },
+    RecvReduceCopy {
+        from: Rank,
+        src: Slice,
+        dst: Slice,
+    },
+    RecvCopySend {
+        from: Rank,
+        to: Vec<Rank>,
+        dst: Slice,
+    },
+    RecvReduceCopySend {
+        from: Rank,
+        to: Vec<Rank>,
+        src: Slice,
+        dst: Slice,
+    },
+    Copy {
+        src: Slice,
+        dst: Slice,
+    },
+    Reduce {
+        src: Slice,
+        dst: Slice,
+    },
 }
 
 impl Primitive {
@@ -433,7 +480,12 @@ pub struct Schedule {
 impl Schedule {
     /// An empty single-channel schedule for `rank`.
     pub fn new(layout: Layout, rank: Rank) -> Schedule {
-        Schedule { layout, rank, channels: vec![Channel::default()], scratch_len: 0 }
+        Schedule {
+            layout,
+            rank,
+            channels: vec![Channel::default()],
+            scratch_len: 0,
+        }
     }
 
     /// Adds `prim` to step `step` of channel 0, growing the step list as needed.
@@ -471,7 +523,11 @@ impl Schedule {
 
     /// Number of primitives over all channels and steps.
     pub fn primitive_count(&self) -> usize {
-        self.channels.iter().flat_map(|c| &c.steps).map(Vec::len).sum()
+        self.channels
+            .iter()
+            .flat_map(|c| &c.steps)
+            .map(Vec::len)
+            .sum()
     }
 
     /// Every primitive with its channel and step.
@@ -495,7 +551,11 @@ impl fmt::Display for Schedule {
             self.layout.nranks,
             self.layout.count,
             self.layout.root.0,
-            if self.layout.in_place { "in place" } else { "out of place" }
+            if self.layout.in_place {
+                "in place"
+            } else {
+                "out of place"
+            }
         )?;
         for (c, s, p) in self.primitives() {
             writeln!(f, "  channel {c} step {s:>3}: {p}")?;

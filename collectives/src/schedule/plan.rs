@@ -7,7 +7,6 @@ use rcoll_transport::Rank;
 
 use super::{Buffer, BufferLayout, Primitive, Schedule, Slice};
 
-
 /// Physical storage a slice resolves to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Store {
@@ -72,14 +71,21 @@ pub fn resolve(
         Buffer::Scratch => super::Extent::new(0, scratch_len),
     };
     if slice.offset + slice.len > extent.len {
-        return Err(OutOfBounds { slice, buffer_len: extent.len });
+        return Err(OutOfBounds {
+            slice,
+            buffer_len: extent.len,
+        });
     }
     let store = match slice.buf {
         Buffer::Scratch => Store::Scratch,
         Buffer::Input if !buffers.in_place => Store::Input,
         Buffer::Input | Buffer::Output => Store::Output,
     };
-    Ok(Location { store, offset: extent.offset + slice.offset, len: slice.len })
+    Ok(Location {
+        store,
+        offset: extent.offset + slice.offset,
+        len: slice.len,
+    })
 }
 
 /// How a primitive waits for an earlier one in its step.
@@ -146,7 +152,10 @@ impl Plan {
             .enumerate()
             .map(|(c, ch)| plan_channel(schedule, c, &ch.steps, buffers))
             .collect::<Result<_, _>>()?;
-        Ok(Plan { channels, scratch_len: schedule.scratch_len })
+        Ok(Plan {
+            channels,
+            scratch_len: schedule.scratch_len,
+        })
     }
 
     /// Checks that no two channels touch overlapping memory where either writes (they run
@@ -189,12 +198,18 @@ fn plan_channel(
     for (s, prims) in steps_in.iter().enumerate() {
         let mut planned: Vec<PlannedPrimitive> = Vec::with_capacity(prims.len());
         for prim in prims {
-            let fail =
-                |reason: String| PlanError { channel, step: s, prim: prim.to_string(), reason };
+            let fail = |reason: String| PlanError {
+                channel,
+                step: s,
+                prim: prim.to_string(),
+                reason,
+            };
             let len = prim.len();
             for slice in [prim.src(), prim.dst()].into_iter().flatten() {
                 if slice.len != len {
-                    return Err(fail(format!("slice {slice} has a different length than {len}")));
+                    return Err(fail(format!(
+                        "slice {slice} has a different length than {len}"
+                    )));
                 }
             }
             let resolve_one = |slice: Option<Slice>| {
@@ -245,7 +260,14 @@ fn plan_channel(
                 .filter_map(|(i, earlier)| {
                     conflict(earlier, src, dst).map(|lockstep| {
                         let same_len = earlier.prim.len() == len;
-                        (i, if lockstep && same_len { Wait::Lockstep } else { Wait::Whole })
+                        (
+                            i,
+                            if lockstep && same_len {
+                                Wait::Lockstep
+                            } else {
+                                Wait::Whole
+                            },
+                        )
                     })
                 })
                 .collect();
@@ -271,11 +293,7 @@ fn conflict(
     src: Option<Location>,
     dst: Option<Location>,
 ) -> Option<bool> {
-    let pairs = [
-        (earlier.dst, src),
-        (earlier.dst, dst),
-        (earlier.src, dst),
-    ];
+    let pairs = [(earlier.dst, src), (earlier.dst, dst), (earlier.src, dst)];
     let mut any = false;
     let mut identical = true;
     for (a, b) in pairs {

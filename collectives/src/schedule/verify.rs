@@ -33,7 +33,10 @@ impl Sym {
     const UNDEFINED: Sym = Sym { index: 0, ranks: 0 };
 
     fn of(index: usize, rank: usize) -> Sym {
-        Sym { index: index as u32, ranks: 1 << rank }
+        Sym {
+            index: index as u32,
+            ranks: 1 << rank,
+        }
     }
 }
 
@@ -78,7 +81,10 @@ struct ChannelState {
 
 impl RankState {
     fn finished(&self) -> bool {
-        self.channels.iter().zip(&self.plan.channels).all(|(c, p)| c.step >= p.steps.len())
+        self.channels
+            .iter()
+            .zip(&self.plan.channels)
+            .all(|(c, p)| c.step >= p.steps.len())
     }
 
     fn knows(&self) -> u64 {
@@ -96,12 +102,21 @@ struct Message {
 /// Verifies that `schedules` (one per rank, `schedules[r].rank == r`) implement `layout`.
 pub fn verify(layout: &Layout, schedules: &[Schedule]) -> Result<(), VerifyError> {
     let n = layout.nranks;
-    let err = |rank: usize, message: String| VerifyError { rank: Rank::from(rank), message };
+    let err = |rank: usize, message: String| VerifyError {
+        rank: Rank::from(rank),
+        message,
+    };
     if n > MAX_RANKS {
-        return Err(err(0, format!("the verifier models at most {MAX_RANKS} ranks")));
+        return Err(err(
+            0,
+            format!("the verifier models at most {MAX_RANKS} ranks"),
+        ));
     }
     if schedules.len() != n {
-        return Err(err(0, format!("{} schedules for {n} ranks", schedules.len())));
+        return Err(err(
+            0,
+            format!("{} schedules for {n} ranks", schedules.len()),
+        ));
     }
     let mut ranks = Vec::with_capacity(n);
     for (r, schedule) in schedules.iter().enumerate() {
@@ -110,7 +125,13 @@ pub fn verify(layout: &Layout, schedules: &[Schedule]) -> Result<(), VerifyError
         }
         let buffers = layout.buffers(Rank::from(r));
         let plan = Plan::new(schedule, &buffers).map_err(|e| {
-            err(r, format!("channel {} step {}: {}: {}", e.channel, e.step, e.prim, e.reason))
+            err(
+                r,
+                format!(
+                    "channel {} step {}: {}: {}",
+                    e.channel, e.step, e.prim, e.reason
+                ),
+            )
         })?;
         plan.check_channels_disjoint().map_err(|m| err(r, m))?;
         let (input, mut output) = if buffers.in_place {
@@ -129,7 +150,10 @@ pub fn verify(layout: &Layout, schedules: &[Schedule]) -> Result<(), VerifyError
         let channels = plan
             .channels
             .iter()
-            .map(|_| ChannelState { knows_at_step: 1 << r, ..ChannelState::default() })
+            .map(|_| ChannelState {
+                knows_at_step: 1 << r,
+                ..ChannelState::default()
+            })
             .collect();
         ranks.push(RankState {
             plan,
@@ -160,7 +184,10 @@ pub fn verify(layout: &Layout, schedules: &[Schedule]) -> Result<(), VerifyError
                             .zip(&cs.done)
                             .find(|(_, d)| !**d)
                             .map_or(String::new(), |(p, _)| p.prim.to_string());
-                        stuck.push(format!("rank {r} channel {c} step {} on {waiting}", cs.step));
+                        stuck.push(format!(
+                            "rank {r} channel {c} step {} on {waiting}",
+                            cs.step
+                        ));
                     }
                 }
             }
@@ -266,7 +293,11 @@ fn read(state: &RankState, loc: Location) -> Result<Vec<Sym>, String> {
     };
     let data = store[loc.offset..loc.offset + loc.len].to_vec();
     if let Some(i) = data.iter().position(|s| s.ranks == 0) {
-        return Err(format!("reads undefined element {} of {:?}", loc.offset + i, loc.store));
+        return Err(format!(
+            "reads undefined element {} of {:?}",
+            loc.offset + i,
+            loc.store
+        ));
     }
     Ok(data)
 }
@@ -286,7 +317,10 @@ fn reduce(a: &[Sym], b: &[Sym]) -> Result<Vec<Sym>, String> {
         .zip(b)
         .map(|(x, y)| {
             if x.index != y.index {
-                Err(format!("reduces element {} with element {}", x.index, y.index))
+                Err(format!(
+                    "reduces element {} with element {}",
+                    x.index, y.index
+                ))
             } else if x.ranks & y.ranks != 0 {
                 Err(format!(
                     "counts ranks {:#b} twice in element {}",
@@ -294,7 +328,10 @@ fn reduce(a: &[Sym], b: &[Sym]) -> Result<Vec<Sym>, String> {
                     x.index
                 ))
             } else {
-                Ok(Sym { index: x.index, ranks: x.ranks | y.ranks })
+                Ok(Sym {
+                    index: x.index,
+                    ranks: x.ranks | y.ranks,
+                })
             }
         })
         .collect()
@@ -326,7 +363,11 @@ fn run(
         }
         P::Copy { .. } => (src, None),
         P::Reduce { .. } => {
-            let dst = p.dst.map(|l| read(state, l)).transpose()?.unwrap_or_default();
+            let dst = p
+                .dst
+                .map(|l| read(state, l))
+                .transpose()?
+                .unwrap_or_default();
             (Some(reduce(&dst, &src.unwrap_or_default())?), None)
         }
     };
@@ -335,7 +376,13 @@ fn run(
     }
     if let Some(data) = send {
         for (to, t) in p.prim.send_to().iter().zip(&p.send_transfers) {
-            messages.insert((r, to.index(), c, *t), Message { data: data.clone(), knows });
+            messages.insert(
+                (r, to.index(), c, *t),
+                Message {
+                    data: data.clone(),
+                    knows,
+                },
+            );
         }
     }
     Ok(())
@@ -347,10 +394,16 @@ fn expected(layout: &Layout, r: usize, i: usize) -> Sym {
     let all = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
     let root = layout.root.index();
     match layout.collective {
-        Collective::AllReduce | Collective::Reduce => Sym { index: i as u32, ranks: all },
+        Collective::AllReduce | Collective::Reduce => Sym {
+            index: i as u32,
+            ranks: all,
+        },
         Collective::Broadcast => Sym::of(i, root),
         Collective::AllGather | Collective::Gather => Sym::of(i % c.max(1), i / c.max(1)),
-        Collective::ReduceScatter => Sym { index: (r * c + i) as u32, ranks: all },
+        Collective::ReduceScatter => Sym {
+            index: (r * c + i) as u32,
+            ranks: all,
+        },
         Collective::Scatter => Sym::of(r * c + i, root),
         Collective::AllToAll => Sym::of(r * c + i % c.max(1), i / c.max(1)),
         Collective::Barrier | Collective::SendRecv => Sym::UNDEFINED,
@@ -373,12 +426,18 @@ fn check_result(layout: &Layout, r: usize, state: &RankState) -> Result<(), Stri
     if buffers.in_place {
         for (i, (got, was)) in state.output.iter().zip(&state.initial_output).enumerate() {
             if (i < out.offset || i >= out.end()) && got != was {
-                return Err(format!("in place, element {i} outside the output was modified"));
+                return Err(format!(
+                    "in place, element {i} outside the output was modified"
+                ));
             }
         }
     }
     if layout.collective == Collective::Barrier {
-        let all = if layout.nranks == 64 { u64::MAX } else { (1u64 << layout.nranks) - 1 };
+        let all = if layout.nranks == 64 {
+            u64::MAX
+        } else {
+            (1u64 << layout.nranks) - 1
+        };
         if state.knows() != all {
             return Err(format!(
                 "barrier: leaves having heard only from ranks {:#b}",
@@ -396,7 +455,13 @@ mod tests {
     use crate::schedule::{Primitive, Slice};
 
     fn layout(collective: Collective, nranks: usize, count: usize, in_place: bool) -> Layout {
-        Layout { collective, nranks, count, root: Rank(0), in_place }
+        Layout {
+            collective,
+            nranks,
+            count,
+            root: Rank(0),
+            in_place,
+        }
     }
 
     fn ring(l: &Layout) -> Vec<Schedule> {
@@ -420,7 +485,10 @@ mod tests {
         let mut s = ring(&l);
         s[1].channels[0].steps[2].clear();
         let e = verify(&l, &s).unwrap_err();
-        assert!(e.message.contains("deadlock") || e.message.contains("never received"), "{e}");
+        assert!(
+            e.message.contains("deadlock") || e.message.contains("never received"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -428,7 +496,13 @@ mod tests {
         let l = layout(Collective::AllReduce, 2, 4, false);
         let mut s = ring(&l);
         // Rank 0 adds its own input a second time after the all-reduce.
-        s[0].push(3, Primitive::Reduce { src: Slice::input(0, 4), dst: Slice::output(0, 4) });
+        s[0].push(
+            3,
+            Primitive::Reduce {
+                src: Slice::input(0, 4),
+                dst: Slice::output(0, 4),
+            },
+        );
         expect_error(&l, &s, "twice");
     }
 
@@ -437,7 +511,10 @@ mod tests {
         let l = layout(Collective::AllReduce, 2, 4, false);
         let mut s = ring(&l);
         let step0 = &mut s[0].channels[0].steps[0];
-        step0[0] = Primitive::Send { to: vec![Rank(1)], src: Slice::input(1, 2) };
+        step0[0] = Primitive::Send {
+            to: vec![Rank(1)],
+            src: Slice::input(1, 2),
+        };
         expect_error(&l, &s, "reduces element");
     }
 
@@ -445,7 +522,13 @@ mod tests {
     fn reading_undefined_data_is_caught() {
         let l = layout(Collective::Broadcast, 2, 4, false);
         let mut s = ring(&l);
-        s[1].push(5, Primitive::Copy { src: Slice::scratch(0, 4), dst: Slice::output(0, 4) });
+        s[1].push(
+            5,
+            Primitive::Copy {
+                src: Slice::scratch(0, 4),
+                dst: Slice::output(0, 4),
+            },
+        );
         expect_error(&l, &s, "undefined");
     }
 
@@ -454,7 +537,13 @@ mod tests {
         let l = layout(Collective::AllGather, 3, 2, false);
         let mut s = ring(&l);
         // Rank 2 overwrites block 0 with its own block.
-        s[2].push(9, Primitive::Copy { src: Slice::input(0, 2), dst: Slice::output(0, 2) });
+        s[2].push(
+            9,
+            Primitive::Copy {
+                src: Slice::input(0, 2),
+                dst: Slice::output(0, 2),
+            },
+        );
         expect_error(&l, &s, "requires");
     }
 
@@ -462,7 +551,13 @@ mod tests {
     fn writing_the_input_is_rejected() {
         let l = layout(Collective::AllReduce, 2, 4, false);
         let mut s = ring(&l);
-        s[0].push(0, Primitive::Copy { src: Slice::output(0, 4), dst: Slice::input(0, 4) });
+        s[0].push(
+            0,
+            Primitive::Copy {
+                src: Slice::output(0, 4),
+                dst: Slice::input(0, 4),
+            },
+        );
         expect_error(&l, &s, "input");
     }
 
@@ -471,7 +566,13 @@ mod tests {
         let l = layout(Collective::ReduceScatter, 2, 3, true);
         // Rank 0's output is elements 0..3 of its buffer; it writes its result over 3..6 too.
         let mut s = ring(&l);
-        s[0].push(5, Primitive::Copy { src: Slice::output(0, 3), dst: Slice::input(3, 3) });
+        s[0].push(
+            5,
+            Primitive::Copy {
+                src: Slice::output(0, 3),
+                dst: Slice::input(3, 3),
+            },
+        );
         expect_error(&l, &s, "outside the output");
     }
 
@@ -481,10 +582,34 @@ mod tests {
         // Rank 2 only tells rank 0 it arrived; ranks 0 and 1 exchange; rank 2 leaves at once.
         let mut s: Vec<Schedule> = (0..3).map(|r| Schedule::new(l, Rank::from(r))).collect();
         let token = Slice::output(0, 0);
-        s[2].push(0, Primitive::Send { to: vec![Rank(0)], src: token });
-        s[0].push(0, Primitive::Recv { from: Rank(2), dst: token });
-        s[0].push(0, Primitive::Send { to: vec![Rank(1)], src: token });
-        s[1].push(0, Primitive::Recv { from: Rank(0), dst: token });
+        s[2].push(
+            0,
+            Primitive::Send {
+                to: vec![Rank(0)],
+                src: token,
+            },
+        );
+        s[0].push(
+            0,
+            Primitive::Recv {
+                from: Rank(2),
+                dst: token,
+            },
+        );
+        s[0].push(
+            0,
+            Primitive::Send {
+                to: vec![Rank(1)],
+                src: token,
+            },
+        );
+        s[1].push(
+            0,
+            Primitive::Recv {
+                from: Rank(0),
+                dst: token,
+            },
+        );
         expect_error(&l, &s, "barrier");
     }
 
@@ -492,7 +617,14 @@ mod tests {
     fn channels_that_race_are_caught() {
         let l = layout(Collective::AllReduce, 2, 4, false);
         let mut s = ring(&l);
-        s[0].push_on(1, 0, Primitive::Copy { src: Slice::input(0, 4), dst: Slice::output(0, 4) });
+        s[0].push_on(
+            1,
+            0,
+            Primitive::Copy {
+                src: Slice::input(0, 4),
+                dst: Slice::output(0, 4),
+            },
+        );
         expect_error(&l, &s, "race");
     }
 }

@@ -1,0 +1,404 @@
+//! Real data through every collective x algorithm x element type x operation, on
+//! in-process groups of 1..=8 ranks, in place and out of place, with counts 0, 1, primes
+//! and (in `large_counts`) more than 4 Mi elements.
+
+mod common;
+
+use std::time::Duration;
+
+use half::{bf16, f16};
+use rcoll::{Algorithm, Collective, Communicator, DataType, Element, ReduceOp};
+
+use common::{on_group, on_ranks, reduced, sentinel, value};
+
+const SMALL_COUNTS: [usize; 5] = [0, 1, 2, 7, 13];
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One call on this rank, checked against the definition. Returns a description of the
+/// first wrong element or the error.
+fn run_one<T: Element>(
+    comm: &mut Communicator,
+    algorithm: Algorithm,
+    collective: Collective,
+    op: ReduceOp,
+    count: usize,
+    root: usize,
+    in_place: bool,
+) -> Result<(), String> {
+    let (n, r) = (comm.size(), comm.rank());
+    let v = |rank: usize, i: usize| value::<T>(op, rank, i);
+    let mine = |len: usize| (0..len).map(|i| v(r, i)).collect::<Vec<T>>();
+    let s = sentinel::<T>();
+    let mut c = comm.with_algorithm(algorithm);
+    // (buffer after the call, expected contents)
+    let (got, want): (Vec<T>, Vec<T>) = match collective {
+        Collective::AllReduce => {
+            let want = (0..count).map(|i| reduced::<T>(op, n, i)).collect();
+            if in_place {
+                let mut b = mine(count);
+                c.all_reduce_in_place(&mut b, op).map(|_| (b, want))
+            } else {
+                let mut out = vec![s; count];
+                c.all_reduce(&mine(count), &mut out, op)
+                    .map(|_| (out, want))
+            }
+        }
+        Collective::Reduce => {
+            let want: Vec<T> = if r == root {
+                (0..count).map(|i| reduced::<T>(op, n, i)).collect()
+            } else {
+                mine(count)
+            };
+            if in_place {
+                let mut b = mine(count);
+                c.reduce_in_place(&mut b, op, root).map(|_| (b, want))
+            } else {
+                let mut out = vec![s; if r == root { count } else { 0 }];
+                let want = if r == root { want } else { vec![] };
+                c.reduce(&mine(count), &mut out, op, root)
+                    .map(|_| (out, want))
+            }
+        }
+        Collective::Broadcast => {
+            let want: Vec<T> = (0..count).map(|i| v(root, i)).collect();
+            let mut b = if r == root && in_place {
+                mine(count)
+            } else {
+                vec![s; count]
+            };
+            if in_place {
+                c.broadcast_in_place(&mut b, root).map(|_| (b, want))
+            } else {
+                let send = if r == root { mine(count) } else { vec![] };
+                c.broadcast(&send, &mut b, root).map(|_| (b, want))
+            }
+        }
+        Collective::AllGather => {
+            let want: Vec<T> = (0..n * count)
+                .map(|j| v(j / count.max(1), j % count.max(1)))
+                .collect();
+            if in_place {
+                let mut b = vec![s; n * count];
+                b[r * count..(r + 1) * count].copy_from_slice(&mine(count));
+                c.all_gather_in_place(&mut b).map(|_| (b, want))
+            } else {
+                let mut out = vec![s; n * count];
+                c.all_gather(&mine(count), &mut out).map(|_| (out, want))
+            }
+        }
+        Collective::ReduceScatter => {
+            let block: Vec<T> = (0..count)
+                .map(|i| reduced::<T>(op, n, r * count + i))
+                .collect();
+            if in_place {
+                let mut b = mine(n * count);
+                let mut want = b.clone();
+                want[r * count..(r + 1) * count].copy_from_slice(&block);
+                c.reduce_scatter_in_place(&mut b, op).map(|_| (b, want))
+            } else {
+                let mut out = vec![s; count];
+                c.reduce_scatter(&mine(n * count), &mut out, op)
+                    .map(|_| (out, block))
+            }
+        }
+        Collective::Gather => {
+            let all: Vec<T> = (0..n * count)
+                .map(|j| v(j / count.max(1), j % count.max(1)))
+                .collect();
+            if in_place {
+                let mut b = if r == root {
+                    vec![s; n * count]
+                } else {
+                    mine(count)
+                };
+                if r == root {
+                    b[r * count..(r + 1) * count].copy_from_slice(&mine(count));
+                }
+                let want = if r == root { all } else { mine(count) };
+                c.gather_in_place(&mut b, root).map(|_| (b, want))
+            } else {
+                let mut out = vec![s; if r == root { n * count } else { 0 }];
+                let want = if r == root { all } else { vec![] };
+                c.gather(&mine(count), &mut out, root).map(|_| (out, want))
+            }
+        }
+        Collective::Scatter => {
+            let want: Vec<T> = (0..count).map(|i| v(root, r * count + i)).collect();
+            if in_place {
+                let mut b = if r == root {
+                    mine(n * count)
+                } else {
+                    vec![s; count]
+                };
+                let want = if r == root {
+                    let mut w = mine(n * count);
+                    w[r * count..(r + 1) * count].copy_from_slice(&want);
+                    w
+                } else {
+                    want
+                };
+                c.scatter_in_place(&mut b, root).map(|_| (b, want))
+            } else {
+                let send = if r == root { mine(n * count) } else { vec![] };
+                let mut out = vec![s; count];
+                c.scatter(&send, &mut out, root).map(|_| (out, want))
+            }
+        }
+        Collective::AllToAll => {
+            let want: Vec<T> = (0..n * count)
+                .map(|j| v(j / count.max(1), r * count + j % count.max(1)))
+                .collect();
+            if in_place {
+                let mut b = mine(n * count);
+                c.all_to_all_in_place(&mut b).map(|_| (b, want))
+            } else {
+                let mut out = vec![s; n * count];
+                c.all_to_all(&mine(n * count), &mut out)
+                    .map(|_| (out, want))
+            }
+        }
+        Collective::Barrier => c.barrier().map(|_| (vec![], vec![])),
+        _ => return Ok(()),
+    }
+    .map_err(|e| e.to_string())?;
+    if got.len() != want.len() {
+        return Err(format!("buffer length {} != {}", got.len(), want.len()));
+    }
+    match got.iter().zip(&want).position(|(g, w)| g != w) {
+        None => Ok(()),
+        Some(i) => Err(format!("element {i}: got {:?}, want {:?}", got[i], want[i])),
+    }
+}
+
+/// Every (collective, op, count, root, placement) for type `T`, in the same order on every
+/// rank. Returns the failures seen by this rank.
+fn sweep_type<T: Element>(
+    comm: &mut Communicator,
+    algorithm: Algorithm,
+    counts: &[usize],
+) -> Vec<String> {
+    let n = comm.size();
+    let mut failures = Vec::new();
+    for collective in Collective::SCHEDULED {
+        if !algorithm.serves(collective) {
+            continue;
+        }
+        let ops: Vec<ReduceOp> = if collective.reduces() {
+            ReduceOp::ALL
+                .into_iter()
+                .filter(|o| T::DTYPE.supports(*o))
+                .collect()
+        } else {
+            vec![ReduceOp::Sum]
+        };
+        let roots = if collective.is_rooted() {
+            vec![0, n - 1]
+        } else {
+            vec![0]
+        };
+        for &op in &ops {
+            for &count in counts {
+                for &root in &roots {
+                    for in_place in [false, true] {
+                        if let Err(e) =
+                            run_one::<T>(comm, algorithm, collective, op, count, root, in_place)
+                        {
+                            failures.push(format!(
+                                "{algorithm} {collective} {} {op} n={n} count={count} root={root} in_place={in_place} rank {}: {e}",
+                                T::DTYPE,
+                                comm.rank()
+                            ));
+                            return failures; // the communicator is poisoned now
+                        }
+                    }
+                }
+            }
+        }
+    }
+    failures
+}
+
+fn sweep_all_types(comm: &mut Communicator, algorithm: Algorithm, counts: &[usize]) -> Vec<String> {
+    let mut f = Vec::new();
+    for dtype in DataType::ALL {
+        f.extend(match dtype {
+            DataType::I8 => sweep_type::<i8>(comm, algorithm, counts),
+            DataType::U8 => sweep_type::<u8>(comm, algorithm, counts),
+            DataType::I32 => sweep_type::<i32>(comm, algorithm, counts),
+            DataType::U32 => sweep_type::<u32>(comm, algorithm, counts),
+            DataType::I64 => sweep_type::<i64>(comm, algorithm, counts),
+            DataType::U64 => sweep_type::<u64>(comm, algorithm, counts),
+            DataType::F16 => sweep_type::<f16>(comm, algorithm, counts),
+            DataType::Bf16 => sweep_type::<bf16>(comm, algorithm, counts),
+            DataType::F32 => sweep_type::<f32>(comm, algorithm, counts),
+            DataType::F64 => sweep_type::<f64>(comm, algorithm, counts),
+            _ => vec![format!("no test for {dtype}")],
+        });
+        if !f.is_empty() {
+            break;
+        }
+    }
+    f
+}
+
+fn matrix(algorithm: Algorithm) {
+    for n in 1..=8 {
+        // 8-byte segments, so that these counts are cut into many segments and every
+        // lockstep and credit path of the engine runs; a window of 2 makes senders wait.
+        let group = rcoll::local::Builder::new(n)
+            .timeout(TIMEOUT)
+            .segment_bytes(8)
+            .window(2);
+        let failures: Vec<String> = on_group(group, |comm| {
+            sweep_all_types(comm, algorithm, &SMALL_COUNTS)
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+}
+
+/// More than 4 Mi elements in every buffer, every collective the algorithm serves, in
+/// place and out of place, on 1, 3 and 8 ranks, for f32 (SIMD kernels), bf16 (widened
+/// kernels) and i64, with the default segment size.
+fn large(algorithm: Algorithm) {
+    const BIG: usize = 4 * 1024 * 1024 + 3;
+    for n in [1, 3, 8] {
+        let failures: Vec<String> = on_ranks(n, None, TIMEOUT, |comm| {
+            let mut f = Vec::new();
+            for collective in Collective::SCHEDULED {
+                if !algorithm.serves(collective) {
+                    continue;
+                }
+                // Per-rank count such that the largest buffer exceeds 4 Mi elements.
+                let count = match collective {
+                    Collective::AllReduce | Collective::Reduce | Collective::Broadcast => BIG,
+                    _ => BIG / n + 1,
+                };
+                for in_place in [false, true] {
+                    let root = n - 1;
+                    let results = [
+                        run_one::<f32>(
+                            comm,
+                            algorithm,
+                            collective,
+                            ReduceOp::Sum,
+                            count,
+                            root,
+                            in_place,
+                        ),
+                        run_one::<bf16>(
+                            comm,
+                            algorithm,
+                            collective,
+                            ReduceOp::Max,
+                            count,
+                            root,
+                            in_place,
+                        ),
+                        run_one::<i64>(
+                            comm,
+                            algorithm,
+                            collective,
+                            ReduceOp::Avg,
+                            count,
+                            root,
+                            in_place,
+                        ),
+                    ];
+                    for e in results.into_iter().filter_map(Result::err) {
+                        f.push(format!(
+                            "{algorithm} {collective} n={n} count={count} in_place={in_place}: {e}"
+                        ));
+                    }
+                }
+            }
+            f
+        })
+        .into_iter()
+        .flatten()
+        .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+}
+
+#[test]
+fn mesh() {
+    matrix(Algorithm::Mesh);
+}
+
+#[test]
+fn single_root() {
+    matrix(Algorithm::SingleRoot);
+}
+
+#[test]
+fn tree() {
+    matrix(Algorithm::Tree);
+}
+
+#[test]
+fn binomial_tree() {
+    matrix(Algorithm::BinomialTree);
+}
+
+#[test]
+fn naive_ring() {
+    matrix(Algorithm::NaiveRing);
+}
+
+#[test]
+fn ring() {
+    matrix(Algorithm::Ring);
+}
+
+#[test]
+fn double_binary_tree() {
+    matrix(Algorithm::DoubleBinaryTree);
+}
+
+#[test]
+fn halving_doubling() {
+    matrix(Algorithm::HalvingDoubling);
+}
+
+#[test]
+fn large_mesh() {
+    large(Algorithm::Mesh);
+}
+
+#[test]
+fn large_single_root() {
+    large(Algorithm::SingleRoot);
+}
+
+#[test]
+fn large_tree() {
+    large(Algorithm::Tree);
+}
+
+#[test]
+fn large_binomial_tree() {
+    large(Algorithm::BinomialTree);
+}
+
+#[test]
+fn large_naive_ring() {
+    large(Algorithm::NaiveRing);
+}
+
+#[test]
+fn large_ring() {
+    large(Algorithm::Ring);
+}
+
+#[test]
+fn large_double_binary_tree() {
+    large(Algorithm::DoubleBinaryTree);
+}
+
+#[test]
+fn large_halving_doubling() {
+    large(Algorithm::HalvingDoubling);
+}
