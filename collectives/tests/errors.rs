@@ -1,0 +1,249 @@
+//! Bad input and dead peers: a typed error on every rank, never a hang, never a panic.
+
+mod common;
+
+use std::sync::Barrier;
+use std::time::Duration;
+
+use rcoll::{Algorithm, Error, ReduceOp};
+use rcoll_transport::TransportError;
+
+use common::on_ranks;
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Whether `e` is the error a rank sees when another rank aborted the group.
+fn aborted_by(e: &Error, rank: u32) -> bool {
+    matches!(e, Error::Transport { source: TransportError::Aborted { by, .. }, .. } if by.0 == rank)
+}
+
+#[test]
+fn wrong_length_on_one_rank_fails_every_rank_at_once() {
+    let results = on_ranks(4, Some(Algorithm::Ring), LONG, |comm| {
+        let send = vec![1.0f32; 100];
+        let mut recv = vec![0.0f32; if comm.rank() == 2 { 99 } else { 100 }];
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum)
+    });
+    for (r, res) in results.iter().enumerate() {
+        let e = res.as_ref().expect_err("every rank must fail");
+        if r == 2 {
+            assert!(
+                matches!(
+                    e,
+                    Error::BufferLength {
+                        rank: 2,
+                        buffer: "recv",
+                        expected: 100,
+                        got: 99,
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        } else {
+            assert!(aborted_by(e, 2), "rank {r}: {e}");
+            assert!(
+                e.to_string().contains("99"),
+                "the abort reason travels: {e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn root_out_of_range_is_a_typed_error() {
+    let results = on_ranks(3, None, LONG, |comm| {
+        let mut v = vec![1u8; 4];
+        comm.broadcast_in_place(&mut v, 3)
+    });
+    for res in results {
+        let e = res.unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::RootOutOfRange {
+                    root: 3,
+                    nranks: 3,
+                    ..
+                }
+            ) || matches!(e, Error::Transport { .. }),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn an_op_the_type_cannot_do_is_a_typed_error() {
+    let results = on_ranks(2, None, LONG, |comm| {
+        let mut v = vec![1.5f64; 4];
+        comm.all_reduce_in_place(&mut v, ReduceOp::BitXor)
+    });
+    for res in results {
+        let e = res.unwrap_err();
+        let typed = matches!(
+            e,
+            Error::UnsupportedOp {
+                op: ReduceOp::BitXor,
+                dtype: rcoll::DataType::F64,
+                ..
+            }
+        );
+        assert!(typed || matches!(e, Error::Transport { .. }), "{e}");
+    }
+}
+
+#[test]
+fn forcing_an_algorithm_that_cannot_serve_the_call_is_a_typed_error() {
+    let results = on_ranks(2, None, LONG, |comm| {
+        let send = vec![0i32; 4];
+        let mut recv = vec![0i32; 4];
+        comm.with_algorithm(Algorithm::Tree)
+            .all_to_all(&send, &mut recv)
+    });
+    for res in results {
+        let e = res.unwrap_err();
+        let typed = matches!(
+            e,
+            Error::UnsupportedAlgorithm {
+                algorithm: Algorithm::Tree,
+                ..
+            }
+        );
+        assert!(typed || matches!(e, Error::Transport { .. }), "{e}");
+    }
+}
+
+#[test]
+fn ranks_that_disagree_on_the_count_all_fail() {
+    for algorithm in [
+        Algorithm::Ring,
+        Algorithm::Mesh,
+        Algorithm::Tree,
+        Algorithm::HalvingDoubling,
+    ] {
+        let results = on_ranks(4, Some(algorithm), LONG, |comm| {
+            let n = if comm.rank() == 1 { 1000 } else { 1001 };
+            let mut v = vec![1i64; n];
+            comm.all_reduce_in_place(&mut v, ReduceOp::Sum)
+        });
+        for (r, res) in results.iter().enumerate() {
+            let e = res
+                .as_ref()
+                .expect_err("a count mismatch must not go unnoticed");
+            assert!(
+                matches!(e, Error::Transport { .. }),
+                "{algorithm} rank {r}: {e}"
+            );
+        }
+        let mismatch_seen = results.iter().any(|r| {
+            matches!(
+                r,
+                Err(Error::Transport {
+                    source: TransportError::LengthMismatch { .. },
+                    ..
+                })
+            )
+        });
+        assert!(
+            mismatch_seen,
+            "{algorithm}: some rank names the length mismatch: {results:?}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_never_arrives_gives_a_timeout_naming_it() {
+    let present = Barrier::new(4);
+    let results = on_ranks(
+        4,
+        Some(Algorithm::Ring),
+        Duration::from_millis(300),
+        |comm| {
+            if comm.rank() == 3 {
+                // Alive (its endpoint stays open) but never calls the collective.
+                present.wait();
+                return None;
+            }
+            let mut v = vec![1.0f32; 1 << 16];
+            let r = comm.all_reduce_in_place(&mut v, ReduceOp::Sum);
+            present.wait();
+            Some(r)
+        },
+    );
+    let errors: Vec<Error> = results
+        .into_iter()
+        .flatten()
+        .map(|r| r.unwrap_err())
+        .collect();
+    assert_eq!(errors.len(), 3);
+    // The first to time out aborts the group; everyone fails, and the timeout names rank 3
+    // or the rank waiting on it.
+    let timeout = errors.iter().find_map(|e| match e {
+        Error::Timeout {
+            peer, waiting_for, ..
+        } => Some((*peer, waiting_for.clone())),
+        _ => None,
+    });
+    let (peer, waiting_for) = timeout.expect("some rank reports the timeout");
+    assert!(peer.is_some(), "the timeout names the peer: {waiting_for}");
+    for e in &errors {
+        assert!(
+            matches!(e, Error::Timeout { .. } | Error::Transport { .. }),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn a_rank_that_dies_fails_the_others() {
+    let results = on_ranks(4, Some(Algorithm::Ring), LONG, |comm| {
+        if comm.rank() == 1 {
+            return None; // the communicator is dropped: the rank is gone
+        }
+        let mut v = vec![1u32; 1 << 20];
+        Some(comm.all_reduce_in_place(&mut v, ReduceOp::Sum))
+    });
+    let errors: Vec<Error> = results
+        .into_iter()
+        .flatten()
+        .map(|r| r.unwrap_err())
+        .collect();
+    assert_eq!(errors.len(), 3);
+    let names_the_dead = errors.iter().any(|e| {
+        matches!(e, Error::Transport { source: TransportError::PeerClosed { peer, .. }, .. } if peer.0 == 1)
+    });
+    assert!(names_the_dead, "{errors:?}");
+}
+
+#[test]
+fn a_failed_communicator_says_so_on_the_next_call() {
+    let results = on_ranks(2, None, LONG, |comm| {
+        let mut v = vec![0u8; 3];
+        let first = comm.broadcast_in_place(&mut v, 7);
+        let second = comm.barrier();
+        (first, second)
+    });
+    for (first, second) in results {
+        assert!(first.is_err());
+        assert!(matches!(second, Err(Error::Poisoned { .. })), "{second:?}");
+    }
+}
+
+#[test]
+fn explicit_abort_wakes_every_rank() {
+    let results = on_ranks(3, None, LONG, |comm| {
+        if comm.rank() == 0 {
+            comm.abort("operator asked");
+            return None;
+        }
+        let mut v = vec![0u8; 1 << 20];
+        Some(comm.broadcast_in_place(&mut v, 0))
+    });
+    for res in results.into_iter().flatten() {
+        let e = res.unwrap_err();
+        assert!(
+            aborted_by(&e, 0) && e.to_string().contains("operator asked"),
+            "{e}"
+        );
+    }
+}
