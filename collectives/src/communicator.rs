@@ -114,14 +114,16 @@ impl Communicator {
         WithAlgorithm { comm: self }
     }
 
-    /// The algorithm the next call of `collective` with `count` elements of `T` would use.
+    /// The algorithm the next call of `collective` with `count` elements of `T` (per the
+    /// collective's count convention) would use, in place or not.
     pub fn algorithm_for<T: Element>(
         &mut self,
         collective: Collective,
         count: usize,
         root: usize,
+        in_place: bool,
     ) -> Algorithm {
-        let layout = self.layout(collective, count, root, false);
+        let layout = self.layout(collective, count, root, in_place);
         self.choose(&layout, std::mem::size_of::<T>(), None)
             .unwrap_or(Algorithm::Ring)
     }

@@ -111,7 +111,7 @@ impl Collective {
 
 impl fmt::Display for Collective {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        f.pad(self.name())
     }
 }
 

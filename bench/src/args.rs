@@ -1,0 +1,427 @@
+//! The command line: nccl-tests' flags for the benchmark, and the `plan` subcommand.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use rcoll::schedule::cost::CostModel;
+use rcoll::{Algorithm, Collective, DataType, ReduceOp};
+
+use crate::error::{usage, BenchError};
+use crate::plan::PlanSpec;
+use crate::run::BenchSpec;
+use crate::sweep::{sizes, Step};
+
+/// `rcoll-bench <collective> [flags]` measures; `rcoll-bench plan <collective>` prices.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rcoll-bench",
+    version,
+    about = "Bus-bandwidth benchmark (nccl-tests style) and schedule planner for rcoll",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_help = "\
+Sizes follow nccl-tests: the vector for all_reduce, reduce, broadcast and sendrecv; the \
+whole buffer for all_gather and gather (output), reduce_scatter and scatter (input) and \
+all_to_all, each rank's block being size / (type size) / ranks elements.
+
+time is the mean per-iteration time of the slowest rank; algbw = size / time; busbw = \
+algbw times nccl-tests' bus factor. With -c 1 an extra untimed iteration runs from freshly \
+written inputs and its output is checked; #wrong counts differing elements over all ranks \
+and any makes the exit status non-zero.
+
+Run `rcoll-bench plan --help` for the planner."
+)]
+pub struct Cli {
+    /// The planner; without it, the benchmark runs.
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    /// The benchmark's flags.
+    #[command(flatten)]
+    pub bench: BenchArgs,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Price and symbolically verify every algorithm's schedule for one collective
+    /// (no data moves).
+    Plan(PlanArgs),
+}
+
+/// Flags of the benchmark, named as in nccl-tests.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// all_reduce, all_gather, reduce_scatter, broadcast, reduce, gather, scatter,
+    /// all_to_all or sendrecv.
+    #[arg(value_parser = collective, required = true)]
+    pub collective: Option<Collective>,
+    /// Smallest size in bytes (K, M, G suffixes: powers of 1024).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = bytes)]
+    pub minbytes: usize,
+    /// Largest size in bytes.
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = bytes)]
+    pub maxbytes: usize,
+    /// Multiply the size by this factor between runs. A factor above 1 wins over -i; with
+    /// neither flag the factor is 2; with -i alone (or -f 0 or 1) sizes grow by -i bytes.
+    #[arg(short = 'f', long = "stepfactor")]
+    pub stepfactor: Option<usize>,
+    /// Add this many bytes between runs when no factor above 1 is given (default 1M).
+    #[arg(short = 'i', long = "stepbytes", value_parser = bytes)]
+    pub stepbytes: Option<usize>,
+    /// Timed iterations per size.
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: usize,
+    /// Untimed warmup iterations per size.
+    #[arg(
+        short = 'w',
+        long = "warmup_iters",
+        alias = "warmup-iters",
+        default_value_t = 5
+    )]
+    pub warmup_iters: usize,
+    /// Check results (1) or not (0).
+    #[arg(short = 'c', long = "check", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub check: u8,
+    /// Reduction: sum, prod, min, max, avg (band, bor, bxor on integer types).
+    #[arg(short = 'o', long = "op", default_value = "sum", value_parser = reduce_op)]
+    pub op: ReduceOp,
+    /// Element type: i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64 (or nccl-tests' names:
+    /// int8 uint8 int32 uint32 int64 uint64 half bfloat16 float double).
+    #[arg(short = 'd', long = "datatype", default_value = "f32", value_parser = data_type)]
+    pub datatype: DataType,
+    /// Root of reduce, broadcast, gather and scatter.
+    #[arg(short = 'r', long = "root", default_value_t = 0)]
+    pub root: usize,
+    /// Also write the results to FILE as a JSON array, one record per size.
+    #[arg(short = 'J', long = "json", value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Number of ranks.
+    #[arg(long, default_value_t = 2)]
+    pub ranks: usize,
+    /// `auto` (the cost model chooses per size) or an algorithm name (mesh, single_root,
+    /// tree, binomial_tree, naive_ring, ring, double_binary_tree, halving_doubling).
+    #[arg(long, default_value = "auto")]
+    pub algo: String,
+    /// How ranks connect: only `local` (ranks as threads of this process) for now.
+    #[arg(long, default_value = "local")]
+    pub transport: String,
+}
+
+/// Flags of `rcoll-bench plan`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Sizes: --bytes is the whole buffer, as in the benchmark. For all_reduce, reduce and \
+broadcast each rank's vector has D / (dtype size) elements. For all_gather, \
+reduce_scatter, gather, scatter and all_to_all rcoll counts per-rank blocks, so each \
+rank's block has D / (dtype size) / P elements and the full buffer is D (rounded down \
+to a multiple of P elements).
+
+verified: the symbolic verifier's verdict; `-` when not run (more than 64 ranks, or a \
+buffer too large to model in memory).")]
+pub struct PlanArgs {
+    /// all_reduce, reduce, broadcast, all_gather, reduce_scatter, gather, scatter,
+    /// all_to_all or barrier.
+    #[arg(value_parser = collective)]
+    pub collective: Collective,
+    /// Number of ranks P.
+    #[arg(long)]
+    pub ranks: usize,
+    /// Size D in bytes (K, M, G suffixes: powers of 1024); see below.
+    #[arg(long, value_parser = bytes)]
+    pub bytes: usize,
+    /// Latency per round in microseconds [default: 2].
+    #[arg(long, allow_negative_numbers = true)]
+    pub alpha_us: Option<f64>,
+    /// Link bandwidth in Gbit/s [default: 100].
+    #[arg(long, allow_negative_numbers = true)]
+    pub bandwidth_gbps: Option<f64>,
+    /// Reduction throughput in GB/s [default: 10].
+    #[arg(long, allow_negative_numbers = true)]
+    pub reduce_gbps: Option<f64>,
+    /// Element type.
+    #[arg(long, default_value = "f32", value_parser = data_type)]
+    pub dtype: DataType,
+    /// Root of rooted collectives.
+    #[arg(long, default_value_t = 0)]
+    pub root: usize,
+    /// Plan the in-place variant.
+    #[arg(long)]
+    pub in_place: bool,
+    /// Print a JSON array instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl BenchArgs {
+    /// Checks the flags against each other and resolves names.
+    pub fn into_spec(self) -> Result<BenchSpec, BenchError> {
+        let collective = self
+            .collective
+            .ok_or_else(|| usage("name a collective, e.g. `rcoll-bench all_reduce`"))?;
+        if matches!(collective, Collective::Barrier) {
+            return Err(usage(
+                "barrier moves no data, so it has no bus bandwidth to measure",
+            ));
+        }
+        check_transport(&self.transport)?;
+        if self.ranks == 0 {
+            return Err(usage("--ranks must be at least 1"));
+        }
+        if collective == Collective::SendRecv && self.ranks < 2 {
+            return Err(usage("sendrecv needs --ranks 2 or more"));
+        }
+        if collective.is_rooted() && self.root >= self.ranks {
+            return Err(usage(format!(
+                "--root {} is not a rank of a {}-rank group",
+                self.root, self.ranks
+            )));
+        }
+        if self.iters == 0 {
+            return Err(usage("-n/--iters must be at least 1"));
+        }
+        if collective.reduces() && !self.datatype.supports(self.op) {
+            return Err(usage(format!(
+                "-o {} is not defined on -d {}",
+                self.op, self.datatype
+            )));
+        }
+        let algorithm = rcoll::config::parse_algorithm(&self.algo)
+            .map_err(|e| usage(format!("--algo: {e}")))?;
+        if let Some(a) = algorithm.filter(|a| !a.serves(collective)) {
+            return Err(usage(format!(
+                "--algo {a} does not implement {collective}; it serves: {}",
+                serving(collective)
+            )));
+        }
+        let step = Step::from_flags(self.stepfactor, self.stepbytes);
+        Ok(BenchSpec {
+            collective,
+            nranks: self.ranks,
+            sizes: sizes(self.minbytes, self.maxbytes, step)?,
+            minbytes: self.minbytes,
+            maxbytes: self.maxbytes,
+            step,
+            iters: self.iters,
+            warmup: self.warmup_iters,
+            check: self.check == 1,
+            op: self.op,
+            dtype: self.datatype,
+            root: self.root,
+            algorithm,
+            transport: "local",
+            json: self.json,
+        })
+    }
+}
+
+impl PlanArgs {
+    /// Checks the flags and fills in the default cost model.
+    pub fn into_spec(self) -> Result<PlanSpec, BenchError> {
+        if self.collective == Collective::SendRecv {
+            return Err(usage(
+                "sendrecv is point-to-point: no algorithm schedules it",
+            ));
+        }
+        if self.ranks == 0 {
+            return Err(usage("--ranks must be at least 1"));
+        }
+        if self.collective.is_rooted() && self.root >= self.ranks {
+            return Err(usage(format!(
+                "--root {} is not a rank of a {}-rank group",
+                self.root, self.ranks
+            )));
+        }
+        let defaults = CostModel::default();
+        let model = CostModel {
+            alpha_us: positive("--alpha-us", self.alpha_us, defaults.alpha_us, true)?,
+            bandwidth_gbps: positive(
+                "--bandwidth-gbps",
+                self.bandwidth_gbps,
+                defaults.bandwidth_gbps,
+                false,
+            )?,
+            reduce_gbytes_per_s: positive(
+                "--reduce-gbps",
+                self.reduce_gbps,
+                defaults.reduce_gbytes_per_s,
+                false,
+            )?,
+        };
+        Ok(PlanSpec {
+            collective: self.collective,
+            nranks: self.ranks,
+            bytes: self.bytes,
+            dtype: self.dtype,
+            root: self.root,
+            in_place: self.in_place,
+            model,
+        })
+    }
+}
+
+/// `value`, or `default`, if it is a finite number above zero (or zero when allowed).
+fn positive(
+    flag: &str,
+    value: Option<f64>,
+    default: f64,
+    zero_ok: bool,
+) -> Result<f64, BenchError> {
+    let v = value.unwrap_or(default);
+    if v.is_finite() && (v > 0.0 || (zero_ok && v == 0.0)) {
+        Ok(v)
+    } else {
+        Err(usage(format!(
+            "{flag} must be a finite positive number, not {v}"
+        )))
+    }
+}
+
+/// Only the in-process transport exists so far.
+fn check_transport(name: &str) -> Result<(), BenchError> {
+    match name {
+        "local" => Ok(()),
+        "tcp" | "verbs" => Err(usage(format!(
+            "--transport {name}: the {name} transport is not built into rcoll-bench yet \
+             (it comes with the multi-process launcher); use --transport local"
+        ))),
+        other => Err(usage(format!(
+            "--transport {other:?}: unknown transport (expected local; tcp and verbs are \
+             not built yet)"
+        ))),
+    }
+}
+
+/// The algorithms that implement `collective`, comma-separated.
+fn serving(collective: Collective) -> String {
+    let names: Vec<&str> = Algorithm::ALL
+        .into_iter()
+        .filter(|a| a.serves(collective))
+        .map(Algorithm::name)
+        .collect();
+    names.join(", ")
+}
+
+fn collective(s: &str) -> Result<Collective, String> {
+    s.parse()
+}
+
+fn reduce_op(s: &str) -> Result<ReduceOp, String> {
+    s.to_ascii_lowercase().parse()
+}
+
+/// rcoll's names, or the ones nccl-tests prints.
+fn data_type(s: &str) -> Result<DataType, String> {
+    let s = s.to_ascii_lowercase();
+    let name = match s.as_str() {
+        "int8" | "char" => "i8",
+        "uint8" => "u8",
+        "int32" | "int" => "i32",
+        "uint32" => "u32",
+        "int64" => "i64",
+        "uint64" => "u64",
+        "half" | "float16" => "f16",
+        "bfloat16" => "bf16",
+        "float" | "float32" => "f32",
+        "double" | "float64" => "f64",
+        other => other,
+    };
+    name.parse()
+}
+
+/// A byte count with an optional K, M or G suffix (rcoll's own parser).
+pub fn bytes(s: &str) -> Result<usize, String> {
+    rcoll::config::parse_bytes(s)
+        .ok_or_else(|| format!("{s:?} is not a size in bytes (e.g. 8, 64K, 16M, 1G)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_suffixes() {
+        assert_eq!(bytes("8"), Ok(8));
+        assert_eq!(bytes("1K"), Ok(1024));
+        assert_eq!(bytes("64M"), Ok(64 << 20));
+        assert_eq!(bytes("2g"), Ok(2 << 30));
+        assert_eq!(bytes("5000000"), Ok(5_000_000));
+        assert!(bytes("1.5M").is_err());
+        assert!(bytes("M").is_err());
+        assert!(bytes("").is_err());
+    }
+
+    #[test]
+    fn planner_help_states_the_library_defaults() {
+        let m = CostModel::default();
+        assert_eq!(
+            (m.alpha_us, m.bandwidth_gbps, m.reduce_gbytes_per_s),
+            (2.0, 100.0, 10.0),
+            "update the [default: ...] texts of PlanArgs"
+        );
+    }
+
+    #[test]
+    fn nccl_tests_type_names_are_accepted() {
+        assert_eq!(data_type("float"), Ok(DataType::F32));
+        assert_eq!(data_type("bfloat16"), Ok(DataType::Bf16));
+        assert_eq!(data_type("u64"), Ok(DataType::U64));
+        assert!(data_type("f128").is_err());
+    }
+
+    #[test]
+    fn the_benchmark_and_the_planner_parse() {
+        let cli = Cli::try_parse_from([
+            "rcoll-bench",
+            "all_reduce",
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "4",
+            "-c",
+            "1",
+            "--ranks",
+            "4",
+            "-J",
+            "out.json",
+        ])
+        .unwrap();
+        assert!(cli.command.is_none());
+        let spec = cli.bench.into_spec().unwrap();
+        assert_eq!(spec.sizes.first(), Some(&8));
+        assert_eq!(spec.sizes.last(), Some(&(512 << 10)));
+        assert_eq!(spec.nranks, 4);
+
+        let cli = Cli::try_parse_from([
+            "rcoll-bench",
+            "plan",
+            "all_reduce",
+            "--ranks",
+            "5",
+            "--bytes",
+            "5000000",
+        ])
+        .unwrap();
+        let Some(Command::Plan(plan)) = cli.command else {
+            panic!("plan subcommand not recognised");
+        };
+        assert_eq!(plan.into_spec().unwrap().bytes, 5_000_000);
+    }
+
+    #[test]
+    fn contradictory_flags_are_usage_errors() {
+        let spec = |args: &[&str]| {
+            let mut argv = vec!["rcoll-bench"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv).unwrap().bench.into_spec()
+        };
+        assert!(spec(&["broadcast", "--ranks", "2", "-r", "2"]).is_err());
+        assert!(spec(&["all_gather", "--algo", "double_binary_tree"]).is_err());
+        assert!(spec(&["all_reduce", "--transport", "tcp"]).is_err());
+        assert!(spec(&["all_reduce", "-o", "band", "-d", "f32"]).is_err());
+        assert!(spec(&["sendrecv", "--ranks", "1"]).is_err());
+        assert!(spec(&["all_reduce", "--algo", "ring"]).is_ok());
+    }
+}

@@ -1,0 +1,41 @@
+//! The error type of `rcoll-bench`: what failed, in words a user can act on.
+
+use std::path::PathBuf;
+
+/// Everything that makes `rcoll-bench` exit non-zero.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    /// The command line asks for something that cannot be run.
+    #[error("{0}")]
+    Usage(String),
+    /// rcoll refused or failed: building a group, or a collective on some rank.
+    #[error("rcoll: {0}")]
+    Rcoll(#[from] rcoll::Error),
+    /// One or more ranks failed; one line per rank that did.
+    #[error("{} rank(s) failed:{}", .0.len(), .0.iter().map(|l| format!("\n  {l}")).collect::<String>())]
+    Ranks(Vec<String>),
+    /// Writing a report file failed.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Serialising a report failed.
+    #[error("cannot serialise the report: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A rank's thread panicked (its message was printed when it did).
+    #[error("the benchmark thread panicked (see above)")]
+    Panicked,
+    /// The check found elements that differ from the definition of the collective.
+    #[error("{0} wrong element(s) (see #wrong)")]
+    Wrong(u64),
+}
+
+/// Shorthand for a usage error.
+pub fn usage(what: impl Into<String>) -> BenchError {
+    BenchError::Usage(what.into())
+}

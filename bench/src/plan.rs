@@ -1,0 +1,329 @@
+//! `rcoll-bench plan`: every algorithm's schedules for one collective, priced under the
+//! alpha-beta-gamma model and checked by the symbolic verifier, without moving data.
+
+use std::fmt::Write as _;
+
+use rcoll::schedule::cost::{cost, Cost, CostModel};
+use rcoll::schedule::verify::{verify, MAX_RANKS};
+use rcoll::{Algorithm, Collective, DataType, Layout, Rank};
+
+use crate::error::{usage, BenchError};
+
+/// Symbolic elements (16 bytes each) the verifier may hold across all ranks' buffers
+/// before we skip it: half a GiB, plus what is in flight.
+const VERIFY_BUDGET_ELEMENTS: usize = 1 << 25;
+
+/// What to plan.
+#[derive(Clone, Debug)]
+pub struct PlanSpec {
+    /// The collective.
+    pub collective: Collective,
+    /// Number of ranks P.
+    pub nranks: usize,
+    /// The whole buffer D in bytes (see [`layout_count`]).
+    pub bytes: usize,
+    /// Element type.
+    pub dtype: DataType,
+    /// Root of rooted collectives.
+    pub root: usize,
+    /// Whether to plan the in-place variant.
+    pub in_place: bool,
+    /// The machine model.
+    pub model: CostModel,
+}
+
+/// One algorithm's plan.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PlanRow {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Steps, bytes, messages and predicted time.
+    #[serde(flatten)]
+    pub cost: Cost,
+    /// The verifier's verdict; `None` when it was not run.
+    pub verified: Option<bool>,
+    /// Why verification failed, if it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verify_error: Option<String>,
+    /// Whether this is the cheapest predicted algorithm.
+    pub cheapest: bool,
+}
+
+/// Every algorithm that serves the collective, in [`Algorithm::ALL`] order.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The layout planned.
+    pub layout: Layout,
+    /// One row per algorithm.
+    pub rows: Vec<PlanRow>,
+}
+
+/// rcoll's `Layout::count` for a whole buffer of `bytes`: the vector for all_reduce,
+/// reduce and broadcast, but the per-rank block for the collectives with one block per
+/// rank (so that `bytes` is the whole buffer there too, as in nccl-tests).
+pub fn layout_count(
+    collective: Collective,
+    bytes: usize,
+    elem_size: usize,
+    nranks: usize,
+) -> usize {
+    let elems = bytes / elem_size.max(1);
+    match collective {
+        Collective::AllGather
+        | Collective::ReduceScatter
+        | Collective::Gather
+        | Collective::Scatter
+        | Collective::AllToAll => elems / nranks.max(1),
+        Collective::Barrier => 0,
+        _ => elems,
+    }
+}
+
+/// Builds, prices and verifies every serving algorithm's schedules.
+pub fn plan(spec: &PlanSpec) -> Result<Plan, BenchError> {
+    let elem_size = spec.dtype.size();
+    let layout = Layout {
+        collective: spec.collective,
+        nranks: spec.nranks,
+        count: layout_count(spec.collective, spec.bytes, elem_size, spec.nranks),
+        root: Rank::from(spec.root),
+        in_place: spec.in_place,
+    };
+    let mut rows = Vec::new();
+    for algorithm in Algorithm::ALL
+        .into_iter()
+        .filter(|a| a.serves(layout.collective))
+    {
+        let schedules = algorithm
+            .schedules(&layout)
+            .map_err(|e| usage(e.to_string()))?;
+        let cost = cost(&schedules, elem_size, &spec.model);
+        let (verified, verify_error) = if verifiable(&layout, &schedules) {
+            match verify(&layout, &schedules) {
+                Ok(()) => (Some(true), None),
+                Err(e) => (Some(false), Some(e.to_string())),
+            }
+        } else {
+            (None, None)
+        };
+        rows.push(PlanRow {
+            algorithm,
+            cost,
+            verified,
+            verify_error,
+            cheapest: false,
+        });
+    }
+    let cheapest = rows
+        .iter()
+        .enumerate()
+        .min_by(|a, b| a.1.cost.predicted_us.total_cmp(&b.1.cost.predicted_us))
+        .map(|(i, _)| i);
+    if let Some(row) = cheapest.and_then(|i| rows.get_mut(i)) {
+        row.cheapest = true;
+    }
+    Ok(Plan { layout, rows })
+}
+
+/// Whether the verifier can model these schedules: at most [`MAX_RANKS`] ranks and
+/// buffers that fit the memory budget.
+fn verifiable(layout: &Layout, schedules: &[rcoll::schedule::Schedule]) -> bool {
+    if layout.nranks > MAX_RANKS {
+        return false;
+    }
+    let elements: usize = schedules
+        .iter()
+        .map(|s| {
+            let b = layout.buffers(s.rank);
+            b.input.len + b.output.len + b.storage_len + s.scratch_len
+        })
+        .fold(0, usize::saturating_add);
+    elements <= VERIFY_BUDGET_ELEMENTS
+}
+
+/// The plan as a table, with a header line naming the collective, size and model.
+pub fn render_text(spec: &PlanSpec, plan: &Plan) -> String {
+    let l = &plan.layout;
+    let per_block = matches!(
+        l.collective,
+        Collective::AllGather
+            | Collective::ReduceScatter
+            | Collective::Gather
+            | Collective::Scatter
+            | Collective::AllToAll
+    );
+    let shape = if per_block {
+        format!(
+            "{} x {} per rank block, {} in all",
+            l.count,
+            spec.dtype,
+            l.count * l.nranks
+        )
+    } else {
+        format!("{} x {}", l.count, spec.dtype)
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# plan {}: ranks {}, bytes {} ({shape}){}{}",
+        l.collective,
+        l.nranks,
+        spec.bytes,
+        if l.collective.is_rooted() {
+            format!(", root {}", spec.root)
+        } else {
+            String::new()
+        },
+        if l.in_place { ", in place" } else { "" },
+    );
+    let m = &spec.model;
+    let _ = writeln!(
+        out,
+        "# model: alpha {} us, bandwidth {} Gbit/s, reduce {} GB/s",
+        m.alpha_us, m.bandwidth_gbps, m.reduce_gbytes_per_s
+    );
+    let header = [
+        "algorithm",
+        "steps",
+        "total_bytes",
+        "max_step_bytes_per_rank",
+        "max_bytes_sent_per_rank",
+        "messages",
+        "predicted_us",
+        "verified",
+    ];
+    let cells: Vec<[String; 8]> = plan
+        .rows
+        .iter()
+        .map(|r| {
+            [
+                format!("{} {}", if r.cheapest { '*' } else { ' ' }, r.algorithm),
+                r.cost.steps.to_string(),
+                r.cost.total_bytes.to_string(),
+                r.cost.max_step_bytes_per_rank.to_string(),
+                r.cost.max_bytes_sent_per_rank.to_string(),
+                r.cost.messages.to_string(),
+                format!("{:.2}", r.cost.predicted_us),
+                match r.verified {
+                    Some(true) => "yes".into(),
+                    Some(false) => "NO".into(),
+                    None => "-".into(),
+                },
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    widths[0] += 2;
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let line = |row: &[String]| {
+        let mut s = format!("{:<w$}", row[0], w = widths[0]);
+        for (c, w) in row.iter().zip(widths).skip(1) {
+            let _ = write!(s, "  {c:>w$}");
+        }
+        s
+    };
+    let head: Vec<String> = std::iter::once(format!("  {}", header[0]))
+        .chain(header[1..].iter().map(|h| (*h).to_owned()))
+        .collect();
+    let _ = writeln!(out, "{}", line(&head));
+    for row in &cells {
+        let _ = writeln!(out, "{}", line(row));
+    }
+    let _ = writeln!(out, "# * = cheapest predicted; verified - = not verified (over {MAX_RANKS} ranks or too large to model)");
+    for r in &plan.rows {
+        if let Some(e) = &r.verify_error {
+            let _ = writeln!(out, "# {} failed verification: {e}", r.algorithm);
+        }
+    }
+    out
+}
+
+/// The plan as a JSON array, one object per algorithm.
+pub fn render_json(plan: &Plan) -> Result<String, BenchError> {
+    Ok(serde_json::to_string_pretty(&plan.rows)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lecture() -> Plan {
+        plan(&PlanSpec {
+            collective: Collective::AllReduce,
+            nranks: 5,
+            bytes: 5_000_000,
+            dtype: DataType::F32,
+            root: 0,
+            in_place: false,
+            model: CostModel::default(),
+        })
+        .unwrap()
+    }
+
+    fn row(plan: &Plan, a: Algorithm) -> &PlanRow {
+        plan.rows.iter().find(|r| r.algorithm == a).unwrap()
+    }
+
+    #[test]
+    fn all_reduce_of_5_ranks_matches_the_lecture() {
+        let (d, p) = (5_000_000u64, 5u64);
+        let plan = lecture();
+        assert_eq!(plan.layout.count, 1_250_000);
+        let names: Vec<Algorithm> = plan.rows.iter().map(|r| r.algorithm).collect();
+        assert_eq!(names, Algorithm::ALL, "every algorithm serves all_reduce");
+
+        let mesh = &row(&plan, Algorithm::Mesh).cost;
+        assert_eq!(mesh.steps, 1);
+        assert_eq!(mesh.total_bytes, d * p * (p - 1));
+        assert_eq!(mesh.total_bytes, 100_000_000);
+
+        let single_root = &row(&plan, Algorithm::SingleRoot).cost;
+        assert_eq!(single_root.steps, 2);
+        assert_eq!(single_root.total_bytes, 2 * d * (p - 1));
+
+        let ring = &row(&plan, Algorithm::Ring).cost;
+        assert_eq!(ring.steps, 2 * (p as usize - 1));
+        assert_eq!(ring.max_step_bytes_per_rank, d / p);
+        assert_eq!(ring.total_bytes, 40_000_000);
+
+        let naive = &row(&plan, Algorithm::NaiveRing).cost;
+        assert_eq!(naive.steps, 8);
+        assert_eq!(naive.max_step_bytes_per_rank, d);
+
+        // A binary tree over 5 ranks is 3 levels deep: up and down is O(log p) steps.
+        let tree = &row(&plan, Algorithm::Tree).cost;
+        assert!(tree.steps >= 2 && tree.steps <= 6, "{}", tree.steps);
+
+        assert!(plan.rows.iter().all(|r| r.verified == Some(true)));
+        assert_eq!(plan.rows.iter().filter(|r| r.cheapest).count(), 1);
+    }
+
+    #[test]
+    fn per_block_collectives_split_the_whole_buffer() {
+        assert_eq!(layout_count(Collective::AllGather, 4000, 4, 5), 200);
+        assert_eq!(layout_count(Collective::AllToAll, 4000, 4, 5), 200);
+        assert_eq!(layout_count(Collective::Broadcast, 4000, 4, 5), 1000);
+        assert_eq!(layout_count(Collective::Barrier, 4000, 4, 5), 0);
+    }
+
+    #[test]
+    fn beyond_the_verifier_rows_say_not_verified() {
+        let plan = plan(&PlanSpec {
+            collective: Collective::AllReduce,
+            nranks: 65,
+            bytes: 1 << 10,
+            dtype: DataType::F32,
+            root: 0,
+            in_place: false,
+            model: CostModel::default(),
+        })
+        .unwrap();
+        assert!(plan.rows.iter().all(|r| r.verified.is_none()));
+        let text = render_json(&plan).unwrap();
+        assert!(text.contains("\"verified\": null"));
+    }
+}

@@ -1,0 +1,314 @@
+//! One rank's part of the benchmark, whatever launched it.
+//!
+//! For each size, out of place and then in place: fill the buffers with the known data of
+//! [`crate::data`], a barrier, the warmup iterations, a second barrier (so the timed loop
+//! starts together on every rank), then the timed iterations, each timed on its own. With
+//! `-c 1` one more, untimed, iteration follows from freshly filled buffers (inputs
+//! rewritten, outputs set to a sentinel), and its output is checked: in place, every
+//! iteration consumes the previous one's result, so re-initialising is what makes the
+//! expected result known; out of place it also catches a call that writes nothing. Then
+//! every rank's per-iteration times and wrong counts are gathered to rank 0 with rcoll's
+//! own gather (as nccl-tests reduces its timings with MPI), and rank 0 builds the report.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use rcoll::{Algorithm, Collective, Communicator, DataType, Element, Layout, Rank, ReduceOp};
+
+use crate::data::Reference;
+use crate::error::BenchError;
+use crate::plan::layout_count;
+use crate::report::{ModeReport, SizeReport};
+use crate::sweep::Step;
+
+/// Everything a rank needs to know to run the benchmark.
+#[derive(Clone, Debug)]
+pub struct BenchSpec {
+    /// The collective.
+    pub collective: Collective,
+    /// Number of ranks.
+    pub nranks: usize,
+    /// Sizes in bytes, nccl-tests' convention (see [`layout_count`]).
+    pub sizes: Vec<usize>,
+    /// `-b`, for the header.
+    pub minbytes: usize,
+    /// `-e`, for the header.
+    pub maxbytes: usize,
+    /// How sizes grow, for the header.
+    pub step: Step,
+    /// Timed iterations per size and mode (at least one).
+    pub iters: usize,
+    /// Warmup iterations per size and mode.
+    pub warmup: usize,
+    /// Whether to check results.
+    pub check: bool,
+    /// The reduction.
+    pub op: ReduceOp,
+    /// Element type.
+    pub dtype: DataType,
+    /// Root of rooted collectives.
+    pub root: usize,
+    /// The forced algorithm, `None` for the cost model.
+    pub algorithm: Option<Algorithm>,
+    /// The transport's name.
+    pub transport: &'static str,
+    /// Where to write the JSON records.
+    pub json: Option<PathBuf>,
+}
+
+/// Runs the benchmark on this rank. Rank 0 calls `on_row` as each size completes and
+/// returns every size's report; other ranks return an empty list.
+pub fn run_rank(
+    comm: &mut Communicator,
+    spec: &BenchSpec,
+    on_row: &mut dyn FnMut(&SizeReport),
+) -> Result<Vec<SizeReport>, BenchError> {
+    use half::{bf16, f16};
+    match spec.dtype {
+        DataType::I8 => run_typed::<i8>(comm, spec, on_row),
+        DataType::U8 => run_typed::<u8>(comm, spec, on_row),
+        DataType::I32 => run_typed::<i32>(comm, spec, on_row),
+        DataType::U32 => run_typed::<u32>(comm, spec, on_row),
+        DataType::I64 => run_typed::<i64>(comm, spec, on_row),
+        DataType::U64 => run_typed::<u64>(comm, spec, on_row),
+        DataType::F16 => run_typed::<f16>(comm, spec, on_row),
+        DataType::Bf16 => run_typed::<bf16>(comm, spec, on_row),
+        DataType::F32 => run_typed::<f32>(comm, spec, on_row),
+        DataType::F64 => run_typed::<f64>(comm, spec, on_row),
+        other => Err(BenchError::Usage(format!(
+            "-d {other} is not supported by rcoll-bench yet"
+        ))),
+    }
+}
+
+/// One mode's raw results on one rank.
+struct Sample {
+    times_us: Vec<f64>,
+    wrong: u64,
+}
+
+fn run_typed<T: Element>(
+    comm: &mut Communicator,
+    spec: &BenchSpec,
+    on_row: &mut dyn FnMut(&SizeReport),
+) -> Result<Vec<SizeReport>, BenchError> {
+    let (n, rank) = (comm.size(), comm.rank());
+    let elem = std::mem::size_of::<T>();
+    let reference = Reference::<T>::new(spec.op, n);
+    let modes: &[bool] = if spec.collective == Collective::SendRecv {
+        &[false]
+    } else {
+        &[false, true]
+    };
+    let mut reports = Vec::new();
+    for &size in &spec.sizes {
+        let count = layout_count(spec.collective, size, elem, n);
+        let mut samples = Vec::with_capacity(modes.len());
+        for &in_place in modes {
+            samples.push(measure(comm, spec, &reference, count, in_place)?);
+        }
+        // [wrong, times...] per mode, the same length on every rank.
+        let local: Vec<f64> = samples
+            .iter()
+            .flat_map(|s| std::iter::once(s.wrong as f64).chain(s.times_us.iter().copied()))
+            .collect();
+        let mut gathered = if rank == 0 {
+            vec![0.0; local.len() * n]
+        } else {
+            Vec::new()
+        };
+        comm.gather(&local, &mut gathered, 0)?;
+        if rank != 0 {
+            continue;
+        }
+        let algorithm = if spec.collective == Collective::SendRecv {
+            "p2p".to_owned()
+        } else {
+            // The out-of-place choice; the cost model prices in-place calls the same way.
+            comm.algorithm_for::<T>(spec.collective, count, spec.root, false)
+                .to_string()
+        };
+        let report = summarise(
+            spec,
+            size_bytes(spec.collective, count, elem, n),
+            count,
+            algorithm,
+            &gathered,
+            n,
+        );
+        on_row(&report);
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// The bytes a size stands for once rounded down to whole elements (and whole blocks):
+/// what nccl-tests prints and divides by the time.
+fn size_bytes(collective: Collective, count: usize, elem: usize, nranks: usize) -> usize {
+    match collective {
+        Collective::AllGather
+        | Collective::ReduceScatter
+        | Collective::Gather
+        | Collective::Scatter
+        | Collective::AllToAll => count * elem * nranks,
+        _ => count * elem,
+    }
+}
+
+/// Rank 0's report for one size from the gathered `[wrong, times...]` records.
+fn summarise(
+    spec: &BenchSpec,
+    size: usize,
+    count: usize,
+    algorithm: String,
+    gathered: &[f64],
+    nranks: usize,
+) -> SizeReport {
+    let per_rank_len = gathered.len() / nranks.max(1);
+    let record = spec.iters + 1;
+    let mode = |m: usize| {
+        let times: Vec<&[f64]> = gathered
+            .chunks(per_rank_len.max(1))
+            .filter_map(|r| r.get(m * record + 1..(m + 1) * record))
+            .collect();
+        let wrong: f64 = gathered
+            .chunks(per_rank_len.max(1))
+            .filter_map(|r| r.get(m * record))
+            .sum();
+        let wrong = spec.check.then_some(wrong as u64);
+        ModeReport::from_ranks(&times, wrong, size, spec.collective)
+    };
+    SizeReport {
+        collective: spec.collective,
+        nranks,
+        size,
+        count,
+        dtype: spec.dtype,
+        redop: if spec.collective.reduces() {
+            spec.op.to_string()
+        } else {
+            "none".to_owned()
+        },
+        root: if spec.collective.is_rooted() {
+            spec.root as i64
+        } else {
+            -1
+        },
+        algorithm,
+        transport: spec.transport.to_owned(),
+        oop: mode(0),
+        ip: (per_rank_len >= 2 * record).then(|| mode(1)),
+    }
+}
+
+/// A rank's buffers for one call.
+enum Buffers<T> {
+    Separate { send: Vec<T>, recv: Vec<T> },
+    InPlace(Vec<T>),
+}
+
+/// Warmup, timed iterations and the checked iteration of one mode of one size.
+fn measure<T: Element>(
+    comm: &mut Communicator,
+    spec: &BenchSpec,
+    reference: &Reference<T>,
+    count: usize,
+    in_place: bool,
+) -> Result<Sample, BenchError> {
+    let (n, rank) = (comm.size(), comm.rank());
+    let layout = Layout {
+        collective: spec.collective,
+        nranks: n,
+        count,
+        root: Rank::from(spec.root),
+        in_place,
+    };
+    let extents = layout.buffers(Rank::from(rank));
+    let sentinel = reference.sentinel();
+    let mut buffers = if in_place {
+        Buffers::InPlace(vec![sentinel; extents.storage_len])
+    } else {
+        Buffers::Separate {
+            send: vec![sentinel; extents.input.len],
+            recv: vec![sentinel; extents.output.len],
+        }
+    };
+    let fill = |buffers: &mut Buffers<T>| match buffers {
+        Buffers::Separate { send, recv } => {
+            reference.fill_input(rank, send);
+            recv.fill(sentinel);
+        }
+        Buffers::InPlace(buf) => {
+            buf.fill(sentinel);
+            if let Some(input) = buf.get_mut(extents.input.offset..extents.input.end()) {
+                reference.fill_input(rank, input);
+            }
+        }
+    };
+    fill(&mut buffers);
+    comm.barrier()?;
+    for _ in 0..spec.warmup {
+        call(comm, spec, &mut buffers)?;
+    }
+    comm.barrier()?;
+    let mut times_us = Vec::with_capacity(spec.iters);
+    for _ in 0..spec.iters {
+        let start = Instant::now();
+        call(comm, spec, &mut buffers)?;
+        times_us.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    let mut wrong = 0;
+    if spec.check {
+        fill(&mut buffers);
+        call(comm, spec, &mut buffers)?;
+        let out = match &buffers {
+            Buffers::Separate { recv, .. } => recv.get(..extents.output.len),
+            Buffers::InPlace(buf) => buf.get(extents.output.offset..extents.output.end()),
+        };
+        wrong = out.map_or(extents.output.len as u64, |out| {
+            reference.count_wrong(spec.collective, n, rank, spec.root, count, out)
+        });
+    }
+    Ok(Sample { times_us, wrong })
+}
+
+/// One call of the collective on `buffers`.
+fn call<T: Element>(
+    comm: &mut Communicator,
+    spec: &BenchSpec,
+    buffers: &mut Buffers<T>,
+) -> Result<(), BenchError> {
+    use Collective as C;
+    let (op, root) = (spec.op, spec.root);
+    let (n, rank) = (comm.size(), comm.rank());
+    let result = match buffers {
+        Buffers::Separate { send, recv } => match spec.collective {
+            C::AllReduce => comm.all_reduce(send, recv, op),
+            C::Reduce => comm.reduce(send, recv, op, root),
+            C::Broadcast => comm.broadcast(send, recv, root),
+            C::AllGather => comm.all_gather(send, recv),
+            C::ReduceScatter => comm.reduce_scatter(send, recv, op),
+            C::Gather => comm.gather(send, recv, root),
+            C::Scatter => comm.scatter(send, recv, root),
+            C::AllToAll => comm.all_to_all(send, recv),
+            C::SendRecv => comm.send_recv(send, (rank + 1) % n, recv, (rank + n - 1) % n),
+            other => return Err(unsupported(other)),
+        },
+        Buffers::InPlace(buf) => match spec.collective {
+            C::AllReduce => comm.all_reduce_in_place(buf, op),
+            C::Reduce => comm.reduce_in_place(buf, op, root),
+            C::Broadcast => comm.broadcast_in_place(buf, root),
+            C::AllGather => comm.all_gather_in_place(buf),
+            C::ReduceScatter => comm.reduce_scatter_in_place(buf, op),
+            C::Gather => comm.gather_in_place(buf, root),
+            C::Scatter => comm.scatter_in_place(buf, root),
+            C::AllToAll => comm.all_to_all_in_place(buf),
+            other => return Err(unsupported(other)),
+        },
+    };
+    result.map_err(BenchError::from)
+}
+
+fn unsupported(collective: Collective) -> BenchError {
+    BenchError::Usage(format!("rcoll-bench cannot run {collective} in this mode"))
+}
