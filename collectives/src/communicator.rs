@@ -145,25 +145,19 @@ impl Communicator {
         op: ReduceOp,
     ) -> Result<()> {
         let count = send.len();
-        self.execute(Request {
-            collective: Collective::AllReduce,
+        self.call(
+            Collective::AllReduce,
             count,
-            root: 0,
+            0,
             op,
-            buffers: Buffers::Separate(send, recv),
-        })
+            Buffers::Separate(send, recv),
+        )
     }
 
     /// AllReduce in place: `buf` is both input and output.
     pub fn all_reduce_in_place<T: Element>(&mut self, buf: &mut [T], op: ReduceOp) -> Result<()> {
         let count = buf.len();
-        self.execute(Request {
-            collective: Collective::AllReduce,
-            count,
-            root: 0,
-            op,
-            buffers: Buffers::InPlace(buf),
-        })
+        self.call(Collective::AllReduce, count, 0, op, Buffers::InPlace(buf))
     }
 
     /// **Reduce**: the root's `recv` becomes the reduction of all ranks' `send`.
@@ -176,13 +170,13 @@ impl Communicator {
         root: usize,
     ) -> Result<()> {
         let count = send.len();
-        self.execute(Request {
-            collective: Collective::Reduce,
+        self.call(
+            Collective::Reduce,
             count,
             root,
             op,
-            buffers: Buffers::Separate(send, recv),
-        })
+            Buffers::Separate(send, recv),
+        )
     }
 
     /// Reduce in place: the root's `buf` is replaced by the reduction; other ranks' `buf`
@@ -194,64 +188,58 @@ impl Communicator {
         root: usize,
     ) -> Result<()> {
         let count = buf.len();
-        self.execute(Request {
-            collective: Collective::Reduce,
-            count,
-            root,
-            op,
-            buffers: Buffers::InPlace(buf),
-        })
+        self.call(Collective::Reduce, count, root, op, Buffers::InPlace(buf))
     }
 
     /// **Broadcast**: every rank's `recv` becomes the root's `send`. `send.len() ==
     /// recv.len()` on the root; `send` is ignored elsewhere.
     pub fn broadcast<T: Element>(&mut self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
         let count = recv.len();
-        self.execute(Request {
-            collective: Collective::Broadcast,
+        self.call(
+            Collective::Broadcast,
             count,
             root,
-            op: ReduceOp::Sum,
-            buffers: Buffers::Separate(send, recv),
-        })
+            ReduceOp::Sum,
+            Buffers::Separate(send, recv),
+        )
     }
 
     /// Broadcast in place: the root's `buf` is sent; every other rank's `buf` receives it.
     pub fn broadcast_in_place<T: Element>(&mut self, buf: &mut [T], root: usize) -> Result<()> {
         let count = buf.len();
-        self.execute(Request {
-            collective: Collective::Broadcast,
+        self.call(
+            Collective::Broadcast,
             count,
             root,
-            op: ReduceOp::Sum,
-            buffers: Buffers::InPlace(buf),
-        })
+            ReduceOp::Sum,
+            Buffers::InPlace(buf),
+        )
     }
 
     /// **AllGather**: every rank's `recv` becomes all ranks' `send` concatenated in rank
     /// order. `recv.len() == size() * send.len()`.
     pub fn all_gather<T: Element>(&mut self, send: &[T], recv: &mut [T]) -> Result<()> {
         let count = send.len();
-        self.execute(Request {
-            collective: Collective::AllGather,
+        self.call(
+            Collective::AllGather,
             count,
-            root: 0,
-            op: ReduceOp::Sum,
-            buffers: Buffers::Separate(send, recv),
-        })
+            0,
+            ReduceOp::Sum,
+            Buffers::Separate(send, recv),
+        )
     }
 
     /// AllGather in place: `buf.len() == size() * count`, and rank r's contribution is
     /// already at `buf[r * count..(r + 1) * count]`.
     pub fn all_gather_in_place<T: Element>(&mut self, buf: &mut [T]) -> Result<()> {
         let count = self.block_count(Collective::AllGather, buf.len())?;
-        self.execute(Request {
-            collective: Collective::AllGather,
+        self.call(
+            Collective::AllGather,
             count,
-            root: 0,
-            op: ReduceOp::Sum,
-            buffers: Buffers::InPlace(buf),
-        })
+            0,
+            ReduceOp::Sum,
+            Buffers::InPlace(buf),
+        )
     }
 
     /// **ReduceScatter**: rank r's `recv` becomes block r of the reduction of all ranks'
@@ -263,13 +251,13 @@ impl Communicator {
         op: ReduceOp,
     ) -> Result<()> {
         let count = recv.len();
-        self.execute(Request {
-            collective: Collective::ReduceScatter,
+        self.call(
+            Collective::ReduceScatter,
             count,
-            root: 0,
+            0,
             op,
-            buffers: Buffers::Separate(send, recv),
-        })
+            Buffers::Separate(send, recv),
+        )
     }
 
     /// ReduceScatter in place: `buf.len() == size() * count`; rank r's result lands in
@@ -280,26 +268,26 @@ impl Communicator {
         op: ReduceOp,
     ) -> Result<()> {
         let count = self.block_count(Collective::ReduceScatter, buf.len())?;
-        self.execute(Request {
-            collective: Collective::ReduceScatter,
+        self.call(
+            Collective::ReduceScatter,
             count,
-            root: 0,
+            0,
             op,
-            buffers: Buffers::InPlace(buf),
-        })
+            Buffers::InPlace(buf),
+        )
     }
 
     /// **Gather**: the root's `recv` becomes all ranks' `send` concatenated in rank order.
     /// `recv.len() == size() * send.len()` on the root; `recv` is ignored elsewhere.
     pub fn gather<T: Element>(&mut self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
         let count = send.len();
-        self.execute(Request {
-            collective: Collective::Gather,
+        self.call(
+            Collective::Gather,
             count,
             root,
-            op: ReduceOp::Sum,
-            buffers: Buffers::Separate(send, recv),
-        })
+            ReduceOp::Sum,
+            Buffers::Separate(send, recv),
+        )
     }
 
     /// Gather in place: on the root `buf.len() == size() * count` with the root's own block
@@ -310,26 +298,26 @@ impl Communicator {
         } else {
             buf.len()
         };
-        self.execute(Request {
-            collective: Collective::Gather,
+        self.call(
+            Collective::Gather,
             count,
             root,
-            op: ReduceOp::Sum,
-            buffers: Buffers::InPlace(buf),
-        })
+            ReduceOp::Sum,
+            Buffers::InPlace(buf),
+        )
     }
 
     /// **Scatter**: rank r's `recv` becomes block r of the root's `send`.
     /// `send.len() == size() * recv.len()` on the root; `send` is ignored elsewhere.
     pub fn scatter<T: Element>(&mut self, send: &[T], recv: &mut [T], root: usize) -> Result<()> {
         let count = recv.len();
-        self.execute(Request {
-            collective: Collective::Scatter,
+        self.call(
+            Collective::Scatter,
             count,
             root,
-            op: ReduceOp::Sum,
-            buffers: Buffers::Separate(send, recv),
-        })
+            ReduceOp::Sum,
+            Buffers::Separate(send, recv),
+        )
     }
 
     /// Scatter in place: on the root `buf.len() == size() * count` and its own block stays
@@ -340,50 +328,50 @@ impl Communicator {
         } else {
             buf.len()
         };
-        self.execute(Request {
-            collective: Collective::Scatter,
+        self.call(
+            Collective::Scatter,
             count,
             root,
-            op: ReduceOp::Sum,
-            buffers: Buffers::InPlace(buf),
-        })
+            ReduceOp::Sum,
+            Buffers::InPlace(buf),
+        )
     }
 
     /// **AllToAll**: block j of rank i's `send` becomes block i of rank j's `recv`.
     /// `send.len() == recv.len() == size() * count`.
     pub fn all_to_all<T: Element>(&mut self, send: &[T], recv: &mut [T]) -> Result<()> {
         let count = self.block_count(Collective::AllToAll, send.len())?;
-        self.execute(Request {
-            collective: Collective::AllToAll,
+        self.call(
+            Collective::AllToAll,
             count,
-            root: 0,
-            op: ReduceOp::Sum,
-            buffers: Buffers::Separate(send, recv),
-        })
+            0,
+            ReduceOp::Sum,
+            Buffers::Separate(send, recv),
+        )
     }
 
     /// AllToAll in place (`buf.len() == size() * count`; the input is staged in scratch).
     pub fn all_to_all_in_place<T: Element>(&mut self, buf: &mut [T]) -> Result<()> {
         let count = self.block_count(Collective::AllToAll, buf.len())?;
-        self.execute(Request {
-            collective: Collective::AllToAll,
+        self.call(
+            Collective::AllToAll,
             count,
-            root: 0,
-            op: ReduceOp::Sum,
-            buffers: Buffers::InPlace(buf),
-        })
+            0,
+            ReduceOp::Sum,
+            Buffers::InPlace(buf),
+        )
     }
 
     /// **Barrier**: returns once every rank has entered it.
     pub fn barrier(&mut self) -> Result<()> {
         let mut none: [u8; 0] = [];
-        self.execute(Request {
-            collective: Collective::Barrier,
-            count: 0,
-            root: 0,
-            op: ReduceOp::Sum,
-            buffers: Buffers::InPlace(&mut none),
-        })
+        self.call(
+            Collective::Barrier,
+            0,
+            0,
+            ReduceOp::Sum,
+            Buffers::InPlace(&mut none),
+        )
     }
 
     /// **Send** `buf` to `peer`, which must call [`Communicator::recv`] with the same
@@ -407,6 +395,23 @@ impl Communicator {
         from: usize,
     ) -> Result<()> {
         self.point_to_point(Some((send, to)), Some((recv, from)))
+    }
+
+    fn call<T: Element>(
+        &mut self,
+        collective: Collective,
+        count: usize,
+        root: usize,
+        op: ReduceOp,
+        buffers: Buffers<'_, T>,
+    ) -> Result<()> {
+        self.execute(Request {
+            collective,
+            count,
+            root,
+            op,
+            buffers,
+        })
     }
 
     fn layout(&self, collective: Collective, count: usize, root: usize, in_place: bool) -> Layout {

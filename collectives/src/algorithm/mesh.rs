@@ -28,25 +28,23 @@ pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
     let copy_own = !layout.in_place;
     let mut s = Schedule::new(*layout, rank);
     match layout.collective {
-        Collective::AllReduce | Collective::Barrier => {
-            s.push(
-                0,
-                Primitive::Send {
-                    to: others.clone(),
-                    src: Slice::input(0, c),
-                },
-            );
-            let all: Vec<usize> = (0..n).collect();
-            accumulate(
-                &mut s,
-                &all,
-                Slice::input(0, c),
-                Slice::output(0, c),
-                layout.in_place,
-            );
-        }
-        Collective::Reduce => {
-            if rank == root {
+        Collective::AllReduce | Collective::Barrier | Collective::Reduce => {
+            let reduce = layout.collective == Collective::Reduce;
+            let to = match (reduce, rank == root) {
+                (false, _) => others.clone(),
+                (true, false) => vec![root],
+                (true, true) => vec![],
+            };
+            if !to.is_empty() {
+                s.push(
+                    0,
+                    Primitive::Send {
+                        to,
+                        src: Slice::input(0, c),
+                    },
+                );
+            }
+            if !reduce || rank == root {
                 let all: Vec<usize> = (0..n).collect();
                 accumulate(
                     &mut s,
@@ -54,14 +52,6 @@ pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
                     Slice::input(0, c),
                     Slice::output(0, c),
                     layout.in_place,
-                );
-            } else {
-                s.push(
-                    0,
-                    Primitive::Send {
-                        to: vec![root],
-                        src: Slice::input(0, c),
-                    },
                 );
             }
         }
