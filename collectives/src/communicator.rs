@@ -700,7 +700,7 @@ impl Communicator {
         for p in plan
             .channels
             .iter_mut()
-            .flat_map(|c| c.steps.iter_mut().flatten())
+            .flat_map(|c| c.ops.iter_mut())
         {
             if let Some(&to) = p.prim.send_to().first() {
                 p.send_transfers = vec![self.p2p_sent[to.index()]];

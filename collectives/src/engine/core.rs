@@ -4,11 +4,13 @@
 //! segments, reduce or copy them, hand segments to the transport — and returns. It never
 //! waits and never reads the clock; the [driver](super::driver) owns waiting and deadlines.
 //!
-//! Within a step of a channel, every primitive advances one segment at a time, round-robin:
-//! segment k of a primitive starts once the primitives it waits for (slices that overlap)
-//! have finished segment k (lockstep) or entirely. So while a segment is being reduced, the
-//! next one is already arriving and the previous one is on its way out. Channels advance
-//! independently; steps of a channel run in order.
+//! Every primitive of a channel advances one segment at a time, round-robin, in schedule
+//! order: segment k of a primitive runs once its message has arrived and the segments of
+//! earlier primitives that touch the same elements are done ([`Dependency::needs`]). Steps
+//! are not barriers: a ring's step s+1 starts on its first segment while step s finishes its
+//! last, and a tree root forwards the first reduced segment while later ones are still on
+//! their way up. While one segment is reduced the next is arriving and the previous one is
+//! on its way out. Channels advance independently.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -18,7 +20,7 @@ use rcoll_transport::{Payload, Rank, Tag, Transport, TransportError};
 use super::memory::{Memory, OutOfRange, SrcDst};
 use crate::element::Element;
 use crate::op::ReduceOp;
-use crate::schedule::plan::{Plan, PlannedPrimitive, Wait};
+use crate::schedule::plan::{Dependency, Plan, PlannedPrimitive};
 use crate::schedule::Primitive;
 
 /// Where in the plan something went wrong.
@@ -51,9 +53,10 @@ pub struct Progress {
 }
 
 struct ChannelState {
-    step: usize,
-    /// Segments completed, per primitive of the current step.
+    /// Segments completed, per primitive.
     done: Vec<usize>,
+    /// Every primitive before this one has completed.
+    first_open: usize,
     /// Segments the transport refused for now (no credits); retried first.
     pending: VecDeque<(Rank, Tag, Payload)>,
 }
@@ -74,19 +77,13 @@ impl<'p> Execution<'p> {
         let channels = plan
             .channels
             .iter()
-            .map(|_| ChannelState {
-                step: 0,
-                done: Vec::new(),
+            .map(|c| ChannelState {
+                done: vec![0; c.ops.len()],
+                first_open: 0,
                 pending: VecDeque::new(),
             })
             .collect();
-        Execution {
-            plan,
-            collective,
-            segment_elems: segment_elems.max(1),
-            op,
-            channels,
-        }
+        Execution { plan, collective, segment_elems: segment_elems.max(1), op, channels }
     }
 
     fn segments(&self, len: usize) -> usize {
@@ -103,28 +100,25 @@ impl<'p> Execution<'p> {
         let mut finished = true;
         for c in 0..self.channels.len() {
             moved |= self.poll_channel(c, mem, io)?;
-            finished &= self.channels[c].step >= self.plan.channels[c].steps.len();
+            let state = &self.channels[c];
+            finished &=
+                state.first_open >= self.plan.channels[c].ops.len() && state.pending.is_empty();
         }
         Ok(Progress { moved, finished })
     }
 
-    /// What this rank is waiting for: (peer, position) of the first unfinished primitive
-    /// that receives, or of a refused send. For timeout errors.
+    /// What this rank is waiting for: (peer, position) of a refused send, or of the first
+    /// unfinished primitive that receives. For timeout errors.
     pub fn blocked_on(&self) -> Option<(Rank, Position)> {
         for (c, state) in self.channels.iter().enumerate() {
-            let Some(prims) = self.plan.channels[c].steps.get(state.step) else {
-                continue;
-            };
-            if let Some((peer, _, _)) = state.pending.front() {
-                return Some((*peer, position(c, state.step, &prims[0])));
+            let ops = &self.plan.channels[c].ops;
+            if let (Some((peer, _, _)), Some(p)) = (state.pending.front(), ops.get(state.first_open)) {
+                return Some((*peer, position(c, p)));
             }
-            for (j, p) in prims.iter().enumerate() {
-                let unfinished = state
-                    .done
-                    .get(j)
-                    .is_none_or(|&d| d < self.segments(p.prim.len()));
+            for (j, p) in ops.iter().enumerate().skip(state.first_open) {
+                let unfinished = state.done[j] < self.segments(p.prim.len());
                 if let (true, Some(from)) = (unfinished, p.prim.recv_from()) {
-                    return Some((from, position(c, state.step, p)));
+                    return Some((from, position(c, p)));
                 }
             }
         }
@@ -138,38 +132,24 @@ impl<'p> Execution<'p> {
         io: &mut dyn Transport,
     ) -> Result<bool, ExecError> {
         let plan = self.plan;
-        let steps = &plan.channels[c].steps;
-        let mut moved = false;
-        while self.channels[c].step < steps.len() {
-            let step = self.channels[c].step;
-            let prims = &steps[step];
-            if self.channels[c].done.len() != prims.len() {
-                self.channels[c].done = vec![0; prims.len()];
-            }
-            moved |= self.flush_pending(c, step, prims, io)?;
-            let mut again = true;
-            while again && self.channels[c].pending.is_empty() {
-                again = false;
-                for (j, p) in prims.iter().enumerate() {
-                    if self.try_segment(c, step, j, p, mem, io)? {
-                        again = true;
-                        moved = true;
-                    }
+        let ops = &plan.channels[c].ops;
+        let mut moved = self.flush_pending(c, ops, io)?;
+        let mut again = true;
+        while again && self.channels[c].pending.is_empty() {
+            again = false;
+            for (j, p) in ops.iter().enumerate().skip(self.channels[c].first_open) {
+                if self.try_segment(c, j, p, mem, io)? {
+                    again = true;
+                    moved = true;
                 }
             }
-            let state = &self.channels[c];
-            let complete = state.pending.is_empty()
-                && prims
-                    .iter()
-                    .zip(&state.done)
-                    .all(|(p, &d)| d >= self.segments(p.prim.len()));
-            if !complete {
-                break;
+            while let Some(p) = ops.get(self.channels[c].first_open) {
+                let state = &mut self.channels[c];
+                if state.done[state.first_open] < p.prim.len().div_ceil(self.segment_elems).max(1) {
+                    break;
+                }
+                state.first_open += 1;
             }
-            let state = &mut self.channels[c];
-            state.step += 1;
-            state.done.clear();
-            moved = true;
         }
         Ok(moved)
     }
@@ -177,17 +157,18 @@ impl<'p> Execution<'p> {
     fn flush_pending(
         &mut self,
         c: usize,
-        step: usize,
-        prims: &[PlannedPrimitive],
+        ops: &[PlannedPrimitive],
         io: &mut dyn Transport,
     ) -> Result<bool, ExecError> {
         let mut moved = false;
         while let Some((peer, tag, payload)) = self.channels[c].pending.pop_front() {
-            let at = || position(c, step, &prims[0]);
-            match io
-                .try_send(peer, tag, payload)
-                .map_err(|e| ExecError::Transport(at(), e))?
-            {
+            let open = self.channels[c].first_open.min(ops.len().saturating_sub(1));
+            let at = || ops.get(open).map(|p| position(c, p)).unwrap_or_else(|| Position {
+                channel: c,
+                step: 0,
+                primitive: String::new(),
+            });
+            match io.try_send(peer, tag, payload).map_err(|e| ExecError::Transport(at(), e))? {
                 None => moved = true,
                 Some(back) => {
                     self.channels[c].pending.push_front((peer, tag, back));
@@ -198,35 +179,31 @@ impl<'p> Execution<'p> {
         Ok(moved)
     }
 
+    /// Whether segment `k` of a primitive with dependencies `waits` may run now.
+    fn ready(&self, c: usize, k: usize, waits: &[Dependency]) -> bool {
+        let state = &self.channels[c];
+        let ops = &self.plan.channels[c].ops;
+        waits.iter().all(|d| {
+            let theirs = self.segments(ops[d.op].prim.len());
+            state.done[d.op] >= d.needs(k, self.segment_elems, theirs)
+        })
+    }
+
     /// Runs the next segment of primitive `j` if it can run now.
     fn try_segment<T: Element>(
         &mut self,
         c: usize,
-        step: usize,
         j: usize,
         p: &PlannedPrimitive,
         mem: &mut Memory<'_, T>,
         io: &mut dyn Transport,
     ) -> Result<bool, ExecError> {
         let len = p.prim.len();
-        let nseg = self.segments(len);
-        let done = &self.channels[c].done;
-        let k = done[j];
-        if k >= nseg || !self.channels[c].pending.is_empty() {
+        let k = self.channels[c].done[j];
+        if k >= self.segments(len) || !self.channels[c].pending.is_empty() || !self.ready(c, k, &p.waits) {
             return Ok(false);
         }
-        let prims = &self.plan.channels[c].steps[step];
-        let ready = p.waits.iter().all(|&(i, wait)| {
-            let theirs = self.segments(prims[i].prim.len());
-            match wait {
-                Wait::Lockstep => done[i] > k || done[i] >= theirs,
-                Wait::Whole => done[i] >= theirs,
-            }
-        });
-        if !ready {
-            return Ok(false);
-        }
-        let at = || position(c, step, p);
+        let at = || position(c, p);
         let lo = k * self.segment_elems;
         let seg_len = len.saturating_sub(lo).min(self.segment_elems);
         let bytes = seg_len * std::mem::size_of::<T>();
@@ -372,12 +349,8 @@ impl<'p> Execution<'p> {
     }
 }
 
-fn position(channel: usize, step: usize, p: &PlannedPrimitive) -> Position {
-    Position {
-        channel,
-        step,
-        primitive: p.prim.to_string(),
-    }
+fn position(channel: usize, p: &PlannedPrimitive) -> Position {
+    Position { channel, step: p.step, primitive: p.prim.to_string() }
 }
 
 /// The payload's bytes as elements: borrowed when aligned, copied when not.

@@ -88,13 +88,39 @@ pub fn resolve(
     })
 }
 
-/// How a primitive waits for an earlier one in its step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Wait {
-    /// Segment k waits for the earlier primitive's segment k (same length, same elements).
-    Lockstep,
-    /// The whole primitive waits for the whole earlier primitive.
-    Whole,
+/// An earlier primitive of the same channel that a primitive must wait for, element by
+/// element: each pair is (a location of the earlier primitive, a location of this one) that
+/// touch, where at least one of the two writes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dependency {
+    /// Index of the earlier primitive in the channel.
+    pub op: usize,
+    /// The conflicting (earlier, later) location pairs.
+    pub pairs: Vec<(Location, Location)>,
+}
+
+impl Dependency {
+    /// Segments of the earlier primitive that must be done before segment `k` of the later
+    /// one may run, with `seg` elements per segment and `earlier_segments` in all.
+    ///
+    /// Segment k covers elements `[k*seg, (k+1)*seg)` of each of a primitive's locations;
+    /// it needs every segment of the earlier primitive that covers an element it touches.
+    /// An empty location (a zero-element primitive, as in a barrier) needs all of them.
+    pub fn needs(&self, k: usize, seg: usize, earlier_segments: usize) -> usize {
+        let mut need = 0;
+        for (before, after) in &self.pairs {
+            if before.len == 0 || after.len == 0 {
+                return earlier_segments;
+            }
+            let lo = after.offset + k * seg;
+            let hi = (lo + seg).min(after.offset + after.len);
+            let (a, b) = (lo.max(before.offset), hi.min(before.offset + before.len));
+            if a < b {
+                need = need.max((b - 1 - before.offset) / seg + 1);
+            }
+        }
+        need.min(earlier_segments)
+    }
 }
 
 /// One primitive with everything the engine needs to run it.
@@ -102,6 +128,8 @@ pub enum Wait {
 pub struct PlannedPrimitive {
     /// The primitive.
     pub prim: Primitive,
+    /// Its step in the schedule (for errors and costing; execution follows dependencies).
+    pub step: usize,
     /// Resolved `src`, if any.
     pub src: Option<Location>,
     /// Resolved `dst`, if any.
@@ -110,15 +138,22 @@ pub struct PlannedPrimitive {
     pub recv_transfer: Option<u32>,
     /// Transfer index of each message it sends, in the order of `send_to`.
     pub send_transfers: Vec<u32>,
-    /// Earlier primitives of the same step it must wait for.
-    pub waits: Vec<(usize, Wait)>,
+    /// Earlier primitives of the channel it must wait for.
+    pub waits: Vec<Dependency>,
 }
 
-/// One channel resolved for execution.
+/// One channel resolved for execution: its primitives in schedule order (step, then
+/// position), each with its dependencies on earlier ones.
+///
+/// Steps are not barriers: a primitive runs a segment as soon as its message is there and
+/// the segments of earlier primitives that touch the same elements (read-after-write,
+/// write-after-write, write-after-read) are done, so consecutive steps pipeline segment by
+/// segment. Any order that respects these dependencies computes the same result as running
+/// the steps one after the other.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct PlannedChannel {
-    /// Primitives per step.
-    pub steps: Vec<Vec<PlannedPrimitive>>,
+    /// The primitives.
+    pub ops: Vec<PlannedPrimitive>,
 }
 
 /// A schedule resolved for execution.
@@ -162,9 +197,8 @@ impl Plan {
     /// concurrently, so that would be a race). Quadratic: for verification, not the hot path.
     pub fn check_channels_disjoint(&self) -> Result<(), String> {
         let accesses = |ch: &PlannedChannel| -> Vec<(Location, bool)> {
-            ch.steps
+            ch.ops
                 .iter()
-                .flatten()
                 .flat_map(|p| [p.src.map(|l| (l, false)), p.dst.map(|l| (l, true))])
                 .flatten()
                 .collect()
@@ -194,22 +228,15 @@ fn plan_channel(
     let n = schedule.layout.nranks;
     let mut sent = vec![0u32; n];
     let mut received = vec![0u32; n];
-    let mut steps = Vec::with_capacity(steps_in.len());
+    let mut ops: Vec<PlannedPrimitive> = Vec::new();
     for (s, prims) in steps_in.iter().enumerate() {
-        let mut planned: Vec<PlannedPrimitive> = Vec::with_capacity(prims.len());
         for prim in prims {
-            let fail = |reason: String| PlanError {
-                channel,
-                step: s,
-                prim: prim.to_string(),
-                reason,
-            };
+            let fail =
+                |reason: String| PlanError { channel, step: s, prim: prim.to_string(), reason };
             let len = prim.len();
             for slice in [prim.src(), prim.dst()].into_iter().flatten() {
                 if slice.len != len {
-                    return Err(fail(format!(
-                        "slice {slice} has a different length than {len}"
-                    )));
+                    return Err(fail(format!("slice {slice} has a different length than {len}")));
                 }
             }
             let resolve_one = |slice: Option<Slice>| {
@@ -254,25 +281,17 @@ fn plan_channel(
                 send_transfers.push(sent[i]);
                 sent[i] += 1;
             }
-            let waits = planned
+            let waits = ops
                 .iter()
                 .enumerate()
                 .filter_map(|(i, earlier)| {
-                    conflict(earlier, src, dst).map(|lockstep| {
-                        let same_len = earlier.prim.len() == len;
-                        (
-                            i,
-                            if lockstep && same_len {
-                                Wait::Lockstep
-                            } else {
-                                Wait::Whole
-                            },
-                        )
-                    })
+                    let pairs = conflicts(earlier, src, dst);
+                    (!pairs.is_empty()).then_some(Dependency { op: i, pairs })
                 })
                 .collect();
-            planned.push(PlannedPrimitive {
+            ops.push(PlannedPrimitive {
                 prim: prim.clone(),
+                step: s,
                 src,
                 dst,
                 recv_transfer,
@@ -280,29 +299,53 @@ fn plan_channel(
                 waits,
             });
         }
-        steps.push(planned);
     }
-    Ok(PlannedChannel { steps })
+    Ok(PlannedChannel { ops })
 }
 
-/// Whether a later primitive (reading `src`, writing `dst`) conflicts with `earlier`
-/// (read-after-write, write-after-write or write-after-read), and if so whether every
-/// overlapping pair of locations is identical (so that segment k only needs segment k).
-fn conflict(
+/// The (earlier, later) location pairs where a later primitive reading `src` and writing
+/// `dst` conflicts with `earlier`: read-after-write, write-after-write, write-after-read.
+fn conflicts(
     earlier: &PlannedPrimitive,
     src: Option<Location>,
     dst: Option<Location>,
-) -> Option<bool> {
-    let pairs = [(earlier.dst, src), (earlier.dst, dst), (earlier.src, dst)];
-    let mut any = false;
-    let mut identical = true;
-    for (a, b) in pairs {
-        if let (Some(a), Some(b)) = (a, b) {
-            if a.touches(&b) {
-                any = true;
-                identical &= a == b;
-            }
-        }
+) -> Vec<(Location, Location)> {
+    [(earlier.dst, src), (earlier.dst, dst), (earlier.src, dst)]
+        .into_iter()
+        .filter_map(|(a, b)| Some((a?, b?)))
+        .filter(|(a, b)| a.touches(b))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(offset: usize, len: usize) -> Location {
+        Location { store: Store::Output, offset, len }
     }
-    any.then_some(identical)
+
+    #[test]
+    fn a_segment_needs_only_the_earlier_segments_it_overlaps() {
+        // Earlier op wrote [0, 100) in segments of 10; the later op reads [40, 60).
+        let d = Dependency { op: 0, pairs: vec![(at(0, 100), at(40, 20))] };
+        assert_eq!(d.needs(0, 10, 10), 5); // elements 40..50: segments 0..=4
+        assert_eq!(d.needs(1, 10, 10), 6); // elements 50..60: segments 0..=5
+        // Same placement: lockstep.
+        let d = Dependency { op: 0, pairs: vec![(at(0, 100), at(0, 100))] };
+        assert_eq!(d.needs(3, 10, 10), 4);
+        // Unaligned: the later segment straddles two earlier ones.
+        let d = Dependency { op: 0, pairs: vec![(at(5, 100), at(0, 100))] };
+        assert_eq!(d.needs(1, 10, 10), 2); // elements 10..20 = earlier's 5..15
+        // Disjoint in this segment: nothing needed yet.
+        let d = Dependency { op: 0, pairs: vec![(at(50, 10), at(0, 100))] };
+        assert_eq!(d.needs(0, 10, 1), 0);
+        assert_eq!(d.needs(5, 10, 1), 1);
+    }
+
+    #[test]
+    fn empty_locations_need_everything() {
+        let d = Dependency { op: 0, pairs: vec![(at(0, 0), at(0, 0))] };
+        assert_eq!(d.needs(0, 10, 1), 1);
+    }
 }

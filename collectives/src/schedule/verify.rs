@@ -4,19 +4,21 @@
 //! Each element holds a [`Sym`]: the index it had in its origin's input and the set of
 //! ranks whose contributions it sums. Inputs start as `{index i, ranks {r}}`; everything else
 //! starts undefined. Messages are matched exactly as the engine matches them
-//! ([`Plan`]), primitives run as soon as their message and the primitives they wait for are
-//! done, steps run in order. The run fails on a deadlock, on reading undefined data, on
+//! ([`Plan`]), and a primitive runs as soon as its message has arrived and the earlier
+//! primitives it depends on are done — the engine's rule at whole-primitive granularity.
+//! The run fails on a deadlock, on reading undefined data, on
 //! reducing elements of different indices or overlapping contributor sets (double counting),
 //! on writing the caller's input, on touching the buffer outside the output when in place,
 //! and on any output element that differs from the definition. For barriers it also checks
-//! causality: every rank must have heard, directly or transitively, from every other rank.
+//! causality: every rank must have heard, directly or transitively (through messages and
+//! dependencies, the only order the engine keeps), from every other rank.
 
 use std::collections::HashMap;
 use std::fmt;
 
 use rcoll_transport::Rank;
 
-use super::plan::{Location, Plan, PlannedPrimitive, Store, Wait};
+use super::plan::{Location, Plan, PlannedPrimitive, Store};
 use super::{Collective, Layout, Schedule};
 
 /// A symbolic element: origin index and contributor set (bit r = rank r); `ranks == 0`
@@ -71,24 +73,18 @@ struct RankState {
 
 #[derive(Default)]
 struct ChannelState {
-    step: usize,
     done: Vec<bool>,
-    /// Ranks this rank has heard from, on this channel, at the start of its current step.
-    knows_at_step: u64,
-    /// Per primitive of the current step: what it knew when it ran.
-    knows_op: Vec<u64>,
+    /// Per primitive: the ranks it had heard from when it ran.
+    knows: Vec<u64>,
 }
 
 impl RankState {
     fn finished(&self) -> bool {
-        self.channels
-            .iter()
-            .zip(&self.plan.channels)
-            .all(|(c, p)| c.step >= p.steps.len())
+        self.channels.iter().all(|c| c.done.iter().all(|d| *d))
     }
 
-    fn knows(&self) -> u64 {
-        self.channels.iter().fold(0, |k, c| k | c.knows_at_step)
+    fn knows(&self, me: usize) -> u64 {
+        self.channels.iter().flat_map(|c| &c.knows).fold(1 << me, |k, o| k | o)
     }
 }
 
@@ -150,9 +146,9 @@ pub fn verify(layout: &Layout, schedules: &[Schedule]) -> Result<(), VerifyError
         let channels = plan
             .channels
             .iter()
-            .map(|_| ChannelState {
-                knows_at_step: 1 << r,
-                ..ChannelState::default()
+            .map(|c| ChannelState {
+                done: vec![false; c.ops.len()],
+                knows: vec![1 << r; c.ops.len()],
             })
             .collect();
         ranks.push(RankState {
@@ -178,16 +174,9 @@ pub fn verify(layout: &Layout, schedules: &[Schedule]) -> Result<(), VerifyError
             let mut stuck = Vec::new();
             for (r, state) in ranks.iter().enumerate() {
                 for (c, (cs, plan)) in state.channels.iter().zip(&state.plan.channels).enumerate() {
-                    if let Some(prims) = plan.steps.get(cs.step) {
-                        let waiting = prims
-                            .iter()
-                            .zip(&cs.done)
-                            .find(|(_, d)| !**d)
-                            .map_or(String::new(), |(p, _)| p.prim.to_string());
-                        stuck.push(format!(
-                            "rank {r} channel {c} step {} on {waiting}",
-                            cs.step
-                        ));
+                    if let Some(j) = cs.done.iter().position(|d| !*d) {
+                        let p = &plan.ops[j];
+                        stuck.push(format!("rank {r} channel {c} step {} on {}", p.step, p.prim));
                     }
                 }
             }
@@ -226,60 +215,40 @@ fn advance_channel(
     messages: &mut HashMap<MessageKey, Message>,
 ) -> Result<bool, String> {
     let mut progress = false;
-    let nsteps = state.plan.channels[c].steps.len();
-    while state.channels[c].step < nsteps {
-        let step = state.channels[c].step;
-        let nprims = state.plan.channels[c].steps[step].len();
-        let cs = &mut state.channels[c];
-        if cs.done.len() != nprims || nprims == 0 {
-            cs.done = vec![false; nprims];
-            cs.knows_op = vec![cs.knows_at_step; nprims];
-        }
-        let mut ran_any = true;
-        while ran_any {
-            ran_any = false;
-            for j in 0..nprims {
-                if state.channels[c].done[j] {
-                    continue;
-                }
-                let p = state.plan.channels[c].steps[step][j].clone();
-                let cs = &state.channels[c];
-                // Lockstep and whole waits both order whole primitives here; the engine's
-                // finer lockstep runs the same operations on the same elements.
-                if p.waits.iter().any(|&(i, _w): &(usize, Wait)| !cs.done[i]) {
-                    continue;
-                }
-                let mut knows = cs.knows_at_step;
-                for &(i, _) in &p.waits {
-                    knows |= cs.knows_op[i];
-                }
-                let received = match (p.prim.recv_from(), p.recv_transfer) {
-                    (Some(from), Some(t)) => match messages.remove(&(from.index(), r, c, t)) {
-                        Some(m) => Some(m),
-                        None => continue,
-                    },
-                    _ => None,
-                };
-                if let Some(m) = &received {
-                    knows |= m.knows;
-                }
-                run(state, &p, received.map(|m| m.data), messages, (r, c), knows)
-                    .map_err(|e| format!("channel {c} step {step}: {}: {e}", p.prim))?;
-                let cs = &mut state.channels[c];
-                cs.done[j] = true;
-                cs.knows_op[j] = knows;
-                ran_any = true;
-                progress = true;
+    let nops = state.plan.channels[c].ops.len();
+    let mut ran_any = true;
+    while ran_any {
+        ran_any = false;
+        for j in 0..nops {
+            if state.channels[c].done[j] {
+                continue;
             }
-        }
-        let cs = &mut state.channels[c];
-        if cs.done.iter().all(|d| *d) {
-            cs.knows_at_step = cs.knows_op.iter().fold(cs.knows_at_step, |a, k| a | k);
-            cs.step += 1;
-            cs.done.clear();
+            let p = state.plan.channels[c].ops[j].clone();
+            let cs = &state.channels[c];
+            if p.waits.iter().any(|d| !cs.done[d.op]) {
+                continue;
+            }
+            let mut knows = 1u64 << r;
+            for d in &p.waits {
+                knows |= cs.knows[d.op];
+            }
+            let received = match (p.prim.recv_from(), p.recv_transfer) {
+                (Some(from), Some(t)) => match messages.remove(&(from.index(), r, c, t)) {
+                    Some(m) => Some(m),
+                    None => continue,
+                },
+                _ => None,
+            };
+            if let Some(m) = &received {
+                knows |= m.knows;
+            }
+            run(state, &p, received.map(|m| m.data), messages, (r, c), knows)
+                .map_err(|e| format!("channel {c} step {}: {}: {e}", p.step, p.prim))?;
+            let cs = &mut state.channels[c];
+            cs.done[j] = true;
+            cs.knows[j] = knows;
+            ran_any = true;
             progress = true;
-        } else {
-            break;
         }
     }
     Ok(progress)
@@ -438,10 +407,10 @@ fn check_result(layout: &Layout, r: usize, state: &RankState) -> Result<(), Stri
         } else {
             (1u64 << layout.nranks) - 1
         };
-        if state.knows() != all {
+        if state.knows(r) != all {
             return Err(format!(
                 "barrier: leaves having heard only from ranks {:#b}",
-                state.knows()
+                state.knows(r)
             ));
         }
     }
