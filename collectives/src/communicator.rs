@@ -697,11 +697,7 @@ impl Communicator {
             rank,
             what: e.reason,
         })?;
-        for p in plan
-            .channels
-            .iter_mut()
-            .flat_map(|c| c.ops.iter_mut())
-        {
+        for p in plan.channels.iter_mut().flat_map(|c| c.ops.iter_mut()) {
             if let Some(&to) = p.prim.send_to().first() {
                 p.send_transfers = vec![self.p2p_sent[to.index()]];
                 self.p2p_sent[to.index()] = self.p2p_sent[to.index()].wrapping_add(1);

@@ -43,8 +43,9 @@
 //!   the call's [`Layout`] and a rank to that rank's [`schedule::Schedule`].
 //! - **channel**: an independent lane of a schedule with its own steps (the two trees of
 //!   `double_binary_tree` are two channels).
-//! - **step**: one round of a channel; a rank's primitives of a step run concurrently,
-//!   steps run in order.
+//! - **step**: one round of a channel. A schedule means "run the steps in order"; the
+//!   engine only keeps the order between primitives that touch the same elements, so
+//!   steps pipeline segment by segment.
 //! - **primitive**: one instruction (`Send`, `RecvReduceSend`, ...; see [`schedule`]).
 //! - **chunk**: the part of the vector a primitive moves (for the ring, one per rank).
 //! - **segment**: the unit of pipelining: the engine cuts every chunk into segments of

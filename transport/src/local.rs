@@ -26,8 +26,13 @@ use crate::types::{Rank, Tag};
 /// Messages a sender may have queued to one receiver before it must wait for credits.
 pub const DEFAULT_WINDOW: usize = 64;
 
-/// Spare buffers kept per rank for reuse.
+/// Spare buffers kept for reuse, per rank, and bounds on the whole group's pool. A miss
+/// costs a fresh allocation (for segment-sized buffers, an mmap and page faults), and
+/// receivers hold arrived segments until they consume them, so the pool must cover a few
+/// windows' worth; beyond that it would only pin memory.
 const POOL_PER_RANK: usize = 32;
+const POOL_MIN: usize = 128;
+const POOL_MAX: usize = 1024;
 
 struct Message {
     tag: Tag,
@@ -105,7 +110,7 @@ pub fn group(n: usize, window: usize) -> Vec<LocalTransport> {
         closed: (0..n).map(|_| AtomicBool::new(false)).collect(),
         aborted: AtomicBool::new(false),
         abort_reason: Mutex::new(None),
-        pool: ArrayQueue::new((POOL_PER_RANK * n).max(1)),
+        pool: ArrayQueue::new((POOL_PER_RANK * n).clamp(POOL_MIN, POOL_MAX)),
     });
     (0..n)
         .map(|i| LocalTransport {

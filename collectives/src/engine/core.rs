@@ -83,7 +83,13 @@ impl<'p> Execution<'p> {
                 pending: VecDeque::new(),
             })
             .collect();
-        Execution { plan, collective, segment_elems: segment_elems.max(1), op, channels }
+        Execution {
+            plan,
+            collective,
+            segment_elems: segment_elems.max(1),
+            op,
+            channels,
+        }
     }
 
     fn segments(&self, len: usize) -> usize {
@@ -112,7 +118,9 @@ impl<'p> Execution<'p> {
     pub fn blocked_on(&self) -> Option<(Rank, Position)> {
         for (c, state) in self.channels.iter().enumerate() {
             let ops = &self.plan.channels[c].ops;
-            if let (Some((peer, _, _)), Some(p)) = (state.pending.front(), ops.get(state.first_open)) {
+            if let (Some((peer, _, _)), Some(p)) =
+                (state.pending.front(), ops.get(state.first_open))
+            {
                 return Some((*peer, position(c, p)));
             }
             for (j, p) in ops.iter().enumerate().skip(state.first_open) {
@@ -163,12 +171,19 @@ impl<'p> Execution<'p> {
         let mut moved = false;
         while let Some((peer, tag, payload)) = self.channels[c].pending.pop_front() {
             let open = self.channels[c].first_open.min(ops.len().saturating_sub(1));
-            let at = || ops.get(open).map(|p| position(c, p)).unwrap_or_else(|| Position {
-                channel: c,
-                step: 0,
-                primitive: String::new(),
-            });
-            match io.try_send(peer, tag, payload).map_err(|e| ExecError::Transport(at(), e))? {
+            let at = || {
+                ops.get(open)
+                    .map(|p| position(c, p))
+                    .unwrap_or_else(|| Position {
+                        channel: c,
+                        step: 0,
+                        primitive: String::new(),
+                    })
+            };
+            match io
+                .try_send(peer, tag, payload)
+                .map_err(|e| ExecError::Transport(at(), e))?
+            {
                 None => moved = true,
                 Some(back) => {
                     self.channels[c].pending.push_front((peer, tag, back));
@@ -200,7 +215,10 @@ impl<'p> Execution<'p> {
     ) -> Result<bool, ExecError> {
         let len = p.prim.len();
         let k = self.channels[c].done[j];
-        if k >= self.segments(len) || !self.channels[c].pending.is_empty() || !self.ready(c, k, &p.waits) {
+        if k >= self.segments(len)
+            || !self.channels[c].pending.is_empty()
+            || !self.ready(c, k, &p.waits)
+        {
             return Ok(false);
         }
         let at = || position(c, p);
@@ -350,7 +368,11 @@ impl<'p> Execution<'p> {
 }
 
 fn position(channel: usize, p: &PlannedPrimitive) -> Position {
-    Position { channel, step: p.step, primitive: p.prim.to_string() }
+    Position {
+        channel,
+        step: p.step,
+        primitive: p.prim.to_string(),
+    }
 }
 
 /// The payload's bytes as elements: borrowed when aligned, copied when not.

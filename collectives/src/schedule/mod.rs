@@ -20,8 +20,9 @@
 //! then primitive order, then destination order) is the k-th message q receives from it
 //! on that channel. A message belongs to the
 //! step of the primitive that sends it; the receiving primitive is in the same or a later
-//! step. Within a step primitives run concurrently, ordered only where their slices overlap
-//! (the engine then runs them segment by segment in lockstep); steps run in order.
+//! step. The meaning of a schedule is "run the steps in order"; the engine keeps only the
+//! order that matters — between primitives that touch the same elements — and pipelines
+//! everything else segment by segment, within and across steps ([`plan`]).
 //!
 //! Schedules are pure data: [`verify`] runs them symbolically and [`cost`] prices them.
 

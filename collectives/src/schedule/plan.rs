@@ -231,12 +231,18 @@ fn plan_channel(
     let mut ops: Vec<PlannedPrimitive> = Vec::new();
     for (s, prims) in steps_in.iter().enumerate() {
         for prim in prims {
-            let fail =
-                |reason: String| PlanError { channel, step: s, prim: prim.to_string(), reason };
+            let fail = |reason: String| PlanError {
+                channel,
+                step: s,
+                prim: prim.to_string(),
+                reason,
+            };
             let len = prim.len();
             for slice in [prim.src(), prim.dst()].into_iter().flatten() {
                 if slice.len != len {
-                    return Err(fail(format!("slice {slice} has a different length than {len}")));
+                    return Err(fail(format!(
+                        "slice {slice} has a different length than {len}"
+                    )));
                 }
             }
             let resolve_one = |slice: Option<Slice>| {
@@ -322,30 +328,49 @@ mod tests {
     use super::*;
 
     fn at(offset: usize, len: usize) -> Location {
-        Location { store: Store::Output, offset, len }
+        Location {
+            store: Store::Output,
+            offset,
+            len,
+        }
     }
 
     #[test]
     fn a_segment_needs_only_the_earlier_segments_it_overlaps() {
         // Earlier op wrote [0, 100) in segments of 10; the later op reads [40, 60).
-        let d = Dependency { op: 0, pairs: vec![(at(0, 100), at(40, 20))] };
+        let d = Dependency {
+            op: 0,
+            pairs: vec![(at(0, 100), at(40, 20))],
+        };
         assert_eq!(d.needs(0, 10, 10), 5); // elements 40..50: segments 0..=4
         assert_eq!(d.needs(1, 10, 10), 6); // elements 50..60: segments 0..=5
-        // Same placement: lockstep.
-        let d = Dependency { op: 0, pairs: vec![(at(0, 100), at(0, 100))] };
+                                           // Same placement: lockstep.
+        let d = Dependency {
+            op: 0,
+            pairs: vec![(at(0, 100), at(0, 100))],
+        };
         assert_eq!(d.needs(3, 10, 10), 4);
         // Unaligned: the later segment straddles two earlier ones.
-        let d = Dependency { op: 0, pairs: vec![(at(5, 100), at(0, 100))] };
+        let d = Dependency {
+            op: 0,
+            pairs: vec![(at(5, 100), at(0, 100))],
+        };
         assert_eq!(d.needs(1, 10, 10), 2); // elements 10..20 = earlier's 5..15
-        // Disjoint in this segment: nothing needed yet.
-        let d = Dependency { op: 0, pairs: vec![(at(50, 10), at(0, 100))] };
+                                           // Disjoint in this segment: nothing needed yet.
+        let d = Dependency {
+            op: 0,
+            pairs: vec![(at(50, 10), at(0, 100))],
+        };
         assert_eq!(d.needs(0, 10, 1), 0);
         assert_eq!(d.needs(5, 10, 1), 1);
     }
 
     #[test]
     fn empty_locations_need_everything() {
-        let d = Dependency { op: 0, pairs: vec![(at(0, 0), at(0, 0))] };
+        let d = Dependency {
+            op: 0,
+            pairs: vec![(at(0, 0), at(0, 0))],
+        };
         assert_eq!(d.needs(0, 10, 1), 1);
     }
 }

@@ -84,7 +84,10 @@ impl RankState {
     }
 
     fn knows(&self, me: usize) -> u64 {
-        self.channels.iter().flat_map(|c| &c.knows).fold(1 << me, |k, o| k | o)
+        self.channels
+            .iter()
+            .flat_map(|c| &c.knows)
+            .fold(1 << me, |k, o| k | o)
     }
 }
 
@@ -176,7 +179,10 @@ pub fn verify(layout: &Layout, schedules: &[Schedule]) -> Result<(), VerifyError
                 for (c, (cs, plan)) in state.channels.iter().zip(&state.plan.channels).enumerate() {
                     if let Some(j) = cs.done.iter().position(|d| !*d) {
                         let p = &plan.ops[j];
-                        stuck.push(format!("rank {r} channel {c} step {} on {}", p.step, p.prim));
+                        stuck.push(format!(
+                            "rank {r} channel {c} step {} on {}",
+                            p.step, p.prim
+                        ));
                     }
                 }
             }
