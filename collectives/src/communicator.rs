@@ -9,7 +9,7 @@ use rcoll_transport::{Rank, Transport};
 use crate::algorithm::Algorithm;
 use crate::config::Config;
 use crate::element::Element;
-use crate::engine::core::ExecError;
+use crate::engine::core::{ExecError, Position};
 use crate::engine::driver::{run, RunError};
 use crate::engine::memory::Memory;
 use crate::error::{Error, Result};
@@ -66,10 +66,16 @@ struct Request<'a, T> {
 
 impl Communicator {
     /// Wraps a connected transport endpoint.
-    pub fn new(transport: Box<dyn Transport>, config: Config) -> Communicator {
+    pub fn new(transport: Box<dyn Transport>, config: Config) -> Result<Communicator> {
         let rank = transport.rank();
         let nranks = transport.nranks();
-        Communicator {
+        if nranks == 0 || rank.index() >= nranks {
+            return Err(Error::Config(format!(
+                "transport endpoint is rank {} of {nranks}",
+                rank.0
+            )));
+        }
+        Ok(Communicator {
             transport,
             rank,
             nranks,
@@ -82,7 +88,7 @@ impl Communicator {
             scratch: Vec::new(),
             next_algorithm: None,
             poisoned: None,
-        }
+        })
     }
 
     /// This rank, `0..size()`.
@@ -592,36 +598,36 @@ impl Communicator {
         };
         let scratch_len = plan.scratch_len;
         let words = (scratch_len * elem).div_ceil(16);
-        if self.scratch.len() < words {
-            self.scratch.resize(words, 0);
+        // Lent out for the call: the engine borrows it while `run_plan` borrows `self`.
+        let mut scratch_words = std::mem::take(&mut self.scratch);
+        if scratch_words.len() < words {
+            scratch_words.resize(words, 0);
         }
-        let scratch: &mut [T] = bytemuck::cast_slice_mut(&mut self.scratch[..words]);
+        let scratch: &mut [T] = bytemuck::cast_slice_mut(&mut scratch_words[..words]);
         let mut mem = Memory {
             input,
             output,
             scratch: &mut scratch[..scratch_len],
         };
-        let segment_elems = (self.config.segment_bytes / elem).max(1);
-        let result = run(
+        let longest = mem.input.len().max(mem.output.len()).max(scratch_len);
+        let result = self.run_plan(
             &plan,
             seq,
-            segment_elems,
+            Some(algorithm),
+            req.collective,
             req.op,
             &mut mem,
-            self.transport.as_mut(),
-            self.config.timeout,
+            longest,
         );
-        if let Err(e) = result {
-            let err = self.describe(e, req.collective, seq, algorithm);
-            return Err(self.fail(err));
-        }
-        if req.op == ReduceOp::Avg && req.collective.reduces() {
+        if result.is_ok() && req.op == ReduceOp::Avg && req.collective.reduces() {
             let out = expect.output;
-            if let Some(result) = mem.output.get_mut(out.offset..out.end()) {
-                T::average(result, self.nranks);
+            if let Some(reduced) = mem.output.get_mut(out.offset..out.end()) {
+                T::average(reduced, self.nranks);
             }
         }
-        Ok(())
+        drop(mem);
+        self.scratch = scratch_words;
+        result
     }
 
     fn point_to_point<T: Element>(
@@ -693,10 +699,15 @@ impl Communicator {
             storage_len: 0,
             in_place: false,
         };
-        let mut plan = Plan::new(&schedule, &buffers).map_err(|e| Error::Internal {
-            rank,
-            what: e.reason,
-        })?;
+        let mut plan = match Plan::new(&schedule, &buffers) {
+            Ok(plan) => plan,
+            Err(e) => {
+                return Err(self.fail(Error::Internal {
+                    rank,
+                    what: e.reason,
+                }))
+            }
+        };
         for p in plan.channels.iter_mut().flat_map(|c| c.ops.iter_mut()) {
             if let Some(&to) = p.prim.send_to().first() {
                 p.send_transfers = vec![self.p2p_sent[to.index()]];
@@ -707,23 +718,62 @@ impl Communicator {
                 self.p2p_received[from.index()] = self.p2p_received[from.index()].wrapping_add(1);
             }
         }
-        let segment_elems = (self.config.segment_bytes / std::mem::size_of::<T>()).max(1);
         let mut mem = Memory {
             input,
             output,
             scratch: &mut [],
         };
-        let result = run(
+        let longest = mem.input.len().max(mem.output.len());
+        self.run_plan(
             &plan,
             P2P_BIT,
-            segment_elems,
+            None,
+            Collective::SendRecv,
             ReduceOp::Sum,
             &mut mem,
+            longest,
+        )
+    }
+
+    /// Runs `plan` on `mem` and turns a failure into an [`Error`] that aborts the group.
+    /// `algorithm` is `None` for point-to-point; `longest` bounds the length of a transfer.
+    #[allow(clippy::too_many_arguments)] // the call's full description; two callers
+    fn run_plan<T: Element>(
+        &mut self,
+        plan: &Plan,
+        seq: u32,
+        algorithm: Option<Algorithm>,
+        collective: Collective,
+        op: ReduceOp,
+        mem: &mut Memory<'_, T>,
+        longest: usize,
+    ) -> Result<()> {
+        let rank = self.rank.0;
+        let segment_elems = (self.config.segment_bytes / std::mem::size_of::<T>()).max(1);
+        // Segment indices travel as u32 in tags.
+        if longest.div_ceil(segment_elems) > u32::MAX as usize {
+            let count = longest;
+            return Err(self.fail(Error::CountOverflow {
+                rank,
+                collective,
+                count,
+                nranks: self.nranks,
+            }));
+        }
+        let schedule = fingerprint(algorithm, segment_elems);
+        let timeout = self.config.timeout;
+        run(
+            plan,
+            seq,
+            schedule,
+            segment_elems,
+            op,
+            mem,
             self.transport.as_mut(),
-            self.config.timeout,
-        );
-        result.map_err(|e| {
-            let err = self.describe(e, Collective::SendRecv, P2P_BIT, Algorithm::Mesh);
+            timeout,
+        )
+        .map_err(|e| {
+            let err = self.describe(e, collective, seq, algorithm);
             self.fail(err)
         })
     }
@@ -733,33 +783,32 @@ impl Communicator {
         e: RunError,
         collective: Collective,
         seq: u32,
-        algorithm: Algorithm,
+        algorithm: Option<Algorithm>,
     ) -> Error {
         let rank = self.rank.0;
-        let algorithm = algorithm.to_string();
-        match e {
-            RunError::Exec(ExecError::Transport(at, source)) | RunError::Wait(Some(at), source) => {
-                Error::Transport {
-                    rank,
-                    collective,
-                    seq,
-                    algorithm,
-                    channel: at.channel,
-                    step: at.step,
-                    primitive: at.primitive,
-                    source,
-                }
-            }
-            RunError::Wait(None, source) => Error::Transport {
-                rank,
-                collective,
-                seq,
-                algorithm,
+        let algorithm = algorithm.map_or_else(|| "p2p".to_owned(), |a| a.to_string());
+        // Point-to-point calls share one reserved sequence number; show none.
+        let seq = if seq == P2P_BIT { 0 } else { seq };
+        let transport = |at: Option<Position>, source| {
+            let at = at.unwrap_or_else(|| Position {
                 channel: 0,
                 step: 0,
                 primitive: String::new(),
+            });
+            Error::Transport {
+                rank,
+                collective,
+                seq,
+                algorithm: algorithm.clone(),
+                channel: at.channel,
+                step: at.step,
+                primitive: at.primitive,
                 source,
-            },
+            }
+        };
+        match e {
+            RunError::Exec(ExecError::Transport(at, source)) => transport(Some(at), source),
+            RunError::Wait(blocked_on, source) => transport(blocked_on.map(|(_, at)| at), source),
             RunError::Exec(ExecError::Memory(at, loc)) => Error::Internal {
                 rank,
                 what: format!(
@@ -767,11 +816,18 @@ impl Communicator {
                     at.channel, at.step, at.primitive, loc.0
                 ),
             },
+            RunError::Exec(ExecError::InconsistentPlan(at)) => Error::Internal {
+                rank,
+                what: format!(
+                    "{algorithm} channel {} step {} {}: inconsistent plan",
+                    at.channel, at.step, at.primitive
+                ),
+            },
             RunError::Stalled { waited, blocked_on } => Error::Timeout {
                 rank,
                 collective,
                 seq,
-                algorithm,
+                algorithm: algorithm.clone(),
                 peer: blocked_on.as_ref().map(|(p, _)| p.0),
                 waiting_for: match blocked_on {
                     Some((peer, at)) => format!(
@@ -784,6 +840,20 @@ impl Communicator {
             },
         }
     }
+}
+
+/// The fingerprint of a schedule that every message carries: the algorithm (0 for
+/// point-to-point) in the low 4 bits and a hash of the segment length in the other 12, so
+/// that ranks cutting a collective differently get an error instead of mixing data.
+fn fingerprint(algorithm: Option<Algorithm>, segment_elems: usize) -> u16 {
+    let algo = algorithm.map_or(0, |a| {
+        Algorithm::ALL
+            .iter()
+            .position(|x| *x == a)
+            .map_or(15, |i| i + 1)
+    });
+    let seg = ((segment_elems as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
+    ((seg << 4) | (algo & 0xf)) as u16
 }
 
 /// A communicator with an algorithm forced for the next call (see

@@ -55,17 +55,17 @@ impl Config {
             self.algorithm = parse_algorithm(&v)?;
         }
         if let Some(v) = var("RCOLL_TIMEOUT") {
-            let secs: f64 = v
+            self.timeout = v
                 .trim()
-                .parse()
+                .parse::<f64>()
                 .ok()
-                .filter(|s: &f64| s.is_finite() && *s > 0.0)
+                .filter(|s| *s > 0.0)
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
                 .ok_or_else(|| {
                     Error::Config(format!(
                         "RCOLL_TIMEOUT={v:?} is not a positive number of seconds"
                     ))
                 })?;
-            self.timeout = Duration::from_secs_f64(secs);
         }
         if let Some(v) = var("RCOLL_SEGMENT_BYTES") {
             self.segment_bytes = parse_bytes(&v).filter(|b| *b > 0).ok_or_else(|| {
@@ -132,6 +132,7 @@ mod tests {
         for bad in [
             &[("RCOLL_ALGO", "fastest")][..],
             &[("RCOLL_TIMEOUT", "-1")],
+            &[("RCOLL_TIMEOUT", "1e300")],
             &[("RCOLL_SEGMENT_BYTES", "0")],
         ] {
             let owned: Vec<(String, String)> = bad

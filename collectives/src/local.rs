@@ -99,9 +99,9 @@ impl Builder {
         if let Some(b) = self.segment_bytes {
             config.segment_bytes = b;
         }
-        Ok(backend::group(self.n, self.window)
+        backend::group(self.n, self.window)
             .into_iter()
             .map(|t| Communicator::new(Box::new(t), config.clone()))
-            .collect())
+            .collect()
     }
 }

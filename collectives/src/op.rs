@@ -432,7 +432,10 @@ mod tests {
     fn bf16_narrowing_rounds_exactly_like_half() {
         // Every 97th f32 bit pattern: all exponents, signs, NaNs, infinities, subnormals
         // and rounding ties are represented.
-        for bits in (0..=u32::MAX).step_by(97).chain([0x3f80_8000, 0x3f81_8000, 0x7f7f_ffff]) {
+        for bits in (0..=u32::MAX)
+            .step_by(97)
+            .chain([0x3f80_8000, 0x3f81_8000, 0x7f7f_ffff])
+        {
             let x = f32::from_bits(bits);
             let (fast, reference) = (narrow(x), bf16::from_f32(x));
             if x.is_nan() {

@@ -247,3 +247,46 @@ fn explicit_abort_wakes_every_rank() {
         );
     }
 }
+
+#[test]
+fn ranks_running_different_algorithms_fail_instead_of_mixing_data() {
+    // Rank 0 runs single_root, rank 1 mesh: their messages line up in length, so without
+    // the schedule fingerprint rank 1 would add its own contribution twice.
+    let results = on_ranks(2, None, Duration::from_secs(5), |comm| {
+        let algorithm = if comm.rank() == 0 {
+            Algorithm::SingleRoot
+        } else {
+            Algorithm::Mesh
+        };
+        let mut v = vec![comm.rank() as f64 + 1.0; 16];
+        comm.with_algorithm(algorithm)
+            .all_reduce_in_place(&mut v, ReduceOp::Sum)
+            .map(|_| v)
+    });
+    for (r, res) in results.iter().enumerate() {
+        let e = res
+            .as_ref()
+            .expect_err("mismatched schedules must not produce a result");
+        let named = matches!(
+            e,
+            Error::Transport {
+                source: TransportError::ScheduleMismatch { .. },
+                ..
+            }
+        );
+        assert!(
+            named || matches!(e, Error::Transport { .. } | Error::Timeout { .. }),
+            "rank {r}: {e}"
+        );
+    }
+    assert!(
+        results.iter().any(|r| matches!(
+            r,
+            Err(Error::Transport {
+                source: TransportError::ScheduleMismatch { .. },
+                ..
+            })
+        )),
+        "{results:?}"
+    );
+}

@@ -56,6 +56,32 @@ pub enum TransportError {
         /// Bytes that arrived.
         got: usize,
     },
+    /// A message matched a receive but was cut by another schedule (another algorithm or
+    /// segment size): the ranks disagree about how to run the collective.
+    #[error("{rank}: message from {peer} for {tag} comes from schedule {got:#06x}, this rank runs {expected:#06x} (do all ranks use the same algorithm and segment size?)")]
+    ScheduleMismatch {
+        /// The receiving rank.
+        rank: Rank,
+        /// The sender.
+        peer: Rank,
+        /// The message's tag (as the receiver expected it).
+        tag: Tag,
+        /// The receiver's fingerprint.
+        expected: u16,
+        /// The sender's fingerprint.
+        got: u16,
+    },
+    /// Two messages arrived with the same tag from the same peer: a protocol violation
+    /// (the second would silently replace the first).
+    #[error("{rank}: {peer} sent two messages with {tag}")]
+    DuplicateTag {
+        /// The receiving rank.
+        rank: Rank,
+        /// The sender.
+        peer: Rank,
+        /// The repeated tag.
+        tag: Tag,
+    },
     /// A peer index outside the communicator.
     #[error("{rank}: {peer} is not a member of this {nranks}-rank group")]
     InvalidPeer {

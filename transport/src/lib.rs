@@ -14,7 +14,7 @@
 //! use rcoll_transport::{local, Rank, Tag, Transport};
 //!
 //! let mut ranks = local::group(2, local::DEFAULT_WINDOW);
-//! let tag = Tag { collective: 0, channel: 0, transfer: 0, segment: 0 };
+//! let tag = Tag { collective: 0, channel: 0, transfer: 0, segment: 0, schedule: 0 };
 //!
 //! let mut message = ranks[0].alloc(5);
 //! message.as_bytes_mut().copy_from_slice(b"hello");
@@ -50,4 +50,4 @@ pub mod types;
 
 pub use error::TransportError;
 pub use transport::{Payload, Transport};
-pub use types::{Rank, Tag};
+pub use types::{Rank, Tag, TagKey};

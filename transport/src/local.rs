@@ -2,8 +2,8 @@
 //!
 //! This is the "local" level of burn-collective: one rank per thread (or per device
 //! driver thread), sharing the address space. Each ordered pair of ranks has a bounded
-//! lock-free channel (`crossbeam_queue::ArrayQueue`) whose capacity is the sender's credit
-//! window; each rank has a doorbell (mutex + condvar) that senders ring.
+//! lock-free channel (`crossbeam_queue::ArrayQueue`); each rank has a doorbell that senders
+//! ring, which costs a mutex only when the rank is actually asleep.
 //!
 //! Data moves with one copy per hop: the sender fills a pooled buffer straight from its
 //! rank buffer, the receiver reduces or copies straight out of it into its own buffer, and
@@ -11,9 +11,16 @@
 //! borrowed slice to another thread for the duration of someone else's call, so the
 //! pooled buffer is the meeting point; as segments are small it stays in cache between the
 //! two sides.
+//!
+//! Flow control: a sender may have `window` messages queued to one receiver. A receiver
+//! that looks for a message moves everything queued to it into its own arrival map, which
+//! frees the senders' windows whatever it is waiting for (the trait's guarantee that
+//! credits never depend on the tag a receiver waits for). The arrival map is therefore not
+//! bounded by the window: a sender that runs ahead — a root broadcasting while a receiver
+//! is still busy — is buffered at the receiver, up to one collective's worth of data.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -21,18 +28,18 @@ use crossbeam_queue::ArrayQueue;
 
 use crate::error::TransportError;
 use crate::transport::{Payload, Transport};
-use crate::types::{Rank, Tag};
+use crate::types::{Rank, Tag, TagKey};
 
 /// Messages a sender may have queued to one receiver before it must wait for credits.
 pub const DEFAULT_WINDOW: usize = 64;
 
-/// Spare buffers kept for reuse, per rank, and bounds on the whole group's pool. A miss
-/// costs a fresh allocation (for segment-sized buffers, an mmap and page faults), and
-/// receivers hold arrived segments until they consume them, so the pool must cover a few
-/// windows' worth; beyond that it would only pin memory.
-const POOL_PER_RANK: usize = 32;
-const POOL_MIN: usize = 128;
-const POOL_MAX: usize = 1024;
+/// Bytes of spare buffers the group keeps for reuse. A miss costs a fresh allocation (for
+/// segment-sized buffers, an mmap and page faults); beyond a few windows' worth the pool
+/// would only pin memory.
+const POOL_BYTES: usize = 64 << 20;
+
+/// Most buffers the pool holds, whatever their size.
+const POOL_BUFFERS: usize = 1024;
 
 struct Message {
     tag: Tag,
@@ -40,38 +47,51 @@ struct Message {
 }
 
 /// A wake-up counter: senders bump it, a waiting rank sleeps until it moves.
+///
+/// Ringing is a lock-free increment unless the owner is asleep. The owner announces that
+/// it is going to sleep (`sleepers`) and re-checks the counter under the lock; a ringer
+/// bumps the counter before it checks `sleepers` and notifies under the lock. With both
+/// orders sequentially consistent, either the sleeper sees the new count or the ringer sees
+/// the sleeper, so no wake-up is lost.
 #[derive(Default)]
 struct Doorbell {
-    rings: Mutex<u64>,
+    rings: AtomicU64,
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
     cond: Condvar,
 }
 
 impl Doorbell {
-    fn lock(&self) -> MutexGuard<'_, u64> {
-        // The counter is a plain integer: a panic elsewhere cannot leave it inconsistent.
-        self.rings.lock().unwrap_or_else(PoisonError::into_inner)
+    fn guard(&self) -> MutexGuard<'_, ()> {
+        // The mutex guards no data: a panic elsewhere cannot leave anything inconsistent.
+        self.lock.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn ring(&self) {
-        *self.lock() += 1;
-        self.cond.notify_all();
+        self.rings.fetch_add(1, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = self.guard();
+            self.cond.notify_all();
+        }
     }
 
     /// Waits until the counter differs from `*seen` or `deadline` passes; updates `*seen`.
     fn wait(&self, seen: &mut u64, deadline: Instant) {
-        let mut rings = self.lock();
-        while *rings == *seen {
+        let mut guard = self.guard();
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        while self.rings.load(Ordering::SeqCst) == *seen {
             let now = Instant::now();
             if now >= deadline {
                 break;
             }
-            rings = self
+            guard = self
                 .cond
-                .wait_timeout(rings, deadline - now)
+                .wait_timeout(guard, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
-        *seen = *rings;
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        *seen = self.rings.load(Ordering::SeqCst);
     }
 }
 
@@ -84,6 +104,7 @@ struct Shared {
     aborted: AtomicBool,
     abort_reason: Mutex<Option<(Rank, String)>>,
     pool: ArrayQueue<Vec<u8>>,
+    pooled_bytes: AtomicUsize,
 }
 
 impl Shared {
@@ -100,7 +121,7 @@ impl Shared {
 
 /// Creates the `n` endpoints of an in-process group, rank `i` at index `i`.
 ///
-/// `window` is the number of messages a sender may have in flight to one receiver.
+/// `window` is the number of messages a sender may have queued to one receiver.
 pub fn group(n: usize, window: usize) -> Vec<LocalTransport> {
     let window = window.max(1);
     let shared = Arc::new(Shared {
@@ -110,13 +131,15 @@ pub fn group(n: usize, window: usize) -> Vec<LocalTransport> {
         closed: (0..n).map(|_| AtomicBool::new(false)).collect(),
         aborted: AtomicBool::new(false),
         abort_reason: Mutex::new(None),
-        pool: ArrayQueue::new((POOL_PER_RANK * n).clamp(POOL_MIN, POOL_MAX)),
+        pool: ArrayQueue::new(POOL_BUFFERS),
+        pooled_bytes: AtomicUsize::new(0),
     });
     (0..n)
         .map(|i| LocalTransport {
             shared: Arc::clone(&shared),
             rank: Rank::from(i),
             arrived: HashMap::new(),
+            broken: None,
             seen: 0,
         })
         .collect()
@@ -127,13 +150,18 @@ pub struct LocalTransport {
     shared: Arc<Shared>,
     rank: Rank,
     /// Messages taken off the channels before anyone asked for them.
-    arrived: HashMap<(Rank, Tag), Payload>,
+    arrived: HashMap<(Rank, TagKey), Message>,
+    /// A protocol violation seen while draining, reported by the next call.
+    broken: Option<TransportError>,
     /// Doorbell count when this rank last woke.
     seen: u64,
 }
 
 impl LocalTransport {
-    fn check_aborted(&self) -> Result<(), TransportError> {
+    fn check_usable(&mut self) -> Result<(), TransportError> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
         if !self.shared.aborted.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -173,12 +201,50 @@ impl LocalTransport {
             let mut freed = false;
             while let Some(message) = channel.pop() {
                 freed = true;
-                self.arrived.insert((src, message.tag), message.payload);
+                let tag = message.tag;
+                if self.arrived.insert((src, tag.key()), message).is_some() {
+                    self.broken.get_or_insert(TransportError::DuplicateTag {
+                        rank: self.rank,
+                        peer: src,
+                        tag,
+                    });
+                }
             }
             if freed {
                 self.shared.doorbells[src.index()].ring();
             }
         }
+    }
+
+    /// Takes the arrived message `(peer, tag)`, checking its length and fingerprint.
+    fn take(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        len: usize,
+    ) -> Result<Option<Payload>, TransportError> {
+        let Some(message) = self.arrived.remove(&(peer, tag.key())) else {
+            return Ok(None);
+        };
+        if message.tag.schedule != tag.schedule {
+            return Err(TransportError::ScheduleMismatch {
+                rank: self.rank,
+                peer,
+                tag,
+                expected: tag.schedule,
+                got: message.tag.schedule,
+            });
+        }
+        if message.payload.len() != len {
+            return Err(TransportError::LengthMismatch {
+                rank: self.rank,
+                peer,
+                tag,
+                expected: len,
+                got: message.payload.len(),
+            });
+        }
+        Ok(Some(message.payload))
     }
 }
 
@@ -196,7 +262,16 @@ impl Transport for LocalTransport {
     }
 
     fn alloc(&mut self, len: usize) -> Payload {
-        Payload::reuse(self.shared.pool.pop().unwrap_or_default(), len)
+        let storage = match self.shared.pool.pop() {
+            Some(v) => {
+                self.shared
+                    .pooled_bytes
+                    .fetch_sub(v.capacity(), Ordering::Relaxed);
+                v
+            }
+            None => Vec::new(),
+        };
+        Payload::reuse(storage, len)
     }
 
     fn try_send(
@@ -205,7 +280,7 @@ impl Transport for LocalTransport {
         tag: Tag,
         payload: Payload,
     ) -> Result<Option<Payload>, TransportError> {
-        self.check_aborted()?;
+        self.check_usable()?;
         self.check_peer(peer)?;
         if self.shared.closed[peer.index()].load(Ordering::Acquire) {
             return Err(TransportError::PeerClosed {
@@ -232,46 +307,40 @@ impl Transport for LocalTransport {
         tag: Tag,
         len: usize,
     ) -> Result<Option<Payload>, TransportError> {
-        self.check_aborted()?;
+        self.check_usable()?;
         self.check_peer(peer)?;
-        let key = (peer, tag);
-        if !self.arrived.contains_key(&key) {
-            self.drain_incoming();
+        if let Some(p) = self.take(peer, tag, len)? {
+            return Ok(Some(p));
         }
-        match self.arrived.remove(&key) {
-            Some(payload) if payload.len() == len => Ok(Some(payload)),
-            Some(payload) => Err(TransportError::LengthMismatch {
+        // The peer may have queued the message just before closing: drain, then decide.
+        let closed = self.shared.closed[peer.index()].load(Ordering::Acquire);
+        self.drain_incoming();
+        self.check_usable()?;
+        match self.take(peer, tag, len)? {
+            Some(p) => Ok(Some(p)),
+            None if closed => Err(TransportError::PeerClosed {
                 rank: self.rank,
                 peer,
-                tag,
-                expected: len,
-                got: payload.len(),
             }),
-            None if self.shared.closed[peer.index()].load(Ordering::Acquire) => {
-                // The peer may have queued the message just before closing.
-                self.drain_incoming();
-                match self.arrived.remove(&key) {
-                    Some(payload) => Ok(Some(payload)),
-                    None => Err(TransportError::PeerClosed {
-                        rank: self.rank,
-                        peer,
-                    }),
-                }
-            }
             None => Ok(None),
         }
     }
 
     fn recycle(&mut self, payload: Payload) {
-        // A full pool just drops the buffer.
-        let _ = self.shared.pool.push(payload.into_storage());
+        let storage = payload.into_storage();
+        let bytes = storage.capacity();
+        let pooled = self.shared.pooled_bytes.fetch_add(bytes, Ordering::Relaxed);
+        if pooled + bytes > POOL_BYTES || self.shared.pool.push(storage).is_err() {
+            // Over budget or full: let the buffer go.
+            self.shared.pooled_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        }
     }
 
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
-        self.check_aborted()?;
+        self.check_usable()?;
         self.drain_incoming();
         self.shared.doorbells[self.rank.index()].wait(&mut self.seen, deadline);
-        self.check_aborted()
+        self.check_usable()
     }
 
     fn abort(&mut self, reason: &str) {
@@ -308,6 +377,7 @@ mod tests {
             channel: 0,
             transfer: 0,
             segment,
+            schedule: 7,
         }
     }
 
@@ -428,6 +498,72 @@ mod tests {
                 reason: "test abort".into()
             }
         );
+    }
+
+    #[test]
+    fn a_message_from_another_schedule_is_reported() {
+        let mut ranks = group(2, 4);
+        let mut b = ranks.pop().unwrap();
+        let mut a = ranks.pop().unwrap();
+        let p = message(&mut a, b"abc");
+        a.try_send(
+            Rank(1),
+            Tag {
+                schedule: 9,
+                ..tag(0)
+            },
+            p,
+        )
+        .unwrap();
+        let err = b.try_recv(Rank(0), tag(0), 3).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                TransportError::ScheduleMismatch {
+                    expected: 7,
+                    got: 9,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_repeated_tag_is_an_error_not_an_overwrite() {
+        let mut ranks = group(2, 4);
+        let mut b = ranks.pop().unwrap();
+        let mut a = ranks.pop().unwrap();
+        for _ in 0..2 {
+            let p = message(&mut a, b"x");
+            a.try_send(Rank(1), tag(0), p).unwrap();
+        }
+        let err = b.try_recv(Rank(0), tag(5), 1).unwrap_err();
+        assert!(matches!(err, TransportError::DuplicateTag { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_closed_peers_last_message_is_still_length_checked() {
+        let mut ranks = group(2, 4);
+        let mut b = ranks.pop().unwrap();
+        let mut a = ranks.pop().unwrap();
+        let p = message(&mut a, b"toolong");
+        a.try_send(Rank(1), tag(0), p).unwrap();
+        drop(a);
+        let err = b.try_recv(Rank(0), tag(0), 3).unwrap_err();
+        assert!(
+            matches!(err, TransportError::LengthMismatch { .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_pool_reuses_buffers() {
+        let mut ranks = group(1, 1);
+        let p = ranks[0].alloc(1000);
+        let ptr = p.as_bytes().as_ptr();
+        ranks[0].recycle(p);
+        assert_eq!(ranks[0].alloc(10).as_bytes().as_ptr(), ptr);
     }
 
     #[test]

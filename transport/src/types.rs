@@ -15,7 +15,7 @@ impl Rank {
 
 impl From<usize> for Rank {
     fn from(i: usize) -> Self {
-        // Communicators are limited to u32::MAX ranks by construction (see `Group`),
+        // Groups are limited to u32::MAX ranks when they are built (`rcoll::local::Builder`),
         // so the truncation cannot happen for a valid rank.
         Rank(i as u32)
     }
@@ -35,9 +35,14 @@ impl fmt::Display for Rank {
 /// - `channel`: the schedule channel (an independent lane of the collective);
 /// - `transfer`: the index of the transfer among all transfers from the sender to the
 ///   receiver on that channel, in schedule order;
-/// - `segment`: the index of the segment inside the transfer.
+/// - `segment`: the index of the segment inside the transfer;
+/// - `schedule`: a fingerprint of how the sender cut the collective (its algorithm and
+///   segment size). It is not part of the match: a message that matches on the other four
+///   fields but carries another fingerprint means the ranks run different schedules, which
+///   the receiver reports ([`TransportError::ScheduleMismatch`](crate::TransportError))
+///   instead of combining incompatible data.
 ///
-/// Receivers match messages by `(peer, tag)`, so segments may arrive in any order.
+/// Receivers match messages by `(peer, tag.key())`, so segments may arrive in any order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Tag {
     /// Sequence number of the collective call.
@@ -48,6 +53,29 @@ pub struct Tag {
     pub transfer: u32,
     /// Index of the segment within the transfer.
     pub segment: u32,
+    /// Fingerprint of the sender's schedule (not matched; checked).
+    pub schedule: u16,
+}
+
+/// The part of a [`Tag`] that messages are matched on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TagKey {
+    collective: u32,
+    channel: u16,
+    transfer: u32,
+    segment: u32,
+}
+
+impl Tag {
+    /// The fields a receiver matches on (all but the fingerprint).
+    pub fn key(&self) -> TagKey {
+        TagKey {
+            collective: self.collective,
+            channel: self.channel,
+            transfer: self.transfer,
+            segment: self.segment,
+        }
+    }
 }
 
 impl fmt::Display for Tag {

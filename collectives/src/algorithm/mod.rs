@@ -131,9 +131,12 @@ impl Algorithm {
             return Ok(s);
         }
         if layout.in_place && !self.native_in_place(layout.collective) {
-            return Ok(in_place_via_scratch(layout, rank, |l| {
-                self.generate(l, rank)
-            }));
+            return in_place_via_scratch(layout, rank, |l| self.generate(l, rank)).ok_or(
+                UnsupportedAlgorithm {
+                    algorithm: self,
+                    collective: layout.collective,
+                },
+            );
         }
         Ok(self.generate(layout, rank))
     }
@@ -246,18 +249,23 @@ fn local_only(layout: &Layout, rank: Rank) -> Schedule {
     s
 }
 
-/// Runs an out-of-place schedule in place: step 0 copies the input to scratch, and the
-/// out-of-place schedule (one step later) reads that copy instead of the input.
+/// Runs an out-of-place schedule in place: first copy the input to scratch, then run the
+/// out-of-place schedule reading that copy instead of the input. The copy orders itself
+/// before every reader through the scratch dependency; there is no order across channels,
+/// so this works for single-channel schedules only (`None` otherwise).
 pub fn in_place_via_scratch(
     layout: &Layout,
     rank: Rank,
     generate: impl FnOnce(&Layout) -> Schedule,
-) -> Schedule {
+) -> Option<Schedule> {
     let out_of_place = Layout {
         in_place: false,
         ..*layout
     };
     let inner = generate(&out_of_place);
+    if inner.channels.len() != 1 {
+        return None;
+    }
     let input_len = layout.buffers(rank).input.len;
     let base = inner.scratch_len;
     let moved = |s: Slice| match s.buf {
@@ -265,13 +273,6 @@ pub fn in_place_via_scratch(
         _ => s,
     };
     let mut s = Schedule::new(*layout, rank);
-    // The copy runs in step 0 of channel 0 and every other channel must start after it;
-    // only single-channel generators need this adapter (all_to_all).
-    debug_assert_eq!(
-        inner.channels.len(),
-        1,
-        "in_place_via_scratch is for one channel"
-    );
     if input_len > 0 {
         s.push(
             0,
@@ -285,7 +286,7 @@ pub fn in_place_via_scratch(
         s.push_on(c, step + 1, map_slices(p.clone(), moved));
     }
     s.scratch_len = s.scratch_len.max(inner.scratch_len);
-    s
+    Some(s)
 }
 
 /// Applies `f` to every slice of `p`.

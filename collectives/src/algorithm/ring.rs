@@ -11,7 +11,8 @@
 //! Steps and bytes: all_reduce takes 2(p-1) rounds, each moving D/p per rank; 2D(p-1) bytes
 //! in total and 2D(p-1)/p per rank, the bandwidth optimum. Cost:
 //! `2 (p-1) alpha + 2 (p-1)/p D beta + (p-1)/p D gamma`. It wins for large vectors; the
-//! latency term grows linearly with p. Segments pipeline within each step.
+//! latency term grows linearly with p. The engine pipelines segments within a step and
+//! from one step into the next, as NCCL pipelines slices.
 //!
 //! The other collectives, all with neighbour-only traffic:
 //! - reduce_scatter / all_gather: one half of all_reduce each (p-1 rounds of D/p, where D

@@ -5,8 +5,9 @@
 //!
 //! Steps: going up, a rank sends in the step equal to its height (leaves at 0), so a phase
 //! takes `height(root)` rounds; going down, a rank sends in the step equal to its depth.
-//! Each rank does all of its work for a phase in a single step, so segments stream through
-//! the tree: an interior rank forwards segment k while segment k+1 is still on its way up.
+//! Steps only price the schedule: the engine streams segments through the tree (an
+//! interior rank forwards segment k while segment k+1 is still on its way up, and the root
+//! starts broadcasting the first reduced segment before the last one has arrived).
 //! Phases take absolute step offsets and report how many steps they use (the same on every
 //! rank), so phases compose without skewing the rounds of different ranks.
 

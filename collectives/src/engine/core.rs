@@ -41,6 +41,9 @@ pub enum ExecError {
     Transport(Position, TransportError),
     /// The buffers do not match the plan (an rcoll bug: lengths are checked before).
     Memory(Position, OutOfRange),
+    /// A planned primitive lacks the slice or message its kind needs (an rcoll bug: plans
+    /// are built from well-formed primitives).
+    InconsistentPlan(Position),
 }
 
 /// What one call of [`Execution::poll`] achieved.
@@ -57,14 +60,19 @@ struct ChannelState {
     done: Vec<usize>,
     /// Every primitive before this one has completed.
     first_open: usize,
-    /// Segments the transport refused for now (no credits); retried first.
-    pending: VecDeque<(Rank, Tag, Payload)>,
+    /// Segments the transport refused for now (no credits), with the primitive that sent
+    /// them; retried first. While any is pending the channel starts no new segment: the
+    /// transport guarantees that receivers always drain (see `rcoll_transport::Transport`),
+    /// so the refusal is temporary, and stopping keeps a channel from running ahead of
+    /// its slowest peer.
+    pending: VecDeque<(usize, Rank, Tag, Payload)>,
 }
 
 /// One rank's run of one plan.
 pub struct Execution<'p> {
     plan: &'p Plan,
     collective: u32,
+    schedule: u16,
     segment_elems: usize,
     op: ReduceOp,
     channels: Vec<ChannelState>,
@@ -72,8 +80,15 @@ pub struct Execution<'p> {
 
 impl<'p> Execution<'p> {
     /// Starts `plan` as collective number `collective`, cutting transfers into segments of
-    /// `segment_elems` elements and reducing with `op`.
-    pub fn new(plan: &'p Plan, collective: u32, segment_elems: usize, op: ReduceOp) -> Self {
+    /// `segment_elems` elements and reducing with `op`. `schedule` is the fingerprint every
+    /// message carries (see [`rcoll_transport::Tag`]).
+    pub fn new(
+        plan: &'p Plan,
+        collective: u32,
+        schedule: u16,
+        segment_elems: usize,
+        op: ReduceOp,
+    ) -> Self {
         let channels = plan
             .channels
             .iter()
@@ -86,6 +101,7 @@ impl<'p> Execution<'p> {
         Execution {
             plan,
             collective,
+            schedule,
             segment_elems: segment_elems.max(1),
             op,
             channels,
@@ -118,10 +134,8 @@ impl<'p> Execution<'p> {
     pub fn blocked_on(&self) -> Option<(Rank, Position)> {
         for (c, state) in self.channels.iter().enumerate() {
             let ops = &self.plan.channels[c].ops;
-            if let (Some((peer, _, _)), Some(p)) =
-                (state.pending.front(), ops.get(state.first_open))
-            {
-                return Some((*peer, position(c, p)));
+            if let Some((j, peer, _, _)) = state.pending.front() {
+                return ops.get(*j).map(|p| (*peer, position(c, p)));
             }
             for (j, p) in ops.iter().enumerate().skip(state.first_open) {
                 let unfinished = state.done[j] < self.segments(p.prim.len());
@@ -152,8 +166,9 @@ impl<'p> Execution<'p> {
                 }
             }
             while let Some(p) = ops.get(self.channels[c].first_open) {
+                let complete = self.segments(p.prim.len());
                 let state = &mut self.channels[c];
-                if state.done[state.first_open] < p.prim.len().div_ceil(self.segment_elems).max(1) {
+                if state.done[state.first_open] < complete {
                     break;
                 }
                 state.first_open += 1;
@@ -169,24 +184,24 @@ impl<'p> Execution<'p> {
         io: &mut dyn Transport,
     ) -> Result<bool, ExecError> {
         let mut moved = false;
-        while let Some((peer, tag, payload)) = self.channels[c].pending.pop_front() {
-            let open = self.channels[c].first_open.min(ops.len().saturating_sub(1));
+        while let Some((j, peer, tag, payload)) = self.channels[c].pending.pop_front() {
             let at = || {
-                ops.get(open)
-                    .map(|p| position(c, p))
-                    .unwrap_or_else(|| Position {
-                        channel: c,
-                        step: 0,
-                        primitive: String::new(),
-                    })
+                ExecError::InconsistentPlan(Position {
+                    channel: c,
+                    step: 0,
+                    primitive: String::new(),
+                })
+            };
+            let Some(p) = ops.get(j) else {
+                return Err(at());
             };
             match io
                 .try_send(peer, tag, payload)
-                .map_err(|e| ExecError::Transport(at(), e))?
+                .map_err(|e| ExecError::Transport(position(c, p), e))?
             {
                 None => moved = true,
                 Some(back) => {
-                    self.channels[c].pending.push_front((peer, tag, back));
+                    self.channels[c].pending.push_front((j, peer, tag, back));
                     break;
                 }
             }
@@ -225,12 +240,15 @@ impl<'p> Execution<'p> {
         let lo = k * self.segment_elems;
         let seg_len = len.saturating_sub(lo).min(self.segment_elems);
         let bytes = seg_len * std::mem::size_of::<T>();
-        let collective = self.collective;
+        let (collective, schedule) = (self.collective, self.schedule);
+        // Plan::new bounds channels by u16 and the communicator bounds segments per
+        // transfer by u32, so these conversions are exact.
         let tag = move |transfer: u32| Tag {
             collective,
             channel: c as u16,
             transfer,
             segment: k as u32,
+            schedule,
         };
         let received = match (p.prim.recv_from(), p.recv_transfer) {
             (Some(from), Some(t)) => {
@@ -308,25 +326,18 @@ impl<'p> Execution<'p> {
             (Primitive::Reduce { .. }, None, Some(src), Some(dst)) => {
                 match mem.read_write(src, dst).map_err(mem_err)? {
                     SrcDst::Disjoint(s, d) => T::reduce_assign(op, d, s),
-                    SrcDst::Same(d) => {
-                        let copy = d.to_vec();
-                        T::reduce_assign(op, d, &copy);
-                    }
+                    // Nothing to do for an empty slice (a barrier's token).
+                    SrcDst::Same(d) if d.is_empty() => {}
+                    // x op x: Plan::new rejects it (it would count a contribution twice).
+                    SrcDst::Same(_) => return Err(ExecError::InconsistentPlan(at())),
                 }
             }
-            _ => {
-                // Every primitive has exactly the slices and message its variant names,
-                // by construction of `Plan`; reaching here means the plan is inconsistent.
-                let loc = src.or(dst).unwrap_or(crate::schedule::plan::Location {
-                    store: crate::schedule::plan::Store::Scratch,
-                    offset: 0,
-                    len: 0,
-                });
-                return Err(ExecError::Memory(at(), OutOfRange(loc)));
-            }
+            // Every primitive has exactly the slices and message its kind names, by
+            // construction of `Plan`.
+            _ => return Err(ExecError::InconsistentPlan(at())),
         }
         if let Some(payload) = outgoing {
-            self.send_all(c, p, payload, &tag, io)
+            self.send_all(c, j, p, payload, &tag, io)
                 .map_err(|e| ExecError::Transport(at(), e))?;
         }
         self.channels[c].done[j] += 1;
@@ -337,6 +348,7 @@ impl<'p> Execution<'p> {
     fn send_all(
         &mut self,
         c: usize,
+        j: usize,
         p: &PlannedPrimitive,
         payload: Payload,
         tag: &dyn Fn(u32) -> Tag,
@@ -360,7 +372,7 @@ impl<'p> Execution<'p> {
                 copy
             };
             if let Some(back) = io.try_send(peer, tag(t), msg)? {
-                self.channels[c].pending.push_back((peer, tag(t), back));
+                self.channels[c].pending.push_back((j, peer, tag(t), back));
             }
         }
         Ok(())

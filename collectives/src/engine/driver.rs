@@ -28,24 +28,30 @@ pub enum RunError {
         /// The peer and position it was waiting on, if known.
         blocked_on: Option<(rcoll_transport::Rank, Position)>,
     },
-    /// Waiting itself failed (the group was aborted or a peer closed).
-    Wait(Option<Position>, rcoll_transport::TransportError),
+    /// Waiting itself failed (the group was aborted or a peer closed); with what this rank
+    /// was waiting for, if known.
+    Wait(
+        Option<(rcoll_transport::Rank, Position)>,
+        rcoll_transport::TransportError,
+    ),
 }
 
 /// Runs `plan` to completion.
 ///
 /// `timeout` bounds the time without progress, not the whole call: a large collective
 /// that keeps moving never times out, a stuck one fails after `timeout`.
+#[allow(clippy::too_many_arguments)] // the call's full description; one caller
 pub fn run<T: Element>(
     plan: &Plan,
     collective: u32,
+    schedule: u16,
     segment_elems: usize,
     op: ReduceOp,
     mem: &mut Memory<'_, T>,
     io: &mut dyn Transport,
     timeout: Duration,
 ) -> Result<(), RunError> {
-    let mut exec = Execution::new(plan, collective, segment_elems, op);
+    let mut exec = Execution::new(plan, collective, schedule, segment_elems, op);
     let mut last_move = Instant::now();
     let mut idle_polls = 0u32;
     loop {
@@ -57,7 +63,7 @@ pub fn run<T: Element>(
             idle_polls = 0;
             continue;
         }
-        idle_polls += 1;
+        idle_polls = idle_polls.saturating_add(1);
         if idle_polls == 1 {
             last_move = Instant::now();
         }
@@ -65,14 +71,18 @@ pub fn run<T: Element>(
             std::thread::yield_now();
             continue;
         }
-        let deadline = last_move + timeout;
-        if Instant::now() >= deadline {
+        // A timeout too large to add to the clock means "no deadline".
+        let deadline = last_move.checked_add(timeout);
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            let waited = now.duration_since(last_move);
             return Err(RunError::Stalled {
-                waited: timeout,
+                waited,
                 blocked_on: exec.blocked_on(),
             });
         }
-        io.wait(deadline)
-            .map_err(|e| RunError::Wait(exec.blocked_on().map(|(_, p)| p), e))?;
+        let wake = deadline.unwrap_or(now + Duration::from_secs(3600));
+        io.wait(wake)
+            .map_err(|e| RunError::Wait(exec.blocked_on(), e))?;
     }
 }

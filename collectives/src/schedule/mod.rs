@@ -1,7 +1,8 @@
 //! Schedules: what one rank does in a collective, as data.
 //!
-//! A [`Schedule`] is a list of *steps* (global communication rounds, numbered the same on
-//! every rank); each step holds this rank's [`Primitive`]s. A primitive names the peer(s) and
+//! A [`Schedule`] is a list of *steps* (communication rounds, numbered the same on every
+//! rank, which give the schedule its meaning and its cost); each step holds this rank's
+//! [`Primitive`]s. A primitive names the peer(s) and
 //! the local [`Slice`]s (of the input, output or scratch buffer) it reads and writes, in the
 //! vocabulary of NCCL's device primitives and MSCCL's instructions:
 //!

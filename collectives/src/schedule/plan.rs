@@ -1,7 +1,8 @@
 //! Facts both the engine and the verifier derive from a schedule, computed in one place so
-//! that the verifier checks exactly what the engine runs: which message each primitive
-//! sends and receives, where each slice lives once in-place aliasing is resolved, and which
-//! primitives of a step must wait for which.
+//! that the verifier checks the plan the engine runs: which message each primitive sends
+//! and receives, where each slice lives once in-place aliasing is resolved, and which
+//! earlier primitives of its channel each one must wait for. (The verifier applies the
+//! dependencies to whole primitives; the engine to segments, per [`Dependency::needs`].)
 
 use rcoll_transport::Rank;
 
@@ -107,6 +108,7 @@ impl Dependency {
     /// it needs every segment of the earlier primitive that covers an element it touches.
     /// An empty location (a zero-element primitive, as in a barrier) needs all of them.
     pub fn needs(&self, k: usize, seg: usize, earlier_segments: usize) -> usize {
+        let seg = seg.max(1);
         let mut need = 0;
         for (before, after) in &self.pairs {
             if before.len == 0 || after.len == 0 {
@@ -181,6 +183,18 @@ pub struct PlanError {
 impl Plan {
     /// Resolves `schedule` for the buffers in `buffers`.
     pub fn new(schedule: &Schedule, buffers: &BufferLayout) -> Result<Plan, PlanError> {
+        if schedule.channels.len() > usize::from(u16::MAX) {
+            let reason = format!(
+                "{} channels; tags carry at most 65535",
+                schedule.channels.len()
+            );
+            return Err(PlanError {
+                channel: 0,
+                step: 0,
+                prim: String::new(),
+                reason,
+            });
+        }
         let channels = schedule
             .channels
             .iter()
@@ -265,6 +279,9 @@ fn plan_channel(
                 if a.overlaps(&b) && a != b {
                     return Err(fail(format!("src {a:?} partially overlaps dst {b:?}")));
                 }
+                if a == b && a.len > 0 && matches!(prim, Primitive::Reduce { .. }) {
+                    return Err(fail("reduces a slice with itself (counts it twice)".into()));
+                }
             }
             let peer_index = |r: Rank| {
                 if r.index() < n && r != schedule.rank {
@@ -344,7 +361,8 @@ mod tests {
         };
         assert_eq!(d.needs(0, 10, 10), 5); // elements 40..50: segments 0..=4
         assert_eq!(d.needs(1, 10, 10), 6); // elements 50..60: segments 0..=5
-                                           // Same placement: lockstep.
+
+        // Same placement: lockstep.
         let d = Dependency {
             op: 0,
             pairs: vec![(at(0, 100), at(0, 100))],
@@ -356,7 +374,8 @@ mod tests {
             pairs: vec![(at(5, 100), at(0, 100))],
         };
         assert_eq!(d.needs(1, 10, 10), 2); // elements 10..20 = earlier's 5..15
-                                           // Disjoint in this segment: nothing needed yet.
+
+        // Disjoint in this segment: nothing needed yet.
         let d = Dependency {
             op: 0,
             pairs: vec![(at(50, 10), at(0, 100))],

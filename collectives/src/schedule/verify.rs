@@ -246,6 +246,15 @@ fn advance_channel(
                 _ => None,
             };
             if let Some(m) = &received {
+                if m.data.len() != p.prim.len() {
+                    return Err(format!(
+                        "channel {c} step {}: {}: message has {} elements, expected {}",
+                        p.step,
+                        p.prim,
+                        m.data.len(),
+                        p.prim.len()
+                    ));
+                }
                 knows |= m.knows;
             }
             run(state, &p, received.map(|m| m.data), messages, (r, c), knows)
