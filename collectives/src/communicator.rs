@@ -625,7 +625,6 @@ impl Communicator {
                 T::average(reduced, self.nranks);
             }
         }
-        drop(mem);
         self.scratch = scratch_words;
         result
     }

@@ -327,7 +327,7 @@ impl<'p> Execution<'p> {
                 match mem.read_write(src, dst).map_err(mem_err)? {
                     SrcDst::Disjoint(s, d) => T::reduce_assign(op, d, s),
                     // Nothing to do for an empty slice (a barrier's token).
-                    SrcDst::Same(d) if d.is_empty() => {}
+                    SrcDst::Same([]) => {}
                     // x op x: Plan::new rejects it (it would count a contribution twice).
                     SrcDst::Same(_) => return Err(ExecError::InconsistentPlan(at())),
                 }
