@@ -141,6 +141,13 @@ pub enum Error {
         /// The first error, displayed.
         first: String,
     },
+    /// The group could not be set up (rendezvous, peer connections).
+    #[error("{source}")]
+    Bootstrap {
+        /// What the transport said.
+        #[source]
+        source: TransportError,
+    },
     /// Bad configuration (environment variable or builder value).
     #[error("invalid configuration: {0}")]
     Config(String),

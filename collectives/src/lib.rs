@@ -63,7 +63,7 @@
 //!    [`schedule::cost`] prices schedules under the alpha-beta-gamma model and [`select`]
 //!    picks the cheapest; [`engine`] executes any schedule on any transport.
 //! 3. **Underlay**: [`rcoll_transport`] — the [`rcoll_transport::Transport`] trait and its
-//!    backends (in-process today; TCP and verbs next).
+//!    backends: in-process ([`local`]) and TCP between processes ([`process`]); verbs next.
 //!
 //! ## Choosing an algorithm
 //!
@@ -99,6 +99,7 @@ pub mod engine;
 pub mod error;
 pub mod local;
 pub mod op;
+pub mod process;
 pub mod schedule;
 pub mod select;
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use rcoll::{Algorithm, Communicator, Element, ReduceOp};
+use rcoll::{Algorithm, Collective, Communicator, Element, ReduceOp};
 
 /// Runs `body` on each rank of a fresh `n`-rank group (one thread per rank) and returns
 /// the per-rank results in rank order.
@@ -76,4 +76,160 @@ pub fn reduced<T: Element>(op: ReduceOp, n: usize, i: usize) -> T {
 /// A value no collective produces from the data above, to fill outputs with.
 pub fn sentinel<T: Element>() -> T {
     T::from_f64(99.0)
+}
+
+/// One call on this rank, checked against the definition. Returns a description of the
+/// first wrong element or the error.
+pub fn run_one<T: Element>(
+    comm: &mut Communicator,
+    algorithm: Algorithm,
+    collective: Collective,
+    op: ReduceOp,
+    count: usize,
+    root: usize,
+    in_place: bool,
+) -> Result<(), String> {
+    let (n, r) = (comm.size(), comm.rank());
+    let v = |rank: usize, i: usize| value::<T>(op, rank, i);
+    let mine = |len: usize| (0..len).map(|i| v(r, i)).collect::<Vec<T>>();
+    let s = sentinel::<T>();
+    let mut c = comm.with_algorithm(algorithm);
+    // (buffer after the call, expected contents)
+    let (got, want): (Vec<T>, Vec<T>) = match collective {
+        Collective::AllReduce => {
+            let want = (0..count).map(|i| reduced::<T>(op, n, i)).collect();
+            if in_place {
+                let mut b = mine(count);
+                c.all_reduce_in_place(&mut b, op).map(|_| (b, want))
+            } else {
+                let mut out = vec![s; count];
+                c.all_reduce(&mine(count), &mut out, op)
+                    .map(|_| (out, want))
+            }
+        }
+        Collective::Reduce => {
+            let want: Vec<T> = if r == root {
+                (0..count).map(|i| reduced::<T>(op, n, i)).collect()
+            } else {
+                mine(count)
+            };
+            if in_place {
+                let mut b = mine(count);
+                c.reduce_in_place(&mut b, op, root).map(|_| (b, want))
+            } else {
+                let mut out = vec![s; if r == root { count } else { 0 }];
+                let want = if r == root { want } else { vec![] };
+                c.reduce(&mine(count), &mut out, op, root)
+                    .map(|_| (out, want))
+            }
+        }
+        Collective::Broadcast => {
+            let want: Vec<T> = (0..count).map(|i| v(root, i)).collect();
+            let mut b = if r == root && in_place {
+                mine(count)
+            } else {
+                vec![s; count]
+            };
+            if in_place {
+                c.broadcast_in_place(&mut b, root).map(|_| (b, want))
+            } else {
+                let send = if r == root { mine(count) } else { vec![] };
+                c.broadcast(&send, &mut b, root).map(|_| (b, want))
+            }
+        }
+        Collective::AllGather => {
+            let want: Vec<T> = (0..n * count)
+                .map(|j| v(j / count.max(1), j % count.max(1)))
+                .collect();
+            if in_place {
+                let mut b = vec![s; n * count];
+                b[r * count..(r + 1) * count].copy_from_slice(&mine(count));
+                c.all_gather_in_place(&mut b).map(|_| (b, want))
+            } else {
+                let mut out = vec![s; n * count];
+                c.all_gather(&mine(count), &mut out).map(|_| (out, want))
+            }
+        }
+        Collective::ReduceScatter => {
+            let block: Vec<T> = (0..count)
+                .map(|i| reduced::<T>(op, n, r * count + i))
+                .collect();
+            if in_place {
+                let mut b = mine(n * count);
+                let mut want = b.clone();
+                want[r * count..(r + 1) * count].copy_from_slice(&block);
+                c.reduce_scatter_in_place(&mut b, op).map(|_| (b, want))
+            } else {
+                let mut out = vec![s; count];
+                c.reduce_scatter(&mine(n * count), &mut out, op)
+                    .map(|_| (out, block))
+            }
+        }
+        Collective::Gather => {
+            let all: Vec<T> = (0..n * count)
+                .map(|j| v(j / count.max(1), j % count.max(1)))
+                .collect();
+            if in_place {
+                let mut b = if r == root {
+                    vec![s; n * count]
+                } else {
+                    mine(count)
+                };
+                if r == root {
+                    b[r * count..(r + 1) * count].copy_from_slice(&mine(count));
+                }
+                let want = if r == root { all } else { mine(count) };
+                c.gather_in_place(&mut b, root).map(|_| (b, want))
+            } else {
+                let mut out = vec![s; if r == root { n * count } else { 0 }];
+                let want = if r == root { all } else { vec![] };
+                c.gather(&mine(count), &mut out, root).map(|_| (out, want))
+            }
+        }
+        Collective::Scatter => {
+            let want: Vec<T> = (0..count).map(|i| v(root, r * count + i)).collect();
+            if in_place {
+                let mut b = if r == root {
+                    mine(n * count)
+                } else {
+                    vec![s; count]
+                };
+                let want = if r == root {
+                    let mut w = mine(n * count);
+                    w[r * count..(r + 1) * count].copy_from_slice(&want);
+                    w
+                } else {
+                    want
+                };
+                c.scatter_in_place(&mut b, root).map(|_| (b, want))
+            } else {
+                let send = if r == root { mine(n * count) } else { vec![] };
+                let mut out = vec![s; count];
+                c.scatter(&send, &mut out, root).map(|_| (out, want))
+            }
+        }
+        Collective::AllToAll => {
+            let want: Vec<T> = (0..n * count)
+                .map(|j| v(j / count.max(1), r * count + j % count.max(1)))
+                .collect();
+            if in_place {
+                let mut b = mine(n * count);
+                c.all_to_all_in_place(&mut b).map(|_| (b, want))
+            } else {
+                let mut out = vec![s; n * count];
+                c.all_to_all(&mine(n * count), &mut out)
+                    .map(|_| (out, want))
+            }
+        }
+        Collective::Barrier => c.barrier().map(|_| (vec![], vec![])),
+        _ => return Ok(()),
+    }
+    .map_err(|e| e.to_string())?;
+    if got.len() != want.len() {
+        return Err(format!("buffer length {} != {}", got.len(), want.len()));
+    }
+    match got.iter().zip(&want).position(|(g, w)| g != w) {
+        None => Ok(()),
+        Some(i) => Err(format!("element {i}: got {:?}, want {:?}", got[i], want[i])),
+    }
 }

@@ -82,6 +82,14 @@ pub enum TransportError {
         /// The repeated tag.
         tag: Tag,
     },
+    /// Setting up the group failed: the rendezvous or a peer connection.
+    #[error("{rank}: bootstrap failed: {reason}")]
+    Bootstrap {
+        /// The rank that failed.
+        rank: Rank,
+        /// What went wrong.
+        reason: String,
+    },
     /// A peer index outside the communicator.
     #[error("{rank}: {peer} is not a member of this {nranks}-rank group")]
     InvalidPeer {

@@ -4,7 +4,7 @@
 //! | backend | module | status |
 //! |---|---|---|
 //! | in-process (ranks are threads) | [`local`] | available |
-//! | TCP on mio | `tcp` | planned |
+//! | TCP on mio | [`tcp`] | available (bootstrap by rendezvous at rank 0) |
 //! | RDMA verbs (RC, WRITE with immediate) | `verbs` | planned |
 //!
 //! # Quick start
@@ -44,7 +44,9 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod launcher;
 pub mod local;
+pub mod tcp;
 pub mod transport;
 pub mod types;
 

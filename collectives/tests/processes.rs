@@ -1,0 +1,243 @@
+//! Real processes over TCP on loopback: every collective x the main algorithms on 2, 3, 4,
+//! 5 and 8 ranks; a rank killed with SIGKILL mid-collective; ranks that disagree.
+//!
+//! The test binary is its own rank program: each test spawns copies of itself that run
+//! only `rank_main` (with `RCOLL_TEST_SCENARIO` set) and joins the group through the same
+//! environment variables a launcher would set.
+
+mod common;
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rcoll::{Algorithm, Collective, Communicator, ReduceOp};
+
+use common::run_one;
+
+const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
+
+/// Entry point of the spawned rank processes; does nothing in a normal test run.
+#[test]
+fn rank_main() {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return;
+    };
+    let mut comm = rcoll::process::init().expect("join the group");
+    match scenario.as_str() {
+        "sweep" => sweep(&mut comm),
+        "killed" => killed(&mut comm),
+        "mismatch" => mismatch(&mut comm),
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+const MAIN_ALGORITHMS: [Algorithm; 5] = [
+    Algorithm::Ring,
+    Algorithm::DoubleBinaryTree,
+    Algorithm::HalvingDoubling,
+    Algorithm::Tree,
+    Algorithm::Mesh,
+];
+
+fn sweep(comm: &mut Communicator) {
+    let n = comm.size();
+    let mut failures = Vec::new();
+    for algorithm in MAIN_ALGORITHMS {
+        for collective in Collective::SCHEDULED
+            .into_iter()
+            .filter(|c| algorithm.serves(*c))
+        {
+            let roots = if collective.is_rooted() {
+                vec![0, n - 1]
+            } else {
+                vec![0]
+            };
+            for count in [0, 1, 7, 10_007] {
+                for &root in &roots {
+                    for in_place in [false, true] {
+                        let runs = [
+                            run_one::<f32>(
+                                comm,
+                                algorithm,
+                                collective,
+                                ReduceOp::Sum,
+                                count,
+                                root,
+                                in_place,
+                            ),
+                            run_one::<i64>(
+                                comm,
+                                algorithm,
+                                collective,
+                                ReduceOp::Max,
+                                count,
+                                root,
+                                in_place,
+                            ),
+                        ];
+                        for e in runs.into_iter().filter_map(Result::err) {
+                            failures.push(format!("{algorithm} {collective} count={count} root={root} in_place={in_place}: {e}"));
+                        }
+                        assert!(
+                            failures.is_empty(),
+                            "rank {}: {}",
+                            comm.rank(),
+                            failures.join("\n")
+                        );
+                    }
+                }
+            }
+        }
+    }
+    // Point-to-point around the ring.
+    let (r, n) = (comm.rank(), comm.size());
+    let send: Vec<u32> = (0..5000).map(|i| (r * 10_000 + i) as u32).collect();
+    let mut recv = vec![0u32; 5000];
+    comm.send_recv(&send, (r + 1) % n, &mut recv, (r + n - 1) % n)
+        .expect("send_recv");
+    assert_eq!(recv[4999], (((r + n - 1) % n) * 10_000 + 4999) as u32);
+}
+
+/// Loops over a large all_reduce until the group fails (one rank is killed); prints the
+/// error for the parent to check and exits successfully if it names the dead rank.
+fn killed(comm: &mut Communicator) {
+    let dead: usize = std::env::var("RCOLL_TEST_DEAD")
+        .expect("dead rank")
+        .parse()
+        .expect("number");
+    let mut v = vec![1.0f32; 4 << 20];
+    for _ in 0..10_000 {
+        if let Err(e) = comm
+            .with_algorithm(Algorithm::Ring)
+            .all_reduce_in_place(&mut v, ReduceOp::Sum)
+        {
+            println!("RANK-ERROR {e}");
+            assert!(
+                e.to_string().contains(&format!("rank {dead}")),
+                "the error must name rank {dead}: {e}"
+            );
+            return;
+        }
+    }
+    panic!("the collective kept succeeding without rank {dead}");
+}
+
+/// Rank 1 passes a different count: every rank must get an error.
+fn mismatch(comm: &mut Communicator) {
+    let mut v = vec![1i32; if comm.rank() == 1 { 1000 } else { 1001 }];
+    let r = comm.all_reduce_in_place(&mut v, ReduceOp::Sum);
+    println!("RANK-RESULT {r:?}");
+    assert!(r.is_err(), "a count mismatch must fail on every rank");
+}
+
+fn free_root() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").to_string()
+}
+
+fn spawn(scenario: &str, n: usize, extra: &[(&str, String)]) -> Vec<Child> {
+    let root = free_root();
+    (0..n)
+        .map(|r| {
+            let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
+            cmd.args([
+                "rank_main",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+                "--quiet",
+            ])
+            .env(SCENARIO, scenario)
+            .env("RCOLL_RANK", r.to_string())
+            .env("RCOLL_WORLD_SIZE", n.to_string())
+            .env("RCOLL_ROOT_ADDR", &root)
+            .env("RCOLL_TRANSPORT", "tcp")
+            .env("RCOLL_TIMEOUT", "20")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+            for (k, v) in extra {
+                cmd.env(k, v);
+            }
+            cmd.spawn().expect("spawn rank")
+        })
+        .collect()
+}
+
+/// Waits for every child (killing all at `limit`); returns (success, output) per rank.
+fn finish(children: Vec<Child>, limit: Duration) -> Vec<(bool, String)> {
+    let deadline = Instant::now() + limit;
+    let mut children: Vec<Option<Child>> = children.into_iter().map(Some).collect();
+    let mut results: Vec<Option<(bool, String)>> = children.iter().map(|_| None).collect();
+    while results.iter().any(Option::is_none) {
+        for (i, slot) in children.iter_mut().enumerate() {
+            let Some(child) = slot else { continue };
+            if let Ok(Some(_)) = child.try_wait() {
+                let out = slot
+                    .take()
+                    .expect("child")
+                    .wait_with_output()
+                    .expect("output");
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                results[i] = Some((out.status.success(), text));
+            }
+        }
+        if Instant::now() > deadline {
+            for (i, slot) in children.iter_mut().enumerate() {
+                if let Some(mut c) = slot.take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    results[i] = Some((false, "HUNG: killed by the test".into()));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    results.into_iter().flatten().collect()
+}
+
+#[test]
+fn every_collective_across_processes() {
+    for n in [2, 3, 4, 5, 8] {
+        let results = finish(spawn("sweep", n, &[]), Duration::from_secs(300));
+        for (r, (ok, out)) in results.iter().enumerate() {
+            assert!(ok, "{n} ranks, rank {r} failed:\n{out}");
+        }
+    }
+}
+
+#[test]
+fn a_killed_rank_fails_the_others_naming_it_20_times_out_of_20() {
+    for trial in 0..20 {
+        let dead = 2;
+        let mut children = spawn("killed", 4, &[("RCOLL_TEST_DEAD", dead.to_string())]);
+        // Let the ranks connect and get going, then kill -9 one of them.
+        std::thread::sleep(Duration::from_millis(300 + 37 * trial as u64 % 200));
+        children[dead].kill().expect("kill");
+        let results = finish(children, Duration::from_secs(60));
+        let all: Vec<String> = results
+            .iter()
+            .enumerate()
+            .map(|(r, (_, out))| format!("--- rank {r}:\n{out}"))
+            .collect();
+        for (r, (ok, _)) in results.iter().enumerate().filter(|(r, _)| *r != dead) {
+            assert!(
+                ok,
+                "trial {trial}: rank {r} did not report rank {dead}'s death\n{}",
+                all.join("\n")
+            );
+        }
+    }
+}
+
+#[test]
+fn ranks_that_disagree_on_the_count_all_fail() {
+    let results = finish(spawn("mismatch", 3, &[]), Duration::from_secs(60));
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{out}");
+    }
+}

@@ -1,0 +1,197 @@
+//! Rank, size and rendezvous address from the environment of common launchers, so that a
+//! process started by mpirun, srun or torchrun knows its place without arguments.
+//!
+//! | launcher | rank | size | root address |
+//! |---|---|---|---|
+//! | rcoll | `RCOLL_RANK` | `RCOLL_WORLD_SIZE` | `RCOLL_ROOT_ADDR` (host:port) |
+//! | torchrun | `RANK` | `WORLD_SIZE` | `MASTER_ADDR`:`MASTER_PORT` |
+//! | Open MPI | `OMPI_COMM_WORLD_RANK` | `OMPI_COMM_WORLD_SIZE` | `RCOLL_ROOT_ADDR` |
+//! | PMI (MPICH, Hydra) | `PMI_RANK` | `PMI_SIZE` | `RCOLL_ROOT_ADDR` |
+//! | Slurm | `SLURM_PROCID` | `SLURM_NTASKS` | `RCOLL_ROOT_ADDR` |
+//!
+//! The first launcher whose rank and size are both set wins, in the order above. MPI and
+//! Slurm do not publish a rendezvous address, so `RCOLL_ROOT_ADDR` names rank 0's; it
+//! defaults to `127.0.0.1:29500` (all ranks on one host). `RCOLL_UNIQUE_ID` (32 hex
+//! digits) sets the job id, by default derived from the root address and size.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+
+/// Where this process stands in its job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placement {
+    /// This process's rank.
+    pub rank: usize,
+    /// Number of ranks.
+    pub size: usize,
+    /// Rank 0's rendezvous address.
+    pub root: SocketAddr,
+    /// The job id, if the environment sets one.
+    pub unique_id: Option<u128>,
+    /// Which convention supplied rank and size.
+    pub launcher: &'static str,
+}
+
+/// The rendezvous address used when none is given: all ranks on this host.
+pub const DEFAULT_ROOT: &str = "127.0.0.1:29500";
+
+/// Reads the placement from variables looked up by `var` (the process environment in
+/// [`Placement::from_env`]). `Ok(None)` when no launcher's variables are set.
+pub fn placement(var: impl Fn(&str) -> Option<String>) -> Result<Option<Placement>, String> {
+    const LAUNCHERS: [(&str, &str, &str); 5] = [
+        ("rcoll", "RCOLL_RANK", "RCOLL_WORLD_SIZE"),
+        ("torchrun", "RANK", "WORLD_SIZE"),
+        ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        ("PMI", "PMI_RANK", "PMI_SIZE"),
+        ("Slurm", "SLURM_PROCID", "SLURM_NTASKS"),
+    ];
+    let number = |name: &str| -> Result<Option<usize>, String> {
+        var(name)
+            .map(|v| {
+                v.trim()
+                    .parse::<usize>()
+                    .map_err(|_| format!("{name}={v:?} is not a number"))
+            })
+            .transpose()
+    };
+    for (launcher, rank_var, size_var) in LAUNCHERS {
+        let (Some(rank), Some(size)) = (number(rank_var)?, number(size_var)?) else {
+            continue;
+        };
+        if size == 0 || rank >= size {
+            return Err(format!(
+                "{rank_var}={rank} is not a rank of {size_var}={size}"
+            ));
+        }
+        let root_text = match (
+            var("RCOLL_ROOT_ADDR"),
+            launcher,
+            var("MASTER_ADDR"),
+            var("MASTER_PORT"),
+        ) {
+            (Some(r), _, _, _) => r,
+            (None, "torchrun", Some(host), Some(port)) => format!("{host}:{port}"),
+            _ => DEFAULT_ROOT.to_owned(),
+        };
+        let root = resolve(&root_text)?;
+        let unique_id = var("RCOLL_UNIQUE_ID")
+            .map(|v| {
+                u128::from_str_radix(v.trim().trim_start_matches("0x"), 16).map_err(|_| {
+                    format!("RCOLL_UNIQUE_ID={v:?} is not a hexadecimal 128-bit number")
+                })
+            })
+            .transpose()?;
+        return Ok(Some(Placement {
+            rank,
+            size,
+            root,
+            unique_id,
+            launcher,
+        }));
+    }
+    Ok(None)
+}
+
+impl Placement {
+    /// [`placement`] from the process environment.
+    pub fn from_env() -> Result<Option<Placement>, String> {
+        placement(|name| std::env::var(name).ok())
+    }
+}
+
+/// Resolves `host:port` (names, IPv4, or `[IPv6]:port`).
+pub fn resolve(text: &str) -> Result<SocketAddr, String> {
+    text.to_socket_addrs()
+        .map_err(|e| format!("cannot resolve rendezvous address {text:?}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("rendezvous address {text:?} resolves to nothing"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let owned: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| {
+            owned
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
+    /// Environment variables, and the launcher, rank and size they should give.
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a str, usize, usize);
+
+    #[test]
+    fn each_launchers_convention_is_understood() {
+        let cases: [Case; 5] = [
+            (
+                &[("RCOLL_RANK", "1"), ("RCOLL_WORLD_SIZE", "4")],
+                "rcoll",
+                1,
+                4,
+            ),
+            (
+                &[
+                    ("RANK", "2"),
+                    ("WORLD_SIZE", "3"),
+                    ("MASTER_ADDR", "127.0.0.1"),
+                    ("MASTER_PORT", "4242"),
+                ],
+                "torchrun",
+                2,
+                3,
+            ),
+            (
+                &[("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "2")],
+                "Open MPI",
+                0,
+                2,
+            ),
+            (&[("PMI_RANK", "5"), ("PMI_SIZE", "6")], "PMI", 5, 6),
+            (
+                &[("SLURM_PROCID", "3"), ("SLURM_NTASKS", "8")],
+                "Slurm",
+                3,
+                8,
+            ),
+        ];
+        for (vars, launcher, rank, size) in cases {
+            let p = placement(env(vars)).unwrap().unwrap();
+            assert_eq!((p.launcher, p.rank, p.size), (launcher, rank, size));
+        }
+        let torch = placement(env(cases[1].0)).unwrap().unwrap();
+        assert_eq!(torch.root, "127.0.0.1:4242".parse().unwrap());
+    }
+
+    #[test]
+    fn root_and_unique_id_overrides() {
+        let p = placement(env(&[
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "2"),
+            ("RCOLL_ROOT_ADDR", "[::1]:7000"),
+            ("RCOLL_UNIQUE_ID", "0x00000000000000000000000000000abc"),
+        ]))
+        .unwrap()
+        .unwrap();
+        assert_eq!(p.root, "[::1]:7000".parse().unwrap());
+        assert_eq!(p.unique_id, Some(0xabc));
+    }
+
+    #[test]
+    fn nonsense_is_an_error_and_nothing_is_none() {
+        assert!(placement(env(&[])).unwrap().is_none());
+        assert!(placement(env(&[("RCOLL_RANK", "4"), ("RCOLL_WORLD_SIZE", "4")])).is_err());
+        assert!(placement(env(&[("SLURM_PROCID", "x"), ("SLURM_NTASKS", "2")])).is_err());
+        assert!(placement(env(&[
+            ("RANK", "0"),
+            ("WORLD_SIZE", "1"),
+            ("RCOLL_UNIQUE_ID", "zz")
+        ]))
+        .is_err());
+    }
+}

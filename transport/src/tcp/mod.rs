@@ -1,0 +1,671 @@
+//! The TCP backend: one connection per peer pair, driven by mio from the calling thread.
+//!
+//! There is no background thread: the engine's calls (`try_send`, `try_recv`, `wait`)
+//! move the bytes. Every such call flushes what it can of each peer's outgoing queue and
+//! reads every socket until it would block (mio's rule for edge-triggered readiness),
+//! decoding frames ([`frame`]) into the arrival map, so a sender's progress never depends
+//! on which message its receiver is waiting for. [`Transport::wait`] sleeps in
+//! `mio::Poll::poll` until a socket is ready or the deadline passes.
+//!
+//! Sends are vectored writes of the 32-byte header and the payload straight from the
+//! payload buffer; a peer's queue holds at most `window` messages (the credit window).
+//! Connections are set up by [`bootstrap`].
+
+pub mod bootstrap;
+pub mod frame;
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, IoSlice, Read, Write};
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+
+use crate::error::TransportError;
+use crate::transport::{Payload, Transport};
+use crate::types::{Rank, Tag, TagKey};
+use frame::{Decoder, Frame, Header, Kind, HEADER_LEN};
+
+/// Messages queued to one peer before `try_send` refuses (the credit window).
+pub const DEFAULT_WINDOW: usize = 64;
+
+/// Bytes read from a socket per `read` call.
+const READ_CHUNK: usize = 256 * 1024;
+
+/// Spare payload buffers kept for reuse.
+const POOL_BUFFERS: usize = 256;
+
+struct Outgoing {
+    header: [u8; HEADER_LEN],
+    payload: Payload,
+    written: usize,
+}
+
+struct Peer {
+    stream: TcpStream,
+    decoder: Decoder,
+    queue: VecDeque<Outgoing>,
+    /// Why the connection is gone (EOF, reset, protocol error), once it is.
+    gone: Option<String>,
+}
+
+/// One rank's endpoint of a TCP group. Built by [`bootstrap::connect`].
+pub struct TcpTransport {
+    rank: Rank,
+    nranks: usize,
+    poll: Poll,
+    events: Events,
+    peers: Vec<Option<Peer>>,
+    arrived: HashMap<(Rank, TagKey), (Tag, Payload)>,
+    pool: Vec<Vec<u8>>,
+    read_buf: Vec<u8>,
+    window: usize,
+    aborted: Option<(Rank, String)>,
+    broken: Option<TransportError>,
+}
+
+impl TcpTransport {
+    /// Wraps connected streams, `streams[r]` for every peer `r` (`None` for this rank).
+    pub(crate) fn new(
+        rank: Rank,
+        streams: Vec<Option<std::net::TcpStream>>,
+        window: usize,
+    ) -> io::Result<TcpTransport> {
+        let poll = Poll::new()?;
+        let mut peers = Vec::with_capacity(streams.len());
+        for (r, s) in streams.into_iter().enumerate() {
+            peers.push(match s {
+                None => None,
+                Some(s) => {
+                    s.set_nonblocking(true)?;
+                    s.set_nodelay(true)?;
+                    let mut stream = TcpStream::from_std(s);
+                    poll.registry().register(
+                        &mut stream,
+                        Token(r),
+                        Interest::READABLE | Interest::WRITABLE,
+                    )?;
+                    Some(Peer {
+                        stream,
+                        decoder: Decoder::default(),
+                        queue: VecDeque::new(),
+                        gone: None,
+                    })
+                }
+            });
+        }
+        Ok(TcpTransport {
+            rank,
+            nranks: peers.len(),
+            poll,
+            events: Events::with_capacity(peers.len().max(16)),
+            peers,
+            arrived: HashMap::new(),
+            pool: Vec::new(),
+            read_buf: vec![0; READ_CHUNK],
+            window: window.max(1),
+            aborted: None,
+            broken: None,
+        })
+    }
+
+    fn check_usable(&self) -> Result<(), TransportError> {
+        if let Some((by, reason)) = &self.aborted {
+            return Err(TransportError::Aborted {
+                rank: self.rank,
+                by: *by,
+                reason: reason.clone(),
+            });
+        }
+        match &self.broken {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn peer_index(&self, peer: Rank) -> Result<usize, TransportError> {
+        match self.peers.get(peer.index()) {
+            Some(Some(_)) => Ok(peer.index()),
+            _ => Err(TransportError::InvalidPeer {
+                rank: self.rank,
+                peer,
+                nranks: self.nranks,
+            }),
+        }
+    }
+
+    /// Flushes every queue and reads every socket as far as they go without blocking.
+    fn progress(&mut self) {
+        for r in 0..self.peers.len() {
+            self.flush(r);
+            self.read(r);
+        }
+    }
+
+    /// Writes as much of peer `r`'s queue as the socket takes.
+    fn flush(&mut self, r: usize) {
+        let Some(Some(peer)) = self.peers.get_mut(r) else {
+            return;
+        };
+        while let Some(front) = peer.queue.front_mut() {
+            if peer.gone.is_some() {
+                break;
+            }
+            let total = HEADER_LEN + front.payload.len();
+            let (h, p) = if front.written < HEADER_LEN {
+                (&front.header[front.written..], front.payload.as_bytes())
+            } else {
+                (
+                    &[][..],
+                    &front.payload.as_bytes()[front.written - HEADER_LEN..],
+                )
+            };
+            match peer
+                .stream
+                .write_vectored(&[IoSlice::new(h), IoSlice::new(p)])
+            {
+                Ok(0) => {
+                    peer.gone = Some("connection closed while writing".into());
+                }
+                Ok(n) => {
+                    front.written += n;
+                    if front.written == total {
+                        if let Some(done) = peer.queue.pop_front() {
+                            let storage = done.payload.into_storage();
+                            if self.pool.len() < POOL_BUFFERS {
+                                self.pool.push(storage);
+                            }
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => peer.gone = Some(format!("write failed: {e}")),
+            }
+        }
+    }
+
+    /// Reads peer `r`'s socket until it would block, decoding frames.
+    fn read(&mut self, r: usize) {
+        let Some(Some(peer)) = self.peers.get_mut(r) else {
+            return;
+        };
+        let from = Rank::from(r);
+        while peer.gone.is_none() {
+            let n = match peer.stream.read(&mut self.read_buf) {
+                Ok(0) => {
+                    peer.gone = Some("connection closed by peer".into());
+                    break;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    peer.gone = Some(format!("read failed: {e}"));
+                    break;
+                }
+            };
+            let mut rest = &self.read_buf[..n];
+            while !rest.is_empty() {
+                let pool = &mut self.pool;
+                let mut alloc = |len: usize| {
+                    let mut v = pool.pop().unwrap_or_default();
+                    v.reserve(len);
+                    v
+                };
+                match peer.decoder.feed(rest, &mut alloc) {
+                    Ok((used, frame)) => {
+                        rest = &rest[used..];
+                        if let Some(frame) = frame {
+                            deliver(
+                                self.rank,
+                                from,
+                                frame,
+                                &mut self.arrived,
+                                &mut self.aborted,
+                                &mut self.broken,
+                            );
+                        }
+                    }
+                    Err(e) => {
+                        peer.gone = Some(format!("protocol error: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn take(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        len: usize,
+    ) -> Result<Option<Payload>, TransportError> {
+        let Some((sent, payload)) = self.arrived.remove(&(peer, tag.key())) else {
+            return Ok(None);
+        };
+        if sent.schedule != tag.schedule {
+            return Err(TransportError::ScheduleMismatch {
+                rank: self.rank,
+                peer,
+                tag,
+                expected: tag.schedule,
+                got: sent.schedule,
+            });
+        }
+        if payload.len() != len {
+            return Err(TransportError::LengthMismatch {
+                rank: self.rank,
+                peer,
+                tag,
+                expected: len,
+                got: payload.len(),
+            });
+        }
+        Ok(Some(payload))
+    }
+
+    fn gone(&self, peer: usize) -> bool {
+        matches!(self.peers.get(peer), Some(Some(p)) if p.gone.is_some())
+    }
+}
+
+/// Files a received frame: data into the arrival map, an abort into `aborted`.
+fn deliver(
+    me: Rank,
+    from: Rank,
+    frame: Frame,
+    arrived: &mut HashMap<(Rank, TagKey), (Tag, Payload)>,
+    aborted: &mut Option<(Rank, String)>,
+    broken: &mut Option<TransportError>,
+) {
+    let Frame { header, payload } = frame;
+    match header.kind {
+        Kind::Data => {
+            let len = payload.len();
+            let payload = Payload::reuse(payload, len);
+            if arrived
+                .insert((from, header.tag.key()), (header.tag, payload))
+                .is_some()
+            {
+                broken.get_or_insert(TransportError::DuplicateTag {
+                    rank: me,
+                    peer: from,
+                    tag: header.tag,
+                });
+            }
+        }
+        Kind::Abort => {
+            let reason = String::from_utf8_lossy(&payload).into_owned();
+            aborted.get_or_insert((from, reason));
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    fn alloc(&mut self, len: usize) -> Payload {
+        Payload::reuse(self.pool.pop().unwrap_or_default(), len)
+    }
+
+    fn try_send(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        payload: Payload,
+    ) -> Result<Option<Payload>, TransportError> {
+        self.check_usable()?;
+        let r = self.peer_index(peer)?;
+        if self.gone(r) {
+            // A peer that failed usually told everyone why before it closed: read what has
+            // arrived, so that its abort (naming the root cause) wins over "closed".
+            self.progress();
+            self.check_usable()?;
+            return Err(TransportError::PeerClosed {
+                rank: self.rank,
+                peer,
+            });
+        }
+        let window = self.window;
+        let Some(Some(p)) = self.peers.get_mut(r) else {
+            return Err(TransportError::InvalidPeer {
+                rank: self.rank,
+                peer,
+                nranks: self.nranks,
+            });
+        };
+        if p.queue.len() >= window {
+            self.progress();
+            let Some(Some(p)) = self.peers.get_mut(r) else {
+                return Ok(Some(payload));
+            };
+            if p.queue.len() >= window {
+                return Ok(Some(payload));
+            }
+        }
+        let header = Header {
+            kind: Kind::Data,
+            tag,
+            len: payload.len() as u64,
+        }
+        .encode();
+        if let Some(Some(p)) = self.peers.get_mut(r) {
+            p.queue.push_back(Outgoing {
+                header,
+                payload,
+                written: 0,
+            });
+        }
+        self.flush(r);
+        Ok(None)
+    }
+
+    fn try_recv(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        len: usize,
+    ) -> Result<Option<Payload>, TransportError> {
+        self.check_usable()?;
+        let r = self.peer_index(peer)?;
+        if let Some(p) = self.take(peer, tag, len)? {
+            return Ok(Some(p));
+        }
+        self.progress();
+        self.check_usable()?;
+        match self.take(peer, tag, len)? {
+            Some(p) => Ok(Some(p)),
+            None if self.gone(r) => Err(TransportError::PeerClosed {
+                rank: self.rank,
+                peer,
+            }),
+            None => Ok(None),
+        }
+    }
+
+    fn recycle(&mut self, payload: Payload) {
+        if self.pool.len() < POOL_BUFFERS {
+            self.pool.push(payload.into_storage());
+        }
+    }
+
+    fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
+        self.check_usable()?;
+        self.progress();
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        match self.poll.poll(&mut self.events, Some(timeout)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let reason = format!("poll failed: {e}");
+                self.broken.get_or_insert(TransportError::Aborted {
+                    rank: self.rank,
+                    by: self.rank,
+                    reason,
+                });
+            }
+        }
+        self.progress();
+        self.check_usable()
+    }
+
+    fn abort(&mut self, reason: &str) {
+        if self.aborted.is_some() {
+            return;
+        }
+        let header = Header {
+            kind: Kind::Abort,
+            tag: Tag::default(),
+            len: reason.len() as u64,
+        }
+        .encode();
+        for r in 0..self.peers.len() {
+            if let Some(Some(p)) = self.peers.get_mut(r) {
+                let payload = Payload::reuse(reason.as_bytes().to_vec(), reason.len());
+                // Queued data is moot once the group is aborted: drop it (all but a message
+                // already half on the wire, which must be completed to keep the stream
+                // framed), so that every peer gets the reason at once, before this process
+                // can exit and close — a peer that saw the close first would blame us
+                // instead of the root cause.
+                let keep = usize::from(p.queue.front().is_some_and(|m| m.written > 0));
+                p.queue.truncate(keep);
+                p.queue.push_back(Outgoing {
+                    header,
+                    payload,
+                    written: 0,
+                });
+            }
+        }
+        // Best effort: give the abort frames a moment to leave, never block for long.
+        let until = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < until
+            && self
+                .peers
+                .iter()
+                .flatten()
+                .any(|p| p.gone.is_none() && !p.queue.is_empty())
+        {
+            self.progress();
+            let _ = self
+                .poll
+                .poll(&mut self.events, Some(Duration::from_millis(10)));
+        }
+        self.aborted = Some((self.rank, reason.to_owned()));
+    }
+}
+
+impl Drop for TcpTransport {
+    /// Closes gracefully: flush what is queued, send FIN, and read until the peers close
+    /// too (each step briefly bounded). Closing a socket with unread input would make the
+    /// kernel answer with RST, which can destroy data — such as an abort frame — that the
+    /// peer has not read yet.
+    fn drop(&mut self) {
+        let pause = Duration::from_millis(10);
+        let until = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < until
+            && self
+                .peers
+                .iter()
+                .flatten()
+                .any(|p| p.gone.is_none() && !p.queue.is_empty())
+        {
+            self.progress();
+            let _ = self.poll.poll(&mut self.events, Some(pause));
+        }
+        for p in self.peers.iter().flatten() {
+            let _ = p.stream.shutdown(std::net::Shutdown::Write);
+        }
+        let until = Instant::now() + Duration::from_millis(200);
+        while Instant::now() < until && self.peers.iter().flatten().any(|p| p.gone.is_none()) {
+            for r in 0..self.peers.len() {
+                self.read(r);
+            }
+            self.arrived.clear();
+            let _ = self.poll.poll(&mut self.events, Some(pause));
+        }
+        for p in self.peers.iter().flatten() {
+            let _ = p.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bootstrap::{connect, Options};
+    use super::*;
+    use std::net::{SocketAddr, TcpListener};
+
+    fn free_port() -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    }
+
+    fn options(rank: usize, nranks: usize, root: SocketAddr) -> Options {
+        Options {
+            rank,
+            nranks,
+            root,
+            unique_id: Options::default_unique_id(root, nranks),
+            bind: None,
+            timeout: Duration::from_secs(20),
+            window: 4,
+        }
+    }
+
+    /// Runs `body` on every rank of a fresh loopback group, one thread each.
+    fn group<R: Send>(n: usize, body: impl Fn(TcpTransport) -> R + Sync) -> Vec<R> {
+        let root = free_port();
+        std::thread::scope(|s| {
+            let body = &body;
+            let hs: Vec<_> = (0..n)
+                .map(|r| s.spawn(move || body(connect(&options(r, n, root)).expect("bootstrap"))))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    fn tag(transfer: u32, segment: u32) -> Tag {
+        Tag {
+            collective: 1,
+            channel: 0,
+            transfer,
+            segment,
+            schedule: 5,
+        }
+    }
+
+    fn recv_blocking(
+        t: &mut TcpTransport,
+        peer: Rank,
+        tag: Tag,
+        len: usize,
+    ) -> Result<Payload, TransportError> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(p) = t.try_recv(peer, tag, len)? {
+                return Ok(p);
+            }
+            assert!(Instant::now() < deadline, "message never came");
+            t.wait(deadline)?;
+        }
+    }
+
+    fn send_blocking(
+        t: &mut TcpTransport,
+        peer: Rank,
+        tag: Tag,
+        mut p: Payload,
+    ) -> Result<(), TransportError> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while let Some(back) = t.try_send(peer, tag, p)? {
+            p = back;
+            t.wait(deadline)?;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn every_pair_exchanges_large_and_empty_messages() {
+        let n = 4;
+        let results = group(n, |mut t| -> Result<(), TransportError> {
+            let me = t.rank().index();
+            // 40 messages per peer through a window of 4: exercises credits and partial writes.
+            for k in 0..40u32 {
+                for peer in (0..n).filter(|&p| p != me) {
+                    let len = if k % 10 == 0 { 0 } else { 100_000 + k as usize };
+                    let mut p = t.alloc(len);
+                    p.as_bytes_mut().fill((me * 16 + k as usize) as u8);
+                    send_blocking(&mut t, Rank::from(peer), tag(k, me as u32), p)?;
+                }
+                for peer in (0..n).filter(|&p| p != me) {
+                    let len = if k % 10 == 0 { 0 } else { 100_000 + k as usize };
+                    let got = recv_blocking(&mut t, Rank::from(peer), tag(k, peer as u32), len)?;
+                    assert!(got
+                        .as_bytes()
+                        .iter()
+                        .all(|&b| b == (peer * 16 + k as usize) as u8));
+                    t.recycle(got);
+                }
+            }
+            Ok(())
+        });
+        for r in results {
+            r.unwrap();
+        }
+    }
+
+    #[test]
+    fn a_stranger_with_another_unique_id_is_refused() {
+        let root = free_port();
+        let (a, b) = std::thread::scope(|s| {
+            let root_side = s.spawn(move || {
+                connect(&Options {
+                    timeout: Duration::from_millis(1500),
+                    ..options(0, 2, root)
+                })
+            });
+            let stranger = s.spawn(move || {
+                connect(&Options {
+                    unique_id: 42,
+                    ..options(1, 2, root)
+                })
+            });
+            (root_side.join().unwrap(), stranger.join().unwrap())
+        });
+        let stranger_err = b.err().expect("the stranger is refused");
+        assert!(
+            stranger_err.to_string().contains("refused"),
+            "{stranger_err}"
+        );
+        let root_err = a.err().expect("the root never completes its group");
+        assert!(root_err.to_string().contains("ranks 1"), "{root_err}");
+    }
+
+    #[test]
+    fn a_rank_that_never_arrives_is_a_bootstrap_timeout() {
+        let root = free_port();
+        let err = connect(&Options {
+            timeout: Duration::from_millis(300),
+            ..options(0, 3, root)
+        })
+        .err()
+        .unwrap();
+        assert!(matches!(err, TransportError::Bootstrap { .. }), "{err}");
+        assert!(err.to_string().contains("1, 2"), "{err}");
+    }
+
+    #[test]
+    fn a_closed_peer_and_an_abort_are_reported() {
+        let results = group(3, |mut t| {
+            match t.rank().index() {
+                0 => {
+                    t.abort("stop now");
+                    None
+                }
+                1 => Some(recv_blocking(&mut t, Rank(0), tag(0, 0), 1).map(|_| ())),
+                _ => {
+                    drop(t); // rank 2 goes away
+                    None
+                }
+            }
+        });
+        let err = results[1].clone().unwrap().unwrap_err();
+        assert!(
+            matches!(&err, TransportError::Aborted { by: Rank(0), reason, .. } if reason == "stop now")
+                || matches!(&err, TransportError::PeerClosed { .. }),
+            "{err}"
+        );
+    }
+}
