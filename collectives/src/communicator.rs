@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
-use rcoll_transport::{Rank, Transport};
+use rcoll_transport::{Rank, Transport, TransportError};
 
 use crate::algorithm::Algorithm;
 use crate::config::Config;
@@ -13,6 +13,7 @@ use crate::engine::core::{ExecError, Position};
 use crate::engine::driver::{run, RunError};
 use crate::engine::memory::Memory;
 use crate::error::{Error, Result};
+use crate::fingerprint::{explain, Call};
 use crate::op::ReduceOp;
 use crate::schedule::plan::Plan;
 use crate::schedule::{BufferLayout, Collective, Extent, Layout, Primitive, Schedule, Slice};
@@ -610,15 +611,20 @@ impl Communicator {
             scratch: &mut scratch[..scratch_len],
         };
         let longest = mem.input.len().max(mem.output.len()).max(scratch_len);
-        let result = self.run_plan(
-            &plan,
-            seq,
-            Some(algorithm),
-            req.collective,
-            req.op,
-            &mut mem,
-            longest,
-        );
+        let call = Call {
+            collective: req.collective,
+            dtype: T::DTYPE,
+            op: req.op,
+            algorithm: Some(algorithm),
+            count: req.count,
+            root: if req.collective.is_rooted() {
+                req.root
+            } else {
+                0
+            },
+            segment_elems: 0,
+        };
+        let result = self.run_plan(&plan, seq, call, &mut mem, longest);
         if result.is_ok() && req.op == ReduceOp::Avg && req.collective.reduces() {
             let out = expect.output;
             if let Some(reduced) = mem.output.get_mut(out.offset..out.end()) {
@@ -723,58 +729,80 @@ impl Communicator {
             scratch: &mut [],
         };
         let longest = mem.input.len().max(mem.output.len());
-        self.run_plan(
-            &plan,
-            P2P_BIT,
-            None,
-            Collective::SendRecv,
-            ReduceOp::Sum,
-            &mut mem,
-            longest,
-        )
+        // Lengths are checked per message; the two directions of a send_recv may differ.
+        let call = Call {
+            collective: Collective::SendRecv,
+            dtype: T::DTYPE,
+            op: ReduceOp::Sum,
+            algorithm: None,
+            count: 0,
+            root: 0,
+            segment_elems: 0,
+        };
+        self.run_plan(&plan, P2P_BIT, call, &mut mem, longest)
     }
 
-    /// Runs `plan` on `mem` and turns a failure into an [`Error`] that aborts the group.
-    /// `algorithm` is `None` for point-to-point; `longest` bounds the length of a transfer.
-    #[allow(clippy::too_many_arguments)] // the call's full description; two callers
+    /// Runs `plan` on `mem` for `call` and turns a failure into an [`Error`] that aborts
+    /// the group. `longest` bounds the length of a transfer.
     fn run_plan<T: Element>(
         &mut self,
         plan: &Plan,
         seq: u32,
-        algorithm: Option<Algorithm>,
-        collective: Collective,
-        op: ReduceOp,
+        mut call: Call,
         mem: &mut Memory<'_, T>,
         longest: usize,
     ) -> Result<()> {
         let rank = self.rank.0;
-        let segment_elems = (self.config.segment_bytes / std::mem::size_of::<T>()).max(1);
+        call.segment_elems = (self.config.segment_bytes / std::mem::size_of::<T>()).max(1);
         // Segment indices travel as u32 in tags.
-        if longest.div_ceil(segment_elems) > u32::MAX as usize {
-            let count = longest;
+        if longest.div_ceil(call.segment_elems) > u32::MAX as usize {
+            let (collective, count, nranks) = (call.collective, longest, self.nranks);
             return Err(self.fail(Error::CountOverflow {
                 rank,
                 collective,
                 count,
-                nranks: self.nranks,
+                nranks,
             }));
         }
-        let schedule = fingerprint(algorithm, segment_elems);
         let timeout = self.config.timeout;
+        let io = self.transport.as_mut();
         run(
             plan,
             seq,
-            schedule,
-            segment_elems,
-            op,
+            call.fingerprint(),
+            call.segment_elems,
+            call.op,
             mem,
-            self.transport.as_mut(),
+            io,
             timeout,
         )
         .map_err(|e| {
-            let err = self.describe(e, collective, seq, algorithm);
+            let err = self.describe(e, call.collective, seq, call.algorithm);
             self.fail(err)
-        })
+        })?;
+        // A message of this (or an earlier) collective that nobody took: its sender ran a
+        // different call, which this rank's part did not need to notice (another root).
+        if seq & P2P_BIT == 0 {
+            if let Some((peer, tag)) = self.transport.stale(seq) {
+                let what = if tag.collective == seq {
+                    let diff = explain(call.fingerprint(), tag.schedule);
+                    format!("it sent a message this call does not expect ({diff})")
+                } else {
+                    let old = tag.collective;
+                    format!("it sent a message for collective #{old} that no call here expected")
+                };
+                let (peer, collective) = (peer.0, call.collective);
+                let err = Error::Mismatch {
+                    rank,
+                    peer,
+                    collective,
+                    seq,
+                    what,
+                };
+                return Err(self.fail(err));
+            }
+        }
+        Ok(())
     }
 
     fn describe(
@@ -806,6 +834,21 @@ impl Communicator {
             }
         };
         match e {
+            RunError::Exec(ExecError::Transport(
+                _,
+                TransportError::ScheduleMismatch {
+                    peer,
+                    expected,
+                    got,
+                    ..
+                },
+            )) => Error::Mismatch {
+                rank,
+                peer: peer.0,
+                collective,
+                seq,
+                what: explain(expected, got),
+            },
             RunError::Exec(ExecError::Transport(at, source)) => transport(Some(at), source),
             RunError::Wait(blocked_on, source) => transport(blocked_on.map(|(_, at)| at), source),
             RunError::Exec(ExecError::Memory(at, loc)) => Error::Internal {
@@ -839,20 +882,6 @@ impl Communicator {
             },
         }
     }
-}
-
-/// The fingerprint of a schedule that every message carries: the algorithm (0 for
-/// point-to-point) in the low 4 bits and a hash of the segment length in the other 12, so
-/// that ranks cutting a collective differently get an error instead of mixing data.
-fn fingerprint(algorithm: Option<Algorithm>, segment_elems: usize) -> u16 {
-    let algo = algorithm.map_or(0, |a| {
-        Algorithm::ALL
-            .iter()
-            .position(|x| *x == a)
-            .map_or(15, |i| i + 1)
-    });
-    let seg = ((segment_elems as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 52) as usize;
-    ((seg << 4) | (algo & 0xf)) as u16
 }
 
 /// A communicator with an algorithm forced for the next call (see

@@ -115,6 +115,21 @@ pub enum Error {
         #[source]
         source: TransportError,
     },
+    /// Another rank called a different collective, or the same one with other arguments
+    /// (count, element type, operation, root) or another algorithm or segment size.
+    #[error("rank {rank}: {collective} #{seq}: rank {peer} disagrees: {what}")]
+    Mismatch {
+        /// The calling rank.
+        rank: u32,
+        /// The rank whose message disagreed.
+        peer: u32,
+        /// This rank's collective.
+        collective: Collective,
+        /// Its sequence number on this communicator.
+        seq: u32,
+        /// What differs.
+        what: String,
+    },
     /// Nothing moved for the timeout.
     #[error("rank {rank}: {collective} #{seq} ({algorithm}): no progress for {waited:?}; waiting for {waiting_for}")]
     Timeout {

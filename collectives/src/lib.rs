@@ -97,6 +97,7 @@ pub mod config;
 pub mod element;
 pub mod engine;
 pub mod error;
+pub mod fingerprint;
 pub mod local;
 pub mod op;
 pub mod process;

@@ -130,23 +130,20 @@ fn ranks_that_disagree_on_the_count_all_fail() {
             let e = res
                 .as_ref()
                 .expect_err("a count mismatch must not go unnoticed");
-            assert!(
-                matches!(e, Error::Transport { .. }),
-                "{algorithm} rank {r}: {e}"
-            );
+            let typed = matches!(e, Error::Transport { .. } | Error::Mismatch { .. });
+            assert!(typed, "{algorithm} rank {r}: {e}");
         }
-        let mismatch_seen = results.iter().any(|r| {
-            matches!(
-                r,
-                Err(Error::Transport {
-                    source: TransportError::LengthMismatch { .. },
-                    ..
-                })
-            )
+        let named = results.iter().any(|r| match r {
+            Err(Error::Mismatch { what, .. }) => what.contains("count"),
+            Err(Error::Transport {
+                source: TransportError::LengthMismatch { .. },
+                ..
+            }) => true,
+            _ => false,
         });
         assert!(
-            mismatch_seen,
-            "{algorithm}: some rank names the length mismatch: {results:?}"
+            named,
+            "{algorithm}: some rank names the count mismatch: {results:?}"
         );
     }
 }
@@ -251,7 +248,7 @@ fn explicit_abort_wakes_every_rank() {
 #[test]
 fn ranks_running_different_algorithms_fail_instead_of_mixing_data() {
     // Rank 0 runs single_root, rank 1 mesh: their messages line up in length, so without
-    // the schedule fingerprint rank 1 would add its own contribution twice.
+    // the fingerprint in every tag rank 1 would add its own contribution twice.
     let results = on_ranks(2, None, Duration::from_secs(5), |comm| {
         let algorithm = if comm.rank() == 0 {
             Algorithm::SingleRoot
@@ -267,26 +264,63 @@ fn ranks_running_different_algorithms_fail_instead_of_mixing_data() {
         let e = res
             .as_ref()
             .expect_err("mismatched schedules must not produce a result");
-        let named = matches!(
-            e,
-            Error::Transport {
-                source: TransportError::ScheduleMismatch { .. },
-                ..
-            }
-        );
         assert!(
-            named || matches!(e, Error::Transport { .. } | Error::Timeout { .. }),
+            matches!(
+                e,
+                Error::Mismatch { .. } | Error::Transport { .. } | Error::Timeout { .. }
+            ),
             "rank {r}: {e}"
         );
     }
-    assert!(
-        results.iter().any(|r| matches!(
-            r,
-            Err(Error::Transport {
-                source: TransportError::ScheduleMismatch { .. },
-                ..
-            })
-        )),
-        "{results:?}"
+    let named = results.iter().any(|r| {
+        matches!(r, Err(Error::Mismatch { what, .. })
+            if what.contains("algorithm single_root here, mesh there")
+                || what.contains("algorithm mesh here, single_root there"))
+    });
+    assert!(named, "{results:?}");
+}
+
+#[test]
+fn ranks_that_disagree_on_type_op_or_root_all_fail_and_say_how() {
+    type Case = (
+        &'static str,
+        fn(&mut rcoll::Communicator) -> rcoll::Result<()>,
     );
+    let cases: [Case; 3] = [
+        ("element type", |c| {
+            if c.rank() == 1 {
+                c.all_reduce_in_place(&mut [0i32; 64], ReduceOp::Sum)
+            } else {
+                c.all_reduce_in_place(&mut [0f32; 64], ReduceOp::Sum)
+            }
+        }),
+        ("operation", |c| {
+            let op = if c.rank() == 1 {
+                ReduceOp::Min
+            } else {
+                ReduceOp::Sum
+            };
+            c.all_reduce_in_place(&mut [0u64; 64], op)
+        }),
+        ("count, root or segment size", |c| {
+            let root = usize::from(c.rank() == 1);
+            c.broadcast_in_place(&mut [0u8; 64], root)
+        }),
+    ];
+    for (words, call) in cases {
+        // A rank whose part is only sending (a broadcast root, in its own view) finishes
+        // its part without hearing from anyone; the rank that sees the disagreement aborts
+        // the group with it, so that rank's next call fails naming it.
+        let results = on_ranks(3, Some(Algorithm::Ring), Duration::from_secs(5), |comm| {
+            call(comm).and_then(|_| comm.barrier())
+        });
+        for (r, res) in results.iter().enumerate() {
+            let e = res.as_ref().expect_err("every rank must fail");
+            assert!(e.to_string().contains(words), "{words}: rank {r}: {e}");
+        }
+        let named = results
+            .iter()
+            .any(|r| matches!(r, Err(Error::Mismatch { what, .. }) if what.contains(words)));
+        assert!(named, "{words}: {results:?}");
+    }
 }

@@ -123,12 +123,34 @@ fn killed(comm: &mut Communicator) {
     panic!("the collective kept succeeding without rank {dead}");
 }
 
-/// Rank 1 passes a different count: every rank must get an error.
+/// Rank 1 disagrees with the others (`RCOLL_TEST_MISMATCH`: count, type, op or root):
+/// every rank must get an error.
 fn mismatch(comm: &mut Communicator) {
-    let mut v = vec![1i32; if comm.rank() == 1 { 1000 } else { 1001 }];
-    let r = comm.all_reduce_in_place(&mut v, ReduceOp::Sum);
+    let odd = comm.rank() == 1;
+    let kind = std::env::var("RCOLL_TEST_MISMATCH").expect("mismatch kind");
+    let r = match kind.as_str() {
+        "count" => comm.all_reduce_in_place(
+            &mut vec![1i32; if odd { 1000 } else { 1001 }],
+            ReduceOp::Sum,
+        ),
+        "type" if odd => comm.all_reduce_in_place(&mut vec![1i32; 1000], ReduceOp::Sum),
+        "type" => comm.all_reduce_in_place(&mut vec![1f32; 1000], ReduceOp::Sum),
+        "op" => comm.all_reduce_in_place(
+            &mut vec![1u64; 1000],
+            if odd { ReduceOp::Max } else { ReduceOp::Sum },
+        ),
+        "root" => comm.broadcast_in_place(&mut vec![1u8; 1000], usize::from(odd)),
+        other => panic!("unknown mismatch {other}"),
+    };
+    // A rank whose part was only sending learns of the disagreement from the abort of the
+    // rank that saw it, at its next call.
+    let r = r.and_then(|_| comm.barrier());
     println!("RANK-RESULT {r:?}");
-    assert!(r.is_err(), "a count mismatch must fail on every rank");
+    let e = r.expect_err("a mismatch must fail on every rank");
+    assert!(
+        e.to_string().contains("disagrees"),
+        "the error names the disagreement: {e}"
+    );
 }
 
 fn free_root() -> String {
@@ -235,9 +257,26 @@ fn a_killed_rank_fails_the_others_naming_it_20_times_out_of_20() {
 }
 
 #[test]
-fn ranks_that_disagree_on_the_count_all_fail() {
-    let results = finish(spawn("mismatch", 3, &[]), Duration::from_secs(60));
-    for (r, (ok, out)) in results.iter().enumerate() {
-        assert!(ok, "rank {r}:\n{out}");
+fn ranks_that_disagree_on_count_type_op_or_root_all_fail() {
+    for (kind, words) in [
+        ("count", "count, root or segment size differ"),
+        ("type", "element type"),
+        ("op", "operation"),
+        ("root", "count, root or segment size differ"),
+    ] {
+        let extra = [
+            ("RCOLL_TEST_MISMATCH", kind.to_string()),
+            ("RCOLL_TIMEOUT", "5".to_string()),
+        ];
+        let results = finish(spawn("mismatch", 3, &extra), Duration::from_secs(60));
+        for (r, (ok, out)) in results.iter().enumerate() {
+            assert!(ok, "{kind}: rank {r}:\n{out}");
+        }
+        for (r, (_, out)) in results.iter().enumerate() {
+            assert!(
+                out.contains(words),
+                "{kind}: rank {r} should name {words:?}:\n{out}"
+            );
+        }
     }
 }

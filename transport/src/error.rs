@@ -56,9 +56,9 @@ pub enum TransportError {
         /// Bytes that arrived.
         got: usize,
     },
-    /// A message matched a receive but was cut by another schedule (another algorithm or
-    /// segment size): the ranks disagree about how to run the collective.
-    #[error("{rank}: message from {peer} for {tag} comes from schedule {got:#06x}, this rank runs {expected:#06x} (do all ranks use the same algorithm and segment size?)")]
+    /// A message matched a receive but comes from another call or schedule (its
+    /// fingerprint differs): the ranks disagree about the collective or how to run it.
+    #[error("{rank}: message from {peer} for {tag} has fingerprint {got:#010x}, this rank expects {expected:#010x}")]
     ScheduleMismatch {
         /// The receiving rank.
         rank: Rank,
@@ -67,9 +67,9 @@ pub enum TransportError {
         /// The message's tag (as the receiver expected it).
         tag: Tag,
         /// The receiver's fingerprint.
-        expected: u16,
+        expected: u32,
         /// The sender's fingerprint.
-        got: u16,
+        got: u32,
     },
     /// Two messages arrived with the same tag from the same peer: a protocol violation
     /// (the second would silently replace the first).

@@ -51,5 +51,5 @@ pub mod transport;
 pub mod types;
 
 pub use error::TransportError;
-pub use transport::{Payload, Transport};
+pub use transport::{is_stale, Payload, Transport};
 pub use types::{Rank, Tag, TagKey};

@@ -343,6 +343,15 @@ impl Transport for LocalTransport {
         self.check_usable()
     }
 
+    fn stale(&mut self, current: u32) -> Option<(Rank, Tag)> {
+        // Only what has arrived: channels are FIFO, so a stale message is here before
+        // anything its sender sent later, and a later call that hears from it sees it.
+        self.arrived
+            .iter()
+            .find(|(_, m)| crate::transport::is_stale(m.tag.collective, current))
+            .map(|((peer, _), m)| (*peer, m.tag))
+    }
+
     fn abort(&mut self, reason: &str) {
         {
             let mut slot = self

@@ -117,7 +117,21 @@ pub trait Transport: Send {
     /// `deadline`. Spurious wake-ups are allowed; the caller re-checks and owns the deadline.
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError>;
 
+    /// An arrived message that nobody asked for although its collective — number
+    /// `current` or an earlier one — is over on this rank: a peer ran a different call
+    /// (such as another root). Messages of later collectives (peers run ahead) and
+    /// point-to-point messages (high bit set) are not stale.
+    fn stale(&mut self, current: u32) -> Option<(Rank, Tag)>;
+
     /// Fails every pending and future operation of every rank in the group with
     /// [`TransportError::Aborted`], waking all waiters.
     fn abort(&mut self, reason: &str);
+}
+
+/// Whether a message of collective `seq` is stale once collective `current` is over:
+/// `seq` is `current` or up to 2^30 calls before it (sequence numbers are 31-bit and wrap),
+/// and it is not point-to-point.
+pub fn is_stale(seq: u32, current: u32) -> bool {
+    const P2P: u32 = 1 << 31;
+    seq & P2P == 0 && current.wrapping_sub(seq) & !P2P < 1 << 30
 }

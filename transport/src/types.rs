@@ -36,11 +36,12 @@ impl fmt::Display for Rank {
 /// - `transfer`: the index of the transfer among all transfers from the sender to the
 ///   receiver on that channel, in schedule order;
 /// - `segment`: the index of the segment inside the transfer;
-/// - `schedule`: a fingerprint of how the sender cut the collective (its algorithm and
-///   segment size). It is not part of the match: a message that matches on the other four
-///   fields but carries another fingerprint means the ranks run different schedules, which
-///   the receiver reports ([`TransportError::ScheduleMismatch`](crate::TransportError))
-///   instead of combining incompatible data.
+/// - `schedule`: a fingerprint of the sender's call (collective, element type, operation,
+///   count, root) and of how it cut it (algorithm, segment size). It is not part of the
+///   match: a message that matches on the other four fields but carries another fingerprint
+///   means the ranks disagree, which the receiver reports
+///   ([`TransportError::ScheduleMismatch`](crate::TransportError)) instead of combining
+///   incompatible data.
 ///
 /// Receivers match messages by `(peer, tag.key())`, so segments may arrive in any order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -53,8 +54,8 @@ pub struct Tag {
     pub transfer: u32,
     /// Index of the segment within the transfer.
     pub segment: u32,
-    /// Fingerprint of the sender's schedule (not matched; checked).
-    pub schedule: u16,
+    /// Fingerprint of the sender's call and schedule (not matched; checked).
+    pub schedule: u32,
 }
 
 /// The part of a [`Tag`] that messages are matched on.

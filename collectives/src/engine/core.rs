@@ -72,7 +72,7 @@ struct ChannelState {
 pub struct Execution<'p> {
     plan: &'p Plan,
     collective: u32,
-    schedule: u16,
+    schedule: u32,
     segment_elems: usize,
     op: ReduceOp,
     channels: Vec<ChannelState>,
@@ -85,7 +85,7 @@ impl<'p> Execution<'p> {
     pub fn new(
         plan: &'p Plan,
         collective: u32,
-        schedule: u16,
+        schedule: u32,
         segment_elems: usize,
         op: ReduceOp,
     ) -> Self {

@@ -44,7 +44,7 @@ pub enum RunError {
 pub fn run<T: Element>(
     plan: &Plan,
     collective: u32,
-    schedule: u16,
+    schedule: u32,
     segment_elems: usize,
     op: ReduceOp,
     mem: &mut Memory<'_, T>,

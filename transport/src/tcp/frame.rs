@@ -2,10 +2,10 @@
 //! payload. Pure code (no I/O), so that it can be tested and fuzzed on its own.
 //!
 //! ```text
-//!  0      4      8           12        14        16          20          24                32
-//!  +------+------+-----------+---------+---------+-----------+-----------+-----------------+
-//!  | RCL1 | kind | collective| channel | schedule| transfer  | segment   | payload length  |
-//!  +------+------+-----------+---------+---------+-----------+-----------+-----------------+
+//!  0      4      6         8           12          16          20          24                32
+//!  +------+------+---------+-----------+-----------+-----------+-----------+-----------------+
+//!  | RCL1 | kind | channel | collective| schedule  | transfer  | segment   | payload length  |
+//!  +------+------+---------+-----------+-----------+-----------+-----------+-----------------+
 //! ```
 //!
 //! `kind` is [`Kind::Data`] (a message of a collective) or [`Kind::Abort`] (the payload is
@@ -52,7 +52,7 @@ pub enum FrameError {
     BadMagic([u8; 4]),
     /// The kind field is unknown.
     #[error("unknown frame kind {0}")]
-    BadKind(u32),
+    BadKind(u16),
     /// The payload length exceeds [`MAX_PAYLOAD`].
     #[error("payload of {0} bytes exceeds the {MAX_PAYLOAD}-byte limit")]
     TooLong(u64),
@@ -63,10 +63,10 @@ impl Header {
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         b[0..4].copy_from_slice(&MAGIC);
-        b[4..8].copy_from_slice(&(self.kind as u32).to_le_bytes());
+        b[4..6].copy_from_slice(&(self.kind as u16).to_le_bytes());
+        b[6..8].copy_from_slice(&self.tag.channel.to_le_bytes());
         b[8..12].copy_from_slice(&self.tag.collective.to_le_bytes());
-        b[12..14].copy_from_slice(&self.tag.channel.to_le_bytes());
-        b[14..16].copy_from_slice(&self.tag.schedule.to_le_bytes());
+        b[12..16].copy_from_slice(&self.tag.schedule.to_le_bytes());
         b[16..20].copy_from_slice(&self.tag.transfer.to_le_bytes());
         b[20..24].copy_from_slice(&self.tag.segment.to_le_bytes());
         b[24..32].copy_from_slice(&self.len.to_le_bytes());
@@ -81,7 +81,7 @@ impl Header {
         if magic != MAGIC {
             return Err(FrameError::BadMagic(magic));
         }
-        let kind = match u32_at(4) {
+        let kind = match u16_at(4) {
             1 => Kind::Data,
             2 => Kind::Abort,
             k => return Err(FrameError::BadKind(k)),
@@ -94,8 +94,8 @@ impl Header {
         }
         let tag = Tag {
             collective: u32_at(8),
-            channel: u16_at(12),
-            schedule: u16_at(14),
+            channel: u16_at(6),
+            schedule: u32_at(12),
             transfer: u32_at(16),
             segment: u32_at(20),
         };

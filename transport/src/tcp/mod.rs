@@ -32,6 +32,9 @@ pub const DEFAULT_WINDOW: usize = 64;
 /// Bytes read from a socket per `read` call.
 const READ_CHUNK: usize = 256 * 1024;
 
+/// Requested socket send and receive buffer size.
+const SOCKET_BUFFER: usize = 4 << 20;
+
 /// Spare payload buffers kept for reuse.
 const POOL_BUFFERS: usize = 256;
 
@@ -61,6 +64,7 @@ pub struct TcpTransport {
     read_buf: Vec<u8>,
     window: usize,
     aborted: Option<(Rank, String)>,
+    abort_sent: bool,
     broken: Option<TransportError>,
 }
 
@@ -79,6 +83,11 @@ impl TcpTransport {
                 Some(s) => {
                     s.set_nonblocking(true)?;
                     s.set_nodelay(true)?;
+                    // Room for a window of segments in flight each way; the kernel may
+                    // clamp it (net.core.wmem_max / rmem_max), which only costs throughput.
+                    let sock = socket2::SockRef::from(&s);
+                    let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+                    let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
                     let mut stream = TcpStream::from_std(s);
                     poll.registry().register(
                         &mut stream,
@@ -105,6 +114,7 @@ impl TcpTransport {
             read_buf: vec![0; READ_CHUNK],
             window: window.max(1),
             aborted: None,
+            abort_sent: false,
             broken: None,
         })
     }
@@ -421,10 +431,23 @@ impl Transport for TcpTransport {
         self.check_usable()
     }
 
+    fn stale(&mut self, current: u32) -> Option<(Rank, Tag)> {
+        // Only what has arrived: channels are FIFO, so a stale message is here before
+        // anything its sender sent later, and a later call that hears from it sees it.
+        self.arrived
+            .iter()
+            .find(|(_, (tag, _))| crate::transport::is_stale(tag.collective, current))
+            .map(|((peer, _), (tag, _))| (*peer, *tag))
+    }
+
     fn abort(&mut self, reason: &str) {
-        if self.aborted.is_some() {
+        // Sent once, even when another rank's abort is what brought us here: our reason
+        // (which carries theirs) then precedes our close on every connection, so a peer
+        // that only hears from us still learns the root cause.
+        if self.abort_sent {
             return;
         }
+        self.abort_sent = true;
         let header = Header {
             kind: Kind::Abort,
             tag: Tag::default(),
@@ -462,7 +485,7 @@ impl Transport for TcpTransport {
                 .poll
                 .poll(&mut self.events, Some(Duration::from_millis(10)));
         }
-        self.aborted = Some((self.rank, reason.to_owned()));
+        self.aborted.get_or_insert_with(|| (self.rank, reason.to_owned()));
     }
 }
 
