@@ -449,6 +449,7 @@ impl Communicator {
     /// Records `err` as fatal: aborts the group so that the other ranks fail too.
     fn fail(&mut self, err: Error) -> Error {
         if self.poisoned.is_none() {
+            tracing::warn!(rank = self.rank.0, error = %err, "aborting the group");
             self.transport.abort(&err.to_string());
             self.poisoned = Some(err.to_string());
         }
@@ -588,6 +589,16 @@ impl Communicator {
         };
         let seq = self.seq;
         self.seq = (self.seq + 1) & !P2P_BIT;
+        tracing::debug!(
+            rank = self.rank.0,
+            collective = %req.collective,
+            seq,
+            count = req.count,
+            dtype = %T::DTYPE,
+            algorithm = %algorithm,
+            transport = self.transport.name(),
+            "call"
+        );
         let expect = layout.buffers(self.rank);
         let (input, output): (&[T], &mut [T]) = match req.buffers {
             Buffers::InPlace(buf) => (&[], buf),

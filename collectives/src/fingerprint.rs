@@ -71,6 +71,9 @@ impl Call {
     }
 }
 
+/// A readable field of the fingerprint: its name, its bit offset, and its value names.
+type Field<'a> = (&'a str, u32, &'a dyn Fn(usize) -> Option<String>);
+
 /// Explains how two fingerprints differ, field by field where the fields are readable.
 pub fn explain(ours: u32, theirs: u32) -> String {
     let nibble = |f: u32, shift: u32| ((f >> shift) & 0xf) as usize;
@@ -84,7 +87,7 @@ pub fn explain(ours: u32, theirs: u32) -> String {
     let dtype = |i: usize| DataType::ALL.get(i).map(|d| d.to_string());
     let op = |i: usize| ReduceOp::ALL.get(i).map(|o| o.to_string());
     let collective = |i: usize| COLLECTIVES.get(i).map(|c| c.to_string());
-    let fields: [(&str, u32, &dyn Fn(usize) -> Option<String>); 4] = [
+    let fields: [Field; 4] = [
         ("collective", 12, &collective),
         ("element type", 4, &dtype),
         ("operation", 8, &op),

@@ -99,6 +99,7 @@ pub mod engine;
 pub mod error;
 pub mod fingerprint;
 pub mod local;
+mod logging;
 pub mod op;
 pub mod process;
 pub mod schedule;

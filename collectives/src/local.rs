@@ -82,6 +82,7 @@ impl Builder {
 
     /// Creates the communicators.
     pub fn build(self) -> Result<Vec<Communicator>> {
+        crate::logging::init_from_env();
         if self.n == 0 || self.n > u32::MAX as usize {
             return Err(Error::Config(format!(
                 "a group needs 1 to {} ranks, not {}",

@@ -89,7 +89,9 @@ impl Builder {
     }
 
     /// Rank, size and root from the launcher environment (RCOLL_*, torchrun, Open MPI,
-    /// PMI, Slurm), transport from `RCOLL_TRANSPORT`.
+    /// PMI, Slurm), transport from `RCOLL_TRANSPORT`, and the interface to accept peers on
+    /// from `RCOLL_SOCKET_IFNAME` (a name that does not exist is an error listing those
+    /// that do).
     pub fn from_env() -> Result<Builder> {
         let placement = Placement::from_env()
             .map_err(Error::Config)?
@@ -104,6 +106,11 @@ impl Builder {
         b.unique_id = placement.unique_id;
         if let Ok(t) = std::env::var("RCOLL_TRANSPORT") {
             b.transport = t.parse()?;
+        }
+        if let Ok(name) = std::env::var("RCOLL_SOCKET_IFNAME") {
+            let ip = rcoll_transport::interface::address_of(&name, placement.root.ip())
+                .map_err(Error::Config)?;
+            b.bind = Some(ip);
         }
         Ok(b)
     }
@@ -147,6 +154,7 @@ impl Builder {
 
     /// Connects to the group and returns this rank's communicator.
     pub fn build(self) -> Result<Communicator> {
+        crate::logging::init_from_env();
         let mut config = Config::from_env()?;
         if let Some(a) = self.algorithm {
             config.algorithm = a;
@@ -176,7 +184,17 @@ impl Builder {
             timeout: config.timeout,
             window: self.window,
         };
-        let transport = bootstrap::connect(&opts).map_err(|source| Error::Bootstrap { source })?;
+        tracing::info!(rank = self.rank, size = self.size, root = %self.root, "joining over tcp");
+        let transport = bootstrap::connect(&opts).map_err(|source| {
+            tracing::warn!(%source, "bootstrap failed");
+            Error::Bootstrap { source }
+        })?;
+        tracing::info!(
+            rank = self.rank,
+            size = self.size,
+            transport = "tcp",
+            "communicator ready"
+        );
         Communicator::new(Box::new(transport), config)
     }
 }

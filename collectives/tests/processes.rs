@@ -23,11 +23,20 @@ fn rank_main() {
     let Ok(scenario) = std::env::var(SCENARIO) else {
         return;
     };
-    let mut comm = rcoll::process::init().expect("join the group");
+    let mut comm = match rcoll::process::init() {
+        Ok(c) => c,
+        Err(e) => panic!("RANK-INIT-ERROR {e}"),
+    };
     match scenario.as_str() {
         "sweep" => sweep(&mut comm),
         "killed" => killed(&mut comm),
         "mismatch" => mismatch(&mut comm),
+        "hello" => {
+            let mut v = vec![1u32; 10];
+            comm.all_reduce_in_place(&mut v, ReduceOp::Sum)
+                .expect("all_reduce");
+            assert_eq!(v, vec![comm.size() as u32; 10]);
+        }
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -279,4 +288,41 @@ fn ranks_that_disagree_on_count_type_op_or_root_all_fail() {
             );
         }
     }
+}
+
+#[test]
+fn ipv6_rendezvous_chosen_interface_and_debug_log() {
+    let l = TcpListener::bind("[::1]:0").expect("IPv6 loopback");
+    let root = l.local_addr().expect("addr").to_string();
+    drop(l);
+    let extra = [
+        ("RCOLL_ROOT_ADDR", root),
+        ("RCOLL_SOCKET_IFNAME", "lo".to_string()),
+        ("RCOLL_DEBUG", "debug".to_string()),
+    ];
+    let results = finish(spawn("hello", 3, &extra), Duration::from_secs(60));
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{out}");
+        for words in [
+            "joining over tcp",
+            "connected to every peer",
+            "communicator ready",
+            "algorithm=",
+        ] {
+            assert!(out.contains(words), "rank {r} log lacks {words:?}:\n{out}");
+        }
+        assert!(out.contains("::1"), "rank {r} runs over IPv6:\n{out}");
+    }
+}
+
+#[test]
+fn an_unknown_interface_is_an_error_listing_the_real_ones() {
+    let extra = [("RCOLL_SOCKET_IFNAME", "nosuch0".to_string())];
+    let results = finish(spawn("hello", 1, &extra), Duration::from_secs(60));
+    let (ok, out) = &results[0];
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("nosuch0") && out.contains("lo (127.0.0.1)"),
+        "{out}"
+    );
 }

@@ -44,6 +44,7 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
+pub mod interface;
 pub mod launcher;
 pub mod local;
 pub mod tcp;

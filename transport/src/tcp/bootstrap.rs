@@ -323,8 +323,11 @@ fn connect_until(addr: SocketAddr, deadline: Instant) -> io::Result<TcpStream> {
     }
 }
 
+/// Refusals are always printed (they mean a misconfigured or foreign job is knocking),
+/// and also go to `tracing`.
 fn log_refusal(me: Rank, from: SocketAddr, reason: &str) {
     eprintln!("rcoll bootstrap ({me}): refused connection from {from}: {reason}");
+    tracing::warn!(rank = me.0, %from, reason, "refused a connection");
 }
 
 fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportError> {
@@ -399,6 +402,11 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
         }
     }
     let table: Vec<String> = table.into_iter().flatten().collect();
+    tracing::debug!(
+        rank = 0,
+        ?table,
+        "every rank arrived; sending the address table"
+    );
     for m in &mut members {
         send(m, &Message::Table(table.clone()))
             .map_err(|e| io_fail(me, "sending the address table", e))?;
@@ -468,6 +476,7 @@ fn mesh(
             },
         )
         .map_err(|e| io_fail(me, &format!("handshake with rank {j}"), e))?;
+        tracing::debug!(rank = me.0, peer = j, %a, "connected to peer");
         streams[j] = Some(s);
     }
     let mut expected = n - 1 - opts.rank;
@@ -495,6 +504,7 @@ fn mesh(
                 } else if r <= opts.rank || r >= n || streams[r].is_some() {
                     Some(format!("rank {rank} may not connect here"))
                 } else {
+                    tracing::debug!(rank = me.0, peer = r, %from, "accepted peer");
                     streams[r] = Some(s);
                     expected -= 1;
                     None
@@ -511,6 +521,11 @@ fn mesh(
         s.set_read_timeout(None)
             .map_err(|e| io_fail(me, "socket", e))?;
     }
+    tracing::info!(
+        rank = me.0,
+        peers = n - 1,
+        "connected to every peer over tcp"
+    );
     TcpTransport::new(me, streams, opts.window)
         .map_err(|e| io_fail(me, "cannot register the connections", e))
 }

@@ -485,7 +485,8 @@ impl Transport for TcpTransport {
                 .poll
                 .poll(&mut self.events, Some(Duration::from_millis(10)));
         }
-        self.aborted.get_or_insert_with(|| (self.rank, reason.to_owned()));
+        self.aborted
+            .get_or_insert_with(|| (self.rank, reason.to_owned()));
     }
 }
 
