@@ -1,0 +1,38 @@
+//! The TCP frame decoder on arbitrary bytes in arbitrary chunkings: it must never panic,
+//! never allocate more than a header allows, and every frame it yields must re-encode to
+//! the bytes it came from.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rcoll_transport::tcp::frame::{Decoder, Header, HEADER_LEN, MAX_PAYLOAD};
+
+fuzz_target!(|data: &[u8]| {
+    // The first byte picks the chunk size, the rest is the wire.
+    let Some((&chunk, wire)) = data.split_first() else { return };
+    let chunk = usize::from(chunk).max(1);
+    let mut decoder = Decoder::default();
+    let mut offset = 0;
+    for piece in wire.chunks(chunk) {
+        let mut rest = piece;
+        while !rest.is_empty() {
+            let mut alloc = |len: usize| {
+                assert!(len as u64 <= MAX_PAYLOAD);
+                Vec::with_capacity(len.min(1 << 20))
+            };
+            match decoder.feed(rest, &mut alloc) {
+                Ok((used, frame)) => {
+                    assert!(used > 0 && used <= rest.len());
+                    rest = &rest[used..];
+                    offset += used;
+                    if let Some(f) = frame {
+                        let start = offset - HEADER_LEN - f.payload.len();
+                        assert_eq!(&wire[start..start + HEADER_LEN], &f.header.encode()[..]);
+                        assert_eq!(&wire[start + HEADER_LEN..offset], &f.payload[..]);
+                        let _ = Header::decode(&f.header.encode()).expect("re-decodes");
+                    }
+                }
+                Err(_) => return,
+            }
+        }
+    }
+});
