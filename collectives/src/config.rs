@@ -76,6 +76,33 @@ impl Config {
     }
 }
 
+/// Settings a builder makes explicitly, applied over the environment.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Overrides {
+    pub algorithm: Option<Option<Algorithm>>,
+    pub timeout: Option<Duration>,
+    pub segment_bytes: Option<usize>,
+}
+
+impl Overrides {
+    /// Defaults, then the environment, then these settings; also turns on `RCOLL_DEBUG`
+    /// logging, as every builder does before it connects anything.
+    pub fn resolve(&self) -> Result<Config> {
+        crate::logging::init_from_env();
+        let mut config = Config::from_env()?;
+        if let Some(a) = self.algorithm {
+            config.algorithm = a;
+        }
+        if let Some(t) = self.timeout {
+            config.timeout = t;
+        }
+        if let Some(b) = self.segment_bytes {
+            config.segment_bytes = b;
+        }
+        Ok(config)
+    }
+}
+
 /// `auto` or an algorithm name.
 pub fn parse_algorithm(v: &str) -> Result<Option<Algorithm>> {
     if v.trim().eq_ignore_ascii_case("auto") {

@@ -38,19 +38,6 @@ fn index<T: PartialEq>(all: &[T], x: &T) -> u32 {
     all.iter().position(|a| a == x).map_or(15, |i| i as u32) & 0xf
 }
 
-const COLLECTIVES: [Collective; 10] = [
-    Collective::AllReduce,
-    Collective::Reduce,
-    Collective::Broadcast,
-    Collective::AllGather,
-    Collective::ReduceScatter,
-    Collective::Gather,
-    Collective::Scatter,
-    Collective::AllToAll,
-    Collective::Barrier,
-    Collective::SendRecv,
-];
-
 impl Call {
     /// The 32-bit fingerprint.
     pub fn fingerprint(&self) -> u32 {
@@ -66,7 +53,7 @@ impl Call {
         let hash = ((h >> 32) ^ h) as u32 & 0xffff;
         algo | index(&DataType::ALL, &self.dtype) << 4
             | index(&ReduceOp::ALL, &self.op) << 8
-            | index(&COLLECTIVES, &self.collective) << 12
+            | index(&Collective::ALL, &self.collective) << 12
             | hash << 16
     }
 }
@@ -86,7 +73,7 @@ pub fn explain(ours: u32, theirs: u32) -> String {
     };
     let dtype = |i: usize| DataType::ALL.get(i).map(|d| d.to_string());
     let op = |i: usize| ReduceOp::ALL.get(i).map(|o| o.to_string());
-    let collective = |i: usize| COLLECTIVES.get(i).map(|c| c.to_string());
+    let collective = |i: usize| Collective::ALL.get(i).map(|c| c.to_string());
     let fields: [Field; 4] = [
         ("collective", 12, &collective),
         ("element type", 4, &dtype),

@@ -25,7 +25,7 @@ use rcoll_transport::local as backend;
 
 use crate::algorithm::Algorithm;
 use crate::communicator::Communicator;
-use crate::config::Config;
+use crate::config::Overrides;
 use crate::error::{Error, Result};
 
 /// `n` communicators of one in-process group, rank `i` at index `i`, configured from the
@@ -38,9 +38,7 @@ pub fn group(n: usize) -> Result<Vec<Communicator>> {
 #[derive(Clone, Debug)]
 pub struct Builder {
     n: usize,
-    algorithm: Option<Option<Algorithm>>,
-    timeout: Option<Duration>,
-    segment_bytes: Option<usize>,
+    overrides: Overrides,
     window: usize,
 }
 
@@ -49,28 +47,26 @@ impl Builder {
     pub fn new(n: usize) -> Builder {
         Builder {
             n,
-            algorithm: None,
-            timeout: None,
-            segment_bytes: None,
+            overrides: Overrides::default(),
             window: backend::DEFAULT_WINDOW,
         }
     }
 
     /// Forces `algorithm` (`None`: choose by the cost model) wherever it applies.
     pub fn algorithm(mut self, algorithm: Option<Algorithm>) -> Builder {
-        self.algorithm = Some(algorithm);
+        self.overrides.algorithm = Some(algorithm);
         self
     }
 
     /// Time without progress before a call fails.
     pub fn timeout(mut self, timeout: Duration) -> Builder {
-        self.timeout = Some(timeout);
+        self.overrides.timeout = Some(timeout);
         self
     }
 
     /// Bytes per pipelined segment.
     pub fn segment_bytes(mut self, bytes: usize) -> Builder {
-        self.segment_bytes = Some(bytes.max(1));
+        self.overrides.segment_bytes = Some(bytes.max(1));
         self
     }
 
@@ -82,7 +78,6 @@ impl Builder {
 
     /// Creates the communicators.
     pub fn build(self) -> Result<Vec<Communicator>> {
-        crate::logging::init_from_env();
         if self.n == 0 || self.n > u32::MAX as usize {
             return Err(Error::Config(format!(
                 "a group needs 1 to {} ranks, not {}",
@@ -90,16 +85,7 @@ impl Builder {
                 self.n
             )));
         }
-        let mut config = Config::from_env()?;
-        if let Some(a) = self.algorithm {
-            config.algorithm = a;
-        }
-        if let Some(t) = self.timeout {
-            config.timeout = t;
-        }
-        if let Some(b) = self.segment_bytes {
-            config.segment_bytes = b;
-        }
+        let config = self.overrides.resolve()?;
         backend::group(self.n, self.window)
             .into_iter()
             .map(|t| Communicator::new(Box::new(t), config.clone()))

@@ -21,7 +21,7 @@ use rcoll_transport::tcp::{self, bootstrap};
 
 use crate::algorithm::Algorithm;
 use crate::communicator::Communicator;
-use crate::config::Config;
+use crate::config::Overrides;
 use crate::error::{Error, Result};
 
 /// Which transport carries a process group (`RCOLL_TRANSPORT`).
@@ -65,9 +65,7 @@ pub struct Builder {
     unique_id: Option<u128>,
     bind: Option<IpAddr>,
     transport: TransportKind,
-    algorithm: Option<Option<Algorithm>>,
-    timeout: Option<Duration>,
-    segment_bytes: Option<usize>,
+    overrides: Overrides,
     window: usize,
 }
 
@@ -81,9 +79,7 @@ impl Builder {
             unique_id: None,
             bind: None,
             transport: TransportKind::Auto,
-            algorithm: None,
-            timeout: None,
-            segment_bytes: None,
+            overrides: Overrides::default(),
             window: tcp::DEFAULT_WINDOW,
         }
     }
@@ -136,35 +132,25 @@ impl Builder {
 
     /// Forces `algorithm` (`None`: choose by the cost model) wherever it applies.
     pub fn algorithm(mut self, algorithm: Option<Algorithm>) -> Builder {
-        self.algorithm = Some(algorithm);
+        self.overrides.algorithm = Some(algorithm);
         self
     }
 
     /// Time without progress before a call (or the bootstrap) fails.
     pub fn timeout(mut self, timeout: Duration) -> Builder {
-        self.timeout = Some(timeout);
+        self.overrides.timeout = Some(timeout);
         self
     }
 
     /// Bytes per pipelined segment.
     pub fn segment_bytes(mut self, bytes: usize) -> Builder {
-        self.segment_bytes = Some(bytes.max(1));
+        self.overrides.segment_bytes = Some(bytes.max(1));
         self
     }
 
     /// Connects to the group and returns this rank's communicator.
     pub fn build(self) -> Result<Communicator> {
-        crate::logging::init_from_env();
-        let mut config = Config::from_env()?;
-        if let Some(a) = self.algorithm {
-            config.algorithm = a;
-        }
-        if let Some(t) = self.timeout {
-            config.timeout = t;
-        }
-        if let Some(b) = self.segment_bytes {
-            config.segment_bytes = b;
-        }
+        let config = self.overrides.resolve()?;
         match self.transport {
             TransportKind::Tcp | TransportKind::Auto => {}
             TransportKind::Verbs => {

@@ -27,7 +27,7 @@ use std::time::Instant;
 use crossbeam_queue::ArrayQueue;
 
 use crate::error::TransportError;
-use crate::transport::{Payload, Transport};
+use crate::transport::{check_arrival, Payload, Transport};
 use crate::types::{Rank, Tag, TagKey};
 
 /// Messages a sender may have queued to one receiver before it must wait for credits.
@@ -223,28 +223,10 @@ impl LocalTransport {
         tag: Tag,
         len: usize,
     ) -> Result<Option<Payload>, TransportError> {
-        let Some(message) = self.arrived.remove(&(peer, tag.key())) else {
-            return Ok(None);
-        };
-        if message.tag.schedule != tag.schedule {
-            return Err(TransportError::ScheduleMismatch {
-                rank: self.rank,
-                peer,
-                tag,
-                expected: tag.schedule,
-                got: message.tag.schedule,
-            });
+        match self.arrived.remove(&(peer, tag.key())) {
+            None => Ok(None),
+            Some(m) => check_arrival(self.rank, peer, tag, m.tag, m.payload, len).map(Some),
         }
-        if message.payload.len() != len {
-            return Err(TransportError::LengthMismatch {
-                rank: self.rank,
-                peer,
-                tag,
-                expected: len,
-                got: message.payload.len(),
-            });
-        }
-        Ok(Some(message.payload))
     }
 }
 

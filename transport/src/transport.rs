@@ -135,3 +135,34 @@ pub fn is_stale(seq: u32, current: u32) -> bool {
     const P2P: u32 = 1 << 31;
     seq & P2P == 0 && current.wrapping_sub(seq) & !P2P < 1 << 30
 }
+
+/// Checks that a message taken for `(peer, expected)` is the one the receiver expects:
+/// the same call fingerprint and `len` bytes. Shared by every backend's `try_recv`.
+pub fn check_arrival(
+    rank: Rank,
+    peer: Rank,
+    expected: Tag,
+    sent: Tag,
+    payload: Payload,
+    len: usize,
+) -> Result<Payload, TransportError> {
+    if sent.schedule != expected.schedule {
+        return Err(TransportError::ScheduleMismatch {
+            rank,
+            peer,
+            tag: expected,
+            expected: expected.schedule,
+            got: sent.schedule,
+        });
+    }
+    if payload.len() != len {
+        return Err(TransportError::LengthMismatch {
+            rank,
+            peer,
+            tag: expected,
+            expected: len,
+            got: payload.len(),
+        });
+    }
+    Ok(payload)
+}

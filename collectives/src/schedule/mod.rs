@@ -78,6 +78,20 @@ impl Collective {
         Collective::Barrier,
     ];
 
+    /// Every collective, point-to-point last.
+    pub const ALL: [Collective; 10] = [
+        Collective::AllReduce,
+        Collective::Reduce,
+        Collective::Broadcast,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+        Collective::Gather,
+        Collective::Scatter,
+        Collective::AllToAll,
+        Collective::Barrier,
+        Collective::SendRecv,
+    ];
+
     /// The snake_case name used by the CLI and logs.
     pub fn name(self) -> &'static str {
         match self {
@@ -122,9 +136,8 @@ impl std::str::FromStr for Collective {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.replace('-', "_");
-        Collective::SCHEDULED
+        Collective::ALL
             .into_iter()
-            .chain([Collective::SendRecv])
             .find(|c| c.name() == s || c.name().replace('_', "") == s)
             .ok_or_else(|| format!("unknown collective {s:?}"))
     }

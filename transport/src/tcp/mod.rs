@@ -22,7 +22,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::error::TransportError;
-use crate::transport::{Payload, Transport};
+use crate::transport::{check_arrival, Payload, Transport};
 use crate::types::{Rank, Tag, TagKey};
 use frame::{Decoder, Frame, Header, Kind, HEADER_LEN};
 
@@ -252,28 +252,30 @@ impl TcpTransport {
         tag: Tag,
         len: usize,
     ) -> Result<Option<Payload>, TransportError> {
-        let Some((sent, payload)) = self.arrived.remove(&(peer, tag.key())) else {
-            return Ok(None);
-        };
-        if sent.schedule != tag.schedule {
-            return Err(TransportError::ScheduleMismatch {
-                rank: self.rank,
-                peer,
-                tag,
-                expected: tag.schedule,
-                got: sent.schedule,
-            });
+        match self.arrived.remove(&(peer, tag.key())) {
+            None => Ok(None),
+            Some((sent, payload)) => {
+                check_arrival(self.rank, peer, tag, sent, payload, len).map(Some)
+            }
         }
-        if payload.len() != len {
-            return Err(TransportError::LengthMismatch {
-                rank: self.rank,
-                peer,
-                tag,
-                expected: len,
-                got: payload.len(),
-            });
+    }
+
+    /// Keeps flushing and reading for up to `limit` while a live peer has queued output:
+    /// best effort before an abort or a close, never blocking for long.
+    fn flush_briefly(&mut self, limit: Duration) {
+        let until = Instant::now() + limit;
+        while Instant::now() < until
+            && self
+                .peers
+                .iter()
+                .flatten()
+                .any(|p| p.gone.is_none() && !p.queue.is_empty())
+        {
+            self.progress();
+            let _ = self
+                .poll
+                .poll(&mut self.events, Some(Duration::from_millis(10)));
         }
-        Ok(Some(payload))
     }
 
     fn gone(&self, peer: usize) -> bool {
@@ -471,20 +473,7 @@ impl Transport for TcpTransport {
                 });
             }
         }
-        // Best effort: give the abort frames a moment to leave, never block for long.
-        let until = Instant::now() + Duration::from_millis(200);
-        while Instant::now() < until
-            && self
-                .peers
-                .iter()
-                .flatten()
-                .any(|p| p.gone.is_none() && !p.queue.is_empty())
-        {
-            self.progress();
-            let _ = self
-                .poll
-                .poll(&mut self.events, Some(Duration::from_millis(10)));
-        }
+        self.flush_briefly(Duration::from_millis(200));
         self.aborted
             .get_or_insert_with(|| (self.rank, reason.to_owned()));
     }
@@ -497,17 +486,7 @@ impl Drop for TcpTransport {
     /// peer has not read yet.
     fn drop(&mut self) {
         let pause = Duration::from_millis(10);
-        let until = Instant::now() + Duration::from_millis(200);
-        while Instant::now() < until
-            && self
-                .peers
-                .iter()
-                .flatten()
-                .any(|p| p.gone.is_none() && !p.queue.is_empty())
-        {
-            self.progress();
-            let _ = self.poll.poll(&mut self.events, Some(pause));
-        }
+        self.flush_briefly(Duration::from_millis(200));
         for p in self.peers.iter().flatten() {
             let _ = p.stream.shutdown(std::net::Shutdown::Write);
         }
