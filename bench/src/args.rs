@@ -1,6 +1,7 @@
 //! The command line: nccl-tests' flags for the benchmark, and the `plan` subcommand.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use rcoll::schedule::cost::CostModel;
@@ -96,16 +97,46 @@ pub struct BenchArgs {
     /// Also write the results to FILE as a JSON array, one record per size.
     #[arg(short = 'J', long = "json", value_name = "FILE")]
     pub json: Option<PathBuf>,
-    /// Number of ranks.
-    #[arg(long, default_value_t = 2)]
-    pub ranks: usize,
+    /// Number of ranks [default: 2]. With tcp (the default when this flag is given),
+    /// rcoll-bench starts this many processes of itself on this host. Under a launcher
+    /// (mpirun, srun, torchrun, RCOLL_RANK) leave it out: the launcher's ranks are used.
+    #[arg(long)]
+    pub ranks: Option<usize>,
     /// `auto` (the cost model chooses per size) or an algorithm name (mesh, single_root,
     /// tree, binomial_tree, naive_ring, ring, double_binary_tree, halving_doubling).
     #[arg(long, default_value = "auto")]
     pub algo: String,
-    /// How ranks connect: only `local` (ranks as threads of this process) for now.
-    #[arg(long, default_value = "local")]
-    pub transport: String,
+    /// How ranks connect: `tcp` (one process per rank), `local` (ranks as threads of
+    /// this process) or `auto` (rcoll's choice for processes: verbs where usable, else
+    /// tcp). Default: tcp when --ranks is given or under a launcher, local otherwise.
+    #[arg(long, value_parser = transport)]
+    pub transport: Option<TransportFlag>,
+    /// With processes: stop every rank and fail when rank 0 prints no new row for this
+    /// many seconds (0: wait forever).
+    #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+    pub timeout: u64,
+}
+
+/// `--transport`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransportFlag {
+    /// Ranks are threads of this process.
+    Local,
+    /// One process per rank over TCP.
+    Tcp,
+    /// One process per rank, rcoll chooses the transport.
+    Auto,
+}
+
+/// How to launch, as the command line asks (see [`crate::launch::mode`]).
+#[derive(Clone, Debug)]
+pub struct LaunchArgs {
+    /// `--ranks`, if given.
+    pub ranks: Option<usize>,
+    /// `--transport`, if given.
+    pub transport: Option<TransportFlag>,
+    /// `--timeout` (`None`: wait forever).
+    pub stall_timeout: Option<Duration>,
 }
 
 /// Flags of `rcoll-bench plan`.
@@ -154,8 +185,10 @@ pub struct PlanArgs {
 }
 
 impl BenchArgs {
-    /// Checks the flags against each other and resolves names.
-    pub fn into_spec(self) -> Result<BenchSpec, BenchError> {
+    /// Checks the flags against each other and resolves names. The checks that depend on
+    /// the number of ranks wait for [`BenchSpec::with_ranks`], since under a launcher that
+    /// number comes from the environment.
+    pub fn into_spec(self) -> Result<(LaunchArgs, BenchSpec), BenchError> {
         let collective = self
             .collective
             .ok_or_else(|| usage("name a collective, e.g. `rcoll-bench all_reduce`"))?;
@@ -164,18 +197,8 @@ impl BenchArgs {
                 "barrier moves no data, so it has no bus bandwidth to measure",
             ));
         }
-        check_transport(&self.transport)?;
-        if self.ranks == 0 {
+        if self.ranks == Some(0) {
             return Err(usage("--ranks must be at least 1"));
-        }
-        if collective == Collective::SendRecv && self.ranks < 2 {
-            return Err(usage("sendrecv needs --ranks 2 or more"));
-        }
-        if collective.is_rooted() && self.root >= self.ranks {
-            return Err(usage(format!(
-                "--root {} is not a rank of a {}-rank group",
-                self.root, self.ranks
-            )));
         }
         if self.iters == 0 {
             return Err(usage("-n/--iters must be at least 1"));
@@ -195,9 +218,14 @@ impl BenchArgs {
             )));
         }
         let step = Step::from_flags(self.stepfactor, self.stepbytes);
-        Ok(BenchSpec {
+        let launch = LaunchArgs {
+            ranks: self.ranks,
+            transport: self.transport,
+            stall_timeout: (self.timeout > 0).then(|| Duration::from_secs(self.timeout)),
+        };
+        let spec = BenchSpec {
             collective,
-            nranks: self.ranks,
+            nranks: self.ranks.unwrap_or(DEFAULT_RANKS),
             sizes: sizes(self.minbytes, self.maxbytes, step)?,
             minbytes: self.minbytes,
             maxbytes: self.maxbytes,
@@ -211,7 +239,31 @@ impl BenchArgs {
             algorithm,
             transport: "local",
             json: self.json,
-        })
+        };
+        Ok((launch, spec))
+    }
+}
+
+/// Ranks when neither `--ranks` nor a launcher says.
+pub const DEFAULT_RANKS: usize = 2;
+
+impl BenchSpec {
+    /// This spec on `nranks` ranks, if the flags make sense there.
+    pub fn with_ranks(mut self, nranks: usize) -> Result<BenchSpec, BenchError> {
+        if nranks == 0 {
+            return Err(usage("a group needs at least 1 rank"));
+        }
+        if self.collective == Collective::SendRecv && nranks < 2 {
+            return Err(usage("sendrecv needs 2 ranks or more"));
+        }
+        if self.collective.is_rooted() && self.root >= nranks {
+            return Err(usage(format!(
+                "--root {} is not a rank of a {nranks}-rank group",
+                self.root
+            )));
+        }
+        self.nranks = nranks;
+        Ok(self)
     }
 }
 
@@ -277,18 +329,18 @@ fn positive(
     }
 }
 
-/// Only the in-process transport exists so far.
-fn check_transport(name: &str) -> Result<(), BenchError> {
-    match name {
-        "local" => Ok(()),
-        "tcp" | "verbs" => Err(usage(format!(
-            "--transport {name}: the {name} transport is not built into rcoll-bench yet \
-             (it comes with the multi-process launcher); use --transport local"
-        ))),
-        other => Err(usage(format!(
-            "--transport {other:?}: unknown transport (expected local; tcp and verbs are \
-             not built yet)"
-        ))),
+/// `--transport`: the verbs transport is refused here, before any process starts.
+fn transport(s: &str) -> Result<TransportFlag, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "local" => Ok(TransportFlag::Local),
+        "tcp" => Ok(TransportFlag::Tcp),
+        "auto" => Ok(TransportFlag::Auto),
+        "verbs" | "ib" | "rdma" => Err(format!(
+            "the {s} transport is not built into rcoll yet; use tcp, auto or local"
+        )),
+        other => Err(format!(
+            "unknown transport {other:?} (expected tcp, local or auto)"
+        )),
     }
 }
 
@@ -389,10 +441,13 @@ mod tests {
         ])
         .unwrap();
         assert!(cli.command.is_none());
-        let spec = cli.bench.into_spec().unwrap();
+        let (launch, spec) = cli.bench.into_spec().unwrap();
         assert_eq!(spec.sizes.first(), Some(&8));
         assert_eq!(spec.sizes.last(), Some(&(512 << 10)));
         assert_eq!(spec.nranks, 4);
+        assert_eq!(launch.ranks, Some(4));
+        assert_eq!(launch.transport, None);
+        assert_eq!(launch.stall_timeout, Some(Duration::from_secs(600)));
 
         let cli = Cli::try_parse_from([
             "rcoll-bench",
@@ -415,13 +470,31 @@ mod tests {
         let spec = |args: &[&str]| {
             let mut argv = vec!["rcoll-bench"];
             argv.extend_from_slice(args);
-            Cli::try_parse_from(argv).unwrap().bench.into_spec()
+            let cli = Cli::try_parse_from(argv).map_err(|e| usage(e.to_string()))?;
+            let (launch, spec) = cli.bench.into_spec()?;
+            spec.with_ranks(launch.ranks.unwrap_or(DEFAULT_RANKS))
         };
         assert!(spec(&["broadcast", "--ranks", "2", "-r", "2"]).is_err());
         assert!(spec(&["all_gather", "--algo", "double_binary_tree"]).is_err());
-        assert!(spec(&["all_reduce", "--transport", "tcp"]).is_err());
+        assert!(spec(&["all_reduce", "--transport", "verbs"]).is_err());
+        assert!(spec(&["all_reduce", "--transport", "carrier-pigeon"]).is_err());
         assert!(spec(&["all_reduce", "-o", "band", "-d", "f32"]).is_err());
         assert!(spec(&["sendrecv", "--ranks", "1"]).is_err());
+        assert!(spec(&["all_reduce", "--ranks", "0"]).is_err());
         assert!(spec(&["all_reduce", "--algo", "ring"]).is_ok());
+        assert!(spec(&["all_reduce", "--transport", "tcp", "--ranks", "3"]).is_ok());
+    }
+
+    #[test]
+    fn the_root_is_checked_against_the_group_it_runs_on() {
+        let argv = ["rcoll-bench", "broadcast", "-r", "3"];
+        let (launch, spec) = Cli::try_parse_from(argv)
+            .unwrap()
+            .bench
+            .into_spec()
+            .unwrap();
+        assert_eq!(launch.ranks, None);
+        assert!(spec.clone().with_ranks(3).is_err());
+        assert_eq!(spec.with_ranks(4).unwrap().nranks, 4);
     }
 }

@@ -27,6 +27,24 @@ pub enum BenchError {
     /// Serialising a report failed.
     #[error("cannot serialise the report: {0}")]
     Json(#[from] serde_json::Error),
+    /// Starting or watching the rank processes failed.
+    #[error("cannot {what}: {source}")]
+    Spawn {
+        /// What this process was doing.
+        what: String,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Rank processes failed (each printed its own error above); one line per rank that
+    /// did, and the exit status to pass on.
+    #[error("{} rank process(es) failed:{}", .failures.len(), .failures.iter().map(|l| format!("\n  {l}")).collect::<String>())]
+    Processes {
+        /// The exit status of the first rank that failed by itself.
+        code: u8,
+        /// One line per failed rank.
+        failures: Vec<String>,
+    },
     /// A rank's thread panicked (its message was printed when it did).
     #[error("the benchmark thread panicked (see above)")]
     Panicked,

@@ -2,7 +2,9 @@
 //! prices and verifies every algorithm's schedules without moving data.
 //!
 //! ```text
-//! rcoll-bench all_reduce --ranks 4 -b 8 -e 64M -f 2 -c 1
+//! rcoll-bench all_reduce --ranks 4 -b 8 -e 64M -f 2 -c 1     # 4 processes over TCP
+//! mpirun -np 4 rcoll-bench all_reduce -b 8 -e 64M            # the launcher's 4 ranks
+//! rcoll-bench all_reduce --ranks 4 --transport local         # 4 threads
 //! rcoll-bench plan all_reduce --ranks 5 --bytes 5000000
 //! ```
 #![forbid(unsafe_code)]
@@ -11,19 +13,25 @@ mod args;
 mod busbw;
 mod data;
 mod error;
+mod hosts;
 mod launch;
+mod output;
 mod plan;
+mod rank;
 mod report;
 mod run;
+mod spawn;
 mod sweep;
+mod threads;
 
-use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser;
 
 use crate::args::{BenchArgs, Cli, Command, PlanArgs};
 use crate::error::BenchError;
+use crate::launch::Mode;
+use crate::output::{print, JsonFile};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -37,6 +45,7 @@ fn main() -> ExitCode {
             eprintln!("rcoll-bench: {e}");
             match e {
                 BenchError::Usage(_) => ExitCode::from(2),
+                BenchError::Processes { code, .. } => ExitCode::from(code),
                 _ => ExitCode::FAILURE,
             }
         }
@@ -58,38 +67,27 @@ fn plan(args: PlanArgs) -> Result<(), BenchError> {
 
 /// `rcoll-bench <collective> ...`.
 fn bench(args: BenchArgs) -> Result<(), BenchError> {
-    let spec = args.into_spec()?;
-    // Open the JSON file first, so that a bad path fails before the run, not after it.
-    let json_file = match &spec.json {
-        Some(path) => Some((
-            path,
-            std::fs::File::create(path).map_err(|e| write_error(path, e))?,
-        )),
-        None => None,
-    };
-    print(&report::header(&spec));
-    let reports = launch::run_local(&spec, |r| print(&format!("{}\n", report::row(r))))?;
-    print(&report::footer(&spec, &reports));
-    if let Some((path, mut file)) = json_file {
-        let text = report::json(&reports)? + "\n";
-        file.write_all(text.as_bytes())
-            .map_err(|e| write_error(path, e))?;
+    let (launch, spec) = args.into_spec()?;
+    match launch::mode(&launch, &|name| std::env::var(name).ok())? {
+        Mode::Threads(nranks) => {
+            let spec = spec.with_ranks(nranks)?;
+            let json = JsonFile::create(&spec)?;
+            let reports = threads::run(&spec, print)?;
+            output::conclude(&spec, &reports, json)
+        }
+        Mode::Spawn(nranks) => {
+            // Every check the ranks would make, made once here before anything starts.
+            let spec = spec.with_ranks(nranks)?;
+            rcoll::Config::from_env()?;
+            JsonFile::create(&spec)?;
+            spawn::run(nranks, launch.stall_timeout)
+        }
+        Mode::Rank { size, spawned } => {
+            // The same checks before joining, where the launcher states the size.
+            if let Some(n) = size {
+                spec.clone().with_ranks(n)?;
+            }
+            rank::run(&launch, spec, spawned)
+        }
     }
-    match report::total_wrong(&reports) {
-        0 => Ok(()),
-        n => Err(BenchError::Wrong(n)),
-    }
-}
-
-fn write_error(path: &std::path::Path, source: std::io::Error) -> BenchError {
-    BenchError::Write {
-        path: path.to_owned(),
-        source,
-    }
-}
-
-/// Writes to stdout, ignoring a closed pipe (`rcoll-bench ... | head`).
-fn print(s: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(s.as_bytes()).and_then(|()| out.flush());
 }

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use rcoll::{Collective, DataType};
 
 use crate::busbw;
+use crate::hosts::{self, RankHost};
 use crate::run::BenchSpec;
 use crate::sweep::Step;
 
@@ -100,8 +101,8 @@ impl ModeReport {
 const PREFIX_WIDTH: usize = 12 + 2 + 12 + 2 + 8 + 2 + 6 + 2 + 6;
 const MODE_WIDTH: usize = 2 + 7 + 2 + 6 + 2 + 6 + 2 + 6;
 
-/// The lines printed before the first row.
-pub fn header(spec: &BenchSpec) -> String {
+/// The lines printed before the first row; `ranks[r]` is where rank `r` runs.
+pub fn header(spec: &BenchSpec, ranks: &[RankHost]) -> String {
     let algorithm = spec.algorithm.map_or("auto".to_owned(), |a| a.to_string());
     let step = match spec.step {
         Step::Factor(f) => format!("{f}(factor)"),
@@ -110,8 +111,15 @@ pub fn header(spec: &BenchSpec) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "# rcoll-bench {}: ranks {}, transport {}, algorithm {algorithm}, dtype {}, op {}, root {}",
-        spec.collective, spec.nranks, spec.transport, spec.dtype, spec.op, spec.root
+        "# rcoll-bench {}: ranks {}, hosts {}, transport {}, algorithm {algorithm}, dtype {}, \
+         op {}, root {}",
+        spec.collective,
+        spec.nranks,
+        hosts::count(ranks),
+        spec.transport,
+        spec.dtype,
+        spec.op,
+        spec.root
     );
     let _ = writeln!(
         s,
@@ -122,6 +130,11 @@ pub fn header(spec: &BenchSpec) -> String {
         spec.iters,
         u8::from(spec.check)
     );
+    let _ = writeln!(s, "#");
+    let _ = writeln!(s, "# Using ranks");
+    for (rank, r) in ranks.iter().enumerate() {
+        let _ = writeln!(s, "#  Rank {rank:>2} Pid {:>7} on {}", r.pid, r.host);
+    }
     let _ = writeln!(s, "#");
     let groups = format!(
         "#{:pw$}  {:^mw$}  {:^mw$}",

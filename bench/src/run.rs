@@ -17,8 +17,9 @@ use rcoll::{Algorithm, Collective, Communicator, DataType, Element, Layout, Rank
 
 use crate::data::Reference;
 use crate::error::BenchError;
+use crate::hosts;
 use crate::plan::layout_count;
-use crate::report::{ModeReport, SizeReport};
+use crate::report::{self, ModeReport, SizeReport};
 use crate::sweep::Step;
 
 /// Everything a rank needs to know to run the benchmark.
@@ -56,13 +57,20 @@ pub struct BenchSpec {
     pub json: Option<PathBuf>,
 }
 
-/// Runs the benchmark on this rank. Rank 0 calls `on_row` as each size completes and
-/// returns every size's report; other ranks return an empty list.
+/// Runs the benchmark on this rank. Rank 0 passes the header and then each size's row,
+/// as it completes, to `print`, and returns every size's report; other ranks print
+/// nothing and return an empty list.
 pub fn run_rank(
     comm: &mut Communicator,
     spec: &BenchSpec,
-    on_row: &mut dyn FnMut(&SizeReport),
+    print: &mut dyn FnMut(&str),
 ) -> Result<Vec<SizeReport>, BenchError> {
+    let ranks = hosts::exchange(comm)?;
+    if comm.rank() == 0 {
+        print(&report::header(spec, &ranks));
+    }
+    let mut on_row = |r: &SizeReport| print(&format!("{}\n", report::row(r)));
+    let on_row = &mut on_row;
     use half::{bf16, f16};
     match spec.dtype {
         DataType::I8 => run_typed::<i8>(comm, spec, on_row),
@@ -80,6 +88,11 @@ pub fn run_rank(
         ))),
     }
 }
+
+/// `RCOLL_BENCH_CORRUPT=<rank>`: that rank damages one element of every checked output
+/// before checking it, to show that the check, the report and the exit status catch a
+/// wrong result (peers/mpi_bench's BENCH_CORRUPT).
+const CORRUPT: &str = "RCOLL_BENCH_CORRUPT";
 
 /// One mode's raw results on one rank.
 struct Sample {
@@ -100,12 +113,13 @@ fn run_typed<T: Element>(
     } else {
         &[false, true]
     };
+    let corrupt = std::env::var(CORRUPT).ok() == Some(rank.to_string());
     let mut reports = Vec::new();
     for &size in &spec.sizes {
         let count = layout_count(spec.collective, size, elem, n);
         let mut samples = Vec::with_capacity(modes.len());
         for &in_place in modes {
-            samples.push(measure(comm, spec, &reference, count, in_place)?);
+            samples.push(measure(comm, spec, &reference, count, in_place, corrupt)?);
         }
         // [wrong, times...] per mode, the same length on every rank.
         let local: Vec<f64> = samples
@@ -207,13 +221,15 @@ enum Buffers<T> {
     InPlace(Vec<T>),
 }
 
-/// Warmup, timed iterations and the checked iteration of one mode of one size.
+/// Warmup, timed iterations and the checked iteration of one mode of one size
+/// (`corrupt`: see [`CORRUPT`]).
 fn measure<T: Element>(
     comm: &mut Communicator,
     spec: &BenchSpec,
     reference: &Reference<T>,
     count: usize,
     in_place: bool,
+    corrupt: bool,
 ) -> Result<Sample, BenchError> {
     let (n, rank) = (comm.size(), comm.rank());
     let layout = Layout {
@@ -261,6 +277,19 @@ fn measure<T: Element>(
     if spec.check {
         fill(&mut buffers);
         call(comm, spec, &mut buffers)?;
+        if corrupt {
+            let first = match &mut buffers {
+                Buffers::Separate { recv, .. } => recv.first_mut(),
+                Buffers::InPlace(buf) => buf.get_mut(extents.output.offset),
+            };
+            if let Some(x) = first.filter(|_| extents.output.len > 0) {
+                *x = if *x == sentinel {
+                    T::from_f64(98.0)
+                } else {
+                    sentinel
+                };
+            }
+        }
         let out = match &buffers {
             Buffers::Separate { recv, .. } => recv.get(..extents.output.len),
             Buffers::InPlace(buf) => buf.get(extents.output.offset..extents.output.end()),

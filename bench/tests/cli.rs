@@ -1,59 +1,82 @@
-//! Runs the built `rcoll-bench` binary: a checked benchmark sweep with a JSON file, and
-//! the planner's JSON.
+//! Runs the built `rcoll-bench` binary: checked sweeps with a JSON file on threads, on
+//! rank processes it starts itself over TCP, and as one rank under a launcher's
+//! environment; a failing rank process; and the planner's JSON.
 
-use std::process::Command;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn bench() -> Command {
     Command::new(env!("CARGO_BIN_EXE_rcoll-bench"))
 }
 
-#[test]
-fn all_reduce_sweep_is_correct_and_writes_one_record_per_size() {
-    let json = std::env::temp_dir().join(format!("rcoll-bench-cli-{}.json", std::process::id()));
-    let out = bench()
-        .args([
-            "all_reduce",
-            "--ranks",
-            "4",
-            "-b",
-            "8",
-            "-e",
-            "1M",
-            "-f",
-            "4",
-            "-c",
-            "1",
-            "-J",
-        ])
-        .arg(&json)
-        .output()
-        .expect("run rcoll-bench");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "exit {:?}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-
-    // 8, 32, ..., 512K: nine sizes, each row with #wrong 0 out of place and in place.
-    let rows: Vec<Vec<&str>> = stdout
+/// Rows of the table: every line that is not a comment, split into columns.
+fn rows(stdout: &str) -> Vec<Vec<&str>> {
+    stdout
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(rows.len(), 9, "{stdout}");
-    for row in &rows {
+        .collect()
+}
+
+/// A JSON file name of its own for each test.
+fn json_path(test: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "rcoll-bench-cli-{test}-{}.json",
+        std::process::id()
+    ))
+}
+
+/// Runs `cmd` with a deadline, so that a hang fails the test instead of stalling it.
+fn output(cmd: &mut Command) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run rcoll-bench");
+    let deadline = Instant::now() + Duration::from_secs(240);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("output");
+            panic!(
+                "rcoll-bench hung:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+/// Asserts a successful, checked sweep: `sizes` rows, each with #wrong 0 in both modes,
+/// and a JSON file with one record per row on `transport`.
+fn assert_checked_sweep(out: &Output, json: &Path, sizes: &[usize], transport: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    let rows = rows(&stdout);
+    assert_eq!(rows.len(), sizes.len(), "{stdout}");
+    for (row, size) in rows.iter().zip(sizes) {
         assert_eq!(row.len(), 14, "{row:?}");
+        assert_eq!(row[0], size.to_string(), "{row:?}");
         assert_eq!((row[8], row[12]), ("0", "0"), "{row:?}");
     }
-    assert_eq!(rows[0][0], "8");
-    assert_eq!(rows[8][0], "524288");
     assert!(stdout.contains("# Out of bounds values : 0 OK"), "{stdout}");
     assert!(stdout.contains("# Avg bus bandwidth"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("hosts 1, transport {transport},")),
+        "{stdout}"
+    );
 
-    let text = std::fs::read_to_string(&json).expect("JSON file written");
-    let _ = std::fs::remove_file(&json);
+    let text = std::fs::read_to_string(json).expect("JSON file written");
+    let _ = std::fs::remove_file(json);
     let records: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
     let records = records.as_array().expect("a JSON array");
     assert_eq!(records.len(), rows.len());
@@ -64,7 +87,7 @@ fn all_reduce_sweep_is_correct_and_writes_one_record_per_size() {
         );
         assert_eq!(record["type"], "f32");
         assert_eq!(record["redop"], "sum");
-        assert_eq!(record["transport"], "local");
+        assert_eq!(record["transport"], transport);
         assert!(record["algorithm"].is_string());
         for mode in ["oop", "ip"] {
             let m = &record[mode];
@@ -78,6 +101,197 @@ fn all_reduce_sweep_is_correct_and_writes_one_record_per_size() {
             assert!(m["min_us"].as_f64() <= m["max_us"].as_f64());
         }
     }
+}
+
+/// The launcher variables that would make rcoll-bench a rank; the tests set their own.
+const LAUNCHER_VARS: [&str; 11] = [
+    "RCOLL_RANK",
+    "RCOLL_WORLD_SIZE",
+    "RANK",
+    "WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "RCOLL_BENCH_PARENT_PID",
+];
+
+fn bench_clean() -> Command {
+    let mut cmd = bench();
+    for var in LAUNCHER_VARS {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+#[test]
+fn threads_sweep_is_correct_and_writes_one_record_per_size() {
+    let json = json_path("threads");
+    let out = output(
+        bench_clean()
+            .args([
+                "all_reduce",
+                "--ranks",
+                "4",
+                "--transport",
+                "local",
+                "-b",
+                "8",
+                "-e",
+                "1M",
+                "-f",
+                "4",
+                "-c",
+                "1",
+                "-J",
+            ])
+            .arg(&json),
+    );
+    // 8, 32, ..., 512K: nine sizes.
+    let sizes: Vec<usize> = (0..9).map(|i| 8 << (2 * i)).collect();
+    assert_checked_sweep(&out, &json, &sizes, "local");
+}
+
+#[test]
+fn three_rank_processes_over_tcp_are_correct() {
+    let json = json_path("tcp");
+    let out = output(
+        bench_clean()
+            .args([
+                "all_reduce",
+                "--ranks",
+                "3",
+                "--transport",
+                "tcp",
+                "-b",
+                "8",
+                "-e",
+                "1M",
+                "-f",
+                "8",
+                "-c",
+                "1",
+                "-J",
+            ])
+            .arg(&json),
+    );
+    // 8, 64, ..., 256K: six sizes.
+    let sizes: Vec<usize> = (0..6).map(|i| 8 << (3 * i)).collect();
+    assert_checked_sweep(&out, &json, &sizes, "tcp");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("ranks 3,"), "{stdout}");
+    // One line per rank, each its own process.
+    let pids: std::collections::BTreeSet<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("#  Rank "))
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .collect();
+    assert_eq!(pids.len(), 3, "{stdout}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn under_a_launcher_each_process_is_one_rank() {
+    let root = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .to_string();
+    let json = json_path("launcher");
+    let out = output(
+        bench_clean()
+            .args(["all_reduce", "-b", "8", "-e", "64K", "-f", "16", "-J"])
+            .arg(&json)
+            .env("RCOLL_RANK", "0")
+            .env("RCOLL_WORLD_SIZE", "1")
+            .env("RCOLL_ROOT_ADDR", &root),
+    );
+    // 8, 128, 2K, 32K.
+    assert_checked_sweep(&out, &json, &[8, 128, 2048, 32768], "tcp");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("ranks 1,"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("Pid {:>7}", out_pid(&stdout))),
+        "{stdout}"
+    );
+
+    // --ranks that contradicts the launcher is refused before anything starts.
+    let out = output(
+        bench_clean()
+            .args(["all_reduce", "--ranks", "2"])
+            .env("RCOLL_RANK", "0")
+            .env("RCOLL_WORLD_SIZE", "1")
+            .env("RCOLL_ROOT_ADDR", &root),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("RCOLL_WORLD_SIZE=1"), "{stderr}");
+}
+
+/// The pid on rank 0's line of the header.
+fn out_pid(stdout: &str) -> String {
+    stdout
+        .lines()
+        .find(|l| l.starts_with("#  Rank  0 Pid"))
+        .and_then(|l| l.split_whitespace().nth(4))
+        .unwrap_or("?")
+        .to_owned()
+}
+
+#[test]
+fn a_wrong_result_on_one_rank_process_fails_the_run() {
+    let out = output(
+        bench_clean()
+            .args([
+                "all_reduce",
+                "--ranks",
+                "3",
+                "-b",
+                "8",
+                "-e",
+                "4K",
+                "-f",
+                "8",
+            ])
+            .env("RCOLL_BENCH_CORRUPT", "2"),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Rank 0 reports the damage and exits 1; the parent passes that on.
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let rows = rows(&stdout);
+    assert_eq!(rows.len(), 4, "{stdout}");
+    for row in &rows {
+        assert_eq!((row[8], row[12]), ("1", "1"), "{row:?}");
+    }
+    assert!(
+        stdout.contains("# Out of bounds values : 8 FAILED"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("8 wrong element(s)"), "{stderr}");
+    assert!(stderr.contains("rank 0: exit status 1"), "{stderr}");
+}
+
+#[test]
+fn a_bad_setting_is_refused_once_before_any_rank_starts() {
+    let out = output(
+        bench_clean()
+            .args(["all_reduce", "--ranks", "2", "-e", "1K"])
+            .env("RCOLL_TIMEOUT", "soon"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("RCOLL_TIMEOUT").count(), 1, "{stderr}");
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }
 
 #[test]

@@ -1,0 +1,95 @@
+//! Which host and process each rank runs in, for the header (nccl-tests prints one line
+//! per rank, and the host count says whether the run crossed a network).
+
+use rcoll::Communicator;
+
+use crate::error::BenchError;
+
+/// Where one rank runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankHost {
+    /// Its process id.
+    pub pid: u32,
+    /// Its host name (at most [`HOST_BYTES`] bytes of it).
+    pub host: String,
+}
+
+/// Bytes of a host name exchanged (Linux's HOST_NAME_MAX).
+const HOST_BYTES: usize = 64;
+/// Bytes per rank: the pid, little-endian, then the zero-padded host name.
+const RECORD: usize = 4 + HOST_BYTES;
+
+/// Every rank's [`RankHost`], known on every rank (an all_gather).
+pub fn exchange(comm: &mut Communicator) -> Result<Vec<RankHost>, BenchError> {
+    let mut record = [0u8; RECORD];
+    record[..4].copy_from_slice(&std::process::id().to_le_bytes());
+    let name = host_name();
+    let name = truncate(&name, HOST_BYTES);
+    record[4..4 + name.len()].copy_from_slice(name.as_bytes());
+    let mut all = vec![0u8; RECORD * comm.size()];
+    comm.all_gather(&record, &mut all)?;
+    Ok(all.chunks_exact(RECORD).map(decode).collect())
+}
+
+/// Distinct hosts.
+pub fn count(ranks: &[RankHost]) -> usize {
+    let mut hosts: Vec<&str> = ranks.iter().map(|r| r.host.as_str()).collect();
+    hosts.sort_unstable();
+    hosts.dedup();
+    hosts.len()
+}
+
+fn decode(record: &[u8]) -> RankHost {
+    let (pid, host) = record.split_at(4);
+    let pid = u32::from_le_bytes([pid[0], pid[1], pid[2], pid[3]]);
+    let end = host.iter().position(|&b| b == 0).unwrap_or(host.len());
+    RankHost {
+        pid,
+        host: String::from_utf8_lossy(&host[..end]).into_owned(),
+    }
+}
+
+/// This machine's name: the kernel's, else `$HOSTNAME`, else `localhost`.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_hosts_are_counted_once() {
+        let mut record = [0u8; RECORD];
+        record[..4].copy_from_slice(&4242u32.to_le_bytes());
+        record[4..9].copy_from_slice(b"node1");
+        let a = decode(&record);
+        assert_eq!(
+            a,
+            RankHost {
+                pid: 4242,
+                host: "node1".into()
+            }
+        );
+        let b = RankHost {
+            pid: 7,
+            host: "node2".into(),
+        };
+        assert_eq!(count(&[a.clone(), b, a]), 2);
+        assert_eq!(truncate("héllo", 2), "h");
+    }
+}

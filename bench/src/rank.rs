@@ -1,0 +1,70 @@
+//! This process is one rank of a process group, started by rcoll-bench itself
+//! ([`crate::spawn`]) or by a launcher (mpirun, srun, torchrun, or by hand with
+//! `RCOLL_RANK`, `RCOLL_WORLD_SIZE` and `RCOLL_ROOT_ADDR`): it joins through
+//! [`rcoll::process::Builder::from_env`], runs [`run_rank`], and rank 0 reports.
+
+use std::io::Read as _;
+
+use rcoll::process::TransportKind;
+
+use crate::args::{LaunchArgs, TransportFlag};
+use crate::error::BenchError;
+use crate::output::{self, JsonFile};
+use crate::run::{run_rank, BenchSpec};
+
+/// Exit status of a rank whose parent rcoll-bench went away.
+const ORPHANED: i32 = 3;
+
+/// Joins the group and runs `spec` as this process's rank. `spawned`: started by a parent
+/// rcoll-bench, which this process must not outlive.
+pub fn run(launch: &LaunchArgs, spec: BenchSpec, spawned: bool) -> Result<(), BenchError> {
+    if spawned {
+        watch_parent();
+    }
+    let mut builder = rcoll::process::Builder::from_env()?.algorithm(spec.algorithm);
+    // Without the flag, RCOLL_TRANSPORT (read by from_env) or rcoll's default decides.
+    match launch.transport {
+        Some(TransportFlag::Tcp) => builder = builder.transport(TransportKind::Tcp),
+        Some(TransportFlag::Auto) => builder = builder.transport(TransportKind::Auto),
+        Some(TransportFlag::Local) | None => {}
+    }
+    let mut comm = builder.build()?;
+    let rank = comm.rank();
+    let run = |comm: &mut rcoll::Communicator| {
+        let mut spec = spec.with_ranks(comm.size())?;
+        spec.transport = comm.transport_name();
+        let json = if rank == 0 {
+            JsonFile::create(&spec)?
+        } else {
+            None
+        };
+        let mut print = |text: &str| {
+            if rank == 0 {
+                output::print(text);
+            }
+        };
+        let reports = run_rank(comm, &spec, &mut print)?;
+        Ok::<_, BenchError>((spec, reports, json))
+    };
+    match run(&mut comm) {
+        Ok((spec, reports, json)) if rank == 0 => output::conclude(&spec, &reports, json),
+        Ok(_) => Ok(()),
+        Err(e) => {
+            // The other ranks must not wait for this one until their timeout.
+            comm.abort(&e.to_string());
+            Err(e)
+        }
+    }
+}
+
+/// Exits this process when its parent rcoll-bench is gone, however it went (even by
+/// SIGKILL): the parent holds the write end of this process's stdin and never writes,
+/// so end of file means that it has exited.
+fn watch_parent() {
+    std::thread::spawn(|| {
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = [0u8; 64];
+        while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+        std::process::exit(ORPHANED);
+    });
+}
