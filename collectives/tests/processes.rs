@@ -168,7 +168,14 @@ fn free_root() -> String {
 }
 
 fn spawn(scenario: &str, n: usize, extra: &[(&str, String)]) -> Vec<Child> {
+    spawn_as("rcoll", scenario, n, extra)
+}
+
+/// Starts `n` ranks that learn their place the way `launcher` tells them: its rank and
+/// size variables, and its rendezvous variables where it has them.
+fn spawn_as(launcher: &str, scenario: &str, n: usize, extra: &[(&str, String)]) -> Vec<Child> {
     let root = free_root();
+    let (host, port) = root.rsplit_once(':').expect("host:port");
     (0..n)
         .map(|r| {
             let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
@@ -180,13 +187,25 @@ fn spawn(scenario: &str, n: usize, extra: &[(&str, String)]) -> Vec<Child> {
                 "--quiet",
             ])
             .env(SCENARIO, scenario)
-            .env("RCOLL_RANK", r.to_string())
-            .env("RCOLL_WORLD_SIZE", n.to_string())
-            .env("RCOLL_ROOT_ADDR", &root)
             .env("RCOLL_TRANSPORT", "tcp")
-            .env("RCOLL_TIMEOUT", "20")
+            .env("RCOLL_TIMEOUT", "20") // `extra` may override
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+            let (rank_var, size_var) = match launcher {
+                "rcoll" => ("RCOLL_RANK", "RCOLL_WORLD_SIZE"),
+                "torchrun" => ("RANK", "WORLD_SIZE"),
+                "openmpi" => ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                "pmi" => ("PMI_RANK", "PMI_SIZE"),
+                "slurm" => ("SLURM_PROCID", "SLURM_NTASKS"),
+                other => panic!("unknown launcher {other}"),
+            };
+            cmd.env(rank_var, r.to_string())
+                .env(size_var, n.to_string());
+            if launcher == "torchrun" {
+                cmd.env("MASTER_ADDR", host).env("MASTER_PORT", port);
+            } else {
+                cmd.env("RCOLL_ROOT_ADDR", &root);
+            }
             for (k, v) in extra {
                 cmd.env(k, v);
             }
@@ -325,4 +344,14 @@ fn an_unknown_interface_is_an_error_listing_the_real_ones() {
         out.contains("nosuch0") && out.contains("lo (127.0.0.1)"),
         "{out}"
     );
+}
+
+#[test]
+fn ranks_started_under_each_launchers_conventions() {
+    for launcher in ["torchrun", "openmpi", "pmi", "slurm"] {
+        let results = finish(spawn_as(launcher, "hello", 3, &[]), Duration::from_secs(60));
+        for (r, (ok, out)) in results.iter().enumerate() {
+            assert!(ok, "{launcher}: rank {r}:\n{out}");
+        }
+    }
 }
