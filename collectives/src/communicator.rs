@@ -23,6 +23,9 @@ use crate::select::Selector;
 /// they never collide with collectives (whose numbers stay below it).
 const P2P_BIT: u32 = 1 << 31;
 
+/// Collectives whose fingerprints a communicator remembers (see `recent`).
+const RECENT_CALLS: usize = 8;
+
 /// Plans kept per communicator before the cache starts over.
 const PLAN_CACHE_LIMIT: usize = 256;
 
@@ -49,6 +52,9 @@ pub struct Communicator {
     plans: HashMap<(Layout, Algorithm), Arc<Plan>>,
     scratch: Vec<u128>,
     next_algorithm: Option<Algorithm>,
+    /// `(sequence, fingerprint)` of the last few collectives, to explain a stale message
+    /// that arrives after its call has ended here.
+    recent: [(u32, u32); RECENT_CALLS],
     poisoned: Option<String>,
 }
 
@@ -88,6 +94,7 @@ impl Communicator {
             plans: HashMap::new(),
             scratch: Vec::new(),
             next_algorithm: None,
+            recent: [(u32::MAX, 0); RECENT_CALLS],
             poisoned: None,
         })
     }
@@ -794,13 +801,18 @@ impl Communicator {
         // A message of this (or an earlier) collective that nobody took: its sender ran a
         // different call, which this rank's part did not need to notice (another root).
         if seq & P2P_BIT == 0 {
+            self.recent[seq as usize % RECENT_CALLS] = (seq, call.fingerprint());
             if let Some((peer, tag)) = self.transport.stale(seq) {
-                let what = if tag.collective == seq {
-                    let diff = explain(call.fingerprint(), tag.schedule);
-                    format!("it sent a message this call does not expect ({diff})")
-                } else {
-                    let old = tag.collective;
-                    format!("it sent a message for collective #{old} that no call here expected")
+                let old = tag.collective;
+                let ours = self.recent.iter().find(|(s, _)| *s == old).map(|(_, f)| *f);
+                let what = match ours {
+                    Some(f) => format!(
+                        "it sent collective #{old} a message this rank's call did not expect ({})",
+                        explain(f, tag.schedule)
+                    ),
+                    None => format!(
+                        "it sent a message for collective #{old} that no call here expected"
+                    ),
                 };
                 let (peer, collective) = (peer.0, call.collective);
                 let err = Error::Mismatch {

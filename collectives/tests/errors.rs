@@ -309,10 +309,12 @@ fn ranks_that_disagree_on_type_op_or_root_all_fail_and_say_how() {
     ];
     for (words, call) in cases {
         // A rank whose part is only sending (a broadcast root, in its own view) finishes
-        // its part without hearing from anyone; the rank that sees the disagreement aborts
-        // the group with it, so that rank's next call fails naming it.
+        // its part without hearing from anyone; the rank that sees the disagreement (at the
+        // end of that call or the next) aborts the group with it, so a later call fails.
         let results = on_ranks(3, Some(Algorithm::Ring), Duration::from_secs(5), |comm| {
-            call(comm).and_then(|_| comm.barrier())
+            call(comm)
+                .and_then(|_| comm.barrier())
+                .and_then(|_| comm.barrier())
         });
         for (r, res) in results.iter().enumerate() {
             let e = res.as_ref().expect_err("every rank must fail");

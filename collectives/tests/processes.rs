@@ -152,8 +152,9 @@ fn mismatch(comm: &mut Communicator) {
         other => panic!("unknown mismatch {other}"),
     };
     // A rank whose part was only sending learns of the disagreement from the abort of the
-    // rank that saw it, at its next call.
-    let r = r.and_then(|_| comm.barrier());
+    // rank that saw it, at a later call: the one that sees it may only notice at the end of
+    // the next call, which the sending rank may already have finished.
+    let r = r.and_then(|_| comm.barrier()).and_then(|_| comm.barrier());
     println!("RANK-RESULT {r:?}");
     let e = r.expect_err("a mismatch must fail on every rank");
     assert!(

@@ -99,6 +99,29 @@ pub trait Transport: Send {
         payload: Payload,
     ) -> Result<Option<Payload>, TransportError>;
 
+    /// Sends `data` as one message straight from the caller's memory where the backend can
+    /// (TCP writes it with the header in one vectored write when nothing is queued ahead),
+    /// copying only what it cannot send at once. Returns `Ok(false)` when there is no room
+    /// yet: call again after [`Transport::wait`].
+    ///
+    /// The default copies `data` into a payload and calls [`Transport::try_send`].
+    fn try_send_slice(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        data: &[u8],
+    ) -> Result<bool, TransportError> {
+        let mut payload = self.alloc(data.len());
+        payload.as_bytes_mut().copy_from_slice(data);
+        match self.try_send(peer, tag, payload)? {
+            None => Ok(true),
+            Some(back) => {
+                self.recycle(back);
+                Ok(false)
+            }
+        }
+    }
+
     /// Takes the message `tag` from `peer` if it has arrived.
     ///
     /// `len` is the length the caller expects; a message of another length is an error

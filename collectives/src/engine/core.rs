@@ -275,6 +275,19 @@ impl<'p> Execution<'p> {
         // The payload to forward, if the primitive sends what it received.
         let mut outgoing: Option<Payload> = None;
         match (&p.prim, received, src, dst) {
+            // One destination: straight from the caller's memory where the transport can.
+            (Primitive::Send { to, .. }, None, Some(src), _) if to.len() == 1 => {
+                let data = mem.read(src).map_err(mem_err)?;
+                let (Some(&peer), Some(&t)) = (to.first(), p.send_transfers.first()) else {
+                    return Err(ExecError::InconsistentPlan(at()));
+                };
+                let sent = io
+                    .try_send_slice(peer, tag(t), bytemuck::cast_slice(data))
+                    .map_err(|e| ExecError::Transport(at(), e))?;
+                if !sent {
+                    return Ok(false); // no room yet: this segment runs again later
+                }
+            }
             (Primitive::Send { .. }, None, Some(src), _) => {
                 let data = mem.read(src).map_err(mem_err)?;
                 let mut payload = io.alloc(bytes);

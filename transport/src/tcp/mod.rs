@@ -384,6 +384,92 @@ impl Transport for TcpTransport {
         Ok(None)
     }
 
+    /// Writes header and `data` with one vectored write when nothing is queued to the peer:
+    /// no copy if the socket takes it all; otherwise the message is queued (copied) with
+    /// what was written already marked as sent.
+    fn try_send_slice(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        data: &[u8],
+    ) -> Result<bool, TransportError> {
+        self.check_usable()?;
+        let r = self.peer_index(peer)?;
+        let queued = match self.peers.get(r) {
+            Some(Some(p)) if p.gone.is_none() => p.queue.len(),
+            _ => {
+                self.progress();
+                self.check_usable()?;
+                return Err(TransportError::PeerClosed {
+                    rank: self.rank,
+                    peer,
+                });
+            }
+        };
+        if queued > 0 {
+            // Keep the stream in order: go behind what is queued.
+            let mut payload = self.alloc(data.len());
+            payload.as_bytes_mut().copy_from_slice(data);
+            return match self.try_send(peer, tag, payload)? {
+                None => Ok(true),
+                Some(back) => {
+                    self.recycle(back);
+                    Ok(false)
+                }
+            };
+        }
+        let header = Header {
+            kind: Kind::Data,
+            tag,
+            len: data.len() as u64,
+        }
+        .encode();
+        let total = HEADER_LEN + data.len();
+        let mut written = 0;
+        if let Some(Some(p)) = self.peers.get_mut(r) {
+            while written < total {
+                let (h, d) = if written < HEADER_LEN {
+                    (&header[written..], data)
+                } else {
+                    (&[][..], &data[written - HEADER_LEN..])
+                };
+                match p.stream.write_vectored(&[IoSlice::new(h), IoSlice::new(d)]) {
+                    Ok(0) => {
+                        p.gone = Some("connection closed while writing".into());
+                        break;
+                    }
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        p.gone = Some(format!("write failed: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        if self.gone(r) {
+            self.progress();
+            self.check_usable()?;
+            return Err(TransportError::PeerClosed {
+                rank: self.rank,
+                peer,
+            });
+        }
+        if written < total {
+            let mut payload = self.alloc(data.len());
+            payload.as_bytes_mut().copy_from_slice(data);
+            if let Some(Some(p)) = self.peers.get_mut(r) {
+                p.queue.push_back(Outgoing {
+                    header,
+                    payload,
+                    written,
+                });
+            }
+        }
+        Ok(true)
+    }
+
     fn try_recv(
         &mut self,
         peer: Rank,
@@ -601,6 +687,34 @@ mod tests {
                         .all(|&b| b == (peer * 16 + k as usize) as u8));
                     t.recycle(got);
                 }
+            }
+            Ok(())
+        });
+        for r in results {
+            r.unwrap();
+        }
+    }
+
+    #[test]
+    fn messages_larger_than_the_socket_buffers_go_straight_from_the_callers_memory() {
+        let big: Vec<u8> = (0..24 << 20).map(|i: usize| (i % 251) as u8).collect();
+        let results = group(2, |mut t| -> Result<(), TransportError> {
+            if t.rank() == Rank(0) {
+                for k in 0..3 {
+                    let deadline = Instant::now() + Duration::from_secs(20);
+                    while !t.try_send_slice(Rank(1), tag(k, 0), &big)? {
+                        t.wait(deadline)?;
+                    }
+                }
+                // Keep the connection up until the receiver has everything.
+                let _ = recv_blocking(&mut t, Rank(1), tag(9, 9), 0)?;
+            } else {
+                for k in 0..3 {
+                    let got = recv_blocking(&mut t, Rank(0), tag(k, 0), big.len())?;
+                    assert!(got.as_bytes() == &big[..], "message {k} arrived intact");
+                }
+                let done = t.alloc(0);
+                send_blocking(&mut t, Rank(0), tag(9, 9), done)?;
             }
             Ok(())
         });
