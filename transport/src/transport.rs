@@ -111,15 +111,7 @@ pub trait Transport: Send {
         tag: Tag,
         data: &[u8],
     ) -> Result<bool, TransportError> {
-        let mut payload = self.alloc(data.len());
-        payload.as_bytes_mut().copy_from_slice(data);
-        match self.try_send(peer, tag, payload)? {
-            None => Ok(true),
-            Some(back) => {
-                self.recycle(back);
-                Ok(false)
-            }
-        }
+        copy_and_send(self, peer, tag, data)
     }
 
     /// Takes the message `tag` from `peer` if it has arrived.
@@ -188,4 +180,23 @@ pub fn check_arrival(
         });
     }
     Ok(payload)
+}
+
+/// Sends `data` by copying it into a payload: [`Transport::try_send_slice`] for backends
+/// that cannot send from the caller's memory. `Ok(false)`: no room yet.
+pub fn copy_and_send<T: Transport + ?Sized>(
+    t: &mut T,
+    peer: Rank,
+    tag: Tag,
+    data: &[u8],
+) -> Result<bool, TransportError> {
+    let mut payload = t.alloc(data.len());
+    payload.as_bytes_mut().copy_from_slice(data);
+    match t.try_send(peer, tag, payload)? {
+        None => Ok(true),
+        Some(back) => {
+            t.recycle(back);
+            Ok(false)
+        }
+    }
 }

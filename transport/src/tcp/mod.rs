@@ -22,7 +22,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::error::TransportError;
-use crate::transport::{check_arrival, Payload, Transport};
+use crate::transport::{check_arrival, copy_and_send, Payload, Transport};
 use crate::types::{Rank, Tag, TagKey};
 use frame::{Decoder, Frame, Header, Kind, HEADER_LEN};
 
@@ -278,6 +278,20 @@ impl TcpTransport {
         }
     }
 
+    /// The error for a peer whose connection is gone. A peer that failed usually told
+    /// everyone why before it closed: read what has arrived first, so that its abort
+    /// (naming the root cause) wins over "closed".
+    fn closed(&mut self, peer: Rank) -> TransportError {
+        self.progress();
+        match self.check_usable() {
+            Err(e) => e,
+            Ok(()) => TransportError::PeerClosed {
+                rank: self.rank,
+                peer,
+            },
+        }
+    }
+
     fn gone(&self, peer: usize) -> bool {
         matches!(self.peers.get(peer), Some(Some(p)) if p.gone.is_some())
     }
@@ -343,12 +357,7 @@ impl Transport for TcpTransport {
         if self.gone(r) {
             // A peer that failed usually told everyone why before it closed: read what has
             // arrived, so that its abort (naming the root cause) wins over "closed".
-            self.progress();
-            self.check_usable()?;
-            return Err(TransportError::PeerClosed {
-                rank: self.rank,
-                peer,
-            });
+            return Err(self.closed(peer));
         }
         let window = self.window;
         let Some(Some(p)) = self.peers.get_mut(r) else {
@@ -398,25 +407,12 @@ impl Transport for TcpTransport {
         let queued = match self.peers.get(r) {
             Some(Some(p)) if p.gone.is_none() => p.queue.len(),
             _ => {
-                self.progress();
-                self.check_usable()?;
-                return Err(TransportError::PeerClosed {
-                    rank: self.rank,
-                    peer,
-                });
+                return Err(self.closed(peer));
             }
         };
         if queued > 0 {
             // Keep the stream in order: go behind what is queued.
-            let mut payload = self.alloc(data.len());
-            payload.as_bytes_mut().copy_from_slice(data);
-            return match self.try_send(peer, tag, payload)? {
-                None => Ok(true),
-                Some(back) => {
-                    self.recycle(back);
-                    Ok(false)
-                }
-            };
+            return copy_and_send(self, peer, tag, data);
         }
         let header = Header {
             kind: Kind::Data,
@@ -449,12 +445,7 @@ impl Transport for TcpTransport {
             }
         }
         if self.gone(r) {
-            self.progress();
-            self.check_usable()?;
-            return Err(TransportError::PeerClosed {
-                rank: self.rank,
-                peer,
-            });
+            return Err(self.closed(peer));
         }
         if written < total {
             let mut payload = self.alloc(data.len());
