@@ -2,9 +2,10 @@
 # System packages the build and tests need (Debian). Idempotent.
 set -euo pipefail
 packages=(
-  # None yet beyond the Rust toolchain: the in-process transport needs no system
-  # library. The TCP and verbs transports will add iproute2, rdma-core, libibverbs-dev,
-  # librdmacm-dev, libclang-dev, pkg-config, qemu-system-x86 and perftest here.
+  # The in-process and TCP transports need no system library. The verbs transport will
+  # add rdma-core, libibverbs-dev, librdmacm-dev, libclang-dev, pkg-config,
+  # qemu-system-x86 and perftest here.
+  fonts-dejavu-core  # rcoll-bench --plot and `rcoll-bench plot`: DejaVuSans.ttf for the chart's text
 )
 missing=()
 for p in "${packages[@]}"; do

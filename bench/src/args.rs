@@ -47,6 +47,8 @@ pub enum Command {
     /// Price and symbolically verify every algorithm's schedule for one collective
     /// (no data moves).
     Plan(PlanArgs),
+    /// Draw the bus bandwidth of one or more `-J` files as a PNG, one line per file.
+    Plot(PlotArgs),
 }
 
 /// Flags of the benchmark, named as in nccl-tests.
@@ -97,6 +99,9 @@ pub struct BenchArgs {
     /// Also write the results to FILE as a JSON array, one record per size.
     #[arg(short = 'J', long = "json", value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Also draw busbw against size (out of place and in place) as a PNG in FILE.png.
+    #[arg(long, value_name = "FILE.png")]
+    pub plot: Option<PathBuf>,
     /// Number of ranks [default: 2]. With tcp (the default when this flag is given),
     /// rcoll-bench starts this many processes of itself on this host. Under a launcher
     /// (mpirun, srun, torchrun, RCOLL_RANK) leave it out: the launcher's ranks are used.
@@ -184,6 +189,23 @@ pub struct PlanArgs {
     pub json: bool,
 }
 
+/// Flags of `rcoll-bench plot`.
+#[derive(Debug, Args)]
+pub struct PlotArgs {
+    /// `-J` files of rcoll-bench runs; each becomes one line.
+    #[arg(required = true, value_name = "FILE.json")]
+    pub files: Vec<PathBuf>,
+    /// The PNG to write.
+    #[arg(short = 'o', long = "output", value_name = "FILE.png")]
+    pub output: PathBuf,
+    /// Plot the in-place busbw instead of the out-of-place one.
+    #[arg(long)]
+    pub in_place: bool,
+    /// Legend entry of each file, in order (default: the file's name without extension).
+    #[arg(long = "label", value_name = "LABEL")]
+    pub labels: Vec<String>,
+}
+
 impl BenchArgs {
     /// Checks the flags against each other and resolves names. The checks that depend on
     /// the number of ranks wait for [`BenchSpec::with_ranks`], since under a launcher that
@@ -239,6 +261,7 @@ impl BenchArgs {
             algorithm,
             transport: "local",
             json: self.json,
+            plot: self.plot,
         };
         Ok((launch, spec))
     }

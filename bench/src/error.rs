@@ -24,6 +24,35 @@ pub enum BenchError {
         #[source]
         source: std::io::Error,
     },
+    /// Reading an input file failed.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file given to `rcoll-bench plot` is not a `-J` report.
+    #[error("{} is not an rcoll-bench -J file: {source}", path.display())]
+    NotAReport {
+        /// The file.
+        path: PathBuf,
+        /// Where parsing stopped.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// No font to draw a chart's text with (the message names the package to install).
+    #[error("{0}")]
+    Font(String),
+    /// Drawing or writing a chart failed.
+    #[error("cannot draw {}: {reason}", path.display())]
+    Plot {
+        /// The PNG file.
+        path: PathBuf,
+        /// What plotters reported.
+        reason: String,
+    },
     /// Serialising a report failed.
     #[error("cannot serialise the report: {0}")]
     Json(#[from] serde_json::Error),

@@ -6,6 +6,8 @@
 //! mpirun -np 4 rcoll-bench all_reduce -b 8 -e 64M            # the launcher's 4 ranks
 //! rcoll-bench all_reduce --ranks 4 --transport local         # 4 threads
 //! rcoll-bench plan all_reduce --ranks 5 --bytes 5000000
+//! rcoll-bench all_reduce --ranks 4 -J tcp.json --plot tcp.png  # and a busbw chart
+//! rcoll-bench plot tcp.json local.json -o both.png             # one line per file
 //! ```
 #![forbid(unsafe_code)]
 
@@ -17,6 +19,8 @@ mod hosts;
 mod launch;
 mod output;
 mod plan;
+mod plot;
+mod progress;
 mod rank;
 mod report;
 mod run;
@@ -31,12 +35,14 @@ use clap::Parser;
 use crate::args::{BenchArgs, Cli, Command, PlanArgs};
 use crate::error::BenchError;
 use crate::launch::Mode;
-use crate::output::{print, JsonFile};
+use crate::output::print;
+use crate::progress::Progress;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Plan(args)) => plan(args),
+        Some(Command::Plot(args)) => plot::files_chart(&args),
         None => bench(cli.bench),
     };
     match result {
@@ -71,16 +77,24 @@ fn bench(args: BenchArgs) -> Result<(), BenchError> {
     match launch::mode(&launch, &|name| std::env::var(name).ok())? {
         Mode::Threads(nranks) => {
             let spec = spec.with_ranks(nranks)?;
-            let json = JsonFile::create(&spec)?;
-            let reports = threads::run(&spec, print)?;
+            let json = output::open(&spec)?;
+            let mut progress = Progress::on_terminal(&spec.sizes);
+            let reports = threads::run(&spec, |text: &str| match progress.as_mut() {
+                Some(p) => p.print(text),
+                None => print(text),
+            })?;
             output::conclude(&spec, &reports, json)
         }
         Mode::Spawn(nranks) => {
             // Every check the ranks would make, made once here before anything starts.
             let spec = spec.with_ranks(nranks)?;
             rcoll::Config::from_env()?;
-            JsonFile::create(&spec)?;
-            spawn::run(nranks, launch.stall_timeout)
+            output::open(&spec)?;
+            spawn::run(
+                nranks,
+                launch.stall_timeout,
+                Progress::on_terminal(&spec.sizes),
+            )
         }
         Mode::Rank { size, spawned } => {
             // The same checks before joining, where the launcher states the size.

@@ -5,6 +5,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::error::BenchError;
+use crate::plot;
 use crate::report::{self, SizeReport};
 use crate::run::BenchSpec;
 
@@ -41,6 +42,15 @@ impl JsonFile {
     }
 }
 
+/// Everything rank 0 will write after the run, checked (and created) before it: the
+/// `-J` file, and the `--plot` chart's name and font.
+pub fn open(spec: &BenchSpec) -> Result<Option<JsonFile>, BenchError> {
+    if let Some(path) = &spec.plot {
+        plot::prepare(path)?;
+    }
+    JsonFile::create(spec)
+}
+
 /// After the last row: the footer, the JSON file, and an error if any element was wrong.
 pub fn conclude(
     spec: &BenchSpec,
@@ -52,6 +62,9 @@ pub fn conclude(
         let text = report::json(reports)? + "\n";
         file.write_all(text.as_bytes())
             .map_err(|e| write_error(&path, e))?;
+    }
+    if let Some(path) = &spec.plot {
+        plot::run_chart(spec, reports, path)?;
     }
     match report::total_wrong(reports) {
         0 => Ok(()),

@@ -9,7 +9,8 @@ use rcoll::process::TransportKind;
 
 use crate::args::{LaunchArgs, TransportFlag};
 use crate::error::BenchError;
-use crate::output::{self, JsonFile};
+use crate::output;
+use crate::progress::Progress;
 use crate::run::{run_rank, BenchSpec};
 
 /// Exit status of a rank whose parent rcoll-bench went away.
@@ -34,14 +35,18 @@ pub fn run(launch: &LaunchArgs, spec: BenchSpec, spawned: bool) -> Result<(), Be
         let mut spec = spec.with_ranks(comm.size())?;
         spec.transport = comm.transport_name();
         let json = if rank == 0 {
-            JsonFile::create(&spec)?
+            output::open(&spec)?
         } else {
             None
         };
-        let mut print = |text: &str| {
-            if rank == 0 {
-                output::print(text);
-            }
+        // A spawned rank 0's parent relays the table and draws the progress line.
+        let mut progress = (rank == 0 && !spawned)
+            .then(|| Progress::on_terminal(&spec.sizes))
+            .flatten();
+        let mut print = |text: &str| match progress.as_mut() {
+            Some(p) => p.print(text),
+            None if rank == 0 => output::print(text),
+            None => {}
         };
         let reports = run_rank(comm, &spec, &mut print)?;
         Ok::<_, BenchError>((spec, reports, json))

@@ -55,6 +55,8 @@ pub struct BenchSpec {
     pub transport: &'static str,
     /// Where to write the JSON records.
     pub json: Option<PathBuf>,
+    /// Where to draw the busbw chart (PNG).
+    pub plot: Option<PathBuf>,
 }
 
 /// Runs the benchmark on this rank. Rank 0 passes the header and then each size's row,

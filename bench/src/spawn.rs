@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use crate::error::BenchError;
 use crate::launch::CHILD_MARKER;
 use crate::output;
+use crate::progress::Progress;
 
 /// How long the remaining ranks may take to finish once one has failed or rank 0 is done.
 pub const GRACE: Duration = Duration::from_secs(10);
@@ -28,8 +29,13 @@ pub const GRACE: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(50);
 
 /// Starts `nranks` rank processes of this binary with this process's arguments and waits
-/// for them (see the module documentation).
-pub fn run(nranks: usize, stall_timeout: Option<Duration>) -> Result<(), BenchError> {
+/// for them (see the module documentation). `progress_line`, if any, moves on as rank 0's
+/// rows arrive.
+pub fn run(
+    nranks: usize,
+    stall_timeout: Option<Duration>,
+    progress_line: Option<Progress>,
+) -> Result<(), BenchError> {
     let exe = std::env::current_exe().map_err(|e| spawn_error("find this executable", e))?;
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let root = free_root()?;
@@ -64,7 +70,7 @@ pub fn run(nranks: usize, stall_timeout: Option<Duration>) -> Result<(), BenchEr
         .and_then(|p| p.stdout.take())
         .map(|out| {
             let progress = Arc::clone(&progress);
-            std::thread::spawn(move || relay(out, &progress))
+            std::thread::spawn(move || relay(out, &progress, progress_line))
         });
     let outcome = group.wait(&progress, stall_timeout);
     // Rank 0's last lines come before any error this process prints.
@@ -193,8 +199,9 @@ impl Drop for Group {
     }
 }
 
-/// Copies rank 0's stdout to this process's, line by line, noting when each line came.
-fn relay(from: ChildStdout, progress: &Mutex<Instant>) {
+/// Copies rank 0's stdout to this process's, line by line, noting when each line came
+/// (and moving the progress line on, if there is one).
+fn relay(from: ChildStdout, progress: &Mutex<Instant>, mut progress_line: Option<Progress>) {
     let mut reader = BufReader::new(from);
     let mut line = Vec::new();
     loop {
@@ -202,7 +209,10 @@ fn relay(from: ChildStdout, progress: &Mutex<Instant>) {
         match reader.read_until(b'\n', &mut line) {
             Ok(0) | Err(_) => return,
             Ok(_) => {
-                output::print_bytes(&line);
+                match progress_line.as_mut() {
+                    Some(p) => p.print(&String::from_utf8_lossy(&line)),
+                    None => output::print_bytes(&line),
+                }
                 if let Ok(mut last) = progress.lock() {
                     *last = Instant::now();
                 }

@@ -343,3 +343,168 @@ fn unbuilt_transports_are_refused_clearly() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("not built"), "{stderr}");
 }
+
+/// A file name of its own for each test, with the given extension.
+fn temp_path(test: &str, ext: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "rcoll-bench-cli-{test}-{}.{ext}",
+        std::process::id()
+    ))
+}
+
+/// Width and height of a PNG, read from its signature and IHDR chunk (the first chunk,
+/// big-endian width and height at bytes 16..24).
+fn png_dimensions(path: &Path) -> (u32, u32) {
+    let bytes = std::fs::read(path).expect("PNG written");
+    assert!(
+        bytes.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "{} is not a PNG",
+        path.display()
+    );
+    assert_eq!(&bytes[12..16], b"IHDR", "first chunk of {}", path.display());
+    let be =
+        |at: usize| u32::from_be_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    (be(16), be(20))
+}
+
+fn assert_plausible_chart(path: &Path) {
+    let (w, h) = png_dimensions(path);
+    assert!(
+        (400..=4000).contains(&w) && (300..=4000).contains(&h),
+        "{w}x{h}"
+    );
+    assert!(w > h, "a landscape chart, not {w}x{h}");
+}
+
+/// `all_reduce --ranks 2 -b 8 -e 64K -f 4 -c 1` plus `extra` arguments.
+fn small_tcp_sweep(extra: &[&std::ffi::OsStr]) -> Output {
+    let mut cmd = bench_clean();
+    cmd.args([
+        "all_reduce",
+        "--ranks",
+        "2",
+        "-b",
+        "8",
+        "-e",
+        "64K",
+        "-f",
+        "4",
+        "-c",
+        "1",
+    ])
+    .args(extra);
+    output(&mut cmd)
+}
+
+fn assert_success(out: &Output) {
+    assert!(
+        out.status.success(),
+        "exit {:?}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn plot_flag_writes_a_png_of_the_sweep() {
+    let png = temp_path("plot-flag", "png");
+    let _ = std::fs::remove_file(&png);
+    let out = small_tcp_sweep(&["--plot".as_ref(), png.as_os_str()]);
+    assert_success(&out);
+    // Piped stderr: no progress line.
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_plausible_chart(&png);
+    let _ = std::fs::remove_file(&png);
+}
+
+#[test]
+fn plot_command_draws_one_line_per_json_file() {
+    let (a, b) = (temp_path("plot-a", "json"), temp_path("plot-b", "json"));
+    for json in [&a, &b] {
+        assert_success(&small_tcp_sweep(&["-J".as_ref(), json.as_os_str()]));
+    }
+    let png = temp_path("plot-files", "png");
+    let _ = std::fs::remove_file(&png);
+    let out = output(
+        bench_clean()
+            .arg("plot")
+            .args([&a, &b])
+            .args(["--label", "first", "--label", "second", "-o"])
+            .arg(&png),
+    );
+    assert_success(&out);
+    assert_plausible_chart(&png);
+
+    // In place, default labels.
+    let out = output(
+        bench_clean()
+            .arg("plot")
+            .args([&a, &b])
+            .args(["--in-place", "-o"])
+            .arg(&png),
+    );
+    assert_success(&out);
+    assert_plausible_chart(&png);
+
+    // A label for one of two files is refused.
+    let out = output(
+        bench_clean()
+            .arg("plot")
+            .args([&a, &b])
+            .args(["--label", "x", "-o"])
+            .arg(&png),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    for f in [a, b, png] {
+        let _ = std::fs::remove_file(f);
+    }
+}
+
+#[test]
+fn plot_command_names_a_file_that_is_not_a_report() {
+    let bad = temp_path("plot-bad", "json");
+    std::fs::write(&bad, "[{\"size\": 8, \"oop\": ").expect("write");
+    let png = temp_path("plot-bad", "png");
+    let out = output(bench_clean().arg("plot").arg(&bad).arg("-o").arg(&png));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(&*bad.to_string_lossy()), "{stderr}");
+    assert!(stderr.contains("not an rcoll-bench -J file"), "{stderr}");
+    assert!(!png.exists(), "no chart from a bad file");
+
+    let missing = temp_path("plot-missing", "json");
+    let out = output(bench_clean().arg("plot").arg(&missing).arg("-o").arg(&png));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains(&*missing.to_string_lossy()), "{stderr}");
+    let _ = std::fs::remove_file(bad);
+}
+
+#[test]
+fn a_chart_must_be_named_png() {
+    let out = small_tcp_sweep(&["--plot".as_ref(), "chart.jpg".as_ref()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("*.png"), "{stderr}");
+    assert!(out.stdout.is_empty(), "refused before the run");
+}
+
+#[test]
+fn a_missing_font_names_the_package_before_the_run() {
+    let png = temp_path("plot-nofont", "png");
+    let mut cmd = bench_clean();
+    cmd.env("RCOLL_BENCH_FONT", temp_path("no-such-font", "ttf"))
+        .args(["all_reduce", "--transport", "local", "-e", "64", "--plot"])
+        .arg(&png);
+    let out = output(&mut cmd);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("fonts-dejavu-core"), "{stderr}");
+    assert!(out.stdout.is_empty(), "refused before the run");
+    let _ = std::fs::remove_file(png);
+}
