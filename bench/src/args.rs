@@ -116,6 +116,10 @@ pub struct BenchArgs {
     /// tcp). Default: tcp when --ranks is given or under a launcher, local otherwise.
     #[arg(long, value_parser = transport)]
     pub transport: Option<TransportFlag>,
+    /// The network device ranks accept peer connections on: an interface name such as
+    /// `eth0` for tcp (as RCOLL_SOCKET_IFNAME). Default: the interface that reaches rank 0.
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
     /// With processes: stop every rank and fail when rank 0 prints no new row for this
     /// many seconds (0: wait forever).
     #[arg(long, value_name = "SECONDS", default_value_t = 600)]
@@ -260,6 +264,7 @@ impl BenchArgs {
             root: self.root,
             algorithm,
             transport: "local",
+            device: self.device,
             json: self.json,
             plot: self.plot,
         };

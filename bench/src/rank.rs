@@ -23,6 +23,9 @@ pub fn run(launch: &LaunchArgs, spec: BenchSpec, spawned: bool) -> Result<(), Be
         watch_parent();
     }
     let mut builder = rcoll::process::Builder::from_env()?.algorithm(spec.algorithm);
+    if let Some(device) = &spec.device {
+        builder = builder.interface(device)?;
+    }
     // Without the flag, RCOLL_TRANSPORT (read by from_env) or rcoll's default decides.
     match launch.transport {
         Some(TransportFlag::Tcp) => builder = builder.transport(TransportKind::Tcp),

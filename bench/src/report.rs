@@ -111,12 +111,17 @@ pub fn header(spec: &BenchSpec, ranks: &[RankHost]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "# rcoll-bench {}: ranks {}, hosts {}, transport {}, algorithm {algorithm}, dtype {}, \
-         op {}, root {}",
+        "# rcoll-bench {}: ranks {}, hosts {}, transport {}, device {}, algorithm {algorithm}, \
+         dtype {}, op {}, root {}",
         spec.collective,
         spec.nranks,
         hosts::count(ranks),
         spec.transport,
+        match (spec.transport, &spec.device) {
+            ("local", _) => "-",
+            (_, Some(d)) => d.as_str(),
+            (_, None) => "default",
+        },
         spec.dtype,
         spec.op,
         spec.root

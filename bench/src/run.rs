@@ -54,6 +54,8 @@ pub struct BenchSpec {
     /// The transport's name.
     pub transport: &'static str,
     /// Where to write the JSON records.
+    /// `--device`: the network interface of process ranks (`None`: the default route).
+    pub device: Option<String>,
     pub json: Option<PathBuf>,
     /// Where to draw the busbw chart (PNG).
     pub plot: Option<PathBuf>,

@@ -13,6 +13,11 @@ pub fn run(
     spec: &BenchSpec,
     print: impl FnMut(&str) + Send,
 ) -> Result<Vec<SizeReport>, BenchError> {
+    if let Some(device) = &spec.device {
+        return Err(crate::error::usage(format!(
+            "--device {device}: ranks as threads use no network device; use --transport tcp"
+        )));
+    }
     let comms = rcoll::local::Builder::new(spec.nranks)
         .algorithm(spec.algorithm)
         .build()?;

@@ -508,3 +508,55 @@ fn a_missing_font_names_the_package_before_the_run() {
     assert!(out.stdout.is_empty(), "refused before the run");
     let _ = std::fs::remove_file(png);
 }
+
+#[test]
+fn device_names_the_interface_or_lists_the_real_ones() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rcoll-bench"))
+        .args([
+            "all_reduce",
+            "--ranks",
+            "2",
+            "--transport",
+            "tcp",
+            "--device",
+            "lo",
+            "-b",
+            "8",
+            "-e",
+            "64",
+            "-c",
+            "1",
+        ])
+        .output()
+        .expect("run rcoll-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("device lo"), "{stdout}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_rcoll-bench"))
+        .args([
+            "all_reduce",
+            "--ranks",
+            "2",
+            "--transport",
+            "tcp",
+            "--device",
+            "nosuch0",
+            "-b",
+            "8",
+            "-e",
+            "8",
+        ])
+        .output()
+        .expect("run rcoll-bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("nosuch0") && stderr.contains("lo ("),
+        "{stderr}"
+    );
+}

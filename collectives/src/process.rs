@@ -124,6 +124,15 @@ impl Builder {
         self
     }
 
+    /// Accepts peer connections on network interface `name` (like `RCOLL_SOCKET_IFNAME`);
+    /// a name that does not exist is an error listing those that do.
+    pub fn interface(mut self, name: &str) -> Result<Builder> {
+        let ip =
+            rcoll_transport::interface::address_of(name, self.root.ip()).map_err(Error::Config)?;
+        self.bind = Some(ip);
+        Ok(self)
+    }
+
     /// The transport.
     pub fn transport(mut self, kind: TransportKind) -> Builder {
         self.transport = kind;
