@@ -511,48 +511,25 @@ fn a_missing_font_names_the_package_before_the_run() {
 
 #[test]
 fn device_names_the_interface_or_lists_the_real_ones() {
-    let out = Command::new(env!("CARGO_BIN_EXE_rcoll-bench"))
-        .args([
-            "all_reduce",
-            "--ranks",
-            "2",
-            "--transport",
-            "tcp",
-            "--device",
-            "lo",
-            "-b",
-            "8",
-            "-e",
-            "64",
-            "-c",
-            "1",
-        ])
-        .output()
-        .expect("run rcoll-bench");
+    let sweep = [
+        "all_reduce",
+        "--ranks",
+        "2",
+        "--transport",
+        "tcp",
+        "-b",
+        "8",
+        "-e",
+        "64",
+        "-c",
+        "1",
+    ];
+    let out = output(bench_clean().args(sweep).args(["--device", "lo"]));
+    assert_success(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(stdout.contains("device lo"), "{stdout}");
 
-    let out = Command::new(env!("CARGO_BIN_EXE_rcoll-bench"))
-        .args([
-            "all_reduce",
-            "--ranks",
-            "2",
-            "--transport",
-            "tcp",
-            "--device",
-            "nosuch0",
-            "-b",
-            "8",
-            "-e",
-            "8",
-        ])
-        .output()
-        .expect("run rcoll-bench");
+    let out = output(bench_clean().args(sweep).args(["--device", "nosuch0"]));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
