@@ -2,9 +2,8 @@
 # System packages the build and tests need (Debian). Idempotent.
 set -euo pipefail
 packages=(
-  # The in-process and TCP transports need no system library. The verbs transport will
-  # add rdma-core, libibverbs-dev, librdmacm-dev, libclang-dev, pkg-config,
-  # qemu-system-x86 and perftest here.
+  # The verbs transport's build (pkg-config, libibverbs-dev, librdmacm-dev, libclang-dev)
+  # and the Soft-RoCE VM (qemu, rdma-core, perftest, ...) come from soft-roce/deps.sh below.
   fonts-dejavu-core  # rcoll-bench --plot and `rcoll-bench plot`: DejaVuSans.ttf for the chart's text
 )
 missing=()
@@ -16,4 +15,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update
   apt-get install -y --no-install-recommends "${missing[@]}"
 fi
+"$(dirname "$0")/../soft-roce/deps.sh"
 command -v cargo >/dev/null || { echo "cargo not found: install Rust (https://rustup.rs)" >&2; exit 1; }

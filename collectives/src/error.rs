@@ -185,7 +185,10 @@ impl Error {
                 TransportError::Timeout { peer, .. }
                 | TransportError::PeerClosed { peer, .. }
                 | TransportError::LengthMismatch { peer, .. }
-                | TransportError::InvalidPeer { peer, .. } => Some(*peer),
+                | TransportError::InvalidPeer { peer, .. }
+                | TransportError::Completion { peer, .. }
+                | TransportError::MessageTooLarge { peer, .. } => Some(*peer),
+                TransportError::Verbs { peer, .. } => *peer,
                 TransportError::Aborted { by, .. } => Some(*by),
                 _ => None,
             },

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use rcoll_transport::launcher::Placement;
 use rcoll_transport::tcp::{self, bootstrap};
+use rcoll_transport::Transport;
 
 use crate::algorithm::Algorithm;
 use crate::communicator::Communicator;
@@ -160,14 +161,6 @@ impl Builder {
     /// Connects to the group and returns this rank's communicator.
     pub fn build(self) -> Result<Communicator> {
         let config = self.overrides.resolve()?;
-        match self.transport {
-            TransportKind::Tcp | TransportKind::Auto => {}
-            TransportKind::Verbs => {
-                return Err(Error::Config(
-                    "the verbs transport is not built yet; use RCOLL_TRANSPORT=tcp or auto".into(),
-                ))
-            }
-        }
         let opts = bootstrap::Options {
             rank: self.rank,
             nranks: self.size,
@@ -180,16 +173,92 @@ impl Builder {
             window: self.window,
         };
         tracing::info!(rank = self.rank, size = self.size, root = %self.root, "joining over tcp");
-        let transport = bootstrap::connect(&opts).map_err(|source| {
+        let deadline = std::time::Instant::now() + config.timeout;
+        let tcp = bootstrap::connect(&opts).map_err(|source| {
             tracing::warn!(%source, "bootstrap failed");
             Error::Bootstrap { source }
         })?;
+        let transport = self.choose_transport(tcp, config.segment_bytes, deadline)?;
         tracing::info!(
             rank = self.rank,
             size = self.size,
-            transport = "tcp",
+            transport = transport.name(),
             "communicator ready"
         );
-        Communicator::new(Box::new(transport), config)
+        Communicator::new(transport, config)
+    }
+
+    /// TCP, or verbs when asked for (an error if any rank cannot) or when `auto` and every
+    /// rank has a usable RDMA port. All ranks take the same decision.
+    fn choose_transport(
+        &self,
+        tcp: tcp::TcpTransport,
+        segment_bytes: usize,
+        deadline: std::time::Instant,
+    ) -> Result<Box<dyn Transport>> {
+        if self.transport == TransportKind::Tcp {
+            return Ok(Box::new(tcp));
+        }
+        self.upgrade(tcp, segment_bytes, deadline)
+    }
+
+    #[cfg(feature = "verbs")]
+    fn upgrade(
+        &self,
+        mut tcp: tcp::TcpTransport,
+        segment_bytes: usize,
+        deadline: std::time::Instant,
+    ) -> Result<Box<dyn Transport>> {
+        use rcoll_transport::verbs;
+        let bootstrap = |source| Error::Bootstrap { source };
+        let vopts = verbs::Options::from_env(segment_bytes).map_err(Error::Config)?;
+        let selection = verbs::choose_for(&tcp, self.bind, &vopts);
+        if let Err(why) = &selection {
+            tracing::info!(rank = self.rank, %why, "no usable RDMA device");
+        }
+        let without = verbs::agree(&mut tcp, selection.is_ok(), deadline).map_err(bootstrap)?;
+        match (selection, without.is_empty()) {
+            (Ok(sel), true) => {
+                tracing::info!(
+                    rank = self.rank,
+                    device = %sel.device,
+                    port = sel.port,
+                    gid = %sel.gid.why,
+                    "upgrading to verbs"
+                );
+                let t = verbs::upgrade(tcp, sel, &vopts, deadline).map_err(bootstrap)?;
+                Ok(Box::new(t))
+            }
+            (sel, _) if self.transport == TransportKind::Verbs => {
+                let mine = match sel {
+                    Err(why) => format!("; this rank: {why}"),
+                    Ok(_) => String::new(),
+                };
+                let list: Vec<String> = without.iter().map(|r| r.to_string()).collect();
+                Err(Error::Config(format!(
+                    "RCOLL_TRANSPORT=verbs, but {} cannot use RDMA{mine}",
+                    list.join(", ")
+                )))
+            }
+            _ => {
+                tracing::info!(rank = self.rank, ?without, "auto: staying on tcp");
+                Ok(Box::new(tcp))
+            }
+        }
+    }
+
+    #[cfg(not(feature = "verbs"))]
+    fn upgrade(
+        &self,
+        tcp: tcp::TcpTransport,
+        _segment_bytes: usize,
+        _deadline: std::time::Instant,
+    ) -> Result<Box<dyn Transport>> {
+        if self.transport == TransportKind::Verbs {
+            return Err(Error::Config(
+                "rcoll was built without the `verbs` feature; use RCOLL_TRANSPORT=tcp".into(),
+            ));
+        }
+        Ok(Box::new(tcp))
     }
 }

@@ -2,7 +2,8 @@
 //! group, and deterministic data whose reductions are exact in every element type.
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use rcoll::{Algorithm, Collective, Communicator, Element, ReduceOp};
 
@@ -232,4 +233,70 @@ pub fn run_one<T: Element>(
         None => Ok(()),
         Some(i) => Err(format!("element {i}: got {:?}, want {:?}", got[i], want[i])),
     }
+}
+
+/// Waits for every child (killing all at `limit`); returns (success, output) per rank.
+pub fn finish(children: Vec<Child>, limit: Duration) -> Vec<(bool, String)> {
+    let deadline = Instant::now() + limit;
+    let mut children: Vec<Option<Child>> = children.into_iter().map(Some).collect();
+    let mut results: Vec<Option<(bool, String)>> = children.iter().map(|_| None).collect();
+    while results.iter().any(Option::is_none) {
+        for (i, slot) in children.iter_mut().enumerate() {
+            let Some(child) = slot else { continue };
+            if let Ok(Some(_)) = child.try_wait() {
+                let out = slot
+                    .take()
+                    .expect("child")
+                    .wait_with_output()
+                    .expect("output");
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                results[i] = Some((out.status.success(), text));
+            }
+        }
+        if Instant::now() > deadline {
+            for (i, slot) in children.iter_mut().enumerate() {
+                if let Some(mut c) = slot.take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    results[i] = Some((false, "HUNG: killed by the test".into()));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    results.into_iter().flatten().collect()
+}
+
+/// Starts `n` copies of this test binary running only the test `entry`, with `env(r)` for
+/// rank `r` (on top of `RCOLL_RANK` and `RCOLL_WORLD_SIZE`), output piped.
+pub fn spawn_ranks(
+    entry: &str,
+    n: usize,
+    env: impl Fn(usize) -> Vec<(String, String)>,
+) -> Vec<Child> {
+    (0..n)
+        .map(|r| {
+            let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
+            cmd.args([
+                entry,
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+                "--quiet",
+                "--include-ignored",
+            ])
+            .env("RCOLL_RANK", r.to_string())
+            .env("RCOLL_WORLD_SIZE", n.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+            for (k, v) in env(r) {
+                cmd.env(k, v);
+            }
+            cmd.spawn().expect("spawn rank")
+        })
+        .collect()
 }

@@ -9,11 +9,11 @@ mod common;
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rcoll::{Algorithm, Collective, Communicator, ReduceOp};
 
-use common::run_one;
+use common::{finish, run_one};
 
 const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
 
@@ -213,42 +213,6 @@ fn spawn_as(launcher: &str, scenario: &str, n: usize, extra: &[(&str, String)]) 
             cmd.spawn().expect("spawn rank")
         })
         .collect()
-}
-
-/// Waits for every child (killing all at `limit`); returns (success, output) per rank.
-fn finish(children: Vec<Child>, limit: Duration) -> Vec<(bool, String)> {
-    let deadline = Instant::now() + limit;
-    let mut children: Vec<Option<Child>> = children.into_iter().map(Some).collect();
-    let mut results: Vec<Option<(bool, String)>> = children.iter().map(|_| None).collect();
-    while results.iter().any(Option::is_none) {
-        for (i, slot) in children.iter_mut().enumerate() {
-            let Some(child) = slot else { continue };
-            if let Ok(Some(_)) = child.try_wait() {
-                let out = slot
-                    .take()
-                    .expect("child")
-                    .wait_with_output()
-                    .expect("output");
-                let text = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                results[i] = Some((out.status.success(), text));
-            }
-        }
-        if Instant::now() > deadline {
-            for (i, slot) in children.iter_mut().enumerate() {
-                if let Some(mut c) = slot.take() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    results[i] = Some((false, "HUNG: killed by the test".into()));
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    results.into_iter().flatten().collect()
 }
 
 #[test]

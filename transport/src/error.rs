@@ -90,6 +90,57 @@ pub enum TransportError {
         /// What went wrong.
         reason: String,
     },
+    /// A verbs call failed (device, memory registration, queue pair setup, posting work).
+    #[error("{rank}: {verb} failed{}: {message}", peer.map(|p| format!(" for {p}")).unwrap_or_default())]
+    Verbs {
+        /// The rank that made the call.
+        rank: Rank,
+        /// The peer the call was for, if any.
+        peer: Option<Rank>,
+        /// The verb, e.g. `ibv_reg_mr`.
+        verb: &'static str,
+        /// The errno it returned (0 when the failure is not an errno).
+        errno: i32,
+        /// The errno's text and what was asked.
+        message: String,
+    },
+    /// A work completion came back with an error status: the queue pair to `peer` is in
+    /// the error state (peer gone, retries exhausted, bad remote key, ...).
+    #[error(
+        "{rank}: {op} to/from {peer} completed with status {status} (vendor error {vendor_err:#x})"
+    )]
+    Completion {
+        /// The rank that polled the completion.
+        rank: Rank,
+        /// The peer of the queue pair.
+        peer: Rank,
+        /// The work request, e.g. `RDMA WRITE WITH IMM`.
+        op: &'static str,
+        /// The status string (`ibv_wc_status_str`), e.g. "transport retry counter exceeded".
+        status: String,
+        /// The device's vendor error code.
+        vendor_err: u32,
+    },
+    /// No usable RDMA device, port or GID (or one forced by the environment is unusable).
+    #[error("{rank}: no usable RDMA device: {reason}")]
+    NoDevice {
+        /// The rank that looked.
+        rank: Rank,
+        /// What was found and why it does not do.
+        reason: String,
+    },
+    /// A message longer than the backend's largest message (the verbs slot size).
+    #[error("{rank}: a {len}-byte message to {peer} exceeds the largest message of {max} bytes")]
+    MessageTooLarge {
+        /// The sending rank.
+        rank: Rank,
+        /// The destination.
+        peer: Rank,
+        /// The message length.
+        len: usize,
+        /// The backend's limit.
+        max: usize,
+    },
     /// A peer index outside the communicator.
     #[error("{rank}: {peer} is not a member of this {nranks}-rank group")]
     InvalidPeer {

@@ -29,6 +29,9 @@ use crate::types::{Rank, Tag};
 #[derive(Debug, Default)]
 pub struct Payload {
     bytes: Vec<u8>,
+    /// Bytes in front of the message that belong to the transport (the verbs backend's
+    /// slot header, written in place so that one RDMA write carries header and data).
+    head: usize,
 }
 
 impl Payload {
@@ -42,30 +45,54 @@ impl Payload {
         } else {
             storage.resize(len, 0);
         }
-        Payload { bytes: storage }
+        Payload {
+            bytes: storage,
+            head: 0,
+        }
+    }
+
+    /// A payload of `len` bytes after `head` bytes of transport header, in `storage`.
+    pub(crate) fn with_head(mut storage: Vec<u8>, head: usize, len: usize) -> Payload {
+        storage.resize(head + len, 0);
+        Payload {
+            bytes: storage,
+            head,
+        }
+    }
+
+    /// Header room and message together (see [`Payload::with_head`]).
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    pub(crate) fn framed_mut(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
+
+    /// The header room in front of the message.
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    pub(crate) fn head(&self) -> usize {
+        self.head
     }
 
     /// Number of bytes in the message.
     pub fn len(&self) -> usize {
-        self.bytes.len()
+        self.bytes.len() - self.head
     }
 
     /// Whether the message is empty (zero-length messages carry only their tag).
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.len() == 0
     }
 
     /// The message bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes
+        &self.bytes[self.head..]
     }
 
     /// The message bytes, to fill or to reduce into in place.
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes
+        &mut self.bytes[self.head..]
     }
 
-    /// The allocation, for a transport's pool.
+    /// The allocation (header room included), for a transport's pool.
     pub fn into_storage(self) -> Vec<u8> {
         self.bytes
     }

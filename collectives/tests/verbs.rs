@@ -1,0 +1,326 @@
+//! The verbs transport on real RDMA devices: rank processes over Soft-RoCE, spread over
+//! `rxe0` (veth0, 10.99.0.1) and `rxe1` (veth1, 10.99.0.2).
+//!
+//! These tests need RDMA devices, so they are `#[ignore]`d in a plain `cargo test` and run
+//! by CI inside the Soft-RoCE VM:
+//!
+//! ```text
+//! soft-roce/run-in-vm.sh 'cargo test -p rcoll --test verbs -- --ignored'
+//! ```
+//!
+//! `RCOLL_TEST_VERBS_ADDRS` (default `10.99.0.1,10.99.0.2`) and `RCOLL_TEST_VERBS_IFS`
+//! (default `veth0,veth1`) name the addresses and interfaces ranks alternate over, for a
+//! host with rxe set up by `soft-roce/setup.sh`.
+
+mod common;
+
+use std::time::Duration;
+
+use rcoll::{Algorithm, Collective, Communicator, ReduceOp};
+
+use common::{finish, run_one, spawn_ranks};
+
+const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
+const IGNORE: &str = "needs RDMA devices: run in soft-roce/run-in-vm.sh";
+
+/// Entry point of the spawned rank processes; does nothing in a normal test run.
+#[test]
+fn rank_main() {
+    let Ok(scenario) = std::env::var(SCENARIO) else {
+        return;
+    };
+    let mut comm = match rcoll::process::init() {
+        Ok(c) => c,
+        Err(e) => {
+            println!("RANK-INIT-ERROR {e}");
+            if scenario == "wrong_gid" {
+                return;
+            }
+            panic!("RANK-INIT-ERROR {e}");
+        }
+    };
+    assert_eq!(
+        comm.transport_name(),
+        "verbs",
+        "the group must run over verbs"
+    );
+    match scenario.as_str() {
+        "sweep" => sweep(&mut comm),
+        "large" => large(&mut comm),
+        "killed" => killed(&mut comm),
+        "wrong_gid" => panic!("rank {} joined although a GID was wrong", comm.rank()),
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+const ALGORITHMS: [Algorithm; 3] = [
+    Algorithm::Ring,
+    Algorithm::DoubleBinaryTree,
+    Algorithm::HalvingDoubling,
+];
+
+fn check(comm: &mut Communicator, failures: Vec<String>) {
+    assert!(
+        failures.is_empty(),
+        "rank {}: {}",
+        comm.rank(),
+        failures.join("\n")
+    );
+}
+
+/// Every collective x ring, double binary tree and halving-doubling (where they serve it),
+/// in place and out of place, at 0, 1, 7 and 10007 elements, plus point-to-point.
+fn sweep(comm: &mut Communicator) {
+    let n = comm.size();
+    let mut failures = Vec::new();
+    for algorithm in ALGORITHMS {
+        for collective in Collective::SCHEDULED
+            .into_iter()
+            .filter(|c| algorithm.serves(*c))
+        {
+            let roots = if collective.is_rooted() {
+                vec![0, n - 1]
+            } else {
+                vec![0]
+            };
+            for count in [0, 1, 7, 10_007] {
+                for &root in &roots {
+                    for in_place in [false, true] {
+                        let r = run_one::<f32>(
+                            comm,
+                            algorithm,
+                            collective,
+                            ReduceOp::Sum,
+                            count,
+                            root,
+                            in_place,
+                        )
+                        .and_then(|()| {
+                            run_one::<i64>(
+                                comm,
+                                algorithm,
+                                collective,
+                                ReduceOp::Max,
+                                count,
+                                root,
+                                in_place,
+                            )
+                        });
+                        if let Err(e) = r {
+                            failures.push(format!("{algorithm} {collective} count={count} root={root} in_place={in_place}: {e}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    check(comm, failures);
+    let (r, n) = (comm.rank(), comm.size());
+    let send: Vec<u32> = (0..300_000).map(|i| (r * 1_000_000 + i) as u32).collect();
+    let mut recv = vec![0u32; 300_000];
+    comm.send_recv(&send, (r + 1) % n, &mut recv, (r + n - 1) % n)
+        .expect("send_recv");
+    let from = (r + n - 1) % n;
+    assert!(recv
+        .iter()
+        .enumerate()
+        .all(|(i, &x)| x == (from * 1_000_000 + i) as u32));
+}
+
+/// Every collective at 1 MiB of f32 per rank's buffer and all_reduce at 64 MiB, with each
+/// algorithm, in place and out of place.
+fn large(comm: &mut Communicator) {
+    let mut failures = Vec::new();
+    for algorithm in ALGORITHMS {
+        for collective in Collective::SCHEDULED
+            .into_iter()
+            .filter(|c| algorithm.serves(*c))
+        {
+            for in_place in [false, true] {
+                let count = (1 << 20) / 4 / comm.size() * comm.size();
+                if let Err(e) = run_one::<f32>(
+                    comm,
+                    algorithm,
+                    collective,
+                    ReduceOp::Sum,
+                    count,
+                    0,
+                    in_place,
+                ) {
+                    failures.push(format!(
+                        "{algorithm} {collective} 1 MiB in_place={in_place}: {e}"
+                    ));
+                }
+            }
+        }
+        for in_place in [false, true] {
+            if let Err(e) = run_one::<f32>(
+                comm,
+                algorithm,
+                Collective::AllReduce,
+                ReduceOp::Sum,
+                16 << 20,
+                0,
+                in_place,
+            ) {
+                failures.push(format!(
+                    "{algorithm} all_reduce 64 MiB in_place={in_place}: {e}"
+                ));
+            }
+        }
+    }
+    check(comm, failures);
+}
+
+/// Loops over an all_reduce until the group fails (one rank is killed); the error must
+/// name the dead rank.
+fn killed(comm: &mut Communicator) {
+    let dead: usize = std::env::var("RCOLL_TEST_DEAD")
+        .expect("dead rank")
+        .parse()
+        .expect("number");
+    let mut v = vec![1.0f32; 1 << 20];
+    println!("RANK-STARTED");
+    for _ in 0..100_000 {
+        if let Err(e) = comm
+            .with_algorithm(Algorithm::Ring)
+            .all_reduce_in_place(&mut v, ReduceOp::Sum)
+        {
+            println!("RANK-ERROR {e}");
+            assert!(
+                e.to_string().contains(&format!("rank {dead}")),
+                "the error must name rank {dead}: {e}"
+            );
+            return;
+        }
+    }
+    panic!("the collective kept succeeding without rank {dead}");
+}
+
+fn list(var: &str, default: &str) -> Vec<String> {
+    std::env::var(var)
+        .unwrap_or_else(|_| default.into())
+        .split(',')
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Ranks alternate over the two devices' interfaces; rank 0 listens on the first address.
+fn spawn(
+    scenario: &str,
+    n: usize,
+    extra: impl Fn(usize) -> Vec<(String, String)>,
+) -> Vec<std::process::Child> {
+    let addrs = list("RCOLL_TEST_VERBS_ADDRS", "10.99.0.1,10.99.0.2");
+    let ifs = list("RCOLL_TEST_VERBS_IFS", "veth0,veth1");
+    let port = {
+        let l = std::net::TcpListener::bind((addrs[0].as_str(), 0))
+            .expect("bind a port on the first address");
+        l.local_addr().expect("addr").port()
+    };
+    spawn_ranks("rank_main", n, |r| {
+        let mut env: Vec<(String, String)> = vec![
+            (SCENARIO.into(), scenario.into()),
+            ("RCOLL_TRANSPORT".into(), "verbs".into()),
+            ("RCOLL_TIMEOUT".into(), "60".into()),
+            ("RCOLL_ROOT_ADDR".into(), format!("{}:{port}", addrs[0])),
+            ("RCOLL_SOCKET_IFNAME".into(), ifs[r % ifs.len()].clone()),
+        ];
+        env.extend(extra(r));
+        env
+    })
+}
+
+fn all_ok(what: &str, results: &[(bool, String)]) {
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(ok, "{what}: rank {r} failed:\n{out}");
+    }
+}
+
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn every_collective_on_rxe_2_3_4_ranks() {
+    let _ = IGNORE;
+    for n in [2, 3, 4] {
+        let results = finish(spawn("sweep", n, |_| vec![]), Duration::from_secs(600));
+        all_ok(&format!("{n} ranks"), &results);
+    }
+}
+
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn large_buffers_up_to_64_mib_on_rxe() {
+    for n in [2, 4] {
+        let results = finish(spawn("large", n, |_| vec![]), Duration::from_secs(900));
+        all_ok(&format!("{n} ranks"), &results);
+    }
+}
+
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_killed_rank_fails_the_others_naming_it() {
+    for trial in 0..3 {
+        let dead = 2;
+        let mut children = spawn("killed", 4, |_| {
+            vec![
+                ("RCOLL_TEST_DEAD".into(), dead.to_string()),
+                ("RCOLL_TIMEOUT".into(), "20".into()),
+            ]
+        });
+        std::thread::sleep(Duration::from_millis(3000 + 500 * trial));
+        children[dead].kill().expect("kill");
+        let results = finish(children, Duration::from_secs(120));
+        for (r, (ok, out)) in results.iter().enumerate().filter(|(r, _)| *r != dead) {
+            assert!(
+                *ok && out.contains("RANK-ERROR"),
+                "trial {trial}: rank {r} did not report rank {dead}'s death:\n{out}"
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_wrong_gid_forced_by_env_is_a_clear_error_on_every_rank() {
+    // Rank 1 forces GID index 0, the link-local fe80:: GID, which cannot reach the others'
+    // IPv4-mapped RoCE v2 GIDs.
+    let results = finish(
+        spawn("wrong_gid", 2, |r| {
+            if r == 1 {
+                vec![("RCOLL_IB_GID_INDEX".into(), "0".into())]
+            } else {
+                vec![]
+            }
+        }),
+        Duration::from_secs(120),
+    );
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            *ok && out.contains("RANK-INIT-ERROR"),
+            "rank {r} must fail to join:\n{out}"
+        );
+    }
+    let forced = &results[1].1;
+    assert!(
+        forced.contains("GID index 0") && forced.contains("fe80:") && forced.contains("RoCE"),
+        "the error names the GID and its type:\n{forced}"
+    );
+    // An index that does not exist: refused, listing the table.
+    let results = finish(
+        spawn("wrong_gid", 2, |_| {
+            vec![("RCOLL_IB_GID_INDEX".into(), "77".into())]
+        }),
+        Duration::from_secs(120),
+    );
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            *ok && out.contains("RANK-INIT-ERROR"),
+            "rank {r} must fail to join:\n{out}"
+        );
+    }
+    assert!(
+        results[0].1.contains("RCOLL_IB_GID_INDEX=77"),
+        "{}",
+        results[0].1
+    );
+}

@@ -1,0 +1,833 @@
+//! The safe layer over `rdma-sys`: the only code in rcoll that is `unsafe`.
+//!
+//! Every verbs object is owned by a Rust value that destroys it on drop, and holds an
+//! `Arc` of what it was created from, so destruction happens in dependency order (queue
+//! pairs and memory regions before the protection domain, completion queues before their
+//! channel, everything before the device context) whatever order the owners drop in.
+//!
+//! One funnel, [`VerbsError`], turns a failed verb into the verb's name and its errno.
+//!
+//! Memory regions are the one contract the type system cannot express: the NIC reads and
+//! writes registered memory behind Rust's back. [`MemoryRegion::register`] is therefore
+//! `unsafe`; its caller (the transport in `super`) keeps every registered buffer alive and
+//! untouched by Rust while the device may access it (see the invariants there).
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::RawFd;
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use rdma_sys as sys;
+
+/// A verb that failed: its name, the errno and what was asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerbsError {
+    /// The verb, e.g. `ibv_reg_mr`.
+    pub verb: &'static str,
+    /// The errno (0 when none was set).
+    pub errno: i32,
+    /// The errno's text, and context.
+    pub message: String,
+}
+
+impl std::fmt::Display for VerbsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {}", self.verb, self.message)
+    }
+}
+
+impl VerbsError {
+    fn new(verb: &'static str, errno: i32, what: &str) -> VerbsError {
+        let text = io::Error::from_raw_os_error(errno);
+        let message = if what.is_empty() {
+            format!("{text}")
+        } else {
+            format!("{text} ({what})")
+        };
+        VerbsError {
+            verb,
+            errno,
+            message,
+        }
+    }
+
+    /// From a verb that returns an errno directly (0 on success).
+    fn check(verb: &'static str, rc: i32, what: &str) -> Result<(), VerbsError> {
+        match rc {
+            0 => Ok(()),
+            // Some providers return -1 and set errno instead.
+            rc if rc < 0 => Err(Self::last(verb, what)),
+            rc => Err(Self::new(verb, rc, what)),
+        }
+    }
+
+    /// From a verb that signals failure with NULL or -1 and sets errno.
+    fn last(verb: &'static str, what: &str) -> VerbsError {
+        let errno = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        Self::new(verb, errno, what)
+    }
+}
+
+fn non_null<T>(p: *mut T, verb: &'static str, what: &str) -> Result<NonNull<T>, VerbsError> {
+    NonNull::new(p).ok_or_else(|| VerbsError::last(verb, what))
+}
+
+/// The RDMA devices of this host, by name. An empty list when the kernel or the user
+/// space has no RDMA support (`ibv_get_device_list` fails with ENOSYS) or none exist;
+/// the error text says which.
+pub fn device_names() -> Result<Vec<String>, VerbsError> {
+    let mut n: i32 = 0;
+    // SAFETY: `n` is a valid out-pointer; the list is freed below with the matching call.
+    let list = unsafe { sys::ibv_get_device_list(&mut n) };
+    if list.is_null() {
+        return Err(VerbsError::last("ibv_get_device_list", ""));
+    }
+    let mut names = Vec::new();
+    for i in 0..usize::try_from(n).unwrap_or(0) {
+        // SAFETY: the list holds `n` valid device pointers until it is freed.
+        let dev = unsafe { *list.add(i) };
+        if dev.is_null() {
+            break;
+        }
+        // SAFETY: `dev` is a valid device; the name is a NUL-terminated string it owns.
+        let name = unsafe { CStr::from_ptr(sys::ibv_get_device_name(dev)) };
+        names.push(name.to_string_lossy().into_owned());
+    }
+    // SAFETY: `list` came from ibv_get_device_list and is freed once; the names were copied.
+    unsafe { sys::ibv_free_device_list(list) };
+    Ok(names)
+}
+
+/// An open device (`ibv_context`).
+pub struct Context {
+    ctx: NonNull<sys::ibv_context>,
+    name: String,
+}
+
+// SAFETY: verbs objects may be used from any thread (rdma-core serialises internally);
+// rcoll uses each from one thread at a time through `&mut` owners.
+unsafe impl Send for Context {}
+// SAFETY: as above; the shared operations (queries) are thread-safe in rdma-core.
+unsafe impl Sync for Context {}
+
+/// What a port reports (`ibv_port_attr`), the fields rcoll uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortAttr {
+    /// `IBV_PORT_*` state (4 = ACTIVE).
+    pub state: u32,
+    /// Active MTU as the `ibv_mtu` enum (1 = 256 ... 5 = 4096).
+    pub active_mtu: u32,
+    /// Largest MTU of the port, as the enum.
+    pub max_mtu: u32,
+    /// Entries in the GID table.
+    pub gid_table_len: i32,
+    /// The port's LID (InfiniBand; 0 on RoCE).
+    pub lid: u16,
+    /// 1 = InfiniBand, 2 = Ethernet (RoCE).
+    pub link_layer: u8,
+    /// Largest message.
+    pub max_msg_sz: u32,
+}
+
+/// Device limits rcoll sizes its queues by (`ibv_device_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceAttr {
+    /// Ports on the device.
+    pub phys_port_cnt: u8,
+    /// Work requests per queue.
+    pub max_qp_wr: i32,
+    /// Entries per completion queue.
+    pub max_cqe: i32,
+    /// Largest memory region.
+    pub max_mr_size: u64,
+}
+
+impl Context {
+    /// Opens the device named `name`.
+    pub fn open(name: &str) -> Result<Arc<Context>, VerbsError> {
+        let mut n: i32 = 0;
+        // SAFETY: as in `device_names`.
+        let list = unsafe { sys::ibv_get_device_list(&mut n) };
+        if list.is_null() {
+            return Err(VerbsError::last("ibv_get_device_list", name));
+        }
+        let mut opened: Result<*mut sys::ibv_context, VerbsError> = Err(VerbsError {
+            verb: "ibv_open_device",
+            errno: libc::ENODEV,
+            message: format!("no device named {name:?}"),
+        });
+        for i in 0..usize::try_from(n).unwrap_or(0) {
+            // SAFETY: the list holds `n` valid device pointers until it is freed.
+            let dev = unsafe { *list.add(i) };
+            if dev.is_null() {
+                break;
+            }
+            // SAFETY: `dev` is valid; the name string lives as long as the list.
+            let this = unsafe { CStr::from_ptr(sys::ibv_get_device_name(dev)) };
+            if this.to_string_lossy() == name {
+                // SAFETY: `dev` is valid; the context outlives the list (rdma-core keeps
+                // the device referenced by the open context).
+                let ctx = unsafe { sys::ibv_open_device(dev) };
+                opened = if ctx.is_null() {
+                    Err(VerbsError::last("ibv_open_device", name))
+                } else {
+                    Ok(ctx)
+                };
+                break;
+            }
+        }
+        // SAFETY: freed once, after the context was opened from it.
+        unsafe { sys::ibv_free_device_list(list) };
+        let ctx = non_null(opened?, "ibv_open_device", name)?;
+        Ok(Arc::new(Context {
+            ctx,
+            name: name.to_owned(),
+        }))
+    }
+
+    /// The device's limits.
+    pub fn query_device(&self) -> Result<DeviceAttr, VerbsError> {
+        // SAFETY: all-zero is a valid `ibv_device_attr` (plain integers and arrays).
+        let mut attr: sys::ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open and `attr` is a valid out-pointer.
+        let rc = unsafe { sys::ibv_query_device(self.ctx.as_ptr(), &mut attr) };
+        VerbsError::check("ibv_query_device", rc, &self.name)?;
+        Ok(DeviceAttr {
+            phys_port_cnt: attr.phys_port_cnt,
+            max_qp_wr: attr.max_qp_wr,
+            max_cqe: attr.max_cqe,
+            max_mr_size: attr.max_mr_size,
+        })
+    }
+
+    /// The attributes of port `port` (numbered from 1).
+    pub fn query_port(&self, port: u8) -> Result<PortAttr, VerbsError> {
+        // SAFETY: all-zero is a valid `ibv_port_attr` (integers only).
+        let mut attr: sys::ibv_port_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open and `attr` is a valid out-pointer of the full size
+        // the wrapper passes to the provider.
+        let rc = unsafe { sys::___ibv_query_port(self.ctx.as_ptr(), port, &mut attr) };
+        VerbsError::check("ibv_query_port", rc, &format!("{} port {port}", self.name))?;
+        Ok(PortAttr {
+            state: attr.state,
+            active_mtu: attr.active_mtu,
+            max_mtu: attr.max_mtu,
+            gid_table_len: attr.gid_tbl_len,
+            lid: attr.lid,
+            link_layer: attr.link_layer,
+            max_msg_sz: attr.max_msg_sz,
+        })
+    }
+
+    /// GID `index` of port `port`, raw (16 bytes, network order).
+    pub fn query_gid(&self, port: u8, index: i32) -> Result<[u8; 16], VerbsError> {
+        // SAFETY: all-zero is a valid GID (a union of byte arrays and integers).
+        let mut gid: sys::ibv_gid = unsafe { std::mem::zeroed() };
+        // SAFETY: the context is open and `gid` is a valid out-pointer.
+        let rc = unsafe { sys::ibv_query_gid(self.ctx.as_ptr(), port, index, &mut gid) };
+        VerbsError::check(
+            "ibv_query_gid",
+            rc,
+            &format!("{} port {port} index {index}", self.name),
+        )?;
+        // SAFETY: every bit pattern is a valid `[u8; 16]`.
+        Ok(unsafe { gid.raw })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: opened by ibv_open_device; every object created from it holds an `Arc`
+        // of this context, so none is left when it closes.
+        unsafe { sys::ibv_close_device(self.ctx.as_ptr()) };
+    }
+}
+
+/// A protection domain.
+pub struct ProtectionDomain {
+    pd: NonNull<sys::ibv_pd>,
+    _ctx: Arc<Context>,
+}
+
+// SAFETY: see `Context`.
+unsafe impl Send for ProtectionDomain {}
+// SAFETY: see `Context`.
+unsafe impl Sync for ProtectionDomain {}
+
+impl ProtectionDomain {
+    /// Allocates a protection domain on `ctx`.
+    pub fn new(ctx: &Arc<Context>) -> Result<Arc<ProtectionDomain>, VerbsError> {
+        // SAFETY: the context is open.
+        let pd = unsafe { sys::ibv_alloc_pd(ctx.ctx.as_ptr()) };
+        let pd = non_null(pd, "ibv_alloc_pd", &ctx.name)?;
+        Ok(Arc::new(ProtectionDomain {
+            pd,
+            _ctx: ctx.clone(),
+        }))
+    }
+}
+
+impl Drop for ProtectionDomain {
+    fn drop(&mut self) {
+        // SAFETY: allocated by ibv_alloc_pd; queue pairs and memory regions hold an `Arc`
+        // of this domain, so all are gone.
+        unsafe { sys::ibv_dealloc_pd(self.pd.as_ptr()) };
+    }
+}
+
+/// A registered memory region.
+pub struct MemoryRegion {
+    mr: NonNull<sys::ibv_mr>,
+    _pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: see `Context`.
+unsafe impl Send for MemoryRegion {}
+
+impl MemoryRegion {
+    /// Registers `len` bytes at `addr` for local writes and remote writes.
+    ///
+    /// # Safety
+    ///
+    /// The memory must stay allocated until the region is dropped, and while a remote
+    /// peer or a posted work request may access it, no Rust reference to it may be used
+    /// (the device reads and writes it concurrently).
+    pub unsafe fn register(
+        pd: &Arc<ProtectionDomain>,
+        addr: *mut u8,
+        len: usize,
+    ) -> Result<MemoryRegion, VerbsError> {
+        let access = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+            | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        // SAFETY: the domain is live; the caller guarantees the memory outlives the region.
+        let mr = unsafe { sys::ibv_reg_mr(pd.pd.as_ptr(), addr.cast(), len, access as i32) };
+        let mr = non_null(mr, "ibv_reg_mr", &format!("{len} bytes"))?;
+        Ok(MemoryRegion {
+            mr,
+            _pd: pd.clone(),
+        })
+    }
+
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: the region is registered; its keys are immutable.
+        unsafe { (*self.mr.as_ptr()).lkey }
+    }
+
+    /// The remote key.
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: as for `lkey`.
+        unsafe { (*self.mr.as_ptr()).rkey }
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // SAFETY: registered by ibv_reg_mr; the owner has no work request using it left.
+        unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) };
+    }
+}
+
+/// A completion channel: the fd that becomes readable when an armed CQ gets a completion.
+pub struct CompletionChannel {
+    ch: NonNull<sys::ibv_comp_channel>,
+    _ctx: Arc<Context>,
+}
+
+// SAFETY: see `Context`.
+unsafe impl Send for CompletionChannel {}
+// SAFETY: see `Context`.
+unsafe impl Sync for CompletionChannel {}
+
+impl CompletionChannel {
+    /// Creates a channel whose fd is non-blocking.
+    pub fn new(ctx: &Arc<Context>) -> Result<Arc<CompletionChannel>, VerbsError> {
+        // SAFETY: the context is open.
+        let ch = unsafe { sys::ibv_create_comp_channel(ctx.ctx.as_ptr()) };
+        let ch = non_null(ch, "ibv_create_comp_channel", &ctx.name)?;
+        let channel = CompletionChannel {
+            ch,
+            _ctx: ctx.clone(),
+        };
+        let fd = channel.fd();
+        // SAFETY: fcntl on the channel's own open fd.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: as above.
+        if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+            return Err(VerbsError::last("fcntl(O_NONBLOCK)", "completion channel"));
+        }
+        Ok(Arc::new(channel))
+    }
+
+    /// The fd to poll for readability.
+    pub fn fd(&self) -> RawFd {
+        // SAFETY: the channel is live; `fd` is immutable.
+        unsafe { (*self.ch.as_ptr()).fd }
+    }
+}
+
+impl Drop for CompletionChannel {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_comp_channel; the CQs using it hold an `Arc` of it
+        // and are destroyed first.
+        unsafe { sys::ibv_destroy_comp_channel(self.ch.as_ptr()) };
+    }
+}
+
+/// One work completion, copied out of the CQ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Completion {
+    /// The work request id it completes.
+    pub wr_id: u64,
+    /// `IBV_WC_*` status (0 = success).
+    pub status: u32,
+    /// `IBV_WC_*` opcode.
+    pub opcode: u32,
+    /// Vendor error code.
+    pub vendor_err: u32,
+    /// Bytes received (receives).
+    pub byte_len: u32,
+    /// Immediate data in host order, when the opcode carries one.
+    pub imm: u32,
+    /// The local queue pair number.
+    pub qp_num: u32,
+}
+
+/// Status of a successful completion.
+pub const WC_SUCCESS: u32 = sys::ibv_wc_status::IBV_WC_SUCCESS;
+/// A receive consumed by a send (`IBV_WC_RECV`).
+pub const WC_RECV: u32 = sys::ibv_wc_opcode::IBV_WC_RECV;
+/// A receive consumed by an RDMA write with immediate.
+pub const WC_RECV_RDMA_WITH_IMM: u32 = sys::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM;
+
+/// The text of a completion status (`ibv_wc_status_str`).
+pub fn status_str(status: u32) -> String {
+    // SAFETY: returns a static NUL-terminated string for any value.
+    let s = unsafe { CStr::from_ptr(sys::ibv_wc_status_str(status)) };
+    s.to_string_lossy().into_owned()
+}
+
+/// The CQ itself, shared by the pollable [`CompletionQueue`] and the queue pairs on it, so
+/// that it is destroyed after all of them.
+struct CqHandle {
+    cq: NonNull<sys::ibv_cq>,
+    channel: Arc<CompletionChannel>,
+}
+
+// SAFETY: see `Context`.
+unsafe impl Send for CqHandle {}
+// SAFETY: see `Context`; polling happens only through `&mut CompletionQueue`.
+unsafe impl Sync for CqHandle {}
+
+impl Drop for CqHandle {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_cq; the queue pairs on it and the pollable owner
+        // (which acknowledged every event it took) hold this handle, so all are gone.
+        unsafe { sys::ibv_destroy_cq(self.cq.as_ptr()) };
+    }
+}
+
+/// A completion queue bound to a completion channel.
+pub struct CompletionQueue {
+    handle: Arc<CqHandle>,
+    /// Events taken from the channel and not yet acknowledged.
+    unacked: u32,
+}
+
+impl CompletionQueue {
+    /// A CQ of at least `entries` entries whose events go to `channel`.
+    pub fn new(
+        ctx: &Arc<Context>,
+        channel: &Arc<CompletionChannel>,
+        entries: i32,
+    ) -> Result<CompletionQueue, VerbsError> {
+        // SAFETY: context and channel are live; no CQ context pointer is used.
+        let cq = unsafe {
+            sys::ibv_create_cq(
+                ctx.ctx.as_ptr(),
+                entries,
+                ptr::null_mut(),
+                channel.ch.as_ptr(),
+                0,
+            )
+        };
+        let cq = non_null(cq, "ibv_create_cq", &format!("{entries} entries"))?;
+        Ok(CompletionQueue {
+            handle: Arc::new(CqHandle {
+                cq,
+                channel: channel.clone(),
+            }),
+            unacked: 0,
+        })
+    }
+
+    fn cq(&self) -> *mut sys::ibv_cq {
+        self.handle.cq.as_ptr()
+    }
+
+    /// Polls up to `max` (at most 16) completions, appending them to `out`; returns how many.
+    pub fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> Result<usize, VerbsError> {
+        // SAFETY: all-zero is a valid `ibv_wc` (integers and a union of integers).
+        let mut wcs: [sys::ibv_wc; 16] = unsafe { std::mem::zeroed() };
+        let want = max.min(wcs.len()) as i32;
+        // SAFETY: the CQ is live and `wcs` has room for `want` entries.
+        let n = unsafe { sys::ibv_poll_cq(self.cq(), want, wcs.as_mut_ptr()) };
+        if n < 0 {
+            return Err(VerbsError::new("ibv_poll_cq", -n, ""));
+        }
+        for wc in &wcs[..n as usize] {
+            // SAFETY: the provider filled the immediate field when the opcode carries one;
+            // otherwise it reads as an arbitrary integer, which the caller ignores.
+            let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
+            out.push(Completion {
+                wr_id: wc.wr_id,
+                status: wc.status,
+                opcode: wc.opcode,
+                vendor_err: wc.vendor_err,
+                byte_len: wc.byte_len,
+                imm,
+                qp_num: wc.qp_num,
+            });
+        }
+        Ok(n as usize)
+    }
+
+    /// Arms the CQ: the channel's fd becomes readable at the next completion.
+    pub fn arm(&mut self) -> Result<(), VerbsError> {
+        // SAFETY: the CQ is live.
+        let rc = unsafe { sys::ibv_req_notify_cq(self.cq(), 0) };
+        VerbsError::check("ibv_req_notify_cq", rc, "")
+    }
+
+    /// Takes every pending event from the channel (non-blocking) and acknowledges them.
+    pub fn drain_events(&mut self) {
+        loop {
+            let mut cq: *mut sys::ibv_cq = ptr::null_mut();
+            let mut ctx: *mut libc::c_void = ptr::null_mut();
+            // SAFETY: the channel's fd is non-blocking, so this returns -1 (EAGAIN) when no
+            // event is pending; the out-pointers are valid.
+            let rc = unsafe {
+                sys::ibv_get_cq_event(self.handle.channel.ch.as_ptr(), &mut cq, &mut ctx)
+            };
+            if rc != 0 {
+                break;
+            }
+            self.unacked += 1;
+        }
+        if self.unacked > 0 {
+            // SAFETY: acknowledges exactly the events taken above for this CQ (the only CQ
+            // on this channel).
+            unsafe { sys::ibv_ack_cq_events(self.cq(), self.unacked) };
+            self.unacked = 0;
+        }
+    }
+
+    /// The channel's fd.
+    pub fn fd(&self) -> RawFd {
+        self.handle.channel.fd()
+    }
+}
+
+impl Drop for CompletionQueue {
+    fn drop(&mut self) {
+        // ibv_destroy_cq waits for every event taken to be acknowledged.
+        self.drain_events();
+    }
+}
+
+/// Where a queue pair's peer is: what travels over the bootstrap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Remote {
+    /// Queue pair number.
+    pub qpn: u32,
+    /// Initial packet sequence number.
+    pub psn: u32,
+    /// LID (InfiniBand).
+    pub lid: u16,
+    /// GID (RoCE; InfiniBand across subnets).
+    pub gid: [u8; 16],
+}
+
+/// Path parameters chosen locally for a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Path {
+    /// Port number.
+    pub port: u8,
+    /// Local GID index.
+    pub gid_index: u8,
+    /// Path MTU as the `ibv_mtu` enum.
+    pub mtu: u32,
+    /// Whether to use a global route header (RoCE: always).
+    pub global: bool,
+}
+
+/// A reliable connected queue pair.
+pub struct QueuePair {
+    qp: NonNull<sys::ibv_qp>,
+    _pd: Arc<ProtectionDomain>,
+    _cq: Arc<CqHandle>,
+    /// Largest inline payload the QP accepted.
+    pub max_inline: u32,
+}
+
+// SAFETY: see `Context`; posting happens only through `&mut self`.
+unsafe impl Send for QueuePair {}
+
+/// One piece of local memory for a work request.
+#[derive(Debug, Clone, Copy)]
+pub struct Sge {
+    /// Address.
+    pub addr: u64,
+    /// Length.
+    pub len: u32,
+    /// Local key of its region.
+    pub lkey: u32,
+}
+
+impl QueuePair {
+    /// Creates an RC QP on `cq` with room for `send` and `recv` work requests, asking for
+    /// `inline` bytes of inline data (falling back to smaller sizes the device accepts).
+    pub fn new(
+        pd: &Arc<ProtectionDomain>,
+        cq: &CompletionQueue,
+        send: u32,
+        recv: u32,
+        inline: u32,
+    ) -> Result<QueuePair, VerbsError> {
+        let mut last = None;
+        for want in [inline, inline / 2, 64, 0] {
+            // SAFETY: all-zero is a valid init attribute set (null SRQ and context).
+            let mut attr: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+            attr.send_cq = cq.cq();
+            attr.recv_cq = cq.cq();
+            attr.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
+            attr.cap.max_send_wr = send;
+            attr.cap.max_recv_wr = recv;
+            attr.cap.max_send_sge = 1;
+            attr.cap.max_recv_sge = 1;
+            attr.cap.max_inline_data = want;
+            // SAFETY: domain and CQ are live; `attr` is fully initialised.
+            let qp = unsafe { sys::ibv_create_qp(pd.pd.as_ptr(), &mut attr) };
+            match NonNull::new(qp) {
+                Some(qp) => {
+                    return Ok(QueuePair {
+                        qp,
+                        _pd: pd.clone(),
+                        _cq: cq.handle.clone(),
+                        max_inline: attr.cap.max_inline_data,
+                    })
+                }
+                None => {
+                    last = Some(VerbsError::last(
+                        "ibv_create_qp",
+                        &format!("RC, {send} send / {recv} recv WRs, {want} B inline"),
+                    ))
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| VerbsError::new("ibv_create_qp", 0, "")))
+    }
+
+    /// The queue pair number.
+    pub fn qpn(&self) -> u32 {
+        // SAFETY: the QP is live; its number is immutable.
+        unsafe { (*self.qp.as_ptr()).qp_num }
+    }
+
+    fn modify(
+        &mut self,
+        attr: &mut sys::ibv_qp_attr,
+        mask: u32,
+        to: &str,
+    ) -> Result<(), VerbsError> {
+        // SAFETY: the QP is live; `attr` is initialised for every field in `mask`.
+        let rc = unsafe { sys::ibv_modify_qp(self.qp.as_ptr(), attr, mask as i32) };
+        VerbsError::check("ibv_modify_qp", rc, to)
+    }
+
+    /// RESET → INIT → RTR → RTS, connected to `remote` over `path`.
+    pub fn connect(
+        &mut self,
+        path: &Path,
+        local_psn: u32,
+        remote: &Remote,
+    ) -> Result<(), VerbsError> {
+        use sys::ibv_qp_attr_mask as m;
+        // SAFETY: all-zero is a valid attribute set.
+        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = sys::ibv_qp_state::IBV_QPS_INIT;
+        a.pkey_index = 0;
+        a.port_num = path.port;
+        a.qp_access_flags = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
+            | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        self.modify(
+            &mut a,
+            m::IBV_QP_STATE.0
+                | m::IBV_QP_PKEY_INDEX.0
+                | m::IBV_QP_PORT.0
+                | m::IBV_QP_ACCESS_FLAGS.0,
+            "RESET to INIT",
+        )?;
+
+        // SAFETY: as above.
+        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = sys::ibv_qp_state::IBV_QPS_RTR;
+        a.path_mtu = path.mtu;
+        a.dest_qp_num = remote.qpn;
+        a.rq_psn = remote.psn;
+        a.max_dest_rd_atomic = 1;
+        a.min_rnr_timer = 12; // 0.64 ms
+        a.ah_attr.dlid = remote.lid;
+        a.ah_attr.sl = 0;
+        a.ah_attr.src_path_bits = 0;
+        a.ah_attr.port_num = path.port;
+        if path.global {
+            a.ah_attr.is_global = 1;
+            a.ah_attr.grh.dgid.raw = remote.gid;
+            a.ah_attr.grh.sgid_index = path.gid_index;
+            a.ah_attr.grh.hop_limit = 64;
+            a.ah_attr.grh.traffic_class = 0;
+            a.ah_attr.grh.flow_label = 0;
+        }
+        self.modify(
+            &mut a,
+            m::IBV_QP_STATE.0
+                | m::IBV_QP_AV.0
+                | m::IBV_QP_PATH_MTU.0
+                | m::IBV_QP_DEST_QPN.0
+                | m::IBV_QP_RQ_PSN.0
+                | m::IBV_QP_MAX_DEST_RD_ATOMIC.0
+                | m::IBV_QP_MIN_RNR_TIMER.0,
+            "INIT to RTR",
+        )?;
+
+        // SAFETY: as above.
+        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = sys::ibv_qp_state::IBV_QPS_RTS;
+        a.sq_psn = local_psn;
+        a.timeout = 14; // 4.096 us * 2^14 = 67 ms per try
+        a.retry_cnt = 7;
+        a.rnr_retry = 7; // retry forever on receiver-not-ready: the credits prevent it
+        a.max_rd_atomic = 1;
+        self.modify(
+            &mut a,
+            m::IBV_QP_STATE.0
+                | m::IBV_QP_TIMEOUT.0
+                | m::IBV_QP_RETRY_CNT.0
+                | m::IBV_QP_RNR_RETRY.0
+                | m::IBV_QP_SQ_PSN.0
+                | m::IBV_QP_MAX_QP_RD_ATOMIC.0,
+            "RTR to RTS",
+        )
+    }
+
+    /// Posts an RDMA WRITE WITH IMMEDIATE of `sge` to `(remote_addr, rkey)`, signaled.
+    /// With `inline`, the bytes are copied at post time and `sge.lkey` is not used.
+    ///
+    /// # Safety
+    ///
+    /// Unless `inline`, the memory behind `sge` must stay registered, allocated and
+    /// unmodified until the completion for `wr_id` is polled. With `inline`, it must be
+    /// readable for the duration of the call.
+    pub unsafe fn post_write_imm(
+        &mut self,
+        wr_id: u64,
+        sge: Sge,
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+        inline: bool,
+    ) -> Result<(), VerbsError> {
+        let mut list = sys::ibv_sge {
+            addr: sge.addr,
+            length: sge.len,
+            lkey: sge.lkey,
+        };
+        // SAFETY: all-zero is a valid send WR (null pointers, zero unions).
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut list;
+        wr.num_sge = i32::from(sge.len > 0);
+        wr.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0
+            | if inline {
+                sys::ibv_send_flags::IBV_SEND_INLINE.0
+            } else {
+                0
+            };
+        wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+        wr.wr.rdma = sys::rdma_t { remote_addr, rkey };
+        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
+        // SAFETY: the QP is live; `wr` and `list` outlive the call; the caller keeps the
+        // memory valid as documented.
+        let rc = unsafe { sys::ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        VerbsError::check("ibv_post_send", rc, "RDMA WRITE WITH IMM")
+    }
+
+    /// Posts a signaled SEND of `data`, inline (copied during the call).
+    pub fn post_send_inline(&mut self, wr_id: u64, data: &[u8]) -> Result<(), VerbsError> {
+        if data.len() > self.max_inline as usize {
+            return Err(VerbsError::new(
+                "ibv_post_send",
+                libc::EINVAL,
+                &format!(
+                    "{} bytes inline, the QP takes {}",
+                    data.len(),
+                    self.max_inline
+                ),
+            ));
+        }
+        let mut list = sys::ibv_sge {
+            addr: data.as_ptr() as u64,
+            length: data.len() as u32,
+            lkey: 0,
+        };
+        // SAFETY: all-zero is a valid send WR.
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut list;
+        wr.num_sge = 1;
+        wr.opcode = sys::ibv_wr_opcode::IBV_WR_SEND;
+        wr.send_flags =
+            sys::ibv_send_flags::IBV_SEND_SIGNALED.0 | sys::ibv_send_flags::IBV_SEND_INLINE.0;
+        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
+        // SAFETY: the QP is live; inline data is copied by the provider during the call,
+        // while `data` is borrowed.
+        let rc = unsafe { sys::ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        VerbsError::check("ibv_post_send", rc, "SEND inline")
+    }
+
+    /// Posts a receive into `sge` (for SENDs; an RDMA write with immediate consumes it
+    /// without touching the memory).
+    ///
+    /// # Safety
+    ///
+    /// The memory behind `sge` must stay registered and allocated, and not be accessed by
+    /// Rust, until the completion for `wr_id` is polled or the QP is destroyed.
+    pub unsafe fn post_recv(&mut self, wr_id: u64, sge: Sge) -> Result<(), VerbsError> {
+        let mut list = sys::ibv_sge {
+            addr: sge.addr,
+            length: sge.len,
+            lkey: sge.lkey,
+        };
+        let mut wr = sys::ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: &mut list,
+            num_sge: 1,
+        };
+        let mut bad: *mut sys::ibv_recv_wr = ptr::null_mut();
+        // SAFETY: the QP is live; `wr` and `list` outlive the call; the caller keeps the
+        // memory valid as documented.
+        let rc = unsafe { sys::ibv_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
+        VerbsError::check("ibv_post_recv", rc, "")
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_qp; it holds its CQ and domain, destroyed later.
+        unsafe { sys::ibv_destroy_qp(self.qp.as_ptr()) };
+    }
+}
