@@ -2,13 +2,15 @@
 # Install the host packages that Soft-RoCE work needs (Debian/Ubuntu). Idempotent: when every
 # package is already installed it touches nothing, not even `apt-get update`.
 #
-# Usage: soft-roce/deps.sh
+# Usage: soft-roce/deps.sh [--no-vm]
+#   --no-vm   skip what only run-in-vm.sh needs (qemu, busybox, cpio, ...): for a host or a
+#             container whose kernel has rxe.
 #
 # Runs as root (CI, containers) or through sudo otherwise. Waits for a dpkg lock held by
 # another apt run instead of failing, since builds and installs often overlap here.
 set -euo pipefail
 
-packages=(
+vm_packages=(
     # The VM (run-in-vm.sh): emulator, initramfs tools, module tools.
     qemu-system-x86 # qemu-system-x86_64, run with TCG (no usable KVM on these hosts)
     busybox-static  # the initramfs: one static binary, no libraries to copy
@@ -16,7 +18,10 @@ packages=(
     kmod            # depmod/modprobe for the guest kernel's module tree
     xz-utils        # some kernels ship .ko.xz modules; busybox insmod wants plain .ko
     zstd            # ... or .ko.zst
-    iproute2        # ip, and `rdma link add ... type rxe`
+)
+packages=(
+    iproute2 # ip, and `rdma link add ... type rxe`
+    kmod     # modprobe rdma_rxe
     # Verbs user space: the rxe provider, device listing and the perftest baselines.
     rdma-core
     ibverbs-providers
@@ -31,6 +36,11 @@ packages=(
     librdmacm-dev
     libclang-dev
 )
+case "${1:-}" in
+    --no-vm) ;;
+    "") packages+=("${vm_packages[@]}") ;;
+    *) echo "usage: soft-roce/deps.sh [--no-vm]" >&2; exit 2 ;;
+esac
 
 # A package counts only when fully installed: "install ok unpacked" (an interrupted install)
 # is missing too, so that apt-get finishes configuring it.

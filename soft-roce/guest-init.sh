@@ -5,7 +5,8 @@
 # It finishes the mounts, creates rxe0/rxe1 with soft-roce/setup.sh (the same script a host with
 # rxe runs), runs the command in the caller's directory with the caller's environment, and
 # powers off. The host side talks to it through:
-#   /run/rcoll-vm      a 9p share: env.sh (command, directory, environment) in, status out
+#   /run/rcoll-vm      a 9p share: env.sh (command, directory, environment) and this
+#                      script with setup.sh and teardown.sh in; status and setup.log out
 #   /dev/hvc0, hvc1    the command's stdout and stderr (virtio consoles into host FIFOs)
 #   /dev/hvc2          control lines for the host: "up", "ready", "exit N"
 #   /dev/console       ttyS0, the kernel log; the host keeps it for when something fails
@@ -18,6 +19,7 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 ctl=/run/rcoll-vm
 here="$(dirname "${BASH_SOURCE[0]}")"
 
+# shellcheck disable=SC2317 # called from the EXIT trap
 power_off() {
     sync
     echo o >/proc/sysrq-trigger
@@ -47,13 +49,20 @@ fail() {
     exit 125
 }
 
+# What udev would add to devtmpfs: bash's process substitution needs /dev/fd.
+ln -sf /proc/self/fd /dev/fd
+ln -sf /proc/self/fd/0 /dev/stdin
+ln -sf /proc/self/fd/1 /dev/stdout
+ln -sf /proc/self/fd/2 /dev/stderr
 mkdir -p /dev/pts /dev/shm
 mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
 mount -t tmpfs -o mode=1777 shm /dev/shm
 echo 1 >/proc/sys/kernel/sysrq
 ip link set lo up
 
-# The host wrote: command, cwd, mtu, hostname and the environment to pass (`command_env`).
+# What the host writes into env.sh (these are the defaults when it says nothing).
+vm_command="" vm_cwd=/ vm_mtu=1500 vm_hostname=rcoll-vm vm_verbose=0
+command_env=("PATH=$PATH") # NAME=VALUE words: the command's whole environment
 # shellcheck source=/dev/null
 source "$ctl/env.sh" || fail "cannot read $ctl/env.sh"
 hostname "$vm_hostname" 2>/dev/null
@@ -66,7 +75,7 @@ if ! "$here/setup.sh" -q --mtu "$vm_mtu" >"$ctl/setup.log" 2>&1; then
     cat "$ctl/setup.log" >/dev/hvc1
     fail "soft-roce/setup.sh failed (output above)"
 fi
-if [[ "${vm_verbose:-0}" == 1 ]]; then
+if [[ "$vm_verbose" == 1 ]]; then
     "$here/setup.sh" --show >/dev/hvc1 2>&1
 fi
 

@@ -50,7 +50,7 @@ cpus="${RCOLL_VM_CPUS:-2}"
 cache_root="${RCOLL_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rcoll-vm}"
 
 # Bump when the cached initramfs changes shape, so old caches are rebuilt.
-initramfs_recipe=1
+initramfs_recipe=2
 
 # Modules the initramfs loads to reach the root filesystem and the consoles.
 boot_modules=(virtio_pci virtio_console 9pnet_virtio 9p overlay)
@@ -119,7 +119,8 @@ build_cache() {
     work="$(mktemp -d "$cache_root/build.XXXXXX")"
     # apt-get download runs as the _apt user where it can; let it write here.
     chmod 0777 "$work"
-    (cd "$work" && apt-get download -qq "linux-image-$kver" 2>&1 | grep -v unsandboxed >&2 || true)
+    # (Its warning about downloading "unsandboxed as root" is noise here.)
+    (cd "$work" && apt-get download -qq "linux-image-$kver") 2>&1 | grep -v unsandboxed >&2 || true
     compgen -G "$work/linux-image-*.deb" >/dev/null || die "apt-get download linux-image-$kver failed"
     dpkg-deb -x "$work"/linux-image-*.deb "$work/pkg"
 
@@ -214,7 +215,7 @@ mkdir -p "/newroot$cwd"
 mount -t 9p -o "$nine_p,cache=mmap" cwd "/newroot$cwd" || fail "cannot mount $cwd"
 mkdir -p /newroot/lib/modules
 cp -a "/lib/modules/$kver" /newroot/lib/modules/
-exec switch_root /newroot /bin/bash "$(cat /newroot/run/rcoll-vm/guest-init)"
+exec switch_root /newroot /bin/bash /run/rcoll-vm/guest-init.sh
 INIT
 }
 
@@ -231,13 +232,14 @@ mkdir -p "$cache_root"
     # One builder at a time; a concurrent run waits and then finds the cache ready.
     flock 9
     if [[ "$(cat "$cache/ready" 2>/dev/null)" != "$initramfs_recipe" ]]; then
-        rm -rf "$cache"
+        rm -rf "$cache" "$cache_root"/build.* # and what an interrupted build left
         build_cache "$kver" "$cache"
     fi
 ) 9>"$cache_root/.lock"
 
 run="$(mktemp -d "${TMPDIR:-/tmp}/rcoll-vm.XXXXXX")"
 qemu_pid=""
+# shellcheck disable=SC2317 # called from the EXIT trap
 cleanup() {
     [[ -z "$qemu_pid" ]] || kill -TERM "$qemu_pid" 2>/dev/null || true
     if [[ "${RCOLL_VM_KEEP:-0}" == 1 ]]; then
@@ -251,10 +253,12 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM HUP
 
-# The control share: what the guest reads, and where it leaves its status.
+# The control share: what the guest reads, and where it leaves its status. The guest's own
+# scripts travel in it too: the checkout may be hidden in the guest (under /tmp, say, when the
+# current directory is elsewhere), and a script edited during a run stays consistent.
 mkdir -p "$run/ctl"
 pwd >"$run/ctl/cwd"
-echo "$here/guest-init.sh" >"$run/ctl/guest-init"
+cp "$here/guest-init.sh" "$here/setup.sh" "$here/teardown.sh" "$run/ctl/"
 pass_names=(PATH HOME USER LOGNAME SHELL TERM LANG LC_ALL TZ CI NO_COLOR RUSTUP_HOME
     RUSTUP_TOOLCHAIN RUST_BACKTRACE RUST_LOG RUST_TEST_THREADS RUST_MIN_STACK RUSTFLAGS)
 read -r -a extra_names <<<"${RCOLL_VM_ENV:-}"
@@ -295,6 +299,7 @@ control_reader=$!
 
 # qemu's option parser treats ',' as a separator: double it in paths.
 qpath() { printf '%s' "${1//,/,,}"; }
+# shellcheck disable=SC2054 # the commas are qemu's, not array separators
 qemu_args=(
     -accel tcg,thread=multi -cpu max -smp "$cpus" -m "$memory"
     -nodefaults -no-user-config -display none -vga none -nic none -no-reboot

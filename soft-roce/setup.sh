@@ -72,7 +72,8 @@ fi
 # The GID table of one port from sysfs: only the non-empty entries, with their type and netdev.
 # On rxe, index 0 is the fe80:: link-local GID; the RoCE v2 IPv4 GID (::ffff:a.b.c.d), the one
 # to use between IPv4 addresses, is usually index 1. Programs should pick it by type and
-# address family, never by a fixed index.
+# address family, never by a fixed index. The table has gid_tbl_len entries (1024 on rxe), so
+# it is read with builtins: a `cat` per entry takes minutes in an emulated VM.
 show_gids() {
     local dev="$1" port_dir gid_file index gid type ndev
     port_dir="/sys/class/infiniband/$dev/ports/1"
@@ -80,22 +81,23 @@ show_gids() {
     printf '  %-5s %-40s %-14s %s\n' index gid type netdev
     for gid_file in "$port_dir"/gids/*; do
         index="${gid_file##*/}"
-        gid="$(cat "$gid_file" 2>/dev/null)" || continue
+        read -r gid <"$gid_file" 2>/dev/null || continue
         [[ "$gid" == 0000:0000:0000:0000:0000:0000:0000:0000 ]] && continue
-        type="$(cat "$port_dir/gid_attrs/types/$index" 2>/dev/null || echo '?')"
-        ndev="$(cat "$port_dir/gid_attrs/ndevs/$index" 2>/dev/null || echo '?')"
+        read -r type <"$port_dir/gid_attrs/types/$index" 2>/dev/null || type='?'
+        read -r ndev <"$port_dir/gid_attrs/ndevs/$index" 2>/dev/null || ndev='?'
         printf '  %-5s %-40s %-14s %s\n' "$index" "$gid" "$type" "$ndev"
     done | sort -n
 }
 
 # The RoCE v2 IPv4-mapped GID index of a device, or nothing while the table has none yet.
 ipv4_gid_index() {
-    local port_dir="/sys/class/infiniband/$1/ports/1" gid_file index gid
+    local port_dir="/sys/class/infiniband/$1/ports/1" gid_file index gid type
     for gid_file in "$port_dir"/gids/*; do
         index="${gid_file##*/}"
-        gid="$(cat "$gid_file" 2>/dev/null)" || continue
+        read -r gid <"$gid_file" 2>/dev/null || continue
         [[ "$gid" == 0000:0000:0000:0000:0000:ffff:* ]] || continue
-        [[ "$(cat "$port_dir/gid_attrs/types/$index" 2>/dev/null)" == "RoCE v2" ]] || continue
+        read -r type <"$port_dir/gid_attrs/types/$index" 2>/dev/null || continue
+        [[ "$type" == "RoCE v2" ]] || continue
         echo "$index"
         return 0
     done

@@ -29,6 +29,7 @@ fi
 # A step that fails (say, a device someone already removed) is reported and skipped, so one
 # missing piece does not leave the rest in place.
 failed=0
+steps="$(tac "$state")"
 while IFS= read -r step; do
     [[ -n "$step" ]] || continue
     "$quiet" || echo "teardown.sh: $step"
@@ -36,6 +37,6 @@ while IFS= read -r step; do
         echo "soft-roce/teardown.sh: could not undo: $step" >&2
         failed=1
     fi
-done < <(tac "$state")
+done <<<"$steps"
 rm -f "$state"
 exit "$failed"

@@ -1,4 +1,5 @@
-//! The command line: nccl-tests' flags for the benchmark, and the `plan` subcommand.
+//! The command line: nccl-tests' flags for the benchmark, and the `plan`, `plot` and
+//! `doctor` subcommands.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,7 +31,7 @@ algbw times nccl-tests' bus factor. With -c 1 an extra untimed iteration runs fr
 written inputs and its output is checked; #wrong counts differing elements over all ranks \
 and any makes the exit status non-zero.
 
-Run `rcoll-bench plan --help` for the planner."
+Run `rcoll-bench plan --help` for the planner, `rcoll-bench doctor` to check RDMA."
 )]
 pub struct Cli {
     /// The planner; without it, the benchmark runs.
@@ -49,6 +50,12 @@ pub enum Command {
     Plan(PlanArgs),
     /// Draw the bus bandwidth of one or more `-J` files as a PNG, one line per file.
     Plot(PlotArgs),
+    /// Check whether this host can run rcoll over RDMA verbs, and explain what is missing
+    /// (exit status 0: ready, 1: not).
+    Doctor(DoctorArgs),
+    /// One rank of `doctor`'s connectivity check (started by `doctor` itself).
+    #[command(hide = true)]
+    DoctorRank,
 }
 
 /// Flags of the benchmark, named as in nccl-tests.
@@ -111,14 +118,19 @@ pub struct BenchArgs {
     /// tree, binomial_tree, naive_ring, ring, double_binary_tree, halving_doubling).
     #[arg(long, default_value = "auto")]
     pub algo: String,
-    /// How ranks connect: `tcp` (one process per rank), `local` (ranks as threads of
-    /// this process) or `auto` (rcoll's choice for processes: verbs where usable, else
-    /// tcp). Default: tcp when --ranks is given or under a launcher, local otherwise.
+    /// How ranks connect: `tcp` (one process per rank), `verbs` (one process per rank over
+    /// RDMA; fails when a rank has no usable device: see `rcoll-bench doctor`), `local`
+    /// (ranks as threads of this process) or `auto` (rcoll's choice for processes: verbs
+    /// where every rank can use it, else tcp). Default: tcp when --ranks is given or under
+    /// a launcher, local otherwise.
     #[arg(long, value_parser = transport)]
     pub transport: Option<TransportFlag>,
-    /// The network device ranks accept peer connections on: an interface name such as
-    /// `eth0` for tcp (as RCOLL_SOCKET_IFNAME). Default: the interface that reaches rank 0.
-    #[arg(long, value_name = "NAME")]
+    /// The network interface ranks accept peer connections on (as RCOLL_SOCKET_IFNAME),
+    /// such as `eth0`; with verbs the RDMA device and GID follow its address. A
+    /// comma-separated list is dealt out round-robin: rank r gets entry r % length, so
+    /// `veth0,veth1` puts even ranks on veth0 and odd ranks on veth1. Default: the
+    /// interface that reaches rank 0.
+    #[arg(long, value_name = "NAME[,NAME...]")]
     pub device: Option<String>,
     /// With processes: stop every rank and fail when rank 0 prints no new row for this
     /// many seconds (0: wait forever).
@@ -133,6 +145,8 @@ pub enum TransportFlag {
     Local,
     /// One process per rank over TCP.
     Tcp,
+    /// One process per rank over RDMA verbs.
+    Verbs,
     /// One process per rank, rcoll chooses the transport.
     Auto,
 }
@@ -191,6 +205,39 @@ pub struct PlanArgs {
     /// Print a JSON array instead of the table.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Flags of `rcoll-bench doctor`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Checks, in order: RDMA support in the kernel and user space; every device and port (state, \
+link layer, MTU, largest message, GID table, and the GID rcoll would choose and why); the \
+locked-memory limit; and, when there are two ACTIVE ports (or with --connect), a 2-rank \
+all_reduce over verbs between them, run by two processes of this binary. Without flags the \
+GID choice is shown for each port's own interface address, as a rank bound to that \
+interface would make it. RCOLL_IB_HCA and RCOLL_IB_GID_INDEX apply as they do to ranks; \
+--hca and --gid-index override them.
+
+Exit status: 0 when verbs can be used, 1 when something needed is missing (the last line \
+says what).")]
+pub struct DoctorArgs {
+    /// Only this device (`NAME` or `NAME:PORT`), as RCOLL_IB_HCA.
+    #[arg(long, value_name = "NAME[:PORT]")]
+    pub hca: Option<String>,
+    /// Force this GID index, as RCOLL_IB_GID_INDEX.
+    #[arg(long, value_name = "N")]
+    pub gid_index: Option<u32>,
+    /// Choose GIDs for the address of this network interface (as a rank started with
+    /// `--device IFNAME` would) instead of each port's own.
+    #[arg(long, value_name = "IFNAME")]
+    pub device: Option<String>,
+    /// Run the connectivity check even with fewer than two ACTIVE ports (both ranks on the
+    /// same port when there is only one).
+    #[arg(long)]
+    pub connect: bool,
+    /// Seconds the connectivity check may take.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub timeout: u64,
 }
 
 /// Flags of `rcoll-bench plot`.
@@ -264,7 +311,7 @@ impl BenchArgs {
             root: self.root,
             algorithm,
             transport: "local",
-            device: self.device,
+            devices: device_list(self.device.as_deref())?,
             json: self.json,
             plot: self.plot,
         };
@@ -357,19 +404,32 @@ fn positive(
     }
 }
 
-/// `--transport`: the verbs transport is refused here, before any process starts.
+/// `--transport`, with rcoll's names for verbs (`RCOLL_TRANSPORT`).
 fn transport(s: &str) -> Result<TransportFlag, String> {
     match s.to_ascii_lowercase().as_str() {
         "local" => Ok(TransportFlag::Local),
         "tcp" => Ok(TransportFlag::Tcp),
+        "verbs" | "ib" | "rdma" => Ok(TransportFlag::Verbs),
         "auto" => Ok(TransportFlag::Auto),
-        "verbs" | "ib" | "rdma" => Err(format!(
-            "the {s} transport is not built into rcoll yet; use tcp, auto or local"
-        )),
         other => Err(format!(
-            "unknown transport {other:?} (expected tcp, local or auto)"
+            "unknown transport {other:?} (expected tcp, verbs, local or auto)"
         )),
     }
+}
+
+/// `--device a,b,c`: the interface names in order (empty without the flag).
+fn device_list(flag: Option<&str>) -> Result<Vec<String>, BenchError> {
+    let Some(flag) = flag else {
+        return Ok(Vec::new());
+    };
+    let names: Vec<String> = flag.split(',').map(|n| n.trim().to_owned()).collect();
+    if names.iter().any(String::is_empty) {
+        return Err(usage(format!(
+            "--device {flag:?}: name an interface, or several separated by commas \
+             (e.g. veth0,veth1)"
+        )));
+    }
+    Ok(names)
 }
 
 /// The algorithms that implement `collective`, comma-separated.
@@ -504,13 +564,62 @@ mod tests {
         };
         assert!(spec(&["broadcast", "--ranks", "2", "-r", "2"]).is_err());
         assert!(spec(&["all_gather", "--algo", "double_binary_tree"]).is_err());
-        assert!(spec(&["all_reduce", "--transport", "verbs"]).is_err());
         assert!(spec(&["all_reduce", "--transport", "carrier-pigeon"]).is_err());
         assert!(spec(&["all_reduce", "-o", "band", "-d", "f32"]).is_err());
         assert!(spec(&["sendrecv", "--ranks", "1"]).is_err());
         assert!(spec(&["all_reduce", "--ranks", "0"]).is_err());
+        assert!(spec(&["all_reduce", "--device", "veth0,,veth1"]).is_err());
+        assert!(spec(&["all_reduce", "--device", ""]).is_err());
         assert!(spec(&["all_reduce", "--algo", "ring"]).is_ok());
         assert!(spec(&["all_reduce", "--transport", "tcp", "--ranks", "3"]).is_ok());
+    }
+
+    #[test]
+    fn verbs_is_a_process_transport() {
+        for name in ["verbs", "VERBS", "ib", "rdma"] {
+            let argv = ["rcoll-bench", "all_reduce", "--transport", name];
+            let (launch, spec) = Cli::try_parse_from(argv)
+                .unwrap()
+                .bench
+                .into_spec()
+                .unwrap();
+            assert_eq!(launch.transport, Some(TransportFlag::Verbs), "{name}");
+            assert_eq!(spec.nranks, DEFAULT_RANKS);
+        }
+    }
+
+    #[test]
+    fn devices_are_dealt_to_ranks_round_robin() {
+        let spec = |device: &str| {
+            let argv = ["rcoll-bench", "all_reduce", "--device", device];
+            Cli::try_parse_from(argv)
+                .unwrap()
+                .bench
+                .into_spec()
+                .unwrap()
+                .1
+        };
+        let two = spec("veth0, veth1");
+        assert_eq!(two.devices, ["veth0", "veth1"]);
+        let dealt: Vec<Option<&str>> = (0..5).map(|r| two.device_of(r)).collect();
+        assert_eq!(
+            dealt,
+            [
+                Some("veth0"),
+                Some("veth1"),
+                Some("veth0"),
+                Some("veth1"),
+                Some("veth0")
+            ]
+        );
+        assert_eq!(spec("eth0").device_of(3), Some("eth0"));
+        let argv = ["rcoll-bench", "all_reduce"];
+        let (_, none) = Cli::try_parse_from(argv)
+            .unwrap()
+            .bench
+            .into_spec()
+            .unwrap();
+        assert_eq!(none.device_of(0), None);
     }
 
     #[test]

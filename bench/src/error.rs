@@ -56,6 +56,9 @@ pub enum BenchError {
     /// Serialising a report failed.
     #[error("cannot serialise the report: {0}")]
     Json(#[from] serde_json::Error),
+    /// `--transport verbs` on a host where RDMA cannot work (found before any rank starts).
+    #[error("--transport verbs: {0}\n(`rcoll-bench doctor` explains what is missing)")]
+    NoVerbs(String),
     /// Starting or watching the rank processes failed.
     #[error("cannot {what}: {source}")]
     Spawn {

@@ -8,12 +8,15 @@
 //! rcoll-bench plan all_reduce --ranks 5 --bytes 5000000
 //! rcoll-bench all_reduce --ranks 4 -J tcp.json --plot tcp.png  # and a busbw chart
 //! rcoll-bench plot tcp.json local.json -o both.png             # one line per file
+//! rcoll-bench all_reduce --transport verbs --device veth0,veth1  # RDMA, ranks on 2 NICs
+//! rcoll-bench doctor                                           # can verbs work here?
 //! ```
 #![forbid(unsafe_code)]
 
 mod args;
 mod busbw;
 mod data;
+mod doctor;
 mod error;
 mod hosts;
 mod launch;
@@ -32,7 +35,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::args::{BenchArgs, Cli, Command, PlanArgs};
+use crate::args::{BenchArgs, Cli, Command, PlanArgs, TransportFlag};
 use crate::error::BenchError;
 use crate::launch::Mode;
 use crate::output::print;
@@ -43,6 +46,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Plan(args)) => plan(args),
         Some(Command::Plot(args)) => plot::files_chart(&args),
+        Some(Command::Doctor(args)) => return doctor::run(&args),
+        Some(Command::DoctorRank) => doctor::connect::rank(),
         None => bench(cli.bench),
     };
     match result {
@@ -89,6 +94,9 @@ fn bench(args: BenchArgs) -> Result<(), BenchError> {
             // Every check the ranks would make, made once here before anything starts.
             let spec = spec.with_ranks(nranks)?;
             rcoll::Config::from_env()?;
+            if launch.transport == Some(TransportFlag::Verbs) {
+                doctor::verbs_precheck().map_err(BenchError::NoVerbs)?;
+            }
             output::open(&spec)?;
             spawn::run(
                 nranks,

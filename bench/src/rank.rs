@@ -8,7 +8,7 @@ use std::io::Read as _;
 use rcoll::process::TransportKind;
 
 use crate::args::{LaunchArgs, TransportFlag};
-use crate::error::BenchError;
+use crate::error::{usage, BenchError};
 use crate::output;
 use crate::progress::Progress;
 use crate::run::{run_rank, BenchSpec};
@@ -23,12 +23,15 @@ pub fn run(launch: &LaunchArgs, spec: BenchSpec, spawned: bool) -> Result<(), Be
         watch_parent();
     }
     let mut builder = rcoll::process::Builder::from_env()?.algorithm(spec.algorithm);
-    if let Some(device) = &spec.device {
-        builder = builder.interface(device)?;
+    if !spec.devices.is_empty() {
+        if let Some(device) = spec.device_of(own_rank()?) {
+            builder = builder.interface(device)?;
+        }
     }
     // Without the flag, RCOLL_TRANSPORT (read by from_env) or rcoll's default decides.
     match launch.transport {
         Some(TransportFlag::Tcp) => builder = builder.transport(TransportKind::Tcp),
+        Some(TransportFlag::Verbs) => builder = builder.transport(TransportKind::Verbs),
         Some(TransportFlag::Auto) => builder = builder.transport(TransportKind::Auto),
         Some(TransportFlag::Local) | None => {}
     }
@@ -65,10 +68,22 @@ pub fn run(launch: &LaunchArgs, spec: BenchSpec, spawned: bool) -> Result<(), Be
     }
 }
 
+/// This process's rank, as the launcher's variables state it (the ones
+/// [`rcoll::process::Builder::from_env`] has just read), to pick its `--device` entry.
+fn own_rank() -> Result<usize, BenchError> {
+    match rcoll::transport::launcher::Placement::from_env() {
+        Ok(Some(placement)) => Ok(placement.rank),
+        Ok(None) => Err(usage(
+            "no rank in the environment to choose a --device entry by",
+        )),
+        Err(e) => Err(usage(e)),
+    }
+}
+
 /// Exits this process when its parent rcoll-bench is gone, however it went (even by
 /// SIGKILL): the parent holds the write end of this process's stdin and never writes,
 /// so end of file means that it has exited.
-fn watch_parent() {
+pub fn watch_parent() {
     std::thread::spawn(|| {
         let mut stdin = std::io::stdin().lock();
         let mut buf = [0u8; 64];

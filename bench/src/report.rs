@@ -117,10 +117,10 @@ pub fn header(spec: &BenchSpec, ranks: &[RankHost]) -> String {
         spec.nranks,
         hosts::count(ranks),
         spec.transport,
-        match (spec.transport, &spec.device) {
-            ("local", _) => "-",
-            (_, Some(d)) => d.as_str(),
-            (_, None) => "default",
+        match (spec.transport, spec.devices.as_slice()) {
+            ("local", _) => "-".to_owned(),
+            (_, []) => "default".to_owned(),
+            (_, names) => names.join(","),
         },
         spec.dtype,
         spec.op,
@@ -138,7 +138,14 @@ pub fn header(spec: &BenchSpec, ranks: &[RankHost]) -> String {
     let _ = writeln!(s, "#");
     let _ = writeln!(s, "# Using ranks");
     for (rank, r) in ranks.iter().enumerate() {
-        let _ = writeln!(s, "#  Rank {rank:>2} Pid {:>7} on {}", r.pid, r.host);
+        let _ = write!(s, "#  Rank {rank:>2} Pid {:>7} on {}", r.pid, r.host);
+        // With one device the first line says it; with several, each rank's own.
+        match spec.device_of(rank) {
+            Some(device) if spec.devices.len() > 1 => {
+                let _ = writeln!(s, " device {device}");
+            }
+            _ => s.push('\n'),
+        }
     }
     let _ = writeln!(s, "#");
     let groups = format!(

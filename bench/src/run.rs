@@ -53,12 +53,24 @@ pub struct BenchSpec {
     pub algorithm: Option<Algorithm>,
     /// The transport's name.
     pub transport: &'static str,
+    /// `--device`: the network interfaces of process ranks, dealt out round-robin (empty:
+    /// the interface that reaches rank 0); see [`BenchSpec::device_of`].
+    pub devices: Vec<String>,
     /// Where to write the JSON records.
-    /// `--device`: the network interface of process ranks (`None`: the default route).
-    pub device: Option<String>,
     pub json: Option<PathBuf>,
     /// Where to draw the busbw chart (PNG).
     pub plot: Option<PathBuf>,
+}
+
+impl BenchSpec {
+    /// The interface rank `rank` accepts peer connections on: `--device`'s entry
+    /// `rank % length`, or `None` for the default.
+    pub fn device_of(&self, rank: usize) -> Option<&str> {
+        match self.devices.len() {
+            0 => None,
+            n => self.devices.get(rank % n).map(String::as_str),
+        }
+    }
 }
 
 /// Runs the benchmark on this rank. Rank 0 passes the header and then each size's row,

@@ -13,9 +13,10 @@ pub fn run(
     spec: &BenchSpec,
     print: impl FnMut(&str) + Send,
 ) -> Result<Vec<SizeReport>, BenchError> {
-    if let Some(device) = &spec.device {
+    if !spec.devices.is_empty() {
         return Err(crate::error::usage(format!(
-            "--device {device}: ranks as threads use no network device; use --transport tcp"
+            "--device {}: ranks as threads use no network device; use --transport tcp",
+            spec.devices.join(",")
         )));
     }
     let comms = rcoll::local::Builder::new(spec.nranks)

@@ -1,6 +1,8 @@
 //! Runs the built `rcoll-bench` binary: checked sweeps with a JSON file on threads, on
 //! rank processes it starts itself over TCP, and as one rank under a launcher's
-//! environment; a failing rank process; and the planner's JSON.
+//! environment; a failing rank process; the planner's JSON; and verbs: `--transport verbs`
+//! and `doctor` are refused with an explanation on a host without RDMA, and run on one with
+//! devices (the Soft-RoCE VM: `soft-roce/run-in-vm.sh 'cargo test -p rcoll-bench'`).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -333,15 +335,108 @@ fn plan_json_has_one_object_per_algorithm() {
     assert_eq!(ring["max_step_bytes_per_rank"], 1_000_000);
 }
 
+/// The RDMA devices the kernel lists, sorted: none on a host without RDMA, rxe0 and rxe1
+/// in the Soft-RoCE VM (soft-roce/run-in-vm.sh).
+fn rdma_devices() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// The network interface under port 1 of RDMA device `device` (RoCE), from its GID table.
+fn netdev_of(device: &str) -> Option<String> {
+    let dir = format!("/sys/class/infiniband/{device}/ports/1/gid_attrs/ndevs");
+    let mut entries: Vec<_> = std::fs::read_dir(dir).ok()?.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    entries.iter().find_map(|e| {
+        let name = std::fs::read_to_string(e.path()).ok()?;
+        Some(name.trim().to_owned()).filter(|n| !n.is_empty())
+    })
+}
+
 #[test]
-fn unbuilt_transports_are_refused_clearly() {
-    let out = bench()
-        .args(["all_reduce", "--transport", "verbs"])
-        .output()
-        .expect("run rcoll-bench");
-    assert!(!out.status.success());
+fn verbs_is_accepted_and_runs_where_rdma_exists() {
+    let json = json_path("verbs");
+    let mut cmd = bench_clean();
+    cmd.args([
+        "all_reduce",
+        "--transport",
+        "verbs",
+        "-b",
+        "8",
+        "-e",
+        "64K",
+        "-f",
+        "8",
+        "-c",
+        "1",
+        "--timeout",
+        "120",
+    ])
+    .arg("-J")
+    .arg(&json);
+    let netdevs: Vec<String> = rdma_devices().iter().filter_map(|d| netdev_of(d)).collect();
+    if netdevs.len() >= 2 {
+        // One rank on each device (the VM's rxe0 on veth0, rxe1 on veth1).
+        cmd.args(["--device", &netdevs[..2].join(",")]);
+    }
+    let out = output(&mut cmd);
+    let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("not built"), "{stderr}");
+    assert!(!stderr.contains("unknown transport"), "{stderr}");
+    if rdma_devices().is_empty() {
+        // Refused once, before any rank starts, pointing at the diagnosis.
+        assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+        assert!(stdout.is_empty(), "{stdout}");
+        assert!(
+            stderr.contains("--transport verbs") && stderr.contains("RDMA"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("rcoll-bench doctor"), "{stderr}");
+        let _ = std::fs::remove_file(&json);
+    } else {
+        assert_checked_sweep(&out, &json, &[8, 64, 512, 4096, 32768], "verbs");
+        if netdevs.len() >= 2 {
+            let both = format!("device {}", netdevs[..2].join(","));
+            assert!(stdout.contains(&both), "{stdout}");
+        }
+    }
+}
+
+#[test]
+fn doctor_explains_what_rdma_needs_or_lists_the_devices() {
+    let out = output(bench_clean().args(["doctor", "--timeout", "120"]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let summary = stdout.lines().last().unwrap_or_default();
+    let devices = rdma_devices();
+    if devices.is_empty() {
+        assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+        assert!(stdout.contains("RDMA support"), "{stdout}");
+        assert!(
+            stdout.contains("soft-roce/run-in-vm.sh") && stdout.contains("soft-roce/setup.sh"),
+            "the fix is named: {stdout}"
+        );
+        assert!(stdout.contains("Max locked memory"), "{stdout}");
+        assert!(summary.starts_with("summary: FAIL"), "{stdout}");
+    } else {
+        assert_success(&out);
+        for device in &devices {
+            assert!(stdout.contains(&format!("{device} port 1")), "{stdout}");
+        }
+        assert!(stdout.contains("GID table"), "{stdout}");
+        assert!(stdout.contains("rcoll would use"), "{stdout}");
+        if devices.len() >= 2 {
+            assert!(stdout.contains("all_reduce over verbs"), "{stdout}");
+        }
+        assert!(summary.starts_with("summary: OK"), "{stdout}");
+    }
 }
 
 /// A file name of its own for each test, with the given extension.
@@ -528,6 +623,20 @@ fn device_names_the_interface_or_lists_the_real_ones() {
     assert_success(&out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("device lo"), "{stdout}");
+
+    // A list is dealt out round-robin, each rank's entry in its line of the header.
+    let out = output(bench_clean().args(sweep).args(["--device", "lo,lo"]));
+    assert_success(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("device lo,lo,"), "{stdout}");
+    let rank1 = stdout
+        .lines()
+        .find(|l| l.starts_with("#  Rank  1 "))
+        .unwrap_or_default();
+    assert!(rank1.ends_with(" device lo"), "{stdout}");
+
+    let out = output(bench_clean().args(sweep).args(["--device", "lo,"]));
+    assert_eq!(out.status.code(), Some(2), "a usage error");
 
     let out = output(bench_clean().args(sweep).args(["--device", "nosuch0"]));
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -111,5 +111,7 @@ pub use config::Config;
 pub use element::{DataType, Element};
 pub use error::{Error, Result};
 pub use op::ReduceOp;
+/// The transport layer underneath (`rcoll-transport`), e.g. for its RDMA device probe.
+pub use rcoll_transport as transport;
 pub use rcoll_transport::Rank;
 pub use schedule::{Collective, Layout};
