@@ -27,8 +27,11 @@ power_off() {
 }
 trap power_off EXIT
 
-# Raw mode: no CR added before LF, no echo of anything the host might send. stty -F on a
-# console also waits until what was written has left the guest, so it doubles as a drain.
+# The consoles stay open for the whole run: hvc resets a console's termios when its last
+# user closes it, and the default adds a CR before every LF. Raw mode: no CR, no echo of
+# anything the host might send. stty on a console also waits until what was written has left
+# the guest, so it doubles as a drain.
+exec 5>/dev/hvc0 6>/dev/hvc1 7>/dev/hvc2 # stdout, stderr, the control channel
 drain_consoles() {
     local console
     for console in /dev/hvc0 /dev/hvc1 /dev/hvc2; do
@@ -36,13 +39,17 @@ drain_consoles() {
     done
 }
 drain_consoles
-exec 7>/dev/hvc2 # the control channel
-echo "up $(cut -d' ' -f1 /proc/uptime)" >&7
+uptime() {
+    local seconds _
+    read -r seconds _ </proc/uptime
+    echo "$seconds"
+}
+echo "up $(uptime)" >&7
 
 # fail MESSAGE: tell the caller on its stderr, keep the exit status the host expects for a
 # VM-side failure (125), and power off.
 fail() {
-    echo "rcoll-vm (guest): $*" >/dev/hvc1
+    echo "rcoll-vm (guest): $*" >&6
     echo 125 >"$ctl/status"
     echo "exit 125" >&7
     drain_consoles
@@ -72,11 +79,11 @@ ulimit -l unlimited
 ulimit -n 65536
 
 if ! "$here/setup.sh" -q --mtu "$vm_mtu" >"$ctl/setup.log" 2>&1; then
-    cat "$ctl/setup.log" >/dev/hvc1
+    cat "$ctl/setup.log" >&6
     fail "soft-roce/setup.sh failed (output above)"
 fi
 if [[ "$vm_verbose" == 1 ]]; then
-    "$here/setup.sh" --show >/dev/hvc1 2>&1
+    "$here/setup.sh" --show >&6 2>&1
 fi
 
 cd "$vm_cwd" || fail "cannot enter $vm_cwd"
@@ -84,14 +91,14 @@ cd "$vm_cwd" || fail "cannot enter $vm_cwd"
 # Give the command pipes, not the consoles: programs then see a pipe (no colour, no tty
 # line discipline), and the relays end when every writer is gone.
 mkfifo /run/rcoll-vm-out /run/rcoll-vm-err
-cat /run/rcoll-vm-out >/dev/hvc0 &
+cat /run/rcoll-vm-out >&5 &
 out_relay=$!
-cat /run/rcoll-vm-err >/dev/hvc1 &
+cat /run/rcoll-vm-err >&6 &
 err_relay=$!
 
-echo "ready $(cut -d' ' -f1 /proc/uptime)" >&7
+echo "ready $(uptime)" >&7
 env -i "${command_env[@]}" RCOLL_IN_VM=1 bash -c "$vm_command" \
-    </dev/null >/run/rcoll-vm-out 2>/run/rcoll-vm-err
+    </dev/null >/run/rcoll-vm-out 2>/run/rcoll-vm-err 5>&- 6>&- 7>&-
 status=$?
 
 # A background process the command left running may still hold the pipes open: give the
@@ -101,7 +108,7 @@ for _ in $(seq 50); do
     sleep 0.1
 done
 if kill -0 "$out_relay" 2>/dev/null || kill -0 "$err_relay" 2>/dev/null; then
-    echo "rcoll-vm (guest): processes left running by the command were killed" >/dev/hvc1
+    echo "rcoll-vm (guest): processes left running by the command were killed" >&6
     kill -TERM -1 2>/dev/null
     sleep 1
     kill -KILL -1 2>/dev/null

@@ -135,7 +135,7 @@ fi
 # ---------------------------------------------------------------------------------------------
 # Creating devices
 
-if [[ "$(id -u)" -ne 0 ]]; then
+if [[ "$EUID" -ne 0 ]]; then
     command -v sudo >/dev/null 2>&1 || die "must run as root (no sudo found)"
     exec sudo RCOLL_SOFTROCE_STATE="$state" RCOLL_SOFTROCE_MTU="$mtu" "$0" "$@"
 fi
@@ -159,12 +159,15 @@ rollback() {
 : >"$state"
 trap rollback EXIT
 
-# set_sysctl KEY VALUE: set a sysctl, recording its old value for teardown.
+# The script runs a few dozen commands: in the emulated VM each exec costs ~50 ms, so it
+# reads /proc and /sys with builtins and batches the `ip` calls.
+
+# set_sysctl KEY VALUE: set a sysctl (through /proc/sys), recording its old value for teardown.
 set_sysctl() {
-    local old
-    old="$(sysctl -n "$1")"
+    local path="/proc/sys/${1//.//}" old
+    read -r old <"$path"
     [[ "$old" == "$2" ]] && return 0
-    sysctl -qw "$1=$2"
+    echo "$2" >"$path"
     record sysctl -qw "$1=$old"
 }
 
@@ -172,9 +175,10 @@ set_sysctl() {
 # rdma_ucm for rdma_cm, ib_umad for diagnostics), and crc32: rxe asks the crypto API for
 # "crc32" when a device is created, and where that is a module the `rdma link add` fails with
 # "No such file or directory" unless it is loaded.
-modprobe -a rdma_rxe ib_uverbs rdma_ucm ib_umad
-modprobe -q -a crc32_pclmul 2>/dev/null || true
-modprobe -q -a crc32_generic 2>/dev/null || true
+modules=(rdma_rxe ib_uverbs rdma_ucm ib_umad)
+[[ ${#netdevs[@]} -gt 0 ]] || modules+=(veth)
+modprobe -a "${modules[@]}"
+modprobe -q -a crc32_pclmul crc32_generic 2>/dev/null || true
 
 # The first free rxeN name.
 next_rxe_name() {
@@ -187,15 +191,15 @@ next_rxe_name() {
 # IPv4 GID (the GID table fills in asynchronously after the link is added).
 created=()
 add_rxe() {
-    local netdev="$1" name="${2:-$(next_rxe_name)}" _
-    if rdma link show | grep -qw "netdev $netdev"; then
+    local netdev="$1" name="${2:-$(next_rxe_name)}" try
+    if [[ "$(rdma link show) " == *" netdev $netdev "* ]]; then
         say "setup.sh: $netdev already has an rdma link; leaving it as it is"
         return 0
     fi
     rdma link add "$name" type rxe netdev "$netdev"
     record rdma link delete "$name"
     created+=("$name")
-    for _ in $(seq 50); do
+    for ((try = 0; try < 50; try++)); do
         [[ -n "$(ipv4_gid_index "$name")" ]] && return 0
         sleep 0.1
     done
@@ -208,17 +212,12 @@ if [[ ${#netdevs[@]} -gt 0 ]]; then
         add_rxe "$netdev"
     done
 else
-    # The veth pair with a static neighbour entry each way (no ARP between two local addresses,
-    # which the kernel would treat as martians).
-    modprobe veth
     for dev in veth0 veth1 rxe0 rxe1; do
         [[ ! -e "/sys/class/net/$dev" && ! -e "/sys/class/infiniband/$dev" ]] ||
             die "$dev already exists; remove it, or pass the netdevs to use"
     done
     ip link add veth0 mtu "$mtu" type veth peer name veth1 mtu "$mtu"
-    record ip link delete veth0
-    ip addr add "$net_prefix.1/24" dev veth0
-    ip addr add "$net_prefix.2/24" dev veth1
+    record ip link delete veth0 # takes the addresses, neighbours and table routes with it
 
     # Packets arriving from one of our own addresses are martians unless accept_local is set;
     # strict reverse-path filtering would drop them too (loose mode is fine).
@@ -226,38 +225,51 @@ else
         set_sysctl "net.ipv4.conf.$dev.accept_local" 1
         set_sysctl "net.ipv4.conf.$dev.rp_filter" 0
     done
-    if [[ "$(sysctl -n net.ipv4.conf.all.rp_filter)" == 1 ]]; then
-        set_sysctl net.ipv4.conf.all.rp_filter 2
-    fi
-    ip link set veth0 up
-    ip link set veth1 up
-    mac0="$(cat /sys/class/net/veth0/address)"
-    mac1="$(cat /sys/class/net/veth1/address)"
-    ip neigh replace "$net_prefix.2" lladdr "$mac1" dev veth0 nud permanent
-    ip neigh replace "$net_prefix.1" lladdr "$mac0" dev veth1 nud permanent
+    read -r all_rp_filter </proc/sys/net/ipv4/conf/all/rp_filter
+    [[ "$all_rp_filter" != 1 ]] || set_sysctl net.ipv4.conf.all.rp_filter 2
 
-    # Policy routing: locally generated traffic ("iif lo") to the pair's subnet goes through
+    # Addresses, a static neighbour entry each way (no ARP between two local addresses), and
+    # policy routing: locally generated traffic ("iif lo") to the pair's subnet goes through
     # table route_table, which sends each address out of the *other* end. Received packets do
     # not match (their iif is a veth) and reach the `local` table as usual.
-    ip route add "$net_prefix.2" dev veth0 src "$net_prefix.1" table "$route_table"
-    ip route add "$net_prefix.1" dev veth1 src "$net_prefix.2" table "$route_table"
-    ip rule add pref "$rule_pref" iif lo to "$net_prefix.0/24" lookup "$route_table"
+    read -r mac0 </sys/class/net/veth0/address
+    read -r mac1 </sys/class/net/veth1/address
+    # Undo steps are recorded before a batch: one that failed half-way is then still undone
+    # (teardown reports and skips the steps that had not happened).
     record ip rule del pref "$rule_pref" iif lo to "$net_prefix.0/24" lookup "$route_table"
-    if ip rule show pref 0 | grep -q 'lookup local'; then
-        if ip rule show | awk -F: -v p="$local_pref" -v ours="$rule_pref" '$1 > 0 && $1 < p && $1 != ours' | grep -q .; then
-            echo "soft-roce/setup.sh: warning: rules with preference below $local_pref now run" \
-                "before the local table" >&2
-        fi
-        ip rule add pref "$local_pref" lookup local
+    ip -batch - <<EOF
+addr add $net_prefix.1/24 dev veth0
+addr add $net_prefix.2/24 dev veth1
+link set veth0 up
+link set veth1 up
+neigh replace $net_prefix.2 lladdr $mac1 dev veth0 nud permanent
+neigh replace $net_prefix.1 lladdr $mac0 dev veth1 nud permanent
+route add $net_prefix.2 dev veth0 src $net_prefix.1 table $route_table
+route add $net_prefix.1 dev veth1 src $net_prefix.2 table $route_table
+rule add pref $rule_pref iif lo to $net_prefix.0/24 lookup $route_table
+EOF
+
+    # The `local` table's rule moves from preference 0 to behind ours.
+    rules="$(ip rule show)"
+    if [[ $'\n'"$rules" == *$'\n0:\tfrom all lookup local'* ]]; then
+        while IFS=: read -r pref _; do
+            if ((pref > 0 && pref < local_pref && pref != rule_pref)); then
+                echo "soft-roce/setup.sh: warning: rule $pref now runs before the local table" >&2
+            fi
+        done <<<"$rules"
         record ip rule del pref "$local_pref" lookup local
-        ip rule del pref 0 lookup local
         record ip rule add pref 0 lookup local
+        ip -batch - <<EOF
+rule add pref $local_pref lookup local
+rule del pref 0 lookup local
+EOF
     fi
-    for pair in "$net_prefix.2 veth0" "$net_prefix.1 veth1"; do
-        read -r addr dev <<<"$pair"
-        ip route get "$addr" | grep -qw "dev $dev" ||
-            die "policy routing failed: $addr is not routed through $dev: $(ip route get "$addr")"
-    done
+
+    # Check: each address must leave through the other end's veth.
+    routes="$(ip -batch - <<<"route get $net_prefix.2"$'\n'"route get $net_prefix.1")"
+    if [[ "$routes" != "$net_prefix.2 dev veth0 "*$'\n'"$net_prefix.1 dev veth1 "* ]]; then
+        die "policy routing failed: the veth pair is bypassed:"$'\n'"$routes"
+    fi
 
     add_rxe veth0 rxe0
     add_rxe veth1 rxe1

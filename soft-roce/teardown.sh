@@ -21,7 +21,7 @@ if [[ ! -e "$state" ]]; then
     "$quiet" || echo "teardown.sh: nothing to remove (no $state)"
     exit 0
 fi
-if [[ "$(id -u)" -ne 0 ]]; then
+if [[ "$EUID" -ne 0 ]]; then
     exec sudo RCOLL_SOFTROCE_STATE="$state" "$0" "$@"
 fi
 

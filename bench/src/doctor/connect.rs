@@ -87,9 +87,9 @@ pub(super) fn check(
                 .iter()
                 .map(|r| {
                     format!(
-                        "{} in {:.0} us",
+                        "{} in {}",
                         super::human_bytes(r.bytes as u64),
-                        r.time_us
+                        micros(r.time_us)
                     )
                 })
                 .collect();
@@ -122,6 +122,15 @@ pub(super) fn check(
             }
             false
         }
+    }
+}
+
+/// `us` microseconds as `812 us` or `45.2 ms`.
+fn micros(us: f64) -> String {
+    if us < 1000.0 {
+        format!("{us:.0} us")
+    } else {
+        format!("{:.1} ms", us / 1000.0)
     }
 }
 
@@ -355,5 +364,7 @@ mod tests {
         assert_eq!(parse_row(&format_row(&row)), Some(row));
         assert_eq!(parse_row("size x time_us 1 wrong 0"), None);
         assert_eq!(parse_row("rcoll: something"), None);
+        assert_eq!(micros(81.25), "81 us");
+        assert_eq!(micros(45_204.0), "45.2 ms");
     }
 }

@@ -325,7 +325,7 @@ impl TcpTransport {
     pub(crate) fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> io::Result<()> {
         self.poll.registry().register(
             &mut mio::unix::SourceFd(&fd),
-            Token(usize::MAX),
+            Token(usize::MAX - 1),
             Interest::READABLE,
         )
     }

@@ -560,6 +560,8 @@ pub struct Path {
     pub mtu: u32,
     /// Whether to use a global route header (RoCE: always).
     pub global: bool,
+    /// Local ACK timeout exponent: 4.096 us * 2^timeout per try.
+    pub timeout: u8,
 }
 
 /// A reliable connected queue pair.
@@ -706,7 +708,7 @@ impl QueuePair {
         let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = sys::ibv_qp_state::IBV_QPS_RTS;
         a.sq_psn = local_psn;
-        a.timeout = 14; // 4.096 us * 2^14 = 67 ms per try
+        a.timeout = path.timeout;
         a.retry_cnt = 7;
         a.rnr_retry = 7; // retry forever on receiver-not-ready: the credits prevent it
         a.max_rd_atomic = 1;

@@ -78,7 +78,21 @@ pub struct Options {
     pub hca: Option<String>,
     /// GID index to use (`RCOLL_IB_GID_INDEX`).
     pub gid_index: Option<u32>,
+    /// How long a wait busy-polls the completion queue before it blocks
+    /// (`RCOLL_IB_SPIN_US`, microseconds).
+    pub spin: Duration,
+    /// ACK timeout exponent of the queue pairs (`RCOLL_IB_TIMEOUT`): a try waits
+    /// 4.096 us * 2^n for its acknowledgement, 7 tries in all.
+    pub ack_timeout: u8,
 }
+
+/// Default ACK timeout exponent: 2^16 * 4.096 us = 268 ms per try. Emulated devices
+/// (Soft-RoCE under a busy CPU) acknowledge late; a shorter timeout retransmits whole
+/// windows that had arrived (rxe's `duplicate_request` counter).
+pub const DEFAULT_ACK_TIMEOUT: u8 = 16;
+
+/// Default busy-poll before blocking.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(100);
 
 impl Options {
     /// Defaults for messages up to `slot_bytes`, overridden by `RCOLL_IB_HCA` and
@@ -93,11 +107,30 @@ impl Options {
             ),
             _ => None,
         };
+        let spin = match std::env::var("RCOLL_IB_SPIN_US") {
+            Ok(s) if !s.trim().is_empty() => {
+                Duration::from_micros(s.trim().parse().map_err(|_| {
+                    format!("RCOLL_IB_SPIN_US={s:?} is not a number of microseconds")
+                })?)
+            }
+            _ => DEFAULT_SPIN,
+        };
+        let ack_timeout = match std::env::var("RCOLL_IB_TIMEOUT") {
+            Ok(s) if !s.trim().is_empty() => s
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|t| (1..=31).contains(t))
+                .ok_or_else(|| format!("RCOLL_IB_TIMEOUT={s:?} is not an exponent in 1..=31"))?,
+            _ => DEFAULT_ACK_TIMEOUT,
+        };
         Ok(Options {
+            ack_timeout,
             slot_bytes: slot_bytes.max(64),
             window: DEFAULT_WINDOW,
             hca,
             gid_index,
+            spin,
         })
     }
 }
@@ -503,6 +536,10 @@ pub struct VerbsTransport {
     per_credit_msg: usize,
     selection: Selection,
     last_control: Instant,
+    /// How long `wait` busy-polls before blocking on the completion channel.
+    spin: Duration,
+    /// Slots advertised to each peer.
+    window: usize,
     cq: CompletionQueue,
     pd: Arc<ProtectionDomain>,
     _channel: Arc<CompletionChannel>,
@@ -591,6 +628,8 @@ pub fn upgrade(
         per_credit_msg: 1,
         selection: sel.clone(),
         last_control: Instant::now(),
+        spin: opts.spin,
+        window,
         cq,
         pd,
         _channel: channel,
@@ -681,6 +720,7 @@ pub fn upgrade(
             gid_index: local.index as u8,
             mtu: u32::from(ep.mtu).min(sel.active_mtu).max(1),
             global: sel.roce,
+            timeout: opts.ack_timeout,
         };
         let remote = Remote {
             qpn: ep.qpn,
@@ -918,7 +958,7 @@ impl VerbsTransport {
                 break;
             }
         }
-        self.send_credits();
+        self.send_credits(false);
     }
 
     fn complete(&mut self, c: &ffi::Completion) {
@@ -1061,14 +1101,22 @@ impl VerbsTransport {
         }
     }
 
-    fn send_credits(&mut self) {
+    /// Sends owed credits: in batches of a message's worth (or half the window), or all
+    /// of them with `all` (before blocking). A sender out of credits has used its whole
+    /// window, so this rank owes it at least a batch: batching cannot stall it.
+    fn send_credits(&mut self, all: bool) {
         let per = self.per_credit_msg;
+        let batch = if all {
+            1
+        } else {
+            per.min(self.window / 2).max(1)
+        };
         let depth = self.send_depth;
         for p in 0..self.peers.len() {
             let Some(peer) = self.peers[p].as_mut() else {
                 continue;
             };
-            while !peer.owed.is_empty() && peer.sends < depth {
+            while peer.owed.len() >= batch && peer.sends < depth {
                 let n = peer.owed.len().min(per);
                 let mut msg = Vec::with_capacity(n * CREDIT_BYTES);
                 for c in peer.owed.drain(..n) {
@@ -1114,6 +1162,7 @@ impl VerbsTransport {
     }
 
     fn wait_inner(&mut self, deadline: Instant) -> Result<(), TransportError> {
+        self.send_credits(true);
         if let Err(e) = self.cq.arm() {
             let e = self.verbs_error(None, e);
             self.fail(e);
@@ -1323,6 +1372,26 @@ impl Transport for VerbsTransport {
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
         self.check()?;
         self.control(true)?;
+        // A bounded busy-poll of the completion queue first: a completion a few
+        // microseconds away costs less to spin for than an interrupt and a wake-up.
+        // Only while none of this rank's writes are in flight: on a loaded host (Soft-RoCE
+        // is the kernel's work on the same CPUs) spinning through a bulk transfer delays
+        // the very acknowledgements it waits for.
+        let spin = if self.inflight.is_empty() {
+            self.spin
+        } else {
+            Duration::ZERO
+        };
+        let spin_until = Instant::now() + spin;
+        let before = (self.arrived.len(), self.free.len(), self.inflight.len());
+        while Instant::now() < spin_until.min(deadline) {
+            self.progress();
+            self.check()?;
+            if (self.arrived.len(), self.free.len(), self.inflight.len()) != before {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
         self.wait_inner(deadline)?;
         self.check()
     }
