@@ -52,6 +52,7 @@ impl Payload {
     }
 
     /// A payload of `len` bytes after `head` bytes of transport header, in `storage`.
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn with_head(mut storage: Vec<u8>, head: usize, len: usize) -> Payload {
         storage.resize(head + len, 0);
         Payload {
