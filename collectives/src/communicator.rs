@@ -7,6 +7,7 @@ use std::sync::Arc;
 use rcoll_transport::{Rank, Transport, TransportError};
 
 use crate::algorithm::Algorithm;
+use crate::buffer::Buffer;
 use crate::config::Config;
 use crate::element::Element;
 use crate::engine::core::{ExecError, Position};
@@ -112,6 +113,28 @@ impl Communicator {
     /// The transport's name (`"local"`, `"tcp"`, `"verbs"`).
     pub fn transport_name(&self) -> &'static str {
         self.transport.name()
+    }
+
+    /// `len` zeroed elements of memory registered with the transport (see [`Buffer`]):
+    /// collectives that send from it go zero-copy on the verbs transport, and it is
+    /// registered once however many collectives use it. Ordinary memory on the other
+    /// transports. Like NCCL's `ncclMemAlloc` / MPI's `MPI_Alloc_mem`.
+    pub fn alloc<T: Element>(&mut self, len: usize) -> Result<Buffer<T>> {
+        let bytes = len
+            .checked_mul(std::mem::size_of::<T>())
+            .ok_or(Error::Config(format!(
+                "{len} elements overflow the address space"
+            )))?;
+        self.transport
+            .alloc_registered(bytes)
+            .map(Buffer::new)
+            .map_err(|source| Error::Registration { bytes, source })
+    }
+
+    /// How many segments this communicator's transport sent zero-copy from registered
+    /// memory ([`Communicator::alloc`]) so far.
+    pub fn zero_copy_sends(&self) -> u64 {
+        self.transport.zero_copy_sends()
     }
 
     /// The configuration in force.

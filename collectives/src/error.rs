@@ -163,6 +163,15 @@ pub enum Error {
         #[source]
         source: TransportError,
     },
+    /// Allocating or registering memory with the transport failed.
+    #[error("cannot allocate {bytes} bytes of registered memory: {source}")]
+    Registration {
+        /// Bytes asked for.
+        bytes: usize,
+        /// What the transport said.
+        #[source]
+        source: TransportError,
+    },
     /// Bad configuration (environment variable or builder value).
     #[error("invalid configuration: {0}")]
     Config(String),

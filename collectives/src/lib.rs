@@ -92,6 +92,7 @@
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
+pub mod buffer;
 pub mod communicator;
 pub mod config;
 pub mod element;
@@ -106,6 +107,7 @@ pub mod schedule;
 pub mod select;
 
 pub use algorithm::Algorithm;
+pub use buffer::Buffer;
 pub use communicator::{Communicator, WithAlgorithm};
 pub use config::Config;
 pub use element::{DataType, Element};

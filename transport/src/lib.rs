@@ -57,5 +57,5 @@ pub mod types;
 pub mod verbs;
 
 pub use error::TransportError;
-pub use transport::{is_stale, Payload, Transport};
+pub use transport::{is_stale, Payload, Registered, SendState, Transport};
 pub use types::{Rank, Tag, TagKey};

@@ -99,6 +99,88 @@ impl Payload {
     }
 }
 
+/// Memory allocated through a transport ([`Transport::alloc_registered`]): registered with
+/// the device where the backend has one, so that sends from it go zero-copy; plain heap
+/// memory otherwise. 8-byte aligned.
+pub struct Registered {
+    /// Dropped first: the backend's registration (deregisters, and leaves its cache)
+    /// goes before the memory it covers.
+    registration: Option<Box<dyn std::any::Any + Send>>,
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Registered {
+    /// `bytes` zeroed bytes that no device knows about.
+    pub fn plain(bytes: usize) -> Registered {
+        Registered {
+            registration: None,
+            words: vec![0; bytes.div_ceil(8)],
+            len: bytes,
+        }
+    }
+
+    /// Memory whose registration is `registration`; see [`Registered::words_mut`].
+    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
+    pub(crate) fn with_registration(
+        words: Vec<u64>,
+        len: usize,
+        registration: Box<dyn std::any::Any + Send>,
+    ) -> Registered {
+        Registered {
+            registration: Some(registration),
+            words,
+            len,
+        }
+    }
+
+    /// Whether a device knows this memory (sends from it are zero-copy).
+    pub fn is_registered(&self) -> bool {
+        self.registration.is_some()
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    /// The bytes, to write.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+
+    /// Number of bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl std::fmt::Debug for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registered")
+            .field("len", &self.len)
+            .field("registered", &self.is_registered())
+            .finish()
+    }
+}
+
+/// What became of a send from the caller's memory ([`Transport::try_send_borrowed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendState {
+    /// Sent (or copied): the memory may be reused.
+    Done,
+    /// No room yet: call again after [`Transport::wait`].
+    NoRoom,
+    /// The device is still reading the memory: it must stay unmodified until
+    /// [`Transport::send_complete`] says this token is complete.
+    InFlight(u64),
+}
+
 /// A connected group endpoint: this rank's view of the channels to every peer.
 ///
 /// Implementations are used from one thread at a time (`&mut self`) but may be moved
@@ -140,6 +222,44 @@ pub trait Transport: Send {
         data: &[u8],
     ) -> Result<bool, TransportError> {
         copy_and_send(self, peer, tag, data)
+    }
+
+    /// `bytes` of memory registered with this transport's device, so that sends from it
+    /// can go zero-copy ([`Transport::try_send_borrowed`]). The default (and every backend
+    /// without a device) gives plain memory: registration is a no-op.
+    fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
+        Ok(Registered::plain(bytes))
+    }
+
+    /// Like [`Transport::try_send_slice`], but a backend may leave the device reading
+    /// `data` after the call ([`SendState::InFlight`]) when it lies in registered memory:
+    /// the caller then keeps `data` borrowed and unmodified until
+    /// [`Transport::send_complete`] reports the token complete. The default sends as
+    /// `try_send_slice` does.
+    fn try_send_borrowed(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        data: &[u8],
+    ) -> Result<SendState, TransportError> {
+        Ok(if self.try_send_slice(peer, tag, data)? {
+            SendState::Done
+        } else {
+            SendState::NoRoom
+        })
+    }
+
+    /// Whether the send of `token` ([`SendState::InFlight`]) has completed: the device
+    /// no longer reads its memory. Fails if the transport failed (the send may never
+    /// complete).
+    fn send_complete(&mut self, token: u64) -> Result<bool, TransportError> {
+        let _ = token;
+        Ok(true)
+    }
+
+    /// How many sends went zero-copy from registered caller memory so far.
+    fn zero_copy_sends(&self) -> u64 {
+        0
     }
 
     /// Takes the message `tag` from `peer` if it has arrived.

@@ -15,7 +15,7 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use rcoll_transport::{Payload, Rank, Tag, Transport, TransportError};
+use rcoll_transport::{Payload, Rank, SendState, Tag, Transport, TransportError};
 
 use super::memory::{Memory, OutOfRange, SrcDst};
 use crate::element::Element;
@@ -58,6 +58,14 @@ pub struct Progress {
 struct ChannelState {
     /// Segments completed, per primitive.
     done: Vec<usize>,
+    /// Segments started, per primitive: ahead of `done` by the segments in `in_flight`.
+    issued: Vec<usize>,
+    /// Per primitive, in order, its started segments not yet complete: a token while the
+    /// transport still reads the caller's memory ([`SendState::InFlight`]), `None` for a
+    /// segment that finished behind one. A segment counts as done (for dependencies, and
+    /// for the call to return) only when it and every earlier one have completed, so no
+    /// primitive writes memory a device is still reading.
+    in_flight: Vec<VecDeque<Option<u64>>>,
     /// Every primitive before this one has completed.
     first_open: usize,
     /// Segments the transport refused for now (no credits), with the primitive that sent
@@ -94,6 +102,8 @@ impl<'p> Execution<'p> {
             .iter()
             .map(|c| ChannelState {
                 done: vec![0; c.ops.len()],
+                issued: vec![0; c.ops.len()],
+                in_flight: vec![VecDeque::new(); c.ops.len()],
                 first_open: 0,
                 pending: VecDeque::new(),
             })
@@ -156,9 +166,13 @@ impl<'p> Execution<'p> {
         let plan = self.plan;
         let ops = &plan.channels[c].ops;
         let mut moved = self.flush_pending(c, ops, io)?;
+        moved |= self.reap(c, ops, io)?;
         let mut again = true;
         while again && self.channels[c].pending.is_empty() {
             again = false;
+            if self.reap(c, ops, io)? {
+                moved = true;
+            }
             for (j, p) in ops.iter().enumerate().skip(self.channels[c].first_open) {
                 if self.try_segment(c, j, p, mem, io)? {
                     again = true;
@@ -209,6 +223,34 @@ impl<'p> Execution<'p> {
         Ok(moved)
     }
 
+    /// Counts as done the segments whose sends from the caller's memory have completed.
+    fn reap(
+        &mut self,
+        c: usize,
+        ops: &[PlannedPrimitive],
+        io: &mut dyn Transport,
+    ) -> Result<bool, ExecError> {
+        let mut moved = false;
+        let state = &mut self.channels[c];
+        for (j, queue) in state.in_flight.iter_mut().enumerate() {
+            while let Some(&front) = queue.front() {
+                if let Some(token) = front {
+                    let complete = io.send_complete(token).map_err(|e| {
+                        let p = &ops[j];
+                        ExecError::Transport(position(c, p), e)
+                    })?;
+                    if !complete {
+                        break;
+                    }
+                }
+                queue.pop_front();
+                state.done[j] += 1;
+                moved = true;
+            }
+        }
+        Ok(moved)
+    }
+
     /// Whether segment `k` of a primitive with dependencies `waits` may run now.
     fn ready(&self, c: usize, k: usize, waits: &[Dependency]) -> bool {
         let state = &self.channels[c];
@@ -229,7 +271,7 @@ impl<'p> Execution<'p> {
         io: &mut dyn Transport,
     ) -> Result<bool, ExecError> {
         let len = p.prim.len();
-        let k = self.channels[c].done[j];
+        let k = self.channels[c].issued[j];
         if k >= self.segments(len)
             || !self.channels[c].pending.is_empty()
             || !self.ready(c, k, &p.waits)
@@ -274,6 +316,8 @@ impl<'p> Execution<'p> {
         let op = self.op;
         // The payload to forward, if the primitive sends what it received.
         let mut outgoing: Option<Payload> = None;
+        // A send the transport still reads from the caller's memory.
+        let mut token: Option<u64> = None;
         match (&p.prim, received, src, dst) {
             // One destination: straight from the caller's memory where the transport can.
             (Primitive::Send { to, .. }, None, Some(src), _) if to.len() == 1 => {
@@ -281,11 +325,13 @@ impl<'p> Execution<'p> {
                 let (Some(&peer), Some(&t)) = (to.first(), p.send_transfers.first()) else {
                     return Err(ExecError::InconsistentPlan(at()));
                 };
-                let sent = io
-                    .try_send_slice(peer, tag(t), bytemuck::cast_slice(data))
-                    .map_err(|e| ExecError::Transport(at(), e))?;
-                if !sent {
-                    return Ok(false); // no room yet: this segment runs again later
+                match io
+                    .try_send_borrowed(peer, tag(t), bytemuck::cast_slice(data))
+                    .map_err(|e| ExecError::Transport(at(), e))?
+                {
+                    SendState::Done => {}
+                    SendState::NoRoom => return Ok(false), // this segment runs again later
+                    SendState::InFlight(t) => token = Some(t),
                 }
             }
             (Primitive::Send { .. }, None, Some(src), _) => {
@@ -353,7 +399,13 @@ impl<'p> Execution<'p> {
             self.send_all(c, j, p, payload, &tag, io)
                 .map_err(|e| ExecError::Transport(at(), e))?;
         }
-        self.channels[c].done[j] += 1;
+        let state = &mut self.channels[c];
+        state.issued[j] += 1;
+        if token.is_some() || !state.in_flight[j].is_empty() {
+            state.in_flight[j].push_back(token);
+        } else {
+            state.done[j] += 1;
+        }
         Ok(true)
     }
 

@@ -286,7 +286,8 @@ pub struct MemoryRegion {
 unsafe impl Send for MemoryRegion {}
 
 impl MemoryRegion {
-    /// Registers `len` bytes at `addr` for local writes and remote writes.
+    /// Registers `len` bytes at `addr` for local writes, and remote writes if
+    /// `remote_write` (slots peers write into; a source of sends needs neither).
     ///
     /// # Safety
     ///
@@ -297,9 +298,12 @@ impl MemoryRegion {
         pd: &Arc<ProtectionDomain>,
         addr: *mut u8,
         len: usize,
+        remote_write: bool,
     ) -> Result<MemoryRegion, VerbsError> {
-        let access = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-            | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        let mut access = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        if remote_write {
+            access |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        }
         // SAFETY: the domain is live; the caller guarantees the memory outlives the region.
         let mr = unsafe { sys::ibv_reg_mr(pd.pd.as_ptr(), addr.cast(), len, access as i32) };
         let mr = non_null(mr, "ibv_reg_mr", &format!("{len} bytes"))?;
@@ -606,7 +610,7 @@ impl QueuePair {
             attr.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
             attr.cap.max_send_wr = send;
             attr.cap.max_recv_wr = recv;
-            attr.cap.max_send_sge = 1;
+            attr.cap.max_send_sge = 2;
             attr.cap.max_recv_sge = 1;
             attr.cap.max_inline_data = want;
             // SAFETY: domain and CQ are live; `attr` is fully initialised.
@@ -724,33 +728,49 @@ impl QueuePair {
         )
     }
 
-    /// Posts an RDMA WRITE WITH IMMEDIATE of `sge` to `(remote_addr, rkey)`, signaled.
-    /// With `inline`, the bytes are copied at post time and `sge.lkey` is not used.
+    /// Posts an RDMA WRITE WITH IMMEDIATE gathering `sges` (at most 2) to
+    /// `(remote_addr, rkey)`, signaled. With `inline`, the bytes are copied at post time and
+    /// the local keys are not used.
     ///
     /// # Safety
     ///
-    /// Unless `inline`, the memory behind `sge` must stay registered, allocated and
+    /// Unless `inline`, the memory behind `sges` must stay registered, allocated and
     /// unmodified until the completion for `wr_id` is polled. With `inline`, it must be
     /// readable for the duration of the call.
     pub unsafe fn post_write_imm(
         &mut self,
         wr_id: u64,
-        sge: Sge,
+        sges: &[Sge],
         remote_addr: u64,
         rkey: u32,
         imm: u32,
         inline: bool,
     ) -> Result<(), VerbsError> {
-        let mut list = sys::ibv_sge {
-            addr: sge.addr,
-            length: sge.len,
-            lkey: sge.lkey,
-        };
+        let mut list = [sys::ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; 2];
+        let used: Vec<&Sge> = sges.iter().filter(|s| s.len > 0).collect();
+        if used.len() > list.len() {
+            return Err(VerbsError::new(
+                "ibv_post_send",
+                libc::EINVAL,
+                "more than 2 SGEs",
+            ));
+        }
+        for (l, s) in list.iter_mut().zip(&used) {
+            *l = sys::ibv_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: s.lkey,
+            };
+        }
         // SAFETY: all-zero is a valid send WR (null pointers, zero unions).
         let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = wr_id;
-        wr.sg_list = &mut list;
-        wr.num_sge = i32::from(sge.len > 0);
+        wr.sg_list = list.as_mut_ptr();
+        wr.num_sge = used.len() as i32;
         wr.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
         wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0
             | if inline {

@@ -36,15 +36,16 @@
 mod ffi;
 pub mod select;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;
 use std::path::Path as FsPath;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::error::TransportError;
 use crate::tcp::{bootstrap, TcpTransport};
-use crate::transport::{check_arrival, Payload, Transport};
+use crate::transport::{check_arrival, Payload, Registered, SendState, Transport};
 use crate::types::{Rank, Tag, TagKey};
 
 pub use ffi::{device_names, VerbsError};
@@ -476,6 +477,43 @@ fn decode_header(b: &[u8]) -> Option<(Tag, usize)> {
 }
 
 // ---------------------------------------------------------------------------------------
+// Registered caller memory.
+
+/// Smallest send from registered caller memory that goes zero-copy: below it, copying into
+/// a slot (and inline sends) costs less than a second gather entry and a completion.
+pub const ZERO_COPY_MIN: usize = 16 * 1024;
+
+/// Address ranges of registered caller memory, shared with their owners' guards.
+#[derive(Clone, Default)]
+struct Registry(Arc<Mutex<BTreeMap<usize, (usize, u32)>>>);
+
+impl Registry {
+    /// The local key of registered memory covering `[start, start + len)`.
+    fn lookup(&self, start: usize, len: usize) -> Option<u32> {
+        let map = self.0.lock().ok()?;
+        let (_, &(end, lkey)) = map.range(..=start).next_back()?;
+        (start + len <= end).then_some(lkey)
+    }
+}
+
+/// A [`Registered`]'s registration: dropped before its memory, it leaves the registry and
+/// deregisters. While a send from the memory is in flight the caller holds a borrow of it
+/// (see [`Transport::try_send_borrowed`]), so it cannot be dropped then.
+struct Guard {
+    start: usize,
+    registry: Registry,
+    _mr: MemoryRegion,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Ok(mut map) = self.registry.0.lock() {
+            map.remove(&self.start);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // The transport.
 
 /// Work request ids: kind in the top byte, peer and index below.
@@ -540,6 +578,11 @@ pub struct VerbsTransport {
     spin: Duration,
     /// Slots advertised to each peer.
     window: usize,
+    /// Caller memory registered by `alloc_registered`: start address -> (end, lkey).
+    /// Entries leave when their [`Registered`] drops (before its memory is freed).
+    registry: Registry,
+    /// Sends posted straight from registered caller memory.
+    zero_copy: u64,
     cq: CompletionQueue,
     pd: Arc<ProtectionDomain>,
     _channel: Arc<CompletionChannel>,
@@ -630,6 +673,8 @@ pub fn upgrade(
         last_control: Instant::now(),
         spin: opts.spin,
         window,
+        registry: Registry::default(),
+        zero_copy: 0,
         cq,
         pd,
         _channel: channel,
@@ -768,7 +813,7 @@ pub fn upgrade(
         // SAFETY: a zero-length write reads no local memory.
         unsafe {
             peer.qp
-                .post_write_imm(wr(WR_HELLO, p, 0), sge, 0, 0, HELLO, false)
+                .post_write_imm(wr(WR_HELLO, p, 0), &[sge], 0, 0, HELLO, false)
         }
         .map_err(verr(Some(p)))?;
         peer.sends += 1;
@@ -879,7 +924,7 @@ impl VerbsTransport {
         // pairs are destroyed first, so the device no longer touches them). While the
         // device may access a buffer, it is in `advertised`, `ctrl` or `inflight`, where
         // no Rust reference to its bytes is used.
-        unsafe { MemoryRegion::register(&self.pd, v.as_mut_ptr(), v.len()) }
+        unsafe { MemoryRegion::register(&self.pd, v.as_mut_ptr(), v.len(), true) }
     }
 
     /// A free registered buffer of header + slot bytes, registering a new one if needed.
@@ -1150,6 +1195,13 @@ impl VerbsTransport {
         Ok(())
     }
 
+    /// Whether a write to peer `p` can be posted now: a remote slot and send-queue room.
+    fn ready_to_send(&self, p: usize) -> bool {
+        self.peers[p]
+            .as_ref()
+            .is_some_and(|x| !x.credits.is_empty() && x.sends < self.send_depth)
+    }
+
     fn peer_index(&self, peer: Rank) -> Result<usize, TransportError> {
         match self.peers.get(peer.index()) {
             Some(Some(_)) => Ok(peer.index()),
@@ -1230,15 +1282,10 @@ impl Transport for VerbsTransport {
                 max: self.slot_bytes,
             });
         }
-        let ready = |t: &Self| {
-            t.peers[p]
-                .as_ref()
-                .is_some_and(|x| !x.credits.is_empty() && x.sends < t.send_depth)
-        };
-        if !ready(self) {
+        if !self.ready_to_send(p) {
             self.progress();
             self.check()?;
-            if !ready(self) {
+            if !self.ready_to_send(p) {
                 self.control(false)?;
                 if let Some(e) = self.tcp.peer_gone(peer) {
                     return Err(e);
@@ -1303,7 +1350,7 @@ impl Transport for VerbsTransport {
         let posted = unsafe {
             peer_state
                 .qp
-                .post_write_imm(wr_id, sge, credit.addr, credit.rkey, credit.id, inline)
+                .post_write_imm(wr_id, &[sge], credit.addr, credit.rkey, credit.id, inline)
         };
         if let Err(e) = posted {
             self.free.push((id, v));
@@ -1316,6 +1363,123 @@ impl Transport for VerbsTransport {
             self.inflight.insert(wr_id, (id, v));
         }
         Ok(None)
+    }
+
+    fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
+        let mut words = vec![0u64; bytes.div_ceil(8).max(1)];
+        let start = words.as_ptr() as usize;
+        // SAFETY: the region covers `words`, which the returned `Registered` owns; the
+        // guard holding the region is dropped before `words` (field order of `Registered`).
+        // The device only reads the memory, for sends posted by `try_send_borrowed` while
+        // the caller holds a borrow of it; no remote access is granted.
+        let mr = unsafe {
+            MemoryRegion::register(&self.pd, words.as_mut_ptr().cast(), words.len() * 8, false)
+        }
+        .map_err(|e| self.verbs_error(None, e))?;
+        let lkey = mr.lkey();
+        if let Ok(mut map) = self.registry.0.lock() {
+            map.insert(start, (start + words.len() * 8, lkey));
+        }
+        let guard = Guard {
+            start,
+            registry: self.registry.clone(),
+            _mr: mr,
+        };
+        Ok(Registered::with_registration(words, bytes, Box::new(guard)))
+    }
+
+    fn try_send_borrowed(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        data: &[u8],
+    ) -> Result<SendState, TransportError> {
+        let lkey = match data.len() {
+            n if n < ZERO_COPY_MIN || n > self.slot_bytes => None,
+            n => self.registry.lookup(data.as_ptr() as usize, n),
+        };
+        let Some(lkey) = lkey else {
+            return Ok(if self.try_send_slice(peer, tag, data)? {
+                SendState::Done
+            } else {
+                SendState::NoRoom
+            });
+        };
+        self.check()?;
+        let p = self.peer_index(peer)?;
+        if !self.ready_to_send(p) {
+            self.progress();
+            self.check()?;
+            if !self.ready_to_send(p) {
+                self.control(false)?;
+                if let Some(e) = self.tcp.peer_gone(peer) {
+                    return Err(e);
+                }
+                return Ok(SendState::NoRoom);
+            }
+        }
+        // The header from a slot buffer (in flight with the write), the data from the
+        // caller's registered memory: one write gathers both into the peer's slot.
+        let (id, mut head) = self
+            .take_buffer()
+            .map_err(|e| self.verbs_error(Some(p), e))?;
+        encode_header(tag, data.len(), &mut head[..HEADER]);
+        let sges = [
+            Sge {
+                addr: head.as_ptr() as u64,
+                len: HEADER as u32,
+                lkey: self.bufs[id as usize].mr.lkey(),
+            },
+            Sge {
+                addr: data.as_ptr() as u64,
+                len: data.len() as u32,
+                lkey,
+            },
+        ];
+        self.next_wr = self.next_wr.wrapping_add(1);
+        let wr_id = wr(WR_DATA, p, self.next_wr);
+        let Some(state) = self.peers[p].as_mut() else {
+            self.free.push((id, head));
+            return Err(TransportError::InvalidPeer {
+                rank: self.rank,
+                peer,
+                nranks: self.nranks,
+            });
+        };
+        let Some(credit) = state.credits.pop_front() else {
+            self.free.push((id, head));
+            return Ok(SendState::NoRoom);
+        };
+        // SAFETY: the header buffer is registered and moves into `inflight` until the
+        // completion; `data` lies in registered caller memory (`lkey` from the registry),
+        // which the caller keeps borrowed and unmodified until `send_complete` reports
+        // this work request done (the trait's contract for `InFlight`).
+        let posted = unsafe {
+            state
+                .qp
+                .post_write_imm(wr_id, &sges, credit.addr, credit.rkey, credit.id, false)
+        };
+        if let Err(e) = posted {
+            self.free.push((id, head));
+            return Err(self.verbs_error(Some(p), e));
+        }
+        state.sends += 1;
+        self.inflight.insert(wr_id, (id, head));
+        self.zero_copy += 1;
+        Ok(SendState::InFlight(wr_id))
+    }
+
+    fn zero_copy_sends(&self) -> u64 {
+        self.zero_copy
+    }
+
+    fn send_complete(&mut self, token: u64) -> Result<bool, TransportError> {
+        if !self.inflight.contains_key(&token) {
+            return Ok(true);
+        }
+        self.progress();
+        self.check()?;
+        Ok(!self.inflight.contains_key(&token))
     }
 
     fn try_recv(
