@@ -231,10 +231,15 @@ fn summarise(
     }
 }
 
-/// A rank's buffers for one call.
-enum Buffers<T> {
-    Separate { send: Vec<T>, recv: Vec<T> },
-    InPlace(Vec<T>),
+/// A rank's buffers for one call, allocated through the communicator
+/// ([`Communicator::alloc`]): registered with the device on verbs, so that sends go
+/// zero-copy, as an application that allocates its buffers that way gets.
+enum Buffers<T: Element> {
+    Separate {
+        send: rcoll::Buffer<T>,
+        recv: rcoll::Buffer<T>,
+    },
+    InPlace(rcoll::Buffer<T>),
 }
 
 /// Warmup, timed iterations and the checked iteration of one mode of one size
@@ -258,11 +263,11 @@ fn measure<T: Element>(
     let extents = layout.buffers(Rank::from(rank));
     let sentinel = reference.sentinel();
     let mut buffers = if in_place {
-        Buffers::InPlace(vec![sentinel; extents.storage_len])
+        Buffers::InPlace(comm.alloc(extents.storage_len)?)
     } else {
         Buffers::Separate {
-            send: vec![sentinel; extents.input.len],
-            recv: vec![sentinel; extents.output.len],
+            send: comm.alloc(extents.input.len)?,
+            recv: comm.alloc(extents.output.len)?,
         }
     };
     let fill = |buffers: &mut Buffers<T>| match buffers {

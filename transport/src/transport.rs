@@ -32,6 +32,9 @@ pub struct Payload {
     /// Bytes in front of the message that belong to the transport (the verbs backend's
     /// slot header, written in place so that one RDMA write carries header and data).
     head: usize,
+    /// End of the message in `bytes`: the allocation may be longer (a registered slot
+    /// keeps its full length, so reusing it never re-zeroes it).
+    end: usize,
 }
 
 impl Payload {
@@ -48,23 +51,27 @@ impl Payload {
         Payload {
             bytes: storage,
             head: 0,
+            end: len,
         }
     }
 
     /// A payload of `len` bytes after `head` bytes of transport header, in `storage`.
     #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn with_head(mut storage: Vec<u8>, head: usize, len: usize) -> Payload {
-        storage.resize(head + len, 0);
+        if storage.len() < head + len {
+            storage.resize(head + len, 0);
+        }
         Payload {
             bytes: storage,
             head,
+            end: head + len,
         }
     }
 
     /// Header room and message together (see [`Payload::with_head`]).
     #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn framed_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes
+        &mut self.bytes[..self.end]
     }
 
     /// The header room in front of the message.
@@ -75,7 +82,7 @@ impl Payload {
 
     /// Number of bytes in the message.
     pub fn len(&self) -> usize {
-        self.bytes.len() - self.head
+        self.end - self.head
     }
 
     /// Whether the message is empty (zero-length messages carry only their tag).
@@ -85,12 +92,12 @@ impl Payload {
 
     /// The message bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[self.head..]
+        &self.bytes[self.head..self.end]
     }
 
     /// The message bytes, to fill or to reduce into in place.
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes[self.head..]
+        &mut self.bytes[self.head..self.end]
     }
 
     /// The allocation (header room included), for a transport's pool.

@@ -85,6 +85,9 @@ pub struct Options {
     /// ACK timeout exponent of the queue pairs (`RCOLL_IB_TIMEOUT`): a try waits
     /// 4.096 us * 2^n for its acknowledgement, 7 tries in all.
     pub ack_timeout: u8,
+    /// Whether sends from registered caller memory go zero-copy (`RCOLL_IB_ZERO_COPY`,
+    /// default on; `0` copies them into slots like other sends).
+    pub zero_copy: bool,
 }
 
 /// Default ACK timeout exponent: 2^16 * 4.096 us = 268 ms per try. Emulated devices
@@ -125,7 +128,14 @@ impl Options {
                 .ok_or_else(|| format!("RCOLL_IB_TIMEOUT={s:?} is not an exponent in 1..=31"))?,
             _ => DEFAULT_ACK_TIMEOUT,
         };
+        let zero_copy = !matches!(
+            std::env::var("RCOLL_IB_ZERO_COPY")
+                .as_deref()
+                .map(str::trim),
+            Ok("0" | "false" | "off" | "no")
+        );
         Ok(Options {
+            zero_copy,
             ack_timeout,
             slot_bytes: slot_bytes.max(64),
             window: DEFAULT_WINDOW,
@@ -583,6 +593,8 @@ pub struct VerbsTransport {
     registry: Registry,
     /// Sends posted straight from registered caller memory.
     zero_copy: u64,
+    /// Whether to send from registered caller memory (`Options::zero_copy`).
+    zero_copy_on: bool,
     cq: CompletionQueue,
     pd: Arc<ProtectionDomain>,
     _channel: Arc<CompletionChannel>,
@@ -675,6 +687,7 @@ pub fn upgrade(
         window,
         registry: Registry::default(),
         zero_copy: 0,
+        zero_copy_on: opts.zero_copy,
         cq,
         pd,
         _channel: channel,
@@ -1069,7 +1082,7 @@ impl VerbsTransport {
             peer.hello = true;
             return;
         }
-        let Some(mut v) = peer.advertised.remove(&imm) else {
+        let Some(v) = peer.advertised.remove(&imm) else {
             self.fail(TransportError::Bootstrap {
                 rank: me,
                 reason: format!(
@@ -1082,7 +1095,6 @@ impl VerbsTransport {
         peer.deficit += 1;
         match decode_header(&v) {
             Some((tag, len)) if len <= v.len() - HEADER => {
-                v.truncate(HEADER + len);
                 self.lent.insert(v.as_ptr() as usize, imm);
                 let payload = Payload::with_head(v, HEADER, len);
                 if self
@@ -1307,7 +1319,6 @@ impl Transport for VerbsTransport {
                     .take_buffer()
                     .map_err(|e| self.verbs_error(Some(p), e))?;
                 v[HEADER..HEADER + len].copy_from_slice(payload.as_bytes());
-                v.truncate(HEADER + len);
                 (id, v)
             }
         };
@@ -1395,6 +1406,7 @@ impl Transport for VerbsTransport {
         data: &[u8],
     ) -> Result<SendState, TransportError> {
         let lkey = match data.len() {
+            _ if !self.zero_copy_on => None,
             n if n < ZERO_COPY_MIN || n > self.slot_bytes => None,
             n => self.registry.lookup(data.as_ptr() as usize, n),
         };
@@ -1535,7 +1547,9 @@ impl Transport for VerbsTransport {
 
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
         self.check()?;
-        self.control(true)?;
+        // Aborts and dead peers: checked at most every millisecond here too (a socket read
+        // per peer is a system call; blocking below wakes on the sockets anyway).
+        self.control(false)?;
         // A bounded busy-poll of the completion queue first: a completion a few
         // microseconds away costs less to spin for than an interrupt and a wake-up.
         // Only while none of this rank's writes are in flight: on a loaded host (Soft-RoCE
