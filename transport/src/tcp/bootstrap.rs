@@ -323,6 +323,86 @@ fn connect_until(addr: SocketAddr, deadline: Instant) -> io::Result<TcpStream> {
     }
 }
 
+/// How long a connection to the root may take to present itself.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A connection to the root that has not presented itself yet.
+struct Pending {
+    stream: TcpStream,
+    from: SocketAddr,
+    buf: Vec<u8>,
+    since: Instant,
+}
+
+impl Pending {
+    /// Reads what has arrived; the hello once it is complete.
+    fn poll(&mut self) -> io::Result<Option<Message>> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "closed before its hello",
+                    ))
+                }
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    if self.buf.len() > wire::PREFIX + wire::MAX_BODY {
+                        return Err(io::Error::new(io::ErrorKind::InvalidData, "too long"));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(prefix) = self.buf.first_chunk::<{ wire::PREFIX }>() else {
+            return Ok(None);
+        };
+        let (kind, len) = Message::decode_prefix(prefix)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        match self.buf.get(wire::PREFIX..wire::PREFIX + len) {
+            None => Ok(None),
+            Some(body) => Message::decode_body(kind, body)
+                .map(Some)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+        }
+    }
+}
+
+/// Whether a hello joins the group (its address goes into `table`), or why not.
+fn judge(opts: &Options, table: &mut [Option<String>], m: Message) -> Result<(), String> {
+    let Message::Hello {
+        unique_id,
+        rank,
+        nranks,
+        addr,
+    } = m
+    else {
+        return Err(format!("expected a hello, got {m:?}"));
+    };
+    let r = rank as usize;
+    if unique_id != opts.unique_id {
+        Err(format!(
+            "unique id {unique_id:#034x} is not this job's {:#034x}",
+            opts.unique_id
+        ))
+    } else if nranks as usize != opts.nranks {
+        Err(format!(
+            "rank {rank} expects {nranks} ranks, this group has {}",
+            opts.nranks
+        ))
+    } else if r == 0 || r >= opts.nranks {
+        Err(format!("rank {rank} is out of range 1..{}", opts.nranks))
+    } else if table[r].is_some() {
+        Err(format!("rank {rank} has already joined"))
+    } else {
+        table[r] = Some(addr);
+        Ok(())
+    }
+}
+
 /// Refusals are always printed (they mean a misconfigured or foreign job is knocking),
 /// and also go to `tracing`.
 fn log_refusal(me: Rank, from: SocketAddr, reason: &str) {
@@ -342,11 +422,16 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
             .map_err(|e| io_fail(me, "data listener", e))?
             .to_string(),
     );
+    // Connections are served concurrently, each non-blocking with its own buffer: a
+    // stranger that connects and says nothing (or trickles bytes) holds up no one, and is
+    // refused once it has been silent for `HELLO_TIMEOUT`.
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| io_fail(me, "listener", e))?;
     let mut members: Vec<TcpStream> = Vec::new();
+    let mut pending: Vec<Pending> = Vec::new();
     while table.iter().any(Option::is_none) {
-        let Some((mut s, from)) =
-            accept_until(&listener, deadline).map_err(|e| io_fail(me, "accept", e))?
-        else {
+        if Instant::now() >= deadline {
             let missing: Vec<String> = table
                 .iter()
                 .enumerate()
@@ -362,43 +447,59 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
                     opts.root
                 ),
             });
-        };
-        let refusal = match receive(&mut s, deadline) {
-            Ok(Message::Hello {
-                unique_id,
-                rank,
-                nranks,
-                addr,
-            }) => {
-                let r = rank as usize;
-                if unique_id != opts.unique_id {
-                    Some(format!(
-                        "unique id {unique_id:#034x} is not this job's {:#034x}",
-                        opts.unique_id
-                    ))
-                } else if nranks as usize != opts.nranks {
-                    Some(format!(
-                        "rank {rank} expects {nranks} ranks, this group has {}",
-                        opts.nranks
-                    ))
-                } else if r == 0 || r >= opts.nranks {
-                    Some(format!("rank {rank} is out of range 1..{}", opts.nranks))
-                } else if table[r].is_some() {
-                    Some(format!("rank {rank} has already joined"))
-                } else {
-                    table[r] = Some(addr);
-                    None
+        }
+        let mut busy = false;
+        loop {
+            match listener.accept() {
+                Ok((s, from)) => {
+                    s.set_nonblocking(true)
+                        .map_err(|e| io_fail(me, "accept", e))?;
+                    pending.push(Pending {
+                        stream: s,
+                        from,
+                        buf: Vec::new(),
+                        since: Instant::now(),
+                    });
+                    busy = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_fail(me, "accept", e)),
+            }
+        }
+        let mut i = 0;
+        while i < pending.len() {
+            let verdict = match pending[i].poll() {
+                Ok(None) if pending[i].since.elapsed() < HELLO_TIMEOUT.min(opts.timeout) => {
+                    i += 1;
+                    continue;
+                }
+                Ok(None) => Err(format!("no hello within {HELLO_TIMEOUT:?}")),
+                Ok(Some(m)) => judge(opts, &mut table, m),
+                Err(e) => Err(format!("unreadable hello: {e}")),
+            };
+            busy = true;
+            let Pending {
+                stream: mut s,
+                from,
+                ..
+            } = pending.swap_remove(i);
+            match verdict {
+                Ok(()) => {
+                    s.set_nonblocking(false)
+                        .map_err(|e| io_fail(me, "accept", e))?;
+                    members.push(s);
+                }
+                Err(reason) => {
+                    log_refusal(me, from, &reason);
+                    let _ = s.set_nonblocking(false);
+                    let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                    let _ = send(&mut s, &Message::Refuse(reason));
                 }
             }
-            Ok(other) => Some(format!("expected a hello, got {other:?}")),
-            Err(e) => Some(format!("unreadable hello: {e}")),
-        };
-        match refusal {
-            None => members.push(s),
-            Some(reason) => {
-                log_refusal(me, from, &reason);
-                let _ = send(&mut s, &Message::Refuse(reason));
-            }
+        }
+        if !busy {
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
     let table: Vec<String> = table.into_iter().flatten().collect();

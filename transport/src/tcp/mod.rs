@@ -786,6 +786,41 @@ mod tests {
     }
 
     #[test]
+    fn silent_strangers_at_the_root_hold_up_no_one() {
+        // Two connections that never say a word reach the root first; the real ranks,
+        // arriving after them, still form the group at once (the root serves connections
+        // concurrently instead of waiting for each hello in turn: served in turn, the first
+        // stranger alone would use up the whole 5 s setup deadline).
+        let root = free_port();
+        let opts = |r| Options {
+            timeout: Duration::from_secs(5),
+            ..options(r, 3, root)
+        };
+        let ranks = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..3)
+                .map(|r| {
+                    s.spawn(move || {
+                        if r > 0 {
+                            std::thread::sleep(Duration::from_millis(300));
+                        }
+                        connect(&opts(r))
+                    })
+                })
+                .collect();
+            std::thread::sleep(Duration::from_millis(100));
+            let _silent: Vec<std::net::TcpStream> = (0..2)
+                .map(|_| std::net::TcpStream::connect(root).expect("connect"))
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap())
+                .collect::<Vec<_>>()
+        });
+        for (r, t) in ranks.iter().enumerate() {
+            assert!(t.is_ok(), "rank {r}: {:?}", t.as_ref().err());
+        }
+    }
+
+    #[test]
     fn a_rank_that_never_arrives_is_a_bootstrap_timeout() {
         let root = free_port();
         let err = connect(&Options {
