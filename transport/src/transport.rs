@@ -188,6 +188,17 @@ pub enum SendState {
     InFlight(u64),
 }
 
+impl SendState {
+    /// [`SendState::Done`] if `sent`, else [`SendState::NoRoom`].
+    pub fn sent(sent: bool) -> SendState {
+        if sent {
+            SendState::Done
+        } else {
+            SendState::NoRoom
+        }
+    }
+}
+
 /// A connected group endpoint: this rank's view of the channels to every peer.
 ///
 /// Implementations are used from one thread at a time (`&mut self`) but may be moved
@@ -249,11 +260,7 @@ pub trait Transport: Send {
         tag: Tag,
         data: &[u8],
     ) -> Result<SendState, TransportError> {
-        Ok(if self.try_send_slice(peer, tag, data)? {
-            SendState::Done
-        } else {
-            SendState::NoRoom
-        })
+        self.try_send_slice(peer, tag, data).map(SendState::sent)
     }
 
     /// Whether the send of `token` ([`SendState::InFlight`]) has completed: the device

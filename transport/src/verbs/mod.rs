@@ -1214,6 +1214,24 @@ impl VerbsTransport {
             .is_some_and(|x| !x.credits.is_empty() && x.sends < self.send_depth)
     }
 
+    /// Whether a write to peer `p` can be posted, after taking completions if not at
+    /// first; an error if the peer is gone (it will never grant room again).
+    fn room_for(&mut self, p: usize) -> Result<bool, TransportError> {
+        if self.ready_to_send(p) {
+            return Ok(true);
+        }
+        self.progress();
+        self.check()?;
+        if self.ready_to_send(p) {
+            return Ok(true);
+        }
+        self.control(false)?;
+        match self.tcp.peer_gone(Rank::from(p)) {
+            Some(e) => Err(e),
+            None => Ok(false),
+        }
+    }
+
     fn peer_index(&self, peer: Rank) -> Result<usize, TransportError> {
         match self.peers.get(peer.index()) {
             Some(Some(_)) => Ok(peer.index()),
@@ -1294,16 +1312,8 @@ impl Transport for VerbsTransport {
                 max: self.slot_bytes,
             });
         }
-        if !self.ready_to_send(p) {
-            self.progress();
-            self.check()?;
-            if !self.ready_to_send(p) {
-                self.control(false)?;
-                if let Some(e) = self.tcp.peer_gone(peer) {
-                    return Err(e);
-                }
-                return Ok(Some(payload));
-            }
+        if !self.room_for(p)? {
+            return Ok(Some(payload));
         }
         // The message must sit in one of this transport's registered buffers.
         let mut payload = payload;
@@ -1411,24 +1421,12 @@ impl Transport for VerbsTransport {
             n => self.registry.lookup(data.as_ptr() as usize, n),
         };
         let Some(lkey) = lkey else {
-            return Ok(if self.try_send_slice(peer, tag, data)? {
-                SendState::Done
-            } else {
-                SendState::NoRoom
-            });
+            return self.try_send_slice(peer, tag, data).map(SendState::sent);
         };
         self.check()?;
         let p = self.peer_index(peer)?;
-        if !self.ready_to_send(p) {
-            self.progress();
-            self.check()?;
-            if !self.ready_to_send(p) {
-                self.control(false)?;
-                if let Some(e) = self.tcp.peer_gone(peer) {
-                    return Err(e);
-                }
-                return Ok(SendState::NoRoom);
-            }
+        if !self.room_for(p)? {
+            return Ok(SendState::NoRoom);
         }
         // The header from a slot buffer (in flight with the write), the data from the
         // caller's registered memory: one write gathers both into the peer's slot.
