@@ -16,7 +16,7 @@ use crate::element::Element;
 /// collectives like any slice.
 ///
 /// ```
-/// let mut comms = rcoll::local::group(1);
+/// let mut comms = rcoll::local::group(1)?;
 /// let comm = &mut comms[0];
 /// let mut grads = comm.alloc::<f32>(1 << 10)?;
 /// grads.fill(1.5);
