@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# rcoll's all_reduce over verbs beside perftest's ib_write_bw / ib_write_lat and TCP over
+# the same veth pair, in one run on the two Soft-RoCE devices (rxe0 on veth0 10.99.0.1,
+# rxe1 on veth1 10.99.0.2). Run it where those devices exist:
+#
+#   cargo build --release -p rcoll-bench
+#   soft-roce/run-in-vm.sh soft-roce/compare.sh          # RCOLL_VM_MTU=9000 for jumbo frames
+#
+# Prints: ib_write_bw (one direction, and -b both directions) at 1 and 8 MiB, ib_write_lat
+# at 8 B, rcoll all_reduce on 2 ranks (one per device) over verbs with registered buffers
+# (zero-copy) and with RCOLL_IB_ZERO_COPY=0, over TCP, iperf3, and rxe's retransmission
+# counters after each verbs run (emulated devices retransmit; each retry stalls a queue
+# pair for the ACK timeout).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bench=target/release/rcoll-bench
+[[ -x $bench ]] || { echo "compare.sh: build $bench first (cargo build --release -p rcoll-bench)" >&2; exit 1; }
+sizes=(-b 1M -e 8M -f 8 -n 20 -w 3 -c 1)
+devices=(--device "veth0,veth1")
+counters() {
+    echo "  rxe0 counters: $(rdma statistic show link rxe0/1 |
+        grep -o -E '(duplicate_request|completer_retry_err|out_of_seq_request) [0-9]+' | tr '\n' ' ')"
+}
+rows() { grep -v '^#' || true; }
+
+echo "MTU $(cat /sys/class/net/veth0/mtu), $(nproc) CPUs"
+for size in 1048576 8388608; do
+    iters=$((200 * 1048576 / size + 20))
+    for both in "" "-b"; do
+        # shellcheck disable=SC2086 # $both is empty or one flag
+        timeout 120 ib_write_bw -d rxe1 -x 1 -s "$size" -n "$iters" -F $both >/dev/null 2>&1 &
+        sleep 1
+        # shellcheck disable=SC2086
+        line=$(timeout 120 ib_write_bw -d rxe0 -x 1 -s "$size" -n "$iters" -F $both 10.99.0.2 2>&1 |
+            grep -A1 '#bytes' | tail -n 1)
+        wait
+        echo "ib_write_bw ${both:-  } $size B: $line   (bytes, iters, peak MB/s, average MB/s, Mmsg/s)"
+    done
+done
+timeout 60 ib_write_lat -d rxe1 -x 1 -s 8 -n 1000 -F >/dev/null 2>&1 &
+sleep 1
+echo "ib_write_lat 8 B: $(timeout 60 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 -F 10.99.0.2 2>&1 | grep -A1 '#bytes' | tail -n 1)   (bytes, iters, min, max, typical us, ...)"
+wait
+counters
+echo "== rcoll all_reduce, verbs, registered buffers (zero-copy)"
+$bench all_reduce --transport verbs "${devices[@]}" "${sizes[@]}" 2>&1 | rows
+counters
+echo "== rcoll all_reduce, verbs, copies into slots (RCOLL_IB_ZERO_COPY=0)"
+RCOLL_IB_ZERO_COPY=0 $bench all_reduce --transport verbs "${devices[@]}" "${sizes[@]}" 2>&1 | rows
+counters
+echo "== rcoll all_reduce, verbs, 8 B"
+$bench all_reduce --transport verbs "${devices[@]}" -b 8 -e 8 -n 1000 -w 100 -c 1 2>&1 | rows
+echo "== rcoll all_reduce, TCP over the same veth pair"
+$bench all_reduce --transport tcp "${devices[@]}" "${sizes[@]}" 2>&1 | rows
+$bench all_reduce --transport tcp "${devices[@]}" -b 8 -e 8 -n 1000 -w 100 -c 1 2>&1 | rows
+echo "== iperf3 over the veth pair"
+iperf3 -s -B 10.99.0.2 -1 -D
+sleep 1
+iperf3 -c 10.99.0.2 -B 10.99.0.1 -t 5 2>&1 | grep -E 'sender|receiver'
