@@ -300,3 +300,70 @@ pub fn spawn_ranks(
         })
         .collect()
 }
+
+/// Every collective each of `algorithms` serves, at each of `counts`, roots 0 and n-1 for
+/// rooted ones, in place and out of place, as f32 sum and i64 max: the failures, described.
+pub fn sweep_collectives(
+    comm: &mut Communicator,
+    algorithms: &[Algorithm],
+    counts: &[usize],
+) -> Vec<String> {
+    let n = comm.size();
+    let mut failures = Vec::new();
+    for &algorithm in algorithms {
+        for collective in Collective::SCHEDULED
+            .into_iter()
+            .filter(|c| algorithm.serves(*c))
+        {
+            let roots = if collective.is_rooted() {
+                vec![0, n - 1]
+            } else {
+                vec![0]
+            };
+            for &count in counts {
+                for &root in &roots {
+                    for in_place in [false, true] {
+                        let r = run_one::<f32>(
+                            comm,
+                            algorithm,
+                            collective,
+                            ReduceOp::Sum,
+                            count,
+                            root,
+                            in_place,
+                        )
+                        .and_then(|()| {
+                            run_one::<i64>(
+                                comm,
+                                algorithm,
+                                collective,
+                                ReduceOp::Max,
+                                count,
+                                root,
+                                in_place,
+                            )
+                        });
+                        if let Err(e) = r {
+                            failures.push(format!(
+                                "{algorithm} {collective} count={count} root={root} in_place={in_place}: {e}"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    failures
+}
+
+/// Each rank sends `len` u32 to the next rank and receives from the previous one, checked.
+pub fn ring_send_recv(comm: &mut Communicator, len: usize) {
+    let (r, n) = (comm.rank(), comm.size());
+    let send: Vec<u32> = (0..len).map(|i| (r * 1_000_000 + i) as u32).collect();
+    let mut recv = vec![0u32; len];
+    comm.send_recv(&send, (r + 1) % n, &mut recv, (r + n - 1) % n)
+        .expect("send_recv");
+    let from = (r + n - 1) % n;
+    let bad = (0..len).find(|&i| recv[i] != (from * 1_000_000 + i) as u32);
+    assert_eq!(bad, None, "rank {r}: send_recv from {from}");
+}

@@ -11,9 +11,9 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use rcoll::{Algorithm, Collective, Communicator, ReduceOp};
+use rcoll::{Algorithm, Communicator, ReduceOp};
 
-use common::{finish, run_one};
+use common::{finish, ring_send_recv, sweep_collectives};
 
 const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
 
@@ -50,62 +50,15 @@ const MAIN_ALGORITHMS: [Algorithm; 5] = [
 ];
 
 fn sweep(comm: &mut Communicator) {
-    let n = comm.size();
-    let mut failures = Vec::new();
-    for algorithm in MAIN_ALGORITHMS {
-        for collective in Collective::SCHEDULED
-            .into_iter()
-            .filter(|c| algorithm.serves(*c))
-        {
-            let roots = if collective.is_rooted() {
-                vec![0, n - 1]
-            } else {
-                vec![0]
-            };
-            for count in [0, 1, 7, 10_007] {
-                for &root in &roots {
-                    for in_place in [false, true] {
-                        let runs = [
-                            run_one::<f32>(
-                                comm,
-                                algorithm,
-                                collective,
-                                ReduceOp::Sum,
-                                count,
-                                root,
-                                in_place,
-                            ),
-                            run_one::<i64>(
-                                comm,
-                                algorithm,
-                                collective,
-                                ReduceOp::Max,
-                                count,
-                                root,
-                                in_place,
-                            ),
-                        ];
-                        for e in runs.into_iter().filter_map(Result::err) {
-                            failures.push(format!("{algorithm} {collective} count={count} root={root} in_place={in_place}: {e}"));
-                        }
-                        assert!(
-                            failures.is_empty(),
-                            "rank {}: {}",
-                            comm.rank(),
-                            failures.join("\n")
-                        );
-                    }
-                }
-            }
-        }
-    }
+    let failures = sweep_collectives(comm, &MAIN_ALGORITHMS, &[0, 1, 7, 10_007]);
+    assert!(
+        failures.is_empty(),
+        "rank {}: {}",
+        comm.rank(),
+        failures.join("\n")
+    );
     // Point-to-point around the ring.
-    let (r, n) = (comm.rank(), comm.size());
-    let send: Vec<u32> = (0..5000).map(|i| (r * 10_000 + i) as u32).collect();
-    let mut recv = vec![0u32; 5000];
-    comm.send_recv(&send, (r + 1) % n, &mut recv, (r + n - 1) % n)
-        .expect("send_recv");
-    assert_eq!(recv[4999], (((r + n - 1) % n) * 10_000 + 4999) as u32);
+    ring_send_recv(comm, 5000);
 }
 
 /// Loops over a large all_reduce until the group fails (one rank is killed); prints the

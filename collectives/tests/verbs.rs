@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use rcoll::{Algorithm, Collective, Communicator, ReduceOp};
 
-use common::{finish, run_one, spawn_ranks};
+use common::{finish, ring_send_recv, run_one, spawn_ranks, sweep_collectives};
 
 const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
 const IGNORE: &str = "needs RDMA devices: run in soft-roce/run-in-vm.sh";
@@ -72,60 +72,9 @@ fn check(comm: &mut Communicator, failures: Vec<String>) {
 /// Every collective x ring, double binary tree and halving-doubling (where they serve it),
 /// in place and out of place, at 0, 1, 7 and 10007 elements, plus point-to-point.
 fn sweep(comm: &mut Communicator) {
-    let n = comm.size();
-    let mut failures = Vec::new();
-    for algorithm in ALGORITHMS {
-        for collective in Collective::SCHEDULED
-            .into_iter()
-            .filter(|c| algorithm.serves(*c))
-        {
-            let roots = if collective.is_rooted() {
-                vec![0, n - 1]
-            } else {
-                vec![0]
-            };
-            for count in [0, 1, 7, 10_007] {
-                for &root in &roots {
-                    for in_place in [false, true] {
-                        let r = run_one::<f32>(
-                            comm,
-                            algorithm,
-                            collective,
-                            ReduceOp::Sum,
-                            count,
-                            root,
-                            in_place,
-                        )
-                        .and_then(|()| {
-                            run_one::<i64>(
-                                comm,
-                                algorithm,
-                                collective,
-                                ReduceOp::Max,
-                                count,
-                                root,
-                                in_place,
-                            )
-                        });
-                        if let Err(e) = r {
-                            failures.push(format!("{algorithm} {collective} count={count} root={root} in_place={in_place}: {e}"));
-                        }
-                    }
-                }
-            }
-        }
-    }
+    let failures = sweep_collectives(comm, &ALGORITHMS, &[0, 1, 7, 10_007]);
     check(comm, failures);
-    let (r, n) = (comm.rank(), comm.size());
-    let send: Vec<u32> = (0..300_000).map(|i| (r * 1_000_000 + i) as u32).collect();
-    let mut recv = vec![0u32; 300_000];
-    comm.send_recv(&send, (r + 1) % n, &mut recv, (r + n - 1) % n)
-        .expect("send_recv");
-    let from = (r + n - 1) % n;
-    assert!(recv
-        .iter()
-        .enumerate()
-        .all(|(i, &x)| x == (from * 1_000_000 + i) as u32));
+    ring_send_recv(comm, 300_000);
 }
 
 /// Every collective at 1 MiB of f32 per rank's buffer and all_reduce at 64 MiB, with each

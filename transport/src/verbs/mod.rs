@@ -1500,32 +1500,26 @@ impl Transport for VerbsTransport {
     ) -> Result<Option<Payload>, TransportError> {
         self.check()?;
         let p = self.peer_index(peer)?;
-        if self.arrived.is_empty() || !self.arrived.contains_key(&(peer, tag.key())) {
+        let key = (peer, tag.key());
+        let mut found = self.arrived.remove(&key);
+        if found.is_none() {
             self.progress();
             self.check()?;
+            found = self.arrived.remove(&key);
         }
-        match self.arrived.remove(&(peer, tag.key())) {
+        if found.is_none() {
+            self.control(false)?;
+            if let Some(gone) = self.tcp.peer_gone(Rank::from(p)) {
+                // Its last messages may still be in the completion queue.
+                self.progress();
+                found = Some(self.arrived.remove(&key).ok_or(gone)?);
+            }
+        }
+        match found {
             Some((sent, payload)) => {
                 check_arrival(self.rank, peer, tag, sent, payload, len).map(Some)
             }
-            None => {
-                self.control(false)?;
-                if self.tcp.peer_gone(Rank::from(p)).is_some() {
-                    // Its last messages may still be in the completion queue.
-                    self.progress();
-                    if let Some((sent, payload)) = self.arrived.remove(&(peer, tag.key())) {
-                        return check_arrival(self.rank, peer, tag, sent, payload, len).map(Some);
-                    }
-                    return Err(self
-                        .tcp
-                        .peer_gone(peer)
-                        .unwrap_or(TransportError::PeerClosed {
-                            rank: self.rank,
-                            peer,
-                        }));
-                }
-                Ok(None)
-            }
+            None => Ok(None),
         }
     }
 
