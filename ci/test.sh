@@ -11,8 +11,10 @@ cargo test --workspace --all-targets
 cargo test --workspace --doc
 
 # The verbs suite's binary, built on the host (the VM runs host binaries unchanged).
-verbs_test=$(cargo test -p rcoll --test verbs --no-run 2>&1 | tee /dev/stderr |
-  grep -o 'target/[^ )]*/verbs-[0-9a-f]*' | tail -n 1)
+# (Captured, then shown: `tee /dev/stderr` would reopen — and truncate — a log file.)
+build_log=$(cargo test -p rcoll --test verbs --no-run 2>&1) || { echo "$build_log" >&2; exit 1; }
+echo "$build_log" >&2
+verbs_test=$(grep -o 'target/[^ )]*/verbs-[0-9a-f]*' <<<"$build_log" | tail -n 1)
 [ -x "$verbs_test" ] || { echo "ci/test.sh: no verbs test binary found" >&2; exit 1; }
 if [ "${RCOLL_VERBS_ON_HOST:-0}" = 1 ]; then
   "$verbs_test" --ignored --test-threads=1
