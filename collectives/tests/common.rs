@@ -367,3 +367,29 @@ pub fn ring_send_recv(comm: &mut Communicator, len: usize) {
     let bad = (0..len).find(|&i| recv[i] != (from * 1_000_000 + i) as u32);
     assert_eq!(bad, None, "rank {r}: send_recv from {from}");
 }
+
+/// Runs ring all_reduces of `elems` f32 until the group fails (a rank was killed) and
+/// checks that the error names rank `RCOLL_TEST_DEAD`; prints it for the parent process.
+/// Panics if `iters` calls all succeed.
+pub fn all_reduce_until_a_rank_dies(comm: &mut Communicator, elems: usize, iters: usize) {
+    let dead: usize = std::env::var("RCOLL_TEST_DEAD")
+        .expect("dead rank")
+        .parse()
+        .expect("number");
+    let mut v = vec![1.0f32; elems];
+    println!("RANK-STARTED");
+    for _ in 0..iters {
+        if let Err(e) = comm
+            .with_algorithm(Algorithm::Ring)
+            .all_reduce_in_place(&mut v, ReduceOp::Sum)
+        {
+            println!("RANK-ERROR {e}");
+            assert!(
+                e.to_string().contains(&format!("rank {dead}")),
+                "the error must name rank {dead}: {e}"
+            );
+            return;
+        }
+    }
+    panic!("the collective kept succeeding without rank {dead}");
+}

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use rcoll::{Algorithm, Communicator, ReduceOp};
 
-use common::{finish, ring_send_recv, sweep_collectives};
+use common::{all_reduce_until_a_rank_dies, finish, ring_send_recv, sweep_collectives};
 
 const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
 
@@ -64,25 +64,7 @@ fn sweep(comm: &mut Communicator) {
 /// Loops over a large all_reduce until the group fails (one rank is killed); prints the
 /// error for the parent to check and exits successfully if it names the dead rank.
 fn killed(comm: &mut Communicator) {
-    let dead: usize = std::env::var("RCOLL_TEST_DEAD")
-        .expect("dead rank")
-        .parse()
-        .expect("number");
-    let mut v = vec![1.0f32; 4 << 20];
-    for _ in 0..10_000 {
-        if let Err(e) = comm
-            .with_algorithm(Algorithm::Ring)
-            .all_reduce_in_place(&mut v, ReduceOp::Sum)
-        {
-            println!("RANK-ERROR {e}");
-            assert!(
-                e.to_string().contains(&format!("rank {dead}")),
-                "the error must name rank {dead}: {e}"
-            );
-            return;
-        }
-    }
-    panic!("the collective kept succeeding without rank {dead}");
+    all_reduce_until_a_rank_dies(comm, 4 << 20, 10_000);
 }
 
 /// Rank 1 disagrees with the others (`RCOLL_TEST_MISMATCH`: count, type, op or root):

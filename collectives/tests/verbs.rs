@@ -18,7 +18,9 @@ use std::time::Duration;
 
 use rcoll::{Algorithm, Collective, Communicator, ReduceOp};
 
-use common::{finish, ring_send_recv, run_one, spawn_ranks, sweep_collectives};
+use common::{
+    all_reduce_until_a_rank_dies, finish, ring_send_recv, run_one, spawn_ranks, sweep_collectives,
+};
 
 const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
 const IGNORE: &str = "needs RDMA devices: run in soft-roce/run-in-vm.sh";
@@ -173,26 +175,7 @@ fn zero_copy(comm: &mut Communicator) {
 /// Loops over an all_reduce until the group fails (one rank is killed); the error must
 /// name the dead rank.
 fn killed(comm: &mut Communicator) {
-    let dead: usize = std::env::var("RCOLL_TEST_DEAD")
-        .expect("dead rank")
-        .parse()
-        .expect("number");
-    let mut v = vec![1.0f32; 1 << 20];
-    println!("RANK-STARTED");
-    for _ in 0..100_000 {
-        if let Err(e) = comm
-            .with_algorithm(Algorithm::Ring)
-            .all_reduce_in_place(&mut v, ReduceOp::Sum)
-        {
-            println!("RANK-ERROR {e}");
-            assert!(
-                e.to_string().contains(&format!("rank {dead}")),
-                "the error must name rank {dead}: {e}"
-            );
-            return;
-        }
-    }
-    panic!("the collective kept succeeding without rank {dead}");
+    all_reduce_until_a_rank_dies(comm, 1 << 20, 100_000);
 }
 
 fn list(var: &str, default: &str) -> Vec<String> {

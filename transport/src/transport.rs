@@ -313,6 +313,18 @@ pub fn is_stale(seq: u32, current: u32) -> bool {
     seq & P2P == 0 && current.wrapping_sub(seq) & !P2P < 1 << 30
 }
 
+/// The first stale message in a backend's arrival map: [`Transport::stale`] for backends
+/// that keep arrived messages by `(peer, tag)`.
+pub fn stale_in<V>(
+    arrived: &std::collections::HashMap<(Rank, crate::types::TagKey), (Tag, V)>,
+    current: u32,
+) -> Option<(Rank, Tag)> {
+    arrived
+        .iter()
+        .find(|(_, (tag, _))| is_stale(tag.collective, current))
+        .map(|((peer, _), (tag, _))| (*peer, *tag))
+}
+
 /// Checks that a message taken for `(peer, expected)` is the one the receiver expects:
 /// the same call fingerprint and `len` bytes. Shared by every backend's `try_recv`.
 pub fn check_arrival(

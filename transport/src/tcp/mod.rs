@@ -557,10 +557,7 @@ impl Transport for TcpTransport {
     fn stale(&mut self, current: u32) -> Option<(Rank, Tag)> {
         // Only what has arrived: channels are FIFO, so a stale message is here before
         // anything its sender sent later, and a later call that hears from it sees it.
-        self.arrived
-            .iter()
-            .find(|(_, (tag, _))| crate::transport::is_stale(tag.collective, current))
-            .map(|((peer, _), (tag, _))| (*peer, *tag))
+        crate::transport::stale_in(&self.arrived, current)
     }
 
     fn abort(&mut self, reason: &str) {
