@@ -439,6 +439,64 @@ fn doctor_explains_what_rdma_needs_or_lists_the_devices() {
     }
 }
 
+/// A libibverbs that cannot be found: the process falls back to TCP under `auto`, and
+/// `verbs` and `doctor` name what to install, on every rank.
+#[test]
+fn without_libibverbs_auto_runs_on_tcp_and_verbs_names_the_package() {
+    let missing = "libibverbs-not-installed.so.1";
+    let out =
+        output(
+            bench_clean()
+                .env("RCOLL_IBVERBS_LIB", missing)
+                .args(["doctor", "--timeout", "10"]),
+        );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains(&format!("{missing} not found: install rdma-core")),
+        "{stdout}"
+    );
+    let summary = stdout.lines().last().unwrap_or_default();
+    assert!(
+        summary.contains("libibverbs not found") && summary.contains("falls back to tcp"),
+        "{summary}"
+    );
+
+    let auto = output(bench_clean().env("RCOLL_IBVERBS_LIB", missing).args([
+        "all_reduce",
+        "--ranks",
+        "2",
+        "--transport",
+        "auto",
+        "-b",
+        "8",
+        "-e",
+        "64K",
+        "-f",
+        "8",
+        "-c",
+        "1",
+    ]));
+    assert_success(&auto);
+    let auto_out = String::from_utf8_lossy(&auto.stdout);
+    assert!(auto_out.contains("transport tcp"), "{auto_out}");
+
+    // Past the bench's own precheck: every rank process decides for itself.
+    let verbs = output(
+        bench_clean()
+            .env("RCOLL_IBVERBS_LIB", missing)
+            .env("RCOLL_TRANSPORT", "verbs")
+            .args(["all_reduce", "--ranks", "2", "-b", "8", "-e", "8"]),
+    );
+    let stderr = String::from_utf8_lossy(&verbs.stderr);
+    assert!(!verbs.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("RCOLL_TRANSPORT=verbs, but rank 0, rank 1 cannot use RDMA")
+            && stderr.contains("not found: install rdma-core"),
+        "{stderr}"
+    );
+}
+
 /// A file name of its own for each test, with the given extension.
 fn temp_path(test: &str, ext: &str) -> PathBuf {
     std::env::temp_dir().join(format!(

@@ -202,7 +202,6 @@ impl Builder {
         self.upgrade(tcp, segment_bytes, deadline)
     }
 
-    #[cfg(feature = "verbs")]
     fn upgrade(
         &self,
         mut tcp: tcp::TcpTransport,
@@ -245,20 +244,5 @@ impl Builder {
                 Ok(Box::new(tcp))
             }
         }
-    }
-
-    #[cfg(not(feature = "verbs"))]
-    fn upgrade(
-        &self,
-        tcp: tcp::TcpTransport,
-        _segment_bytes: usize,
-        _deadline: std::time::Instant,
-    ) -> Result<Box<dyn Transport>> {
-        if self.transport == TransportKind::Verbs {
-            return Err(Error::Config(
-                "rcoll was built without the `verbs` feature; use RCOLL_TRANSPORT=tcp".into(),
-            ));
-        }
-        Ok(Box::new(tcp))
     }
 }

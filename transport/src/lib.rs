@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | in-process (ranks are threads) | [`local`] | available |
 //! | TCP on mio | [`tcp`] | available (bootstrap by rendezvous at rank 0) |
-//! | RDMA verbs (RC, WRITE with immediate) | `verbs` | available with the `verbs` feature (default) |
+//! | RDMA verbs (RC, WRITE with immediate) | [`verbs`] | available where libibverbs, a provider and an ACTIVE port exist (loaded at run time: nothing of rdma-core is needed to build) |
 //!
 //! # Quick start
 //!
@@ -41,8 +41,8 @@
 //! Dropping an endpoint closes it: peers waiting for it get
 //! [`TransportError::PeerClosed`] instead of hanging.
 
-// `unsafe` is allowed in the verbs module alone (FFI to rdma-core), each block with a
-// SAFETY comment; everything else, and the public API, is safe.
+// `unsafe` is allowed in the verbs module alone (libibverbs, loaded at run time), each
+// block with a SAFETY comment; everything else, and the public API, is safe.
 #![deny(unsafe_code)]
 
 pub mod error;
@@ -52,7 +52,6 @@ pub mod local;
 pub mod tcp;
 pub mod transport;
 pub mod types;
-#[cfg(feature = "verbs")]
 #[allow(unsafe_code)]
 pub mod verbs;
 

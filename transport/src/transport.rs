@@ -56,7 +56,6 @@ impl Payload {
     }
 
     /// A payload of `len` bytes after `head` bytes of transport header, in `storage`.
-    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn with_head(mut storage: Vec<u8>, head: usize, len: usize) -> Payload {
         if storage.len() < head + len {
             storage.resize(head + len, 0);
@@ -69,13 +68,11 @@ impl Payload {
     }
 
     /// Header room and message together (see [`Payload::with_head`]).
-    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn framed_mut(&mut self) -> &mut [u8] {
         &mut self.bytes[..self.end]
     }
 
     /// The header room in front of the message.
-    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn head(&self) -> usize {
         self.head
     }
@@ -128,7 +125,6 @@ impl Registered {
     }
 
     /// Memory whose registration is `registration`; see [`Registered::words_mut`].
-    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn with_registration(
         words: Vec<u64>,
         len: usize,

@@ -15,13 +15,8 @@
 //! exit status is 1 when there is one, 0 otherwise. Warnings (a low memlock limit, an MTU
 //! below what the link carries) cost performance or larger groups, not correctness.
 
-// Without verbs the doctor only says so, leaving most of this module unused.
-#![cfg_attr(not(feature = "verbs"), allow(dead_code))]
-
 pub mod connect;
-#[cfg(feature = "verbs")]
 mod memlock;
-#[cfg(feature = "verbs")]
 mod ports;
 
 use std::process::ExitCode;
@@ -170,7 +165,6 @@ pub fn run(args: &DoctorArgs) -> ExitCode {
 
 /// Checks RDMA itself: devices, ports, GIDs and connectivity. Returns what the summary
 /// says when nothing failed.
-#[cfg(feature = "verbs")]
 fn rdma(f: &mut Findings, args: &DoctorArgs, segment: usize) -> String {
     let endpoints = ports::check(f, args, segment);
     f.section("locked memory");
@@ -221,21 +215,9 @@ fn rdma(f: &mut Findings, args: &DoctorArgs, segment: usize) -> String {
     )
 }
 
-#[cfg(not(feature = "verbs"))]
-fn rdma(f: &mut Findings, _args: &DoctorArgs, _segment: usize) -> String {
-    f.section("RDMA support");
-    f.fail(
-        "built without verbs",
-        "this rcoll-bench was built without the `verbs` feature",
-    );
-    f.detail("rebuild with default features: cargo build -p rcoll-bench");
-    String::new()
-}
-
 /// Whether `--transport verbs` can start at all: RDMA support and at least one ACTIVE
 /// port. The ranks make the full choice (device, GID) themselves; this only spares
 /// starting them on a host where none could succeed.
-#[cfg(feature = "verbs")]
 pub fn verbs_precheck() -> Result<(), String> {
     use rcoll::transport::verbs;
     let opts = verbs::Options::from_env(rcoll::config::DEFAULT_SEGMENT_BYTES)?;
@@ -254,11 +236,6 @@ pub fn verbs_precheck() -> Result<(), String> {
         })
         .collect();
     Err(format!("no usable RDMA port: {}", why.join("; ")))
-}
-
-#[cfg(not(feature = "verbs"))]
-pub fn verbs_precheck() -> Result<(), String> {
-    Err("this rcoll-bench was built without the `verbs` feature".into())
 }
 
 /// This machine's name, for the first line.

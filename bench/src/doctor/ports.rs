@@ -92,6 +92,20 @@ pub(super) fn check(f: &mut Findings, args: &DoctorArgs, segment: usize) -> Vec<
 
 /// The first finding: does the kernel and rdma-core see any device?
 fn devices_exist(f: &mut Findings) -> bool {
+    match verbs::library() {
+        Ok(library) => f.ok(&format!("{library} loaded (rdma-core's user space)")),
+        Err(e) => {
+            f.fail("libibverbs not found", &e.to_string());
+            f.detail(
+                "rcoll loads libibverbs at run time, so the same binary runs everywhere; RDMA \
+                 needs the library and a provider for the device (Debian/Ubuntu: apt install \
+                 libibverbs1 ibverbs-providers; RHEL/Fedora: dnf install rdma-core \
+                 libibverbs). RCOLL_IBVERBS_LIB names another file.",
+            );
+            f.detail("tcp needs none of this: --transport tcp (or auto) works here.");
+            return false;
+        }
+    }
     match verbs::device_names() {
         Err(e) if std::io::Error::from_raw_os_error(e.errno).kind() == ErrorKind::Unsupported => {
             f.fail(
@@ -129,6 +143,22 @@ fn devices_exist(f: &mut Findings) -> bool {
             );
             false
         }
+        Ok(names) if names.is_empty() && !kernel_devices().is_empty() => {
+            f.fail(
+                "no provider for the RDMA devices",
+                &format!(
+                    "the kernel has RDMA device(s) {} but libibverbs lists none: the provider \
+                     library for them is missing",
+                    kernel_devices().join(", ")
+                ),
+            );
+            f.detail(
+                "fix: install the providers (Debian/Ubuntu: ibverbs-providers; RHEL: \
+                 libibverbs), which put lib<driver>-rdmav*.so under \
+                 /usr/lib/*/libibverbs/ and a driver file under /etc/libibverbs.d/",
+            );
+            false
+        }
         Ok(names) if names.is_empty() => {
             f.fail(
                 "no RDMA devices",
@@ -151,6 +181,19 @@ fn devices_exist(f: &mut Findings) -> bool {
             true
         }
     }
+}
+
+/// The RDMA devices the kernel has (`/sys/class/infiniband`), whatever user space sees.
+fn kernel_devices() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
+        .map(|dir| {
+            dir.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
 }
 
 /// The verbs options ranks would use, with the flags over the environment.

@@ -296,21 +296,18 @@ impl TcpTransport {
         matches!(self.peers.get(peer), Some(Some(p)) if p.gone.is_some())
     }
     /// Takes the message `tag` from `peer` whatever its length (control messages).
-    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn take_unchecked(&mut self, peer: Rank, tag: Tag) -> Option<Payload> {
         self.arrived.remove(&(peer, tag.key())).map(|(_, p)| p)
     }
 
     /// The control plane of a backend layered on these connections (verbs): progress,
     /// then the group's state — aborted by someone, or broken.
-    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn control(&mut self) -> Result<(), TransportError> {
         self.progress();
         self.check_usable()
     }
 
     /// The error for `peer` if its connection is gone (its process died or it closed).
-    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn peer_gone(&mut self, peer: Rank) -> Option<TransportError> {
         if self.gone(peer.index()) {
             Some(self.closed(peer))
@@ -321,7 +318,6 @@ impl TcpTransport {
 
     /// Makes [`Transport::wait`] also wake when `fd` becomes readable (a verbs completion
     /// channel). The fd must stay open while this transport lives.
-    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> io::Result<()> {
         self.poll.registry().register(
             &mut mio::unix::SourceFd(&fd),
@@ -331,7 +327,6 @@ impl TcpTransport {
     }
 
     /// The local address of the connections (the address peers know this rank by).
-    #[cfg_attr(not(feature = "verbs"), allow(dead_code))]
     pub(crate) fn local_ip(&self) -> Option<std::net::IpAddr> {
         self.peers
             .iter()

@@ -1,4 +1,5 @@
-//! The safe layer over `rdma-sys`: the only code in rcoll that is `unsafe`.
+//! The safe layer over libibverbs (loaded at run time by [`super::sys`]): with `sys`, the
+//! only code in the verbs backend that is `unsafe`.
 //!
 //! Every verbs object is owned by a Rust value that destroys it on drop, and holds an
 //! `Arc` of what it was created from, so destruction happens in dependency order (queue
@@ -18,7 +19,7 @@ use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use rdma_sys as sys;
+use super::sys::{self, Lib, LoadError};
 
 /// A verb that failed: its name, the errno and what was asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +70,16 @@ impl VerbsError {
     }
 }
 
+impl From<LoadError> for VerbsError {
+    fn from(e: LoadError) -> VerbsError {
+        VerbsError {
+            verb: "dlopen",
+            errno: libc::ELIBACC,
+            message: e.to_string(),
+        }
+    }
+}
+
 fn non_null<T>(p: *mut T, verb: &'static str, what: &str) -> Result<NonNull<T>, VerbsError> {
     NonNull::new(p).ok_or_else(|| VerbsError::last(verb, what))
 }
@@ -77,9 +88,10 @@ fn non_null<T>(p: *mut T, verb: &'static str, what: &str) -> Result<NonNull<T>, 
 /// space has no RDMA support (`ibv_get_device_list` fails with ENOSYS) or none exist;
 /// the error text says which.
 pub fn device_names() -> Result<Vec<String>, VerbsError> {
+    let lib = sys::lib()?;
     let mut n: i32 = 0;
     // SAFETY: `n` is a valid out-pointer; the list is freed below with the matching call.
-    let list = unsafe { sys::ibv_get_device_list(&mut n) };
+    let list = unsafe { (lib.ibv_get_device_list)(&mut n) };
     if list.is_null() {
         return Err(VerbsError::last("ibv_get_device_list", ""));
     }
@@ -91,11 +103,11 @@ pub fn device_names() -> Result<Vec<String>, VerbsError> {
             break;
         }
         // SAFETY: `dev` is a valid device; the name is a NUL-terminated string it owns.
-        let name = unsafe { CStr::from_ptr(sys::ibv_get_device_name(dev)) };
+        let name = unsafe { CStr::from_ptr((lib.ibv_get_device_name)(dev)) };
         names.push(name.to_string_lossy().into_owned());
     }
     // SAFETY: `list` came from ibv_get_device_list and is freed once; the names were copied.
-    unsafe { sys::ibv_free_device_list(list) };
+    unsafe { (lib.ibv_free_device_list)(list) };
     Ok(names)
 }
 
@@ -103,6 +115,7 @@ pub fn device_names() -> Result<Vec<String>, VerbsError> {
 pub struct Context {
     ctx: NonNull<sys::ibv_context>,
     name: String,
+    lib: &'static Lib,
 }
 
 // SAFETY: verbs objects may be used from any thread (rdma-core serialises internally);
@@ -146,9 +159,10 @@ pub struct DeviceAttr {
 impl Context {
     /// Opens the device named `name`.
     pub fn open(name: &str) -> Result<Arc<Context>, VerbsError> {
+        let lib = sys::lib()?;
         let mut n: i32 = 0;
         // SAFETY: as in `device_names`.
-        let list = unsafe { sys::ibv_get_device_list(&mut n) };
+        let list = unsafe { (lib.ibv_get_device_list)(&mut n) };
         if list.is_null() {
             return Err(VerbsError::last("ibv_get_device_list", name));
         }
@@ -164,11 +178,11 @@ impl Context {
                 break;
             }
             // SAFETY: `dev` is valid; the name string lives as long as the list.
-            let this = unsafe { CStr::from_ptr(sys::ibv_get_device_name(dev)) };
+            let this = unsafe { CStr::from_ptr((lib.ibv_get_device_name)(dev)) };
             if this.to_string_lossy() == name {
                 // SAFETY: `dev` is valid; the context outlives the list (rdma-core keeps
                 // the device referenced by the open context).
-                let ctx = unsafe { sys::ibv_open_device(dev) };
+                let ctx = unsafe { (lib.ibv_open_device)(dev) };
                 opened = if ctx.is_null() {
                     Err(VerbsError::last("ibv_open_device", name))
                 } else {
@@ -178,20 +192,20 @@ impl Context {
             }
         }
         // SAFETY: freed once, after the context was opened from it.
-        unsafe { sys::ibv_free_device_list(list) };
+        unsafe { (lib.ibv_free_device_list)(list) };
         let ctx = non_null(opened?, "ibv_open_device", name)?;
         Ok(Arc::new(Context {
             ctx,
             name: name.to_owned(),
+            lib,
         }))
     }
 
     /// The device's limits.
     pub fn query_device(&self) -> Result<DeviceAttr, VerbsError> {
-        // SAFETY: all-zero is a valid `ibv_device_attr` (plain integers and arrays).
-        let mut attr: sys::ibv_device_attr = unsafe { std::mem::zeroed() };
+        let mut attr = sys::ibv_device_attr::zeroed();
         // SAFETY: the context is open and `attr` is a valid out-pointer.
-        let rc = unsafe { sys::ibv_query_device(self.ctx.as_ptr(), &mut attr) };
+        let rc = unsafe { (self.lib.ibv_query_device)(self.ctx.as_ptr(), &mut attr) };
         VerbsError::check("ibv_query_device", rc, &self.name)?;
         Ok(DeviceAttr {
             phys_port_cnt: attr.phys_port_cnt,
@@ -203,11 +217,10 @@ impl Context {
 
     /// The attributes of port `port` (numbered from 1).
     pub fn query_port(&self, port: u8) -> Result<PortAttr, VerbsError> {
-        // SAFETY: all-zero is a valid `ibv_port_attr` (integers only).
-        let mut attr: sys::ibv_port_attr = unsafe { std::mem::zeroed() };
-        // SAFETY: the context is open and `attr` is a valid out-pointer of the full size
-        // the wrapper passes to the provider.
-        let rc = unsafe { sys::___ibv_query_port(self.ctx.as_ptr(), port, &mut attr) };
+        let mut attr = sys::ibv_port_attr::zeroed();
+        // SAFETY: the context is open and `attr` is a valid out-pointer, larger than any
+        // version of the struct the provider may fill.
+        let rc = unsafe { (self.lib.ibv_query_port)(self.ctx.as_ptr(), port, &mut attr) };
         VerbsError::check("ibv_query_port", rc, &format!("{} port {port}", self.name))?;
         Ok(PortAttr {
             state: attr.state,
@@ -222,17 +235,15 @@ impl Context {
 
     /// GID `index` of port `port`, raw (16 bytes, network order).
     pub fn query_gid(&self, port: u8, index: i32) -> Result<[u8; 16], VerbsError> {
-        // SAFETY: all-zero is a valid GID (a union of byte arrays and integers).
-        let mut gid: sys::ibv_gid = unsafe { std::mem::zeroed() };
+        let mut gid = sys::ibv_gid::zeroed();
         // SAFETY: the context is open and `gid` is a valid out-pointer.
-        let rc = unsafe { sys::ibv_query_gid(self.ctx.as_ptr(), port, index, &mut gid) };
+        let rc = unsafe { (self.lib.ibv_query_gid)(self.ctx.as_ptr(), port, index, &mut gid) };
         VerbsError::check(
             "ibv_query_gid",
             rc,
             &format!("{} port {port} index {index}", self.name),
         )?;
-        // SAFETY: every bit pattern is a valid `[u8; 16]`.
-        Ok(unsafe { gid.raw })
+        Ok(gid.raw)
     }
 }
 
@@ -240,14 +251,14 @@ impl Drop for Context {
     fn drop(&mut self) {
         // SAFETY: opened by ibv_open_device; every object created from it holds an `Arc`
         // of this context, so none is left when it closes.
-        unsafe { sys::ibv_close_device(self.ctx.as_ptr()) };
+        unsafe { (self.lib.ibv_close_device)(self.ctx.as_ptr()) };
     }
 }
 
 /// A protection domain.
 pub struct ProtectionDomain {
     pd: NonNull<sys::ibv_pd>,
-    _ctx: Arc<Context>,
+    ctx: Arc<Context>,
 }
 
 // SAFETY: see `Context`.
@@ -259,11 +270,11 @@ impl ProtectionDomain {
     /// Allocates a protection domain on `ctx`.
     pub fn new(ctx: &Arc<Context>) -> Result<Arc<ProtectionDomain>, VerbsError> {
         // SAFETY: the context is open.
-        let pd = unsafe { sys::ibv_alloc_pd(ctx.ctx.as_ptr()) };
+        let pd = unsafe { (ctx.lib.ibv_alloc_pd)(ctx.ctx.as_ptr()) };
         let pd = non_null(pd, "ibv_alloc_pd", &ctx.name)?;
         Ok(Arc::new(ProtectionDomain {
             pd,
-            _ctx: ctx.clone(),
+            ctx: ctx.clone(),
         }))
     }
 }
@@ -272,14 +283,14 @@ impl Drop for ProtectionDomain {
     fn drop(&mut self) {
         // SAFETY: allocated by ibv_alloc_pd; queue pairs and memory regions hold an `Arc`
         // of this domain, so all are gone.
-        unsafe { sys::ibv_dealloc_pd(self.pd.as_ptr()) };
+        unsafe { (self.ctx.lib.ibv_dealloc_pd)(self.pd.as_ptr()) };
     }
 }
 
 /// A registered memory region.
 pub struct MemoryRegion {
     mr: NonNull<sys::ibv_mr>,
-    _pd: Arc<ProtectionDomain>,
+    pd: Arc<ProtectionDomain>,
 }
 
 // SAFETY: see `Context`.
@@ -300,17 +311,14 @@ impl MemoryRegion {
         len: usize,
         remote_write: bool,
     ) -> Result<MemoryRegion, VerbsError> {
-        let mut access = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0;
+        let mut access = sys::IBV_ACCESS_LOCAL_WRITE;
         if remote_write {
-            access |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+            access |= sys::IBV_ACCESS_REMOTE_WRITE;
         }
         // SAFETY: the domain is live; the caller guarantees the memory outlives the region.
-        let mr = unsafe { sys::ibv_reg_mr(pd.pd.as_ptr(), addr.cast(), len, access as i32) };
+        let mr = unsafe { (pd.ctx.lib.ibv_reg_mr)(pd.pd.as_ptr(), addr.cast(), len, access) };
         let mr = non_null(mr, "ibv_reg_mr", &format!("{len} bytes"))?;
-        Ok(MemoryRegion {
-            mr,
-            _pd: pd.clone(),
-        })
+        Ok(MemoryRegion { mr, pd: pd.clone() })
     }
 
     /// The local key.
@@ -329,14 +337,14 @@ impl MemoryRegion {
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
         // SAFETY: registered by ibv_reg_mr; the owner has no work request using it left.
-        unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) };
+        unsafe { (self.pd.ctx.lib.ibv_dereg_mr)(self.mr.as_ptr()) };
     }
 }
 
 /// A completion channel: the fd that becomes readable when an armed CQ gets a completion.
 pub struct CompletionChannel {
     ch: NonNull<sys::ibv_comp_channel>,
-    _ctx: Arc<Context>,
+    ctx: Arc<Context>,
 }
 
 // SAFETY: see `Context`.
@@ -348,11 +356,11 @@ impl CompletionChannel {
     /// Creates a channel whose fd is non-blocking.
     pub fn new(ctx: &Arc<Context>) -> Result<Arc<CompletionChannel>, VerbsError> {
         // SAFETY: the context is open.
-        let ch = unsafe { sys::ibv_create_comp_channel(ctx.ctx.as_ptr()) };
+        let ch = unsafe { (ctx.lib.ibv_create_comp_channel)(ctx.ctx.as_ptr()) };
         let ch = non_null(ch, "ibv_create_comp_channel", &ctx.name)?;
         let channel = CompletionChannel {
             ch,
-            _ctx: ctx.clone(),
+            ctx: ctx.clone(),
         };
         let fd = channel.fd();
         // SAFETY: fcntl on the channel's own open fd.
@@ -375,7 +383,7 @@ impl Drop for CompletionChannel {
     fn drop(&mut self) {
         // SAFETY: created by ibv_create_comp_channel; the CQs using it hold an `Arc` of it
         // and are destroyed first.
-        unsafe { sys::ibv_destroy_comp_channel(self.ch.as_ptr()) };
+        unsafe { (self.ctx.lib.ibv_destroy_comp_channel)(self.ch.as_ptr()) };
     }
 }
 
@@ -399,16 +407,19 @@ pub struct Completion {
 }
 
 /// Status of a successful completion.
-pub const WC_SUCCESS: u32 = sys::ibv_wc_status::IBV_WC_SUCCESS;
+pub const WC_SUCCESS: u32 = sys::IBV_WC_SUCCESS;
 /// A receive consumed by a send (`IBV_WC_RECV`).
-pub const WC_RECV: u32 = sys::ibv_wc_opcode::IBV_WC_RECV;
+pub const WC_RECV: u32 = sys::IBV_WC_RECV;
 /// A receive consumed by an RDMA write with immediate.
-pub const WC_RECV_RDMA_WITH_IMM: u32 = sys::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM;
+pub const WC_RECV_RDMA_WITH_IMM: u32 = sys::IBV_WC_RECV_RDMA_WITH_IMM;
 
 /// The text of a completion status (`ibv_wc_status_str`).
 pub fn status_str(status: u32) -> String {
+    let Ok(lib) = sys::lib() else {
+        return format!("status {status}");
+    };
     // SAFETY: returns a static NUL-terminated string for any value.
-    let s = unsafe { CStr::from_ptr(sys::ibv_wc_status_str(status)) };
+    let s = unsafe { CStr::from_ptr((lib.ibv_wc_status_str)(status)) };
     s.to_string_lossy().into_owned()
 }
 
@@ -428,7 +439,7 @@ impl Drop for CqHandle {
     fn drop(&mut self) {
         // SAFETY: created by ibv_create_cq; the queue pairs on it and the pollable owner
         // (which acknowledged every event it took) hold this handle, so all are gone.
-        unsafe { sys::ibv_destroy_cq(self.cq.as_ptr()) };
+        unsafe { (self.channel.ctx.lib.ibv_destroy_cq)(self.cq.as_ptr()) };
     }
 }
 
@@ -448,7 +459,7 @@ impl CompletionQueue {
     ) -> Result<CompletionQueue, VerbsError> {
         // SAFETY: context and channel are live; no CQ context pointer is used.
         let cq = unsafe {
-            sys::ibv_create_cq(
+            (ctx.lib.ibv_create_cq)(
                 ctx.ctx.as_ptr(),
                 entries,
                 ptr::null_mut(),
@@ -472,8 +483,7 @@ impl CompletionQueue {
 
     /// Polls up to `max` (at most 16) completions, appending them to `out`; returns how many.
     pub fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> Result<usize, VerbsError> {
-        // SAFETY: all-zero is a valid `ibv_wc` (integers and a union of integers).
-        let mut wcs: [sys::ibv_wc; 16] = unsafe { std::mem::zeroed() };
+        let mut wcs = [sys::ibv_wc::zeroed(); 16];
         let want = max.min(wcs.len()) as i32;
         // SAFETY: the CQ is live and `wcs` has room for `want` entries.
         let n = unsafe { sys::ibv_poll_cq(self.cq(), want, wcs.as_mut_ptr()) };
@@ -481,9 +491,9 @@ impl CompletionQueue {
             return Err(VerbsError::new("ibv_poll_cq", -n, ""));
         }
         for wc in &wcs[..n as usize] {
-            // SAFETY: the provider filled the immediate field when the opcode carries one;
-            // otherwise it reads as an arbitrary integer, which the caller ignores.
-            let imm = u32::from_be(unsafe { wc.imm_data_invalidated_rkey_union.imm_data });
+            // The provider fills the immediate when the opcode carries one; otherwise it is
+            // an arbitrary integer, which the caller ignores.
+            let imm = u32::from_be(wc.imm_data);
             out.push(Completion {
                 wr_id: wc.wr_id,
                 status: wc.status,
@@ -512,7 +522,11 @@ impl CompletionQueue {
             // SAFETY: the channel's fd is non-blocking, so this returns -1 (EAGAIN) when no
             // event is pending; the out-pointers are valid.
             let rc = unsafe {
-                sys::ibv_get_cq_event(self.handle.channel.ch.as_ptr(), &mut cq, &mut ctx)
+                (self.handle.channel.ctx.lib.ibv_get_cq_event)(
+                    self.handle.channel.ch.as_ptr(),
+                    &mut cq,
+                    &mut ctx,
+                )
             };
             if rc != 0 {
                 break;
@@ -522,7 +536,7 @@ impl CompletionQueue {
         if self.unacked > 0 {
             // SAFETY: acknowledges exactly the events taken above for this CQ (the only CQ
             // on this channel).
-            unsafe { sys::ibv_ack_cq_events(self.cq(), self.unacked) };
+            unsafe { (self.handle.channel.ctx.lib.ibv_ack_cq_events)(self.cq(), self.unacked) };
             self.unacked = 0;
         }
     }
@@ -571,7 +585,7 @@ pub struct Path {
 /// A reliable connected queue pair.
 pub struct QueuePair {
     qp: NonNull<sys::ibv_qp>,
-    _pd: Arc<ProtectionDomain>,
+    pd: Arc<ProtectionDomain>,
     _cq: Arc<CqHandle>,
     /// Largest inline payload the QP accepted.
     pub max_inline: u32,
@@ -603,23 +617,22 @@ impl QueuePair {
     ) -> Result<QueuePair, VerbsError> {
         let mut last = None;
         for want in [inline, inline / 2, 64, 0] {
-            // SAFETY: all-zero is a valid init attribute set (null SRQ and context).
-            let mut attr: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+            let mut attr = sys::ibv_qp_init_attr::zeroed();
             attr.send_cq = cq.cq();
             attr.recv_cq = cq.cq();
-            attr.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
+            attr.qp_type = sys::IBV_QPT_RC;
             attr.cap.max_send_wr = send;
             attr.cap.max_recv_wr = recv;
             attr.cap.max_send_sge = 2;
             attr.cap.max_recv_sge = 1;
             attr.cap.max_inline_data = want;
             // SAFETY: domain and CQ are live; `attr` is fully initialised.
-            let qp = unsafe { sys::ibv_create_qp(pd.pd.as_ptr(), &mut attr) };
+            let qp = unsafe { (pd.ctx.lib.ibv_create_qp)(pd.pd.as_ptr(), &mut attr) };
             match NonNull::new(qp) {
                 Some(qp) => {
                     return Ok(QueuePair {
                         qp,
-                        _pd: pd.clone(),
+                        pd: pd.clone(),
                         _cq: cq.handle.clone(),
                         max_inline: attr.cap.max_inline_data,
                     })
@@ -644,11 +657,11 @@ impl QueuePair {
     fn modify(
         &mut self,
         attr: &mut sys::ibv_qp_attr,
-        mask: u32,
+        mask: i32,
         to: &str,
     ) -> Result<(), VerbsError> {
         // SAFETY: the QP is live; `attr` is initialised for every field in `mask`.
-        let rc = unsafe { sys::ibv_modify_qp(self.qp.as_ptr(), attr, mask as i32) };
+        let rc = unsafe { (self.pd.ctx.lib.ibv_modify_qp)(self.qp.as_ptr(), attr, mask) };
         VerbsError::check("ibv_modify_qp", rc, to)
     }
 
@@ -659,26 +672,22 @@ impl QueuePair {
         local_psn: u32,
         remote: &Remote,
     ) -> Result<(), VerbsError> {
-        use sys::ibv_qp_attr_mask as m;
-        // SAFETY: all-zero is a valid attribute set.
-        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = sys::ibv_qp_state::IBV_QPS_INIT;
+        let mut a = sys::ibv_qp_attr::zeroed();
+        a.qp_state = sys::IBV_QPS_INIT;
         a.pkey_index = 0;
         a.port_num = path.port;
-        a.qp_access_flags = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0
-            | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0;
+        a.qp_access_flags = (sys::IBV_ACCESS_LOCAL_WRITE | sys::IBV_ACCESS_REMOTE_WRITE) as u32;
         self.modify(
             &mut a,
-            m::IBV_QP_STATE.0
-                | m::IBV_QP_PKEY_INDEX.0
-                | m::IBV_QP_PORT.0
-                | m::IBV_QP_ACCESS_FLAGS.0,
+            sys::IBV_QP_STATE
+                | sys::IBV_QP_PKEY_INDEX
+                | sys::IBV_QP_PORT
+                | sys::IBV_QP_ACCESS_FLAGS,
             "RESET to INIT",
         )?;
 
-        // SAFETY: as above.
-        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = sys::ibv_qp_state::IBV_QPS_RTR;
+        let mut a = sys::ibv_qp_attr::zeroed();
+        a.qp_state = sys::IBV_QPS_RTR;
         a.path_mtu = path.mtu;
         a.dest_qp_num = remote.qpn;
         a.rq_psn = remote.psn;
@@ -698,19 +707,18 @@ impl QueuePair {
         }
         self.modify(
             &mut a,
-            m::IBV_QP_STATE.0
-                | m::IBV_QP_AV.0
-                | m::IBV_QP_PATH_MTU.0
-                | m::IBV_QP_DEST_QPN.0
-                | m::IBV_QP_RQ_PSN.0
-                | m::IBV_QP_MAX_DEST_RD_ATOMIC.0
-                | m::IBV_QP_MIN_RNR_TIMER.0,
+            sys::IBV_QP_STATE
+                | sys::IBV_QP_AV
+                | sys::IBV_QP_PATH_MTU
+                | sys::IBV_QP_DEST_QPN
+                | sys::IBV_QP_RQ_PSN
+                | sys::IBV_QP_MAX_DEST_RD_ATOMIC
+                | sys::IBV_QP_MIN_RNR_TIMER,
             "INIT to RTR",
         )?;
 
-        // SAFETY: as above.
-        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = sys::ibv_qp_state::IBV_QPS_RTS;
+        let mut a = sys::ibv_qp_attr::zeroed();
+        a.qp_state = sys::IBV_QPS_RTS;
         a.sq_psn = local_psn;
         a.timeout = path.timeout;
         a.retry_cnt = 7;
@@ -718,12 +726,12 @@ impl QueuePair {
         a.max_rd_atomic = 1;
         self.modify(
             &mut a,
-            m::IBV_QP_STATE.0
-                | m::IBV_QP_TIMEOUT.0
-                | m::IBV_QP_RETRY_CNT.0
-                | m::IBV_QP_RNR_RETRY.0
-                | m::IBV_QP_SQ_PSN.0
-                | m::IBV_QP_MAX_QP_RD_ATOMIC.0,
+            sys::IBV_QP_STATE
+                | sys::IBV_QP_TIMEOUT
+                | sys::IBV_QP_RETRY_CNT
+                | sys::IBV_QP_RNR_RETRY
+                | sys::IBV_QP_SQ_PSN
+                | sys::IBV_QP_MAX_QP_RD_ATOMIC,
             "RTR to RTS",
         )
     }
@@ -766,20 +774,15 @@ impl QueuePair {
                 lkey: s.lkey,
             };
         }
-        // SAFETY: all-zero is a valid send WR (null pointers, zero unions).
-        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        let mut wr = sys::ibv_send_wr::zeroed();
         wr.wr_id = wr_id;
         wr.sg_list = list.as_mut_ptr();
         wr.num_sge = used.len() as i32;
-        wr.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
-        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0
-            | if inline {
-                sys::ibv_send_flags::IBV_SEND_INLINE.0
-            } else {
-                0
-            };
-        wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
-        wr.wr.rdma = sys::rdma_t { remote_addr, rkey };
+        wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr.send_flags = sys::IBV_SEND_SIGNALED | if inline { sys::IBV_SEND_INLINE } else { 0 };
+        wr.imm_data = imm.to_be();
+        wr.remote_addr = remote_addr;
+        wr.rkey = rkey;
         let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
         // SAFETY: the QP is live; `wr` and `list` outlive the call; the caller keeps the
         // memory valid as documented.
@@ -805,14 +808,12 @@ impl QueuePair {
             length: data.len() as u32,
             lkey: 0,
         };
-        // SAFETY: all-zero is a valid send WR.
-        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        let mut wr = sys::ibv_send_wr::zeroed();
         wr.wr_id = wr_id;
         wr.sg_list = &mut list;
         wr.num_sge = 1;
-        wr.opcode = sys::ibv_wr_opcode::IBV_WR_SEND;
-        wr.send_flags =
-            sys::ibv_send_flags::IBV_SEND_SIGNALED.0 | sys::ibv_send_flags::IBV_SEND_INLINE.0;
+        wr.opcode = sys::IBV_WR_SEND;
+        wr.send_flags = sys::IBV_SEND_SIGNALED | sys::IBV_SEND_INLINE;
         let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
         // SAFETY: the QP is live; inline data is copied by the provider during the call,
         // while `data` is borrowed.
@@ -850,6 +851,6 @@ impl QueuePair {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         // SAFETY: created by ibv_create_qp; it holds its CQ and domain, destroyed later.
-        unsafe { sys::ibv_destroy_qp(self.qp.as_ptr()) };
+        unsafe { (self.pd.ctx.lib.ibv_destroy_qp)(self.qp.as_ptr()) };
     }
 }

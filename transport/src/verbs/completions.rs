@@ -1,0 +1,202 @@
+//! Completions: polling the completion queue, what each completion means (a send done, a
+//! message or credits arrived, an error), and blocking on the completion channel.
+
+use std::time::{Duration, Instant};
+
+use super::ffi::{self, VerbsError};
+use super::wire::{
+    decode_header, HEADER, HELLO, WR_CREDIT, WR_DATA, WR_HELLO, WR_INLINE, WR_KIND, WR_RECV,
+};
+use super::VerbsTransport;
+use crate::error::TransportError;
+use crate::transport::{Payload, Transport};
+use crate::types::Rank;
+
+impl VerbsTransport {
+    pub(super) fn verbs_error(&self, peer: Option<usize>, e: VerbsError) -> TransportError {
+        TransportError::Verbs {
+            rank: self.rank,
+            peer: peer.map(Rank::from),
+            verb: e.verb,
+            errno: e.errno,
+            message: e.message,
+        }
+    }
+
+    pub(super) fn fail(&mut self, e: TransportError) {
+        if self.broken.is_none() {
+            tracing::warn!(error = %e, "verbs transport failed");
+            self.broken = Some(e);
+        }
+    }
+
+    /// Polls completions and handles them; then sends owed credits.
+    pub(super) fn progress(&mut self) {
+        loop {
+            self.completions.clear();
+            let mut batch = std::mem::take(&mut self.completions);
+            let n = match self.cq.poll(&mut batch, 16) {
+                Ok(n) => n,
+                Err(e) => {
+                    let e = self.verbs_error(None, e);
+                    self.fail(e);
+                    0
+                }
+            };
+            for c in &batch {
+                self.complete(c);
+            }
+            self.completions = batch;
+            if n < 16 {
+                break;
+            }
+        }
+        self.send_credits(false);
+    }
+
+    pub(super) fn complete(&mut self, c: &ffi::Completion) {
+        let p = ((c.wr_id >> 32) & 0xff_ffff) as usize;
+        let kind = c.wr_id & WR_KIND;
+        if c.status != ffi::WC_SUCCESS {
+            let op = match kind {
+                WR_DATA | WR_INLINE => "RDMA WRITE WITH IMM",
+                WR_CREDIT => "SEND (credits)",
+                WR_HELLO => "RDMA WRITE WITH IMM (connectivity check)",
+                _ => "RECV",
+            };
+            let mut status = ffi::status_str(c.status);
+            if kind == WR_HELLO || c.status == 12 {
+                // Retries exhausted at setup is almost always addressing: say what was used.
+                status = format!("{status}; local {}", self.selection.gid.why);
+            }
+            // Flushes after the first error repeat it; keep the first.
+            self.fail(TransportError::Completion {
+                rank: self.rank,
+                peer: Rank::from(p),
+                op,
+                status,
+                vendor_err: c.vendor_err,
+            });
+            return;
+        }
+        match kind {
+            WR_DATA | WR_INLINE | WR_CREDIT | WR_HELLO => {
+                if let Some(Some(peer)) = self.peers.get_mut(p) {
+                    peer.sends = peer.sends.saturating_sub(1);
+                }
+                if let Some((id, v)) = self.inflight.remove(&c.wr_id) {
+                    self.free.push((id, v));
+                    self.replenish();
+                }
+            }
+            WR_RECV => {
+                let Some(&from) = self.by_qpn.get(&c.qp_num) else {
+                    return;
+                };
+                let index = (c.wr_id & 0xffff_ffff) as u32;
+                if c.opcode == ffi::WC_RECV_RDMA_WITH_IMM {
+                    self.arrival(from, c.imm);
+                } else if c.opcode == ffi::WC_RECV {
+                    self.credits_arrived(from, index, c.byte_len as usize);
+                }
+                if let Err(e) = self.post_ctrl_recv(from, index) {
+                    let e = self.verbs_error(Some(from), e);
+                    self.fail(e);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    pub(super) fn arrival(&mut self, from: usize, imm: u32) {
+        let me = self.rank;
+        let Some(peer) = self.peers[from].as_mut() else {
+            return;
+        };
+        if imm == HELLO {
+            peer.hello = true;
+            return;
+        }
+        let Some(v) = peer.advertised.remove(&imm) else {
+            self.fail(TransportError::Bootstrap {
+                rank: me,
+                reason: format!(
+                    "{} wrote to slot {imm}, which it was not lent",
+                    Rank::from(from)
+                ),
+            });
+            return;
+        };
+        peer.deficit += 1;
+        match decode_header(&v) {
+            Some((tag, len)) if len <= v.len() - HEADER => {
+                self.lent.insert(v.as_ptr() as usize, imm);
+                let payload = Payload::with_head(v, HEADER, len);
+                if self
+                    .arrived
+                    .insert((Rank::from(from), tag.key()), (tag, payload))
+                    .is_some()
+                {
+                    self.fail(TransportError::DuplicateTag {
+                        rank: me,
+                        peer: Rank::from(from),
+                        tag,
+                    });
+                }
+            }
+            _ => {
+                self.free.push((imm, v));
+                self.fail(TransportError::Bootstrap {
+                    rank: me,
+                    reason: format!("malformed message header from {}", Rank::from(from)),
+                });
+            }
+        }
+        self.replenish();
+    }
+
+    pub(super) fn check(&mut self) -> Result<(), TransportError> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        Ok(())
+    }
+
+    /// Checks the control plane (aborts, dead peers) at most every millisecond.
+    pub(super) fn control(&mut self, force: bool) -> Result<(), TransportError> {
+        if force || self.last_control.elapsed() >= Duration::from_millis(1) {
+            self.last_control = Instant::now();
+            self.tcp.control()?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn peer_index(&self, peer: Rank) -> Result<usize, TransportError> {
+        match self.peers.get(peer.index()) {
+            Some(Some(_)) => Ok(peer.index()),
+            _ => Err(TransportError::InvalidPeer {
+                rank: self.rank,
+                peer,
+                nranks: self.nranks,
+            }),
+        }
+    }
+
+    pub(super) fn wait_inner(&mut self, deadline: Instant) -> Result<(), TransportError> {
+        self.send_credits(true);
+        if let Err(e) = self.cq.arm() {
+            let e = self.verbs_error(None, e);
+            self.fail(e);
+        }
+        // A completion that landed before arming raises no event: poll once more.
+        let before = (self.arrived.len(), self.free.len(), self.inflight.len());
+        self.progress();
+        if (self.arrived.len(), self.free.len(), self.inflight.len()) != before {
+            return Ok(());
+        }
+        self.tcp.wait(deadline)?;
+        self.cq.drain_events();
+        self.progress();
+        Ok(())
+    }
+}

@@ -1,0 +1,155 @@
+//! Slots and credits: registered buffers, the slots lent to each peer, credits sent back
+//! as inline SENDs in batches, and the room a sender needs before it posts a write.
+
+use super::ffi::{MemoryRegion, Sge};
+use super::wire::{wr, Credit, CREDIT_BYTES, HEADER, WR_CREDIT, WR_RECV};
+use super::{Buf, VerbsError, VerbsTransport, CTRL_BYTES};
+use crate::error::TransportError;
+use crate::types::Rank;
+
+impl VerbsTransport {
+    /// Registers `v`'s memory (its whole length).
+    pub(super) fn register_vec(&self, v: &mut Vec<u8>) -> Result<MemoryRegion, VerbsError> {
+        // SAFETY: every registered Vec is owned by this transport (in `free`, a peer's
+        // `advertised` or `ctrl`, or `inflight`) or lent to the caller and tracked in
+        // `lent`; the regions are deregistered when the transport drops (peers' queue
+        // pairs are destroyed first, so the device no longer touches them). While the
+        // device may access a buffer, it is in `advertised`, `ctrl` or `inflight`, where
+        // no Rust reference to its bytes is used.
+        unsafe { MemoryRegion::register(&self.pd, v.as_mut_ptr(), v.len(), true) }
+    }
+
+    /// A free registered buffer of header + slot bytes, registering a new one if needed.
+    pub(super) fn take_buffer(&mut self) -> Result<(u32, Vec<u8>), VerbsError> {
+        if let Some(b) = self.free.pop() {
+            return Ok(b);
+        }
+        let mut v = vec![0u8; HEADER + self.slot_bytes];
+        let mr = self.register_vec(&mut v)?;
+        let id = self.bufs.len() as u32;
+        self.bufs.push(Buf {
+            mr,
+            ptr: v.as_ptr() as usize,
+        });
+        Ok((id, v))
+    }
+
+    pub(super) fn credit_for(&self, id: u32, v: &[u8]) -> Credit {
+        Credit {
+            id,
+            addr: v.as_ptr() as u64,
+            rkey: self.bufs[id as usize].mr.rkey(),
+            len: v.len() as u32,
+        }
+    }
+
+    pub(super) fn post_ctrl_recv(&mut self, p: usize, i: u32) -> Result<(), VerbsError> {
+        let Some(peer) = self.peers[p].as_mut() else {
+            return Ok(());
+        };
+        let sge = Sge {
+            addr: peer.ctrl.as_ptr() as u64 + u64::from(i) * CTRL_BYTES as u64,
+            len: CTRL_BYTES as u32,
+            lkey: peer.ctrl_mr.lkey(),
+        };
+        // SAFETY: `ctrl` is registered, owned by the peer entry (dropped after its QP) and
+        // only read after this receive's completion.
+        unsafe { peer.qp.post_recv(wr(WR_RECV, p, i), sge) }
+    }
+
+    pub(super) fn credits_arrived(&mut self, from: usize, index: u32, len: usize) {
+        let Some(peer) = self.peers[from].as_mut() else {
+            return;
+        };
+        let at = index as usize * CTRL_BYTES;
+        let Some(msg) = peer.ctrl.get(at..at + len.min(CTRL_BYTES)) else {
+            return;
+        };
+        for c in msg.chunks_exact(CREDIT_BYTES) {
+            if let Some(c) = Credit::decode(c) {
+                peer.credits.push_back(c);
+            }
+        }
+    }
+
+    /// Gives peers that are owed slots a free (or newly registered) buffer each.
+    pub(super) fn replenish(&mut self) {
+        for p in 0..self.peers.len() {
+            while self.peers[p].as_ref().is_some_and(|x| x.deficit > 0) {
+                let (id, mut v) = match self.take_buffer() {
+                    Ok(b) => b,
+                    Err(e) => {
+                        let e = self.verbs_error(Some(p), e);
+                        self.fail(e);
+                        return;
+                    }
+                };
+                v.resize(HEADER + self.slot_bytes, 0);
+                let credit = self.credit_for(id, &v);
+                if let Some(peer) = self.peers[p].as_mut() {
+                    peer.deficit -= 1;
+                    peer.advertised.insert(id, v);
+                    peer.owed.push(credit);
+                }
+            }
+        }
+    }
+
+    /// Sends owed credits: in batches of a message's worth (or half the window), or all
+    /// of them with `all` (before blocking). A sender out of credits has used its whole
+    /// window, so this rank owes it at least a batch: batching cannot stall it.
+    pub(super) fn send_credits(&mut self, all: bool) {
+        let per = self.per_credit_msg;
+        let batch = if all {
+            1
+        } else {
+            per.min(self.window / 2).max(1)
+        };
+        let depth = self.send_depth;
+        for p in 0..self.peers.len() {
+            let Some(peer) = self.peers[p].as_mut() else {
+                continue;
+            };
+            while peer.owed.len() >= batch && peer.sends < depth {
+                let n = peer.owed.len().min(per);
+                let mut msg = Vec::with_capacity(n * CREDIT_BYTES);
+                for c in peer.owed.drain(..n) {
+                    c.encode(&mut msg);
+                }
+                match peer.qp.post_send_inline(wr(WR_CREDIT, p, 0), &msg) {
+                    Ok(()) => peer.sends += 1,
+                    Err(e) => {
+                        let e = self.verbs_error(Some(p), e);
+                        self.fail(e);
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether a write to peer `p` can be posted now: a remote slot and send-queue room.
+    pub(super) fn ready_to_send(&self, p: usize) -> bool {
+        self.peers[p]
+            .as_ref()
+            .is_some_and(|x| !x.credits.is_empty() && x.sends < self.send_depth)
+    }
+
+    /// Whether a write to peer `p` can be posted, after taking completions if not at
+    /// first; an error if the peer is gone (it will never grant room again).
+    pub(super) fn room_for(&mut self, p: usize) -> Result<bool, TransportError> {
+        if self.ready_to_send(p) {
+            return Ok(true);
+        }
+        self.progress();
+        self.check()?;
+        if self.ready_to_send(p) {
+            return Ok(true);
+        }
+        self.control(false)?;
+        match self.tcp.peer_gone(Rank::from(p)) {
+            Some(e) => Err(e),
+            None => Ok(false),
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! Forming a verbs group over a connected TCP group: agreeing whether every rank can use
+//! RDMA, queue pairs and first credits per peer, endpoints exchanged over TCP, and a
+//! connectivity check each way before the group is handed out.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use super::ffi::{
+    self, CompletionChannel, CompletionQueue, Context, ProtectionDomain, QueuePair, Remote, Sge,
+};
+use super::registry::Registry;
+use super::select::{self, GidKind};
+use super::wire::CREDIT_BYTES;
+use super::wire::{wr, Endpoint, HELLO, WR_HELLO};
+use super::{choose, Options, Peer, Selection, VerbsError, VerbsTransport, CTRL_BYTES};
+use crate::error::TransportError;
+use crate::tcp::{bootstrap, TcpTransport};
+use crate::transport::{Payload, Transport};
+use crate::types::{Rank, Tag};
+
+/// Tells every rank whether this one can use verbs and learns the same from them: the
+/// ranks that cannot (empty: the whole group can upgrade). Every rank must call it.
+pub fn agree(
+    tcp: &mut TcpTransport,
+    usable: bool,
+    deadline: Instant,
+) -> Result<Vec<Rank>, TransportError> {
+    let me = tcp.rank();
+    let others: Vec<Rank> = (0..tcp.nranks())
+        .map(Rank::from)
+        .filter(|&r| r != me)
+        .collect();
+    for &p in &others {
+        send_control(tcp, p, endpoint_tag(2), &[u8::from(usable)], deadline)?;
+    }
+    let mut without: Vec<Rank> = Vec::new();
+    if !usable {
+        without.push(me);
+    }
+    for &p in &others {
+        if recv_control(tcp, p, endpoint_tag(2), deadline)?.first() != Some(&1) {
+            without.push(p);
+        }
+    }
+    without.sort();
+    Ok(without)
+}
+
+fn endpoint_tag(step: u32) -> Tag {
+    Tag {
+        collective: 0xffff_fff0,
+        channel: 0,
+        transfer: step,
+        segment: 0,
+        schedule: 0,
+    }
+}
+
+/// Joins the group over TCP ([`bootstrap::connect`]), then connects every pair with
+/// queue pairs ([`upgrade`]).
+pub fn connect(
+    boot: &bootstrap::Options,
+    opts: &Options,
+) -> Result<VerbsTransport, TransportError> {
+    let tcp = bootstrap::connect(boot)?;
+    let sel = choose(boot.bind.or_else(|| tcp.local_ip()), opts).map_err(|reason| {
+        TransportError::NoDevice {
+            rank: Rank::from(boot.rank),
+            reason,
+        }
+    })?;
+    upgrade(tcp, sel, opts, Instant::now() + boot.timeout)
+}
+
+/// Turns a connected TCP group into a verbs group using `sel` on this rank: every rank of
+/// the group must call it (the TCP connections carry the endpoints and stay as the
+/// control plane).
+pub fn upgrade(
+    mut tcp: TcpTransport,
+    sel: Selection,
+    opts: &Options,
+    deadline: Instant,
+) -> Result<VerbsTransport, TransportError> {
+    let rank = tcp.rank();
+    let nranks = tcp.nranks();
+    let verr = |peer: Option<usize>| {
+        move |e: VerbsError| TransportError::Verbs {
+            rank,
+            peer: peer.map(Rank::from),
+            verb: e.verb,
+            errno: e.errno,
+            message: e.message,
+        }
+    };
+    let ctx = Context::open(&sel.device).map_err(verr(None))?;
+    let pd = ProtectionDomain::new(&ctx).map_err(verr(None))?;
+    let channel = CompletionChannel::new(&ctx).map_err(verr(None))?;
+    let window = opts.window.max(2);
+    let recv_depth = (2 * window + 8) as u32;
+    let send_depth = (2 * window + 8) as u32;
+    let dev = ctx.query_device().map_err(verr(None))?;
+    let cq_entries = ((nranks.max(2) - 1) as i64 * i64::from(recv_depth + send_depth))
+        .clamp(16, i64::from(dev.max_cqe.max(16))) as i32;
+    let cq = CompletionQueue::new(&ctx, &channel, cq_entries).map_err(verr(None))?;
+    tcp.watch_fd(cq.fd()).map_err(|e| TransportError::Verbs {
+        rank,
+        peer: None,
+        verb: "epoll_ctl",
+        errno: e.raw_os_error().unwrap_or(0),
+        message: format!("cannot watch the completion channel: {e}"),
+    })?;
+    let mut t = VerbsTransport {
+        rank,
+        nranks,
+        peers: (0..nranks).map(|_| None).collect(),
+        by_qpn: HashMap::new(),
+        bufs: Vec::new(),
+        free: Vec::new(),
+        lent: HashMap::new(),
+        inflight: HashMap::new(),
+        next_wr: 0,
+        arrived: HashMap::new(),
+        broken: None,
+        completions: Vec::with_capacity(64),
+        slot_bytes: opts.slot_bytes,
+        send_depth,
+        per_credit_msg: 1,
+        selection: sel.clone(),
+        last_control: Instant::now(),
+        spin: opts.spin,
+        window,
+        registry: Registry::default(),
+        zero_copy: 0,
+        zero_copy_on: opts.zero_copy,
+        cq,
+        pd,
+        _channel: channel,
+        tcp,
+    };
+    // Queue pairs, receive buffers and first credits for every peer.
+    let psn = |peer: usize| ((rank.index() as u32) << 12 ^ (peer as u32) << 2 ^ 0x5a5a) & 0xff_ffff;
+    let mut mine = Vec::new();
+    for p in (0..nranks).filter(|&p| p != rank.index()) {
+        let qp =
+            QueuePair::new(&t.pd, &t.cq, send_depth, recv_depth, 256).map_err(verr(Some(p)))?;
+        let mut ctrl = vec![0u8; recv_depth as usize * CTRL_BYTES];
+        // SAFETY-free: registration goes through `register_vec`, see there.
+        let ctrl_mr = t.register_vec(&mut ctrl).map_err(verr(Some(p)))?;
+        t.per_credit_msg = ((qp.max_inline as usize).saturating_sub(4) / CREDIT_BYTES).max(1);
+        t.by_qpn.insert(qp.qpn(), p);
+        let mut credits = Vec::with_capacity(window);
+        let mut advertised = HashMap::new();
+        for _ in 0..window {
+            let (id, v) = t.take_buffer().map_err(verr(Some(p)))?;
+            credits.push(t.credit_for(id, &v));
+            advertised.insert(id, v);
+        }
+        mine.push(Endpoint {
+            qpn: qp.qpn(),
+            psn: psn(p),
+            lid: sel.lid,
+            mtu: sel.active_mtu as u8,
+            gid_kind: sel.gid.entry.kind as u8,
+            gid: sel.gid.entry.gid,
+            credits,
+        });
+        t.peers[p] = Some(Peer {
+            qp,
+            credits: VecDeque::new(),
+            advertised,
+            owed: Vec::new(),
+            deficit: 0,
+            sends: 0,
+            ctrl,
+            ctrl_mr,
+            hello: false,
+        });
+    }
+    // Exchange endpoints over TCP.
+    let others: Vec<usize> = (0..nranks).filter(|&p| p != rank.index()).collect();
+    for (p, ep) in others.iter().zip(&mine) {
+        send_control(
+            &mut t.tcp,
+            Rank::from(*p),
+            endpoint_tag(0),
+            &ep.encode(),
+            deadline,
+        )?;
+    }
+    for &p in &others {
+        let bytes = recv_control(&mut t.tcp, Rank::from(p), endpoint_tag(0), deadline)?;
+        let ep = Endpoint::decode(&bytes).ok_or_else(|| TransportError::Bootstrap {
+            rank,
+            reason: format!("malformed verbs endpoint from {}", Rank::from(p)),
+        })?;
+        let local = &t.selection.gid.entry;
+        let their_v4 = std::net::Ipv6Addr::from(ep.gid).to_ipv4_mapped().is_some();
+        if sel.roce && local.ipv4().is_some() != their_v4 {
+            return Err(TransportError::NoDevice {
+                rank,
+                reason: format!(
+                    "{local} on {} cannot reach {}'s GID {} ({}): one is IPv4-mapped and the \
+                     other is not{}",
+                    sel.device,
+                    Rank::from(p),
+                    std::net::Ipv6Addr::from(ep.gid),
+                    if ep.gid_kind == GidKind::RoceV2 as u8 {
+                        "RoCE v2"
+                    } else {
+                        "other type"
+                    },
+                    if opts.gid_index.is_some() {
+                        "; check RCOLL_IB_GID_INDEX"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+        let path = ffi::Path {
+            port: sel.port,
+            gid_index: local.index as u8,
+            mtu: u32::from(ep.mtu).min(sel.active_mtu).max(1),
+            global: sel.roce,
+            timeout: opts.ack_timeout,
+        };
+        let remote = Remote {
+            qpn: ep.qpn,
+            psn: ep.psn,
+            lid: ep.lid,
+            gid: ep.gid,
+        };
+        let peer = t.peers[p].as_mut().ok_or(TransportError::InvalidPeer {
+            rank,
+            peer: Rank::from(p),
+            nranks,
+        })?;
+        peer.qp
+            .connect(&path, psn(p), &remote)
+            .map_err(verr(Some(p)))?;
+        peer.credits.extend(ep.credits);
+        for i in 0..recv_depth {
+            t.post_ctrl_recv(p, i).map_err(verr(Some(p)))?;
+        }
+    }
+    // Everyone's receives are posted before anyone writes; then check the path works.
+    for &p in &others {
+        send_control(
+            &mut t.tcp,
+            Rank::from(p),
+            endpoint_tag(1),
+            b"ready",
+            deadline,
+        )?;
+    }
+    for &p in &others {
+        recv_control(&mut t.tcp, Rank::from(p), endpoint_tag(1), deadline)?;
+    }
+    for &p in &others {
+        let peer = t.peers[p].as_mut().ok_or(TransportError::InvalidPeer {
+            rank,
+            peer: Rank::from(p),
+            nranks,
+        })?;
+        let sge = Sge {
+            addr: 0,
+            len: 0,
+            lkey: 0,
+        };
+        // SAFETY: a zero-length write reads no local memory.
+        unsafe {
+            peer.qp
+                .post_write_imm(wr(WR_HELLO, p, 0), &[sge], 0, 0, HELLO, false)
+        }
+        .map_err(verr(Some(p)))?;
+        peer.sends += 1;
+    }
+    loop {
+        t.progress();
+        if let Some(e) = &t.broken {
+            return Err(e.clone());
+        }
+        let pending = t.peers.iter().flatten().any(|p| !p.hello || p.sends > 0);
+        if !pending {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let missing: Vec<String> = t
+                .peers
+                .iter()
+                .enumerate()
+                .filter_map(|(i, p)| {
+                    p.as_ref()
+                        .filter(|p| !p.hello)
+                        .map(|_| Rank::from(i).to_string())
+                })
+                .collect();
+            return Err(TransportError::Bootstrap {
+                rank,
+                reason: format!(
+                    "no RDMA connectivity check from {} before the deadline ({})",
+                    missing.join(", "),
+                    t.selection.gid.why
+                ),
+            });
+        }
+        t.wait_inner(deadline.min(Instant::now() + Duration::from_millis(50)))?;
+    }
+    tracing::info!(
+        rank = %rank,
+        device = %sel.device,
+        port = sel.port,
+        gid = %sel.gid.why,
+        mtu = select::mtu_bytes(sel.active_mtu),
+        "verbs queue pairs connected"
+    );
+    Ok(t)
+}
+
+fn send_control(
+    tcp: &mut TcpTransport,
+    peer: Rank,
+    tag: Tag,
+    data: &[u8],
+    deadline: Instant,
+) -> Result<(), TransportError> {
+    while !tcp.try_send_slice(peer, tag, data)? {
+        if Instant::now() >= deadline {
+            return Err(TransportError::Timeout {
+                rank: tcp.rank(),
+                peer,
+                what: "sending the verbs endpoint".into(),
+                waited: Duration::ZERO,
+            });
+        }
+        tcp.wait(deadline)?;
+    }
+    Ok(())
+}
+
+fn recv_control(
+    tcp: &mut TcpTransport,
+    peer: Rank,
+    tag: Tag,
+    deadline: Instant,
+) -> Result<Vec<u8>, TransportError> {
+    let start = Instant::now();
+    loop {
+        // The length is not known in advance: take whatever arrived under the tag.
+        match tcp.take_any(peer, tag) {
+            Some(p) => return Ok(p.as_bytes().to_vec()),
+            None => {
+                if let Some(e) = tcp.peer_gone(peer) {
+                    return Err(e);
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(TransportError::Timeout {
+                rank: tcp.rank(),
+                peer,
+                what: "the peer's verbs endpoint".into(),
+                waited: start.elapsed(),
+            });
+        }
+        tcp.wait(deadline)?;
+    }
+}
+
+impl TcpTransport {
+    /// Takes the message `tag` from `peer` whatever its length (control messages).
+    fn take_any(&mut self, peer: Rank, tag: Tag) -> Option<Payload> {
+        let _ = self.control();
+        self.take_unchecked(peer, tag)
+    }
+}

@@ -1,0 +1,193 @@
+//! The verbs backend's wire formats, pure: credits (a slot lent to a peer), endpoints
+//! (what a rank tells a peer about its queue pair, over the TCP bootstrap), the message
+//! header at the front of every slot, and work request ids.
+
+use crate::types::Tag;
+
+/// Bytes of header in front of every message in a slot.
+pub const HEADER: usize = 32;
+pub(super) const MAGIC: u32 = u32::from_be_bytes(*b"RCV1");
+/// Immediate of the connectivity check.
+pub(super) const HELLO: u32 = u32::MAX;
+/// Bytes of one credit in a credit message.
+pub(super) const CREDIT_BYTES: usize = 20;
+
+/// A slot the receiver lends: the sender may write up to `len` bytes at `addr`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Credit {
+    pub(super) id: u32,
+    pub(super) addr: u64,
+    pub(super) rkey: u32,
+    pub(super) len: u32,
+}
+
+impl Credit {
+    pub(super) fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.id.to_le_bytes());
+        out.extend_from_slice(&self.addr.to_le_bytes());
+        out.extend_from_slice(&self.rkey.to_le_bytes());
+        out.extend_from_slice(&self.len.to_le_bytes());
+    }
+
+    pub(super) fn decode(b: &[u8]) -> Option<Credit> {
+        let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+        Some(Credit {
+            id: u32_at(0)?,
+            addr: u64::from_le_bytes(b.get(4..12)?.try_into().ok()?),
+            rkey: u32_at(12)?,
+            len: u32_at(16)?,
+        })
+    }
+}
+
+/// What a rank tells a peer about its end of their queue pair.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Endpoint {
+    pub(super) qpn: u32,
+    pub(super) psn: u32,
+    pub(super) lid: u16,
+    pub(super) mtu: u8,
+    pub(super) gid_kind: u8,
+    pub(super) gid: [u8; 16],
+    pub(super) credits: Vec<Credit>,
+}
+
+impl Endpoint {
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let mut o = Vec::with_capacity(32 + self.credits.len() * CREDIT_BYTES);
+        o.extend_from_slice(&MAGIC.to_le_bytes());
+        o.extend_from_slice(&self.qpn.to_le_bytes());
+        o.extend_from_slice(&self.psn.to_le_bytes());
+        o.extend_from_slice(&self.lid.to_le_bytes());
+        o.push(self.mtu);
+        o.push(self.gid_kind);
+        o.extend_from_slice(&self.gid);
+        o.extend_from_slice(&(self.credits.len() as u32).to_le_bytes());
+        for c in &self.credits {
+            c.encode(&mut o);
+        }
+        o
+    }
+
+    pub(super) fn decode(b: &[u8]) -> Option<Endpoint> {
+        let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+        if u32_at(0)? != MAGIC {
+            return None;
+        }
+        let n = u32_at(32)? as usize;
+        let body = b.get(36..)?;
+        if body.len() != n.checked_mul(CREDIT_BYTES)? {
+            return None;
+        }
+        Some(Endpoint {
+            qpn: u32_at(4)?,
+            psn: u32_at(8)?,
+            lid: u16::from_le_bytes(b.get(12..14)?.try_into().ok()?),
+            mtu: *b.get(14)?,
+            gid_kind: *b.get(15)?,
+            gid: b.get(16..32)?.try_into().ok()?,
+            credits: body
+                .chunks(CREDIT_BYTES)
+                .filter_map(Credit::decode)
+                .collect(),
+        })
+    }
+}
+
+pub(super) fn encode_header(tag: Tag, len: usize, out: &mut [u8]) {
+    out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+    out[4..6].copy_from_slice(&tag.channel.to_le_bytes());
+    out[6..8].copy_from_slice(&[0, 0]);
+    out[8..12].copy_from_slice(&tag.collective.to_le_bytes());
+    out[12..16].copy_from_slice(&tag.transfer.to_le_bytes());
+    out[16..20].copy_from_slice(&tag.segment.to_le_bytes());
+    out[20..24].copy_from_slice(&tag.schedule.to_le_bytes());
+    out[24..28].copy_from_slice(&(len as u32).to_le_bytes());
+    out[28..32].copy_from_slice(&[0; 4]);
+}
+
+pub(super) fn decode_header(b: &[u8]) -> Option<(Tag, usize)> {
+    let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
+    if u32_at(0)? != MAGIC {
+        return None;
+    }
+    let tag = Tag {
+        channel: u16::from_le_bytes(b.get(4..6)?.try_into().ok()?),
+        collective: u32_at(8)?,
+        transfer: u32_at(12)?,
+        segment: u32_at(16)?,
+        schedule: u32_at(20)?,
+    };
+    Some((tag, u32_at(24)? as usize))
+}
+
+/// Work request ids: kind in the top byte, peer and index below.
+pub(super) const WR_DATA: u64 = 1 << 56;
+pub(super) const WR_INLINE: u64 = 2 << 56;
+pub(super) const WR_CREDIT: u64 = 3 << 56;
+pub(super) const WR_RECV: u64 = 4 << 56;
+pub(super) const WR_HELLO: u64 = 5 << 56;
+pub(super) const WR_KIND: u64 = 0xff << 56;
+
+pub(super) fn wr(kind: u64, peer: usize, index: u32) -> u64 {
+    kind | ((peer as u64 & 0xff_ffff) << 32) | u64::from(index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_round_trips_and_rejects_garbage() {
+        let ep = Endpoint {
+            qpn: 0x11,
+            psn: 0x22_3344,
+            lid: 7,
+            mtu: 3,
+            gid_kind: 0,
+            gid: [9; 16],
+            credits: vec![
+                Credit {
+                    id: 1,
+                    addr: 0xdead_beef_0000,
+                    rkey: 0x1234,
+                    len: 131_104,
+                },
+                Credit {
+                    id: 2,
+                    addr: 8,
+                    rkey: 9,
+                    len: 10,
+                },
+            ],
+        };
+        let b = ep.encode();
+        assert_eq!(Endpoint::decode(&b), Some(ep));
+        assert_eq!(Endpoint::decode(&b[..b.len() - 1]), None);
+        assert_eq!(Endpoint::decode(&[0; 40]), None);
+    }
+
+    #[test]
+    fn header_round_trips() {
+        let tag = Tag {
+            collective: 5,
+            channel: 1,
+            transfer: 6,
+            segment: 7,
+            schedule: 0xabcd,
+        };
+        let mut h = [0u8; HEADER];
+        encode_header(tag, 4096, &mut h);
+        assert_eq!(decode_header(&h), Some((tag, 4096)));
+        h[0] ^= 1;
+        assert_eq!(decode_header(&h), None);
+    }
+
+    #[test]
+    fn work_request_ids_keep_kind_peer_and_index() {
+        let id = wr(WR_CREDIT, 513, 77);
+        assert_eq!(id & WR_KIND, WR_CREDIT);
+        assert_eq!((id >> 32) & 0xff_ffff, 513);
+        assert_eq!(id & 0xffff_ffff, 77);
+    }
+}
