@@ -2,8 +2,8 @@
 # System packages the build and tests need (Debian). Idempotent.
 set -euo pipefail
 packages=(
-  # The verbs transport's build (pkg-config, libibverbs-dev, librdmacm-dev, libclang-dev)
-  # and the Soft-RoCE VM (qemu, rdma-core, perftest, ...) come from soft-roce/deps.sh below.
+  # The verbs headers (for the layout test) and the Soft-RoCE VM (qemu, rdma-core,
+  # perftest, ...) come from soft-roce/deps.sh below. Building rcoll needs none of them.
   fonts-dejavu-core  # rcoll-bench --plot and `rcoll-bench plot`: DejaVuSans.ttf for the chart's text
 )
 missing=()
