@@ -39,6 +39,10 @@ pub fn run(
     let exe = std::env::current_exe().map_err(|e| spawn_error("find this executable", e))?;
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let root = free_root()?;
+    // The job's secret, fresh for every run: only these children can join it.
+    let secret = rcoll::process::random_unique_id()
+        .map_err(|e| spawn_error("make a job secret", std::io::Error::other(e.to_string())))?;
+    let secret = rcoll::process::format_unique_id(secret);
     let mut group = Group(Vec::with_capacity(nranks));
     for rank in 0..nranks {
         let mut child = Command::new(&exe)
@@ -46,6 +50,7 @@ pub fn run(
             .env("RCOLL_RANK", rank.to_string())
             .env("RCOLL_WORLD_SIZE", nranks.to_string())
             .env("RCOLL_ROOT_ADDR", &root)
+            .env("RCOLL_UNIQUE_ID", &secret)
             .env(CHILD_MARKER, std::process::id().to_string())
             .stdin(Stdio::piped())
             .stdout(if rank == 0 {

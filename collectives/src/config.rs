@@ -9,6 +9,10 @@ use crate::schedule::cost::CostModel;
 /// Default time without progress before a collective fails.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The largest segment: a message is one segment, and every transport's message length
+/// must fit 32 bits with room for headers.
+pub const MAX_SEGMENT_BYTES: usize = 1 << 30;
+
 /// Default segment size: small enough that a segment stays in L2 between the rank that
 /// writes it and the rank that reduces it, large enough to amortise per-message work.
 pub const DEFAULT_SEGMENT_BYTES: usize = 128 * 1024;
@@ -72,7 +76,21 @@ impl Config {
                 Error::Config(format!("RCOLL_SEGMENT_BYTES={v:?} is not a positive size"))
             })?;
         }
+        self.check()?;
         Ok(self)
+    }
+
+    /// The limits every setting must respect, whatever set it.
+    pub fn check(&self) -> Result<()> {
+        if self.segment_bytes == 0 || self.segment_bytes > MAX_SEGMENT_BYTES {
+            return Err(Error::Config(format!(
+                "a segment of {} bytes: the segment size (RCOLL_SEGMENT_BYTES, \
+                 Builder::segment_bytes) must be 1 byte to {} MiB",
+                self.segment_bytes,
+                MAX_SEGMENT_BYTES >> 20
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -99,6 +117,7 @@ impl Overrides {
         if let Some(b) = self.segment_bytes {
             config.segment_bytes = b;
         }
+        config.check()?;
         Ok(config)
     }
 }

@@ -52,6 +52,18 @@ impl std::str::FromStr for TransportKind {
     }
 }
 
+/// A fresh random job secret for [`Builder::unique_id`] (and `RCOLL_UNIQUE_ID`, as
+/// [`format_unique_id`] writes it).
+pub fn random_unique_id() -> Result<u128> {
+    bootstrap::auth::random_secret()
+        .map_err(|e| Error::Config(format!("no randomness for a job secret: {e}")))
+}
+
+/// A job secret as `RCOLL_UNIQUE_ID` takes it: 32 hex digits.
+pub fn format_unique_id(id: u128) -> String {
+    format!("{id:032x}")
+}
+
 /// Joins the job described by the environment (see [`Builder::from_env`]).
 pub fn init() -> Result<Communicator> {
     Builder::from_env()?.build()
@@ -64,6 +76,7 @@ pub struct Builder {
     size: usize,
     root: SocketAddr,
     unique_id: Option<u128>,
+    insecure_id: bool,
     bind: Option<IpAddr>,
     transport: TransportKind,
     overrides: Overrides,
@@ -78,6 +91,7 @@ impl Builder {
             size,
             root,
             unique_id: None,
+            insecure_id: false,
             bind: None,
             transport: TransportKind::Auto,
             overrides: Overrides::default(),
@@ -101,6 +115,7 @@ impl Builder {
             })?;
         let mut b = Builder::new(placement.rank, placement.size, placement.root);
         b.unique_id = placement.unique_id;
+        b.insecure_id = placement.insecure_id;
         if let Ok(t) = std::env::var("RCOLL_TRANSPORT") {
             b.transport = t.parse()?;
         }
@@ -112,9 +127,20 @@ impl Builder {
         Ok(b)
     }
 
-    /// The job id that ranks must share (default: derived from the root and size).
+    /// The job's secret id, which every rank must be given: connections prove knowledge of
+    /// it both ways (it never travels), so no process without it can join or impersonate a
+    /// rank. Make one with [`random_unique_id`] on one process and hand it to the others
+    /// (`RCOLL_UNIQUE_ID`, 32 hex digits, in the environment of every rank).
     pub fn unique_id(mut self, id: u128) -> Builder {
         self.unique_id = Some(id);
+        self
+    }
+
+    /// Allows the job id derived from public values (the root address and the group size)
+    /// when no secret one is given (like `RCOLL_INSECURE_ID=1`): anyone who can reach the
+    /// root can then join the job, so only for tests on a trusted host.
+    pub fn insecure_default_id(mut self) -> Builder {
+        self.insecure_id = true;
         self
     }
 
@@ -161,19 +187,33 @@ impl Builder {
     /// Connects to the group and returns this rank's communicator.
     pub fn build(self) -> Result<Communicator> {
         let config = self.overrides.resolve()?;
+        let unique_id = match (self.unique_id, self.insecure_id) {
+            (Some(id), _) => id,
+            (None, true) => bootstrap::Options::default_unique_id(self.root, self.size),
+            // One rank connects to nobody: there is nothing to prove.
+            (None, false) if self.size == 1 => 0,
+            (None, false) => {
+                return Err(Error::Config(
+                    "no job secret: give every rank the same RCOLL_UNIQUE_ID (32 hex digits, \
+                     e.g. `export RCOLL_UNIQUE_ID=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')` \
+                     before mpirun, passed on with `mpirun -x RCOLL_UNIQUE_ID`), or \
+                     Builder::unique_id; RCOLL_INSECURE_ID=1 accepts an id anyone can compute, \
+                     for tests on a trusted host"
+                        .into(),
+                ))
+            }
+        };
         let opts = bootstrap::Options {
             rank: self.rank,
             nranks: self.size,
             root: self.root,
-            unique_id: self
-                .unique_id
-                .unwrap_or_else(|| bootstrap::Options::default_unique_id(self.root, self.size)),
+            unique_id,
             bind: self.bind,
             timeout: config.timeout,
             window: self.window,
         };
         tracing::info!(rank = self.rank, size = self.size, root = %self.root, "joining over tcp");
-        let deadline = std::time::Instant::now() + config.timeout;
+        let deadline = rcoll_transport::deadline_after(config.timeout);
         let tcp = bootstrap::connect(&opts).map_err(|source| {
             tracing::warn!(%source, "bootstrap failed");
             Error::Bootstrap { source }

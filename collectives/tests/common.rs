@@ -278,6 +278,9 @@ pub fn spawn_ranks(
     n: usize,
     env: impl Fn(usize) -> Vec<(String, String)>,
 ) -> Vec<Child> {
+    // One secret per group, as a launcher would hand out.
+    let secret =
+        rcoll::process::format_unique_id(rcoll::process::random_unique_id().expect("a job secret"));
     (0..n)
         .map(|r| {
             let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
@@ -291,6 +294,7 @@ pub fn spawn_ranks(
             ])
             .env("RCOLL_RANK", r.to_string())
             .env("RCOLL_WORLD_SIZE", n.to_string())
+            .env("RCOLL_UNIQUE_ID", &secret)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
             for (k, v) in env(r) {

@@ -23,6 +23,12 @@ fn rank_main() {
     let Ok(scenario) = std::env::var(SCENARIO) else {
         return;
     };
+    // Ranks other than 0 may be told to come late.
+    if let Ok(ms) = std::env::var("RCOLL_TEST_DELAY_MS") {
+        if std::env::var("RCOLL_RANK").as_deref() != Ok("0") {
+            std::thread::sleep(Duration::from_millis(ms.parse().expect("milliseconds")));
+        }
+    }
     let mut comm = match rcoll::process::init() {
         Ok(c) => c,
         Err(e) => panic!("RANK-INIT-ERROR {e}"),
@@ -112,6 +118,9 @@ fn spawn(scenario: &str, n: usize, extra: &[(&str, String)]) -> Vec<Child> {
 fn spawn_as(launcher: &str, scenario: &str, n: usize, extra: &[(&str, String)]) -> Vec<Child> {
     let root = free_root();
     let (host, port) = root.rsplit_once(':').expect("host:port");
+    let secret = rcoll::process::format_unique_id(
+        rcoll::process::random_unique_id().expect("a job secret"),
+    );
     (0..n)
         .map(|r| {
             let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
@@ -125,6 +134,7 @@ fn spawn_as(launcher: &str, scenario: &str, n: usize, extra: &[(&str, String)]) 
             .env(SCENARIO, scenario)
             .env("RCOLL_TRANSPORT", "tcp")
             .env("RCOLL_TIMEOUT", "20") // `extra` may override
+            .env("RCOLL_UNIQUE_ID", &secret) // an empty value in `extra` removes it
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
             let (rank_var, size_var) = match launcher {
@@ -143,7 +153,11 @@ fn spawn_as(launcher: &str, scenario: &str, n: usize, extra: &[(&str, String)]) 
                 cmd.env("RCOLL_ROOT_ADDR", &root);
             }
             for (k, v) in extra {
-                cmd.env(k, v);
+                if v.is_empty() {
+                    cmd.env_remove(k);
+                } else {
+                    cmd.env(k, v);
+                }
             }
             cmd.spawn().expect("spawn rank")
         })
@@ -254,4 +268,94 @@ fn ranks_started_under_each_launchers_conventions() {
             assert!(ok, "{launcher}: rank {r}:\n{out}");
         }
     }
+}
+
+#[test]
+fn a_job_without_a_secret_is_refused_unless_explicitly_insecure() {
+    let no_secret = [("RCOLL_UNIQUE_ID", String::new())];
+    let results = finish(spawn("hello", 2, &no_secret), Duration::from_secs(60));
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(!ok, "rank {r} ran without a secret:\n{out}");
+        assert!(
+            out.contains("no job secret") && out.contains("RCOLL_UNIQUE_ID"),
+            "rank {r}:\n{out}"
+        );
+    }
+    let insecure = [
+        ("RCOLL_UNIQUE_ID", String::new()),
+        ("RCOLL_INSECURE_ID", "1".to_string()),
+    ];
+    let results = finish(spawn("hello", 2, &insecure), Duration::from_secs(60));
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{out}");
+    }
+}
+
+/// A stranger reaches the root first and claims rank 1 with the id anyone can compute from
+/// the root address and size (the old default): it cannot prove the job's secret, is
+/// refused, and the real rank 1 takes its place.
+#[test]
+fn a_stranger_first_at_the_root_cannot_take_a_rank() {
+    use rcoll_transport::tcp::bootstrap::{auth, wire::Message, Options};
+    use std::io::{Read, Write};
+    let root = free_root();
+    let extra = [
+        ("RCOLL_ROOT_ADDR", root.clone()),
+        // Ranks 1 and 2 come late: the stranger is first.
+        ("RCOLL_TEST_DELAY_MS", "700".to_string()),
+    ];
+    let children = spawn("hello", 3, &extra);
+    let public_id = Options::default_unique_id(root.parse().expect("addr"), 3);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut s = loop {
+        match std::net::TcpStream::connect(&root) {
+            Ok(s) => break s,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) => panic!("the root never listened: {e}"),
+        }
+    };
+    s.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    let nonce_c = auth::nonce().expect("nonce");
+    s.write_all(&Message::Challenge { nonce: nonce_c }.encode())
+        .expect("challenge");
+    let mut got = Vec::new();
+    let mut read_one = |s: &mut std::net::TcpStream| loop {
+        if let Some((m, used)) = Message::split(&got).expect("a bootstrap message") {
+            got.drain(..used);
+            return m;
+        }
+        let mut b = [0u8; 256];
+        let n = s.read(&mut b).expect("read");
+        assert!(n > 0, "the root closed without a word");
+        got.extend_from_slice(&b[..n]);
+    };
+    let Message::Proof { nonce: nonce_s, .. } = read_one(&mut s) else {
+        panic!("no proof from the root");
+    };
+    let hello = Message::Hello {
+        rank: 1,
+        nranks: 3,
+        addr: "127.0.0.1:9".into(),
+        mac: [0; 32],
+    };
+    let forged = auth::sign_intro(public_id, &nonce_c, &nonce_s, hello);
+    s.write_all(&forged.encode()).expect("hello");
+    match read_one(&mut s) {
+        Message::Refuse(reason) => assert!(
+            reason.contains("does not prove this job's secret"),
+            "{reason}"
+        ),
+        other => panic!("the stranger was answered with {other:?}"),
+    }
+    let results = finish(children, Duration::from_secs(60));
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{out}");
+    }
+    assert!(
+        results[0].1.contains("refused connection from"),
+        "the root logs the stranger:\n{}",
+        results[0].1
+    );
 }

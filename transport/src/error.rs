@@ -141,6 +141,30 @@ pub enum TransportError {
         /// The backend's limit.
         max: usize,
     },
+    /// Memory could not be had (the size overflows the address space, or the allocator or
+    /// the device refused it). The transport stays usable.
+    #[error("{rank}: cannot allocate {bytes} bytes for {what}: {reason}")]
+    OutOfMemory {
+        /// The calling rank.
+        rank: Rank,
+        /// The size asked for.
+        bytes: usize,
+        /// What the memory was for.
+        what: &'static str,
+        /// Why not.
+        reason: String,
+    },
+    /// A peer broke the wire protocol (a malformed or oversized frame, more than its
+    /// grant): the connection to it is closed, and the group is unusable.
+    #[error("{rank}: protocol error from {peer}: {reason}")]
+    Protocol {
+        /// The rank that noticed.
+        rank: Rank,
+        /// The peer that sent it.
+        peer: Rank,
+        /// What was wrong.
+        reason: String,
+    },
     /// A peer index outside the communicator.
     #[error("{rank}: {peer} is not a member of this {nranks}-rank group")]
     InvalidPeer {
@@ -156,6 +180,9 @@ pub enum TransportError {
 impl TransportError {
     /// Whether the transport is still usable after this error.
     pub fn is_fatal(&self) -> bool {
-        !matches!(self, TransportError::InvalidPeer { .. })
+        !matches!(
+            self,
+            TransportError::InvalidPeer { .. } | TransportError::OutOfMemory { .. }
+        )
     }
 }

@@ -12,9 +12,17 @@
 //! The first launcher whose rank and size are both set wins, in the order above. MPI and
 //! Slurm do not publish a rendezvous address, so `RCOLL_ROOT_ADDR` names rank 0's; it
 //! defaults to `127.0.0.1:29500` (all ranks on one host). `RCOLL_UNIQUE_ID` (32 hex
-//! digits) sets the job id, by default derived from the root address and size.
+//! digits) is the job's secret id, which every rank must be given (no launcher publishes a
+//! secret); `RCOLL_INSECURE_ID=1` allows one derived from the root address and size instead,
+//! for tests on a trusted host.
 
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use crate::types::MAX_RANKS;
+
+/// How long resolving the rendezvous host name may take.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where this process stands in its job.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,8 +33,10 @@ pub struct Placement {
     pub size: usize,
     /// Rank 0's rendezvous address.
     pub root: SocketAddr,
-    /// The job id, if the environment sets one.
+    /// The job's secret id, if the environment sets one.
     pub unique_id: Option<u128>,
+    /// Whether the environment allows the public default id (`RCOLL_INSECURE_ID=1`).
+    pub insecure_id: bool,
     /// Which convention supplied rank and size.
     pub launcher: &'static str,
 }
@@ -57,6 +67,11 @@ pub fn placement(var: impl Fn(&str) -> Option<String>) -> Result<Option<Placemen
         let (Some(rank), Some(size)) = (number(rank_var)?, number(size_var)?) else {
             continue;
         };
+        if size > MAX_RANKS {
+            return Err(format!(
+                "{size_var}={size}: rcoll takes at most {MAX_RANKS} ranks"
+            ));
+        }
         if size == 0 || rank >= size {
             return Err(format!(
                 "{rank_var}={rank} is not a rank of {size_var}={size}"
@@ -72,7 +87,7 @@ pub fn placement(var: impl Fn(&str) -> Option<String>) -> Result<Option<Placemen
             (None, "torchrun", Some(host), Some(port)) => format!("{host}:{port}"),
             _ => DEFAULT_ROOT.to_owned(),
         };
-        let root = resolve(&root_text)?;
+        let root = resolve_within(&root_text, RESOLVE_TIMEOUT)?;
         let unique_id = var("RCOLL_UNIQUE_ID")
             .map(|v| {
                 u128::from_str_radix(v.trim().trim_start_matches("0x"), 16).map_err(|_| {
@@ -80,11 +95,16 @@ pub fn placement(var: impl Fn(&str) -> Option<String>) -> Result<Option<Placemen
                 })
             })
             .transpose()?;
+        let insecure_id = matches!(
+            var("RCOLL_INSECURE_ID").as_deref().map(str::trim),
+            Some("1" | "yes" | "true" | "on")
+        );
         return Ok(Some(Placement {
             rank,
             size,
             root,
             unique_id,
+            insecure_id,
             launcher,
         }));
     }
@@ -104,6 +124,31 @@ pub fn resolve(text: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("cannot resolve rendezvous address {text:?}: {e}"))?
         .next()
         .ok_or_else(|| format!("rendezvous address {text:?} resolves to nothing"))
+}
+
+/// [`resolve`] with a deadline: the system resolver has none of its own (a dead DNS server
+/// blocks `getaddrinfo` for as long as its configuration says), so it runs on a thread of
+/// its own and is abandoned after `timeout`.
+pub fn resolve_within(text: &str, timeout: Duration) -> Result<SocketAddr, String> {
+    // Addresses need no resolver, and no thread.
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let owned = text.to_owned();
+    std::thread::Builder::new()
+        .name("rcoll-resolve".into())
+        .spawn(move || {
+            let _ = tx.send(resolve(&owned));
+        })
+        .map_err(|e| format!("cannot start resolving {text:?}: {e}"))?;
+    match rx.recv_timeout(timeout) {
+        Ok(result) => result,
+        Err(_) => Err(format!(
+            "resolving rendezvous address {text:?} took longer than {timeout:?} (is DNS \
+             reachable? an IP address needs no resolver)"
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -57,4 +57,4 @@ pub mod verbs;
 
 pub use error::TransportError;
 pub use transport::{is_stale, Payload, Registered, SendState, Transport};
-pub use types::{Rank, Tag, TagKey};
+pub use types::{deadline_after, Rank, Tag, TagKey, MAX_RANKS};

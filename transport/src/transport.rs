@@ -124,6 +124,19 @@ impl Registered {
         }
     }
 
+    /// `bytes` of zeroed 8-byte words, or why they cannot be had (a size past the address
+    /// space, or an allocator that refuses): never a panic or an abort.
+    pub fn zeroed_words(bytes: usize) -> Result<Vec<u64>, String> {
+        let words = bytes.div_ceil(8).max(1);
+        if words > isize::MAX as usize / 8 {
+            return Err("more than the address space".into());
+        }
+        let mut v: Vec<u64> = Vec::new();
+        v.try_reserve_exact(words).map_err(|e| e.to_string())?;
+        v.resize(words, 0);
+        Ok(v)
+    }
+
     /// Memory whose registration is `registration`; see [`Registered::words_mut`].
     pub(crate) fn with_registration(
         words: Vec<u64>,
@@ -242,7 +255,18 @@ pub trait Transport: Send {
     /// can go zero-copy ([`Transport::try_send_borrowed`]). The default (and every backend
     /// without a device) gives plain memory: registration is a no-op.
     fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
-        Ok(Registered::plain(bytes))
+        let words =
+            Registered::zeroed_words(bytes).map_err(|reason| TransportError::OutOfMemory {
+                rank: self.rank(),
+                bytes,
+                what: "a buffer",
+                reason,
+            })?;
+        Ok(Registered {
+            registration: None,
+            words,
+            len: bytes,
+        })
     }
 
     /// Like [`Transport::try_send_slice`], but a backend may leave the device reading

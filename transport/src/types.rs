@@ -1,6 +1,21 @@
-//! Newtypes for the words every layer shares: [`Rank`] and [`Tag`].
+//! Newtypes for the words every layer shares: [`Rank`] and [`Tag`]; the limits and the
+//! deadline arithmetic every layer applies.
 
 use std::fmt;
+use std::time::{Duration, Instant};
+
+/// The most ranks a group may have: more than any launcher starts, and what the wire formats
+/// carry (the verbs work-request ids hold a peer in 24 bits).
+pub const MAX_RANKS: usize = 1 << 20;
+
+/// `timeout` from now; a timeout too large for the clock (`Duration::MAX`, 1e19 s) means
+/// no deadline, taken as a century from now.
+pub fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(now)
+}
 
 /// The index of a participant in a communicator, `0..nranks`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -15,8 +30,8 @@ impl Rank {
 
 impl From<usize> for Rank {
     fn from(i: usize) -> Self {
-        // Groups are limited to u32::MAX ranks when they are built (`rcoll::local::Builder`),
-        // so the truncation cannot happen for a valid rank.
+        // Groups are limited to MAX_RANKS ranks when they are built (bootstrap, local
+        // groups), so the truncation cannot happen for a valid rank.
         Rank(i as u32)
     }
 }

@@ -64,7 +64,7 @@ const INHERITED: [&str; 11] = [
     "SLURM_NTASKS",
     "MASTER_ADDR",
     "MASTER_PORT",
-    "RCOLL_UNIQUE_ID",
+    "RCOLL_INSECURE_ID",
 ];
 
 /// Runs the check between `pair` and reports it; true when it worked.
@@ -172,6 +172,9 @@ fn run(
     let root = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("cannot find a free port on 127.0.0.1: {e}"))?;
+    let secret = rcoll::process::random_unique_id()
+        .map(rcoll::process::format_unique_id)
+        .map_err(|e| e.to_string())?;
     let mut ranks = Vec::new();
     for (rank, endpoint) in pair.iter().enumerate() {
         let mut cmd = Command::new(&exe);
@@ -180,6 +183,7 @@ fn run(
             .env("RCOLL_RANK", rank.to_string())
             .env("RCOLL_WORLD_SIZE", "2")
             .env("RCOLL_ROOT_ADDR", root.to_string())
+            .env("RCOLL_UNIQUE_ID", &secret)
             .env("RCOLL_IB_HCA", endpoint.name())
             // Slightly less than the parent's deadline, so that a stuck rank says where.
             .env("RCOLL_TIMEOUT", (timeout.as_secs_f64() * 0.8).to_string())
@@ -201,7 +205,7 @@ fn run(
             .map_err(|e| format!("cannot start rank {rank}: {e}"))?;
         ranks.push(RankProcess::new(child));
     }
-    let deadline = Instant::now() + timeout;
+    let deadline = rcoll::transport::deadline_after(timeout);
     let mut timed_out = false;
     for p in &mut ranks {
         timed_out |= !p.wait_until(deadline);

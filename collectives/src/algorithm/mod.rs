@@ -109,12 +109,24 @@ impl Algorithm {
     }
 
     /// Rank `rank`'s schedule for `layout`.
-    pub fn schedule(self, layout: &Layout, rank: Rank) -> Result<Schedule, UnsupportedAlgorithm> {
-        if !self.serves(layout.collective) || rank.index() >= layout.nranks {
-            return Err(UnsupportedAlgorithm {
+    pub fn schedule(self, layout: &Layout, rank: Rank) -> Result<Schedule, ScheduleError> {
+        if let Err(reason) = layout.check() {
+            return Err(ScheduleError::InvalidLayout {
+                layout: *layout,
+                reason,
+            });
+        }
+        if rank.index() >= layout.nranks {
+            return Err(ScheduleError::InvalidLayout {
+                layout: *layout,
+                reason: format!("{rank} is not a rank of {}", layout.nranks),
+            });
+        }
+        if !self.serves(layout.collective) {
+            return Err(ScheduleError::Unsupported(UnsupportedAlgorithm {
                 algorithm: self,
                 collective: layout.collective,
-            });
+            }));
         }
         if layout.nranks == 1 {
             return Ok(local_only(layout, rank));
@@ -132,17 +144,17 @@ impl Algorithm {
         }
         if layout.in_place && !self.native_in_place(layout.collective) {
             return in_place_via_scratch(layout, rank, |l| self.generate(l, rank)).ok_or(
-                UnsupportedAlgorithm {
+                ScheduleError::Unsupported(UnsupportedAlgorithm {
                     algorithm: self,
                     collective: layout.collective,
-                },
+                }),
             );
         }
         Ok(self.generate(layout, rank))
     }
 
     /// Every rank's schedule for `layout`, `result[r]` for rank `r`.
-    pub fn schedules(self, layout: &Layout) -> Result<Vec<Schedule>, UnsupportedAlgorithm> {
+    pub fn schedules(self, layout: &Layout) -> Result<Vec<Schedule>, ScheduleError> {
         (0..layout.nranks)
             .map(|r| self.schedule(layout, Rank::from(r)))
             .collect()
@@ -210,6 +222,35 @@ impl fmt::Display for UnsupportedAlgorithm {
 }
 
 impl std::error::Error for UnsupportedAlgorithm {}
+
+/// Why there is no schedule for a layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ScheduleError {
+    /// The algorithm does not implement the collective.
+    Unsupported(UnsupportedAlgorithm),
+    /// The layout cannot exist (no ranks, a root outside the group, a size past the address
+    /// space).
+    InvalidLayout {
+        /// The layout.
+        layout: Layout,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl fmt::Display for ScheduleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScheduleError::Unsupported(u) => u.fmt(f),
+            ScheduleError::InvalidLayout { layout, reason } => {
+                write!(f, "no schedule for {}: {reason}", layout.collective)
+            }
+        }
+    }
+}
+
+impl std::error::Error for ScheduleError {}
 
 /// Splits `count` elements into `parts` contiguous extents whose sizes differ by at most
 /// one, the larger ones first.

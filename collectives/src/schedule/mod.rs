@@ -162,6 +162,40 @@ pub struct Layout {
     pub in_place: bool,
 }
 
+impl Layout {
+    /// Whether the layout can exist: 1 to [`rcoll_transport::MAX_RANKS`] ranks, a root among
+    /// them, and every buffer's length (up to `count * nranks` elements) within the address
+    /// space. Why not, otherwise.
+    pub fn check(&self) -> Result<(), String> {
+        if self.nranks == 0 || self.nranks > rcoll_transport::MAX_RANKS {
+            return Err(format!(
+                "{} ranks (1 to {} are possible)",
+                self.nranks,
+                rcoll_transport::MAX_RANKS
+            ));
+        }
+        if self.root.index() >= self.nranks {
+            return Err(format!(
+                "root {} is not one of {} ranks",
+                self.root.0, self.nranks
+            ));
+        }
+        // Scratch and in-place storage reach a few times `count * nranks`: keep them all
+        // well inside the address space.
+        let total = self
+            .count
+            .checked_mul(self.nranks)
+            .and_then(|t| t.checked_mul(4));
+        if total.is_none_or(|t| t > isize::MAX as usize / 16) {
+            return Err(format!(
+                "{} elements on each of {} ranks overflow the address space",
+                self.count, self.nranks
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Where a rank's input and output live.
 ///
 /// Out of place, input and output are separate buffers of `input.len` and `output.len`

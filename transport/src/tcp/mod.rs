@@ -770,7 +770,9 @@ mod tests {
         });
         let stranger_err = b.err().expect("the stranger is refused");
         assert!(
-            stranger_err.to_string().contains("refused"),
+            stranger_err
+                .to_string()
+                .contains("does not prove this job's secret"),
             "{stranger_err}"
         );
         let root_err = a.err().expect("the root never completes its group");

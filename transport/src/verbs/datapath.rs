@@ -129,7 +129,13 @@ impl Transport for VerbsTransport {
     }
 
     fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
-        let mut words = vec![0u64; bytes.div_ceil(8).max(1)];
+        let mut words =
+            Registered::zeroed_words(bytes).map_err(|reason| TransportError::OutOfMemory {
+                rank: self.rank,
+                bytes,
+                what: "a registered buffer",
+                reason,
+            })?;
         let start = words.as_ptr() as usize;
         // SAFETY: the region covers `words`, which the returned `Registered` owns; the
         // guard holding the region is dropped before `words` (field order of `Registered`).

@@ -69,7 +69,7 @@ pub fn connect(
             reason,
         }
     })?;
-    upgrade(tcp, sel, opts, Instant::now() + boot.timeout)
+    upgrade(tcp, sel, opts, crate::types::deadline_after(boot.timeout))
 }
 
 /// Turns a connected TCP group into a verbs group using `sel` on this rank: every rank of

@@ -1,0 +1,257 @@
+//! Serving a listener during setup: every connection at once, each non-blocking with its
+//! own buffer, so a stranger that connects and stays silent (or trickles bytes) holds up no
+//! one. A connection first has to prove the job secret ([`super::auth`]); only its
+//! authenticated introduction reaches the caller, who then gives it a rank slot or refuses it.
+//!
+//! Limits: [`INTRO_TIMEOUT`] per connection, [`MAX_PENDING`] connections at once (the
+//! oldest is dropped past it), a message's size ([`wire::MAX_BODY`]); running out of file
+//! descriptors while accepting is waited out, not fatal.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use super::auth;
+use super::wire::{self, Message, NONCE};
+use crate::types::Rank;
+
+/// How long a connection may take to prove itself and introduce itself.
+pub const INTRO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Connections served at once before the oldest unproven one is dropped.
+pub const MAX_PENDING: usize = 1024;
+
+enum Stage {
+    /// Waiting for the connector's challenge.
+    Challenge,
+    /// Proof sent; waiting for the introduction.
+    Intro {
+        nonce_c: [u8; NONCE],
+        nonce_s: [u8; NONCE],
+    },
+}
+
+struct Pending {
+    stream: TcpStream,
+    from: SocketAddr,
+    buf: Vec<u8>,
+    since: Instant,
+    stage: Stage,
+}
+
+/// A listener and the connections it is serving.
+pub struct Acceptor {
+    listener: TcpListener,
+    secret: u128,
+    me: Rank,
+    pending: Vec<Pending>,
+    /// When accept last failed for lack of descriptors (logged once per episode).
+    starved: Option<Instant>,
+}
+
+/// An authenticated introduction: the stream (blocking again) and what it said.
+pub struct Introduced {
+    /// The connection.
+    pub stream: TcpStream,
+    /// Its peer address.
+    pub from: SocketAddr,
+    /// Its `Hello` or `Handshake`, MAC checked.
+    pub intro: Message,
+}
+
+impl Acceptor {
+    /// Serves `listener` for rank `me` of the job whose secret is `secret`.
+    pub fn new(listener: TcpListener, secret: u128, me: Rank) -> io::Result<Acceptor> {
+        listener.set_nonblocking(true)?;
+        Ok(Acceptor {
+            listener,
+            secret,
+            me,
+            pending: Vec::new(),
+            starved: None,
+        })
+    }
+
+    /// The listener's address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts what is waiting, advances every connection, and returns the introductions
+    /// that completed (authenticated), and whether anything happened. Connections that fail
+    /// to prove the secret, time out or send garbage are refused and logged here.
+    pub fn poll(&mut self, deadline: Instant) -> io::Result<(Vec<Introduced>, bool)> {
+        let mut busy = self.accept_waiting()?;
+        let mut done = Vec::new();
+        let mut i = 0;
+        while i < self.pending.len() {
+            let limit =
+                INTRO_TIMEOUT.min(deadline.saturating_duration_since(self.pending[i].since));
+            let verdict = match self.advance(i) {
+                Ok(None)
+                    if self.pending[i].since.elapsed() < limit.max(Duration::from_millis(1)) =>
+                {
+                    i += 1;
+                    continue;
+                }
+                Ok(None) => Err(format!(
+                    "no introduction within {:?}",
+                    self.pending[i].since.elapsed()
+                )),
+                Ok(Some(intro)) => Ok(intro),
+                Err(e) => Err(e),
+            };
+            busy = true;
+            let Pending { stream, from, .. } = self.pending.swap_remove(i);
+            match verdict {
+                Ok(intro) => {
+                    stream.set_nonblocking(false)?;
+                    done.push(Introduced {
+                        stream,
+                        from,
+                        intro,
+                    });
+                }
+                Err(reason) => refuse(self.me, stream, from, &reason),
+            }
+        }
+        Ok((done, busy))
+    }
+
+    fn accept_waiting(&mut self) -> io::Result<bool> {
+        let mut busy = false;
+        loop {
+            match self.listener.accept() {
+                Ok((stream, from)) => {
+                    self.starved = None;
+                    stream.set_nonblocking(true)?;
+                    if self.pending.len() >= MAX_PENDING {
+                        let oldest = self.pending.remove(0);
+                        refuse(
+                            self.me,
+                            oldest.stream,
+                            oldest.from,
+                            &format!("more than {MAX_PENDING} connections waiting"),
+                        );
+                    }
+                    self.pending.push(Pending {
+                        stream,
+                        from,
+                        buf: Vec::new(),
+                        since: Instant::now(),
+                        stage: Stage::Challenge,
+                    });
+                    busy = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(busy),
+                Err(e) if transient(&e) => {
+                    // Out of descriptors or buffers: the connection waits in the backlog;
+                    // serving the others frees some. Not a reason to fail the rendezvous.
+                    if self.starved.is_none() {
+                        tracing::warn!(rank = self.me.0, error = %e, "accept failed; retrying");
+                        eprintln!(
+                            "rcoll bootstrap ({}): accept failed ({e}); retrying",
+                            self.me
+                        );
+                    }
+                    self.starved.get_or_insert_with(Instant::now);
+                    return Ok(busy);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads what connection `i` sent and answers it; its introduction once it proved the
+    /// secret, or why it is refused.
+    fn advance(&mut self, i: usize) -> Result<Option<Message>, String> {
+        let secret = self.secret;
+        let p = &mut self.pending[i];
+        let mut chunk = [0u8; 4096];
+        loop {
+            // Never more than the message being read: what follows the introduction is the
+            // connection's first data, which belongs to the transport.
+            let want = match p.buf.first_chunk::<{ wire::PREFIX }>() {
+                Some(prefix) => {
+                    let (_, len) = Message::decode_prefix(prefix).map_err(|e| e.to_string())?;
+                    wire::PREFIX + len - p.buf.len()
+                }
+                None => wire::PREFIX - p.buf.len(),
+            };
+            if want > 0 {
+                match p.stream.read(&mut chunk[..want.min(4096)]) {
+                    Ok(0) => return Err("closed before introducing itself".into()),
+                    Ok(n) => p.buf.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(format!("read failed: {e}")),
+                }
+            }
+            let Some((m, used)) = Message::split(&p.buf).map_err(|e| e.to_string())? else {
+                continue;
+            };
+            p.buf.drain(..used);
+            match (&p.stage, m) {
+                (Stage::Challenge, Message::Challenge { nonce: nonce_c }) => {
+                    let nonce_s = auth::nonce().map_err(|e| format!("no randomness: {e}"))?;
+                    let proof = Message::Proof {
+                        nonce: nonce_s,
+                        mac: auth::acceptor_mac(secret, &nonce_c, &nonce_s),
+                    };
+                    // A few dozen bytes on a fresh connection: the socket buffer takes them.
+                    p.stream
+                        .write_all(&proof.encode())
+                        .map_err(|e| format!("cannot answer its challenge: {e}"))?;
+                    p.stage = Stage::Intro { nonce_c, nonce_s };
+                }
+                (Stage::Intro { nonce_c, nonce_s }, intro) => {
+                    if !matches!(intro, Message::Hello { .. } | Message::Handshake { .. }) {
+                        return Err(format!("expected an introduction, got {}", kind(&intro)));
+                    }
+                    if !auth::intro_ok(secret, nonce_c, nonce_s, &intro) {
+                        return Err("it does not prove this job's secret (RCOLL_UNIQUE_ID): \
+                                    another job, or a stranger"
+                            .into());
+                    }
+                    return Ok(Some(intro));
+                }
+                (Stage::Challenge, other) => {
+                    return Err(format!(
+                        "expected a challenge, got {} (an older rcoll, or not rcoll)",
+                        kind(&other)
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// Accept errors that mean "try again later" rather than a broken listener.
+fn transient(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::ECONNABORTED)
+    ) || e.kind() == io::ErrorKind::Interrupted
+}
+
+/// A message's kind, for refusals (never its contents: they may be a stranger's bytes).
+pub fn kind(m: &Message) -> &'static str {
+    match m {
+        Message::Hello { .. } => "a hello",
+        Message::Table(_) => "an address table",
+        Message::Refuse(_) => "a refusal",
+        Message::Handshake { .. } => "a handshake",
+        Message::Challenge { .. } => "a challenge",
+        Message::Proof { .. } => "a proof",
+    }
+}
+
+/// Refusals are always printed (they mean a misconfigured or foreign job is knocking),
+/// and also go to `tracing`; the connector is told why, briefly.
+pub fn refuse(me: Rank, mut stream: TcpStream, from: SocketAddr, reason: &str) {
+    eprintln!("rcoll bootstrap ({me}): refused connection from {from}: {reason}");
+    tracing::warn!(rank = me.0, %from, reason, "refused a connection");
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = stream.write_all(&Message::Refuse(reason.to_owned()).encode());
+}

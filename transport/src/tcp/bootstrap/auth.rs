@@ -1,0 +1,188 @@
+//! Mutual proof of the job secret on every connection, bootstrap and data alike.
+//!
+//! ```text
+//!   connector                                  acceptor
+//!   Challenge { nonce_c }           ────────►
+//!                                   ◄────────  Proof { nonce_s, HMAC(k, "acceptor" | nonce_c | nonce_s) }
+//!   checks the acceptor's MAC
+//!   Hello/Handshake { fields,       ────────►  checks the connector's MAC, and only then
+//!     HMAC(k, "connector" | nonce_c | nonce_s | fields) }    gives it a rank slot
+//! ```
+//!
+//! `k` is the job's 128-bit secret (the unique id). Both nonces are fresh random bytes, so
+//! a recorded exchange proves nothing on another connection, and neither side learns
+//! anything about `k` from the other's MAC. The secret itself never travels.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use super::wire::{Message, MAC, NONCE};
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// A fresh random nonce.
+pub fn nonce() -> std::io::Result<[u8; NONCE]> {
+    let mut n = [0u8; NONCE];
+    getrandom::fill(&mut n).map_err(std::io::Error::other)?;
+    Ok(n)
+}
+
+/// A fresh random 128-bit job secret.
+pub fn random_secret() -> std::io::Result<u128> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).map_err(std::io::Error::other)?;
+    Ok(u128::from_le_bytes(b))
+}
+
+fn mac_over(secret: u128, role: &[u8], parts: &[&[u8]]) -> HmacSha256 {
+    // A 16-byte key: HMAC takes keys of any length.
+    let mut mac = match HmacSha256::new_from_slice(&secret.to_le_bytes()) {
+        Ok(m) => m,
+        // Unreachable: HMAC accepts every key length.
+        Err(_) => HmacSha256::new(&Default::default()),
+    };
+    mac.update(b"rcoll-bootstrap-v2/");
+    mac.update(role);
+    for p in parts {
+        mac.update(&(p.len() as u32).to_le_bytes());
+        mac.update(p);
+    }
+    mac
+}
+
+/// The fields of an introduction that its MAC covers (everything but the MAC).
+fn bound_fields(m: &Message) -> Vec<u8> {
+    let mut out = Vec::new();
+    match m {
+        Message::Hello {
+            rank, nranks, addr, ..
+        } => {
+            out.push(1);
+            out.extend_from_slice(&rank.to_le_bytes());
+            out.extend_from_slice(&nranks.to_le_bytes());
+            out.extend_from_slice(addr.as_bytes());
+        }
+        Message::Handshake { rank, .. } => {
+            out.push(4);
+            out.extend_from_slice(&rank.to_le_bytes());
+        }
+        _ => out.push(0),
+    }
+    out
+}
+
+/// The acceptor's MAC over both nonces.
+pub fn acceptor_mac(secret: u128, nonce_c: &[u8; NONCE], nonce_s: &[u8; NONCE]) -> [u8; MAC] {
+    mac_over(secret, b"acceptor", &[nonce_c, nonce_s])
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// Whether `mac` is the acceptor's MAC for these nonces (constant time).
+pub fn acceptor_mac_ok(
+    secret: u128,
+    nonce_c: &[u8; NONCE],
+    nonce_s: &[u8; NONCE],
+    mac: &[u8; MAC],
+) -> bool {
+    mac_over(secret, b"acceptor", &[nonce_c, nonce_s])
+        .verify_slice(mac)
+        .is_ok()
+}
+
+/// `intro` (a `Hello` or `Handshake`) with the connector's MAC filled in.
+pub fn sign_intro(
+    secret: u128,
+    nonce_c: &[u8; NONCE],
+    nonce_s: &[u8; NONCE],
+    intro: Message,
+) -> Message {
+    let fields = bound_fields(&intro);
+    let mac: [u8; MAC] = mac_over(secret, b"connector", &[nonce_c, nonce_s, &fields])
+        .finalize()
+        .into_bytes()
+        .into();
+    match intro {
+        Message::Hello {
+            rank, nranks, addr, ..
+        } => Message::Hello {
+            rank,
+            nranks,
+            addr,
+            mac,
+        },
+        Message::Handshake { rank, .. } => Message::Handshake { rank, mac },
+        other => other,
+    }
+}
+
+/// Whether an introduction carries the connector's MAC for these nonces (constant time).
+pub fn intro_ok(
+    secret: u128,
+    nonce_c: &[u8; NONCE],
+    nonce_s: &[u8; NONCE],
+    intro: &Message,
+) -> bool {
+    let mac = match intro {
+        Message::Hello { mac, .. } | Message::Handshake { mac, .. } => mac,
+        _ => return false,
+    };
+    mac_over(
+        secret,
+        b"connector",
+        &[nonce_c, nonce_s, &bound_fields(intro)],
+    )
+    .verify_slice(mac)
+    .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proofs_hold_only_for_the_same_secret_nonces_and_fields() {
+        let (k, other) = (0x1234_u128, 0x1235_u128);
+        let (c, s) = ([1u8; NONCE], [2u8; NONCE]);
+        let m = acceptor_mac(k, &c, &s);
+        assert!(acceptor_mac_ok(k, &c, &s, &m));
+        assert!(!acceptor_mac_ok(other, &c, &s, &m));
+        assert!(!acceptor_mac_ok(k, &s, &c, &m));
+
+        let hello = sign_intro(
+            k,
+            &c,
+            &s,
+            Message::Hello {
+                rank: 2,
+                nranks: 4,
+                addr: "127.0.0.1:5".into(),
+                mac: [0; MAC],
+            },
+        );
+        assert!(intro_ok(k, &c, &s, &hello));
+        assert!(!intro_ok(other, &c, &s, &hello));
+        assert!(!intro_ok(k, &c, &[9; NONCE], &hello));
+        // Another rank with the same MAC: the fields are bound.
+        let Message::Hello { mac, .. } = hello.clone() else {
+            unreachable!()
+        };
+        let forged = Message::Hello {
+            rank: 3,
+            nranks: 4,
+            addr: "127.0.0.1:5".into(),
+            mac,
+        };
+        assert!(!intro_ok(k, &c, &s, &forged));
+        // The acceptor's MAC is not a connector's.
+        let as_handshake = Message::Handshake { rank: 2, mac: m };
+        assert!(!intro_ok(k, &c, &s, &as_handshake));
+    }
+
+    #[test]
+    fn nonces_and_secrets_are_fresh() {
+        assert_ne!(nonce().unwrap(), nonce().unwrap());
+        assert_ne!(random_secret().unwrap(), random_secret().unwrap());
+    }
+}
