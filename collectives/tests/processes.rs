@@ -118,9 +118,8 @@ fn spawn(scenario: &str, n: usize, extra: &[(&str, String)]) -> Vec<Child> {
 fn spawn_as(launcher: &str, scenario: &str, n: usize, extra: &[(&str, String)]) -> Vec<Child> {
     let root = free_root();
     let (host, port) = root.rsplit_once(':').expect("host:port");
-    let secret = rcoll::process::format_unique_id(
-        rcoll::process::random_unique_id().expect("a job secret"),
-    );
+    let secret =
+        rcoll::process::format_unique_id(rcoll::process::random_unique_id().expect("a job secret"));
     (0..n)
         .map(|r| {
             let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
@@ -316,7 +315,8 @@ fn a_stranger_first_at_the_root_cannot_take_a_rank() {
             Err(e) => panic!("the root never listened: {e}"),
         }
     };
-    s.set_read_timeout(Some(Duration::from_secs(20))).expect("timeout");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
     let nonce_c = auth::nonce().expect("nonce");
     s.write_all(&Message::Challenge { nonce: nonce_c }.encode())
         .expect("challenge");

@@ -24,6 +24,9 @@ pub const MAGIC: [u8; 4] = *b"RCL1";
 /// corrupt length cannot make a receiver allocate without bound.
 pub const MAX_PAYLOAD: u64 = 1 << 30;
 
+/// Bytes a frame's buffer is given before its payload arrives (see [`Decoder::feed`]).
+pub const RESERVE: usize = 1 << 20;
+
 /// What a frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -122,11 +125,17 @@ pub struct Frame {
 }
 
 impl Decoder {
+    /// Capacity of the buffer of the frame being received (0 between frames).
+    pub fn buffered_capacity(&self) -> usize {
+        self.current.as_ref().map_or(0, |(_, b)| b.capacity())
+    }
+
     /// Consumes bytes from `input`, returning how many it used and a frame if one
     /// completed. Call again with the rest of the input until it is used up.
     ///
     /// `alloc(len)` provides the payload buffer (so that the caller can pool buffers): a
-    /// vector with room for `len` bytes, whose contents are discarded.
+    /// vector with room for `len` bytes (at most [`RESERVE`]; it grows as bytes arrive),
+    /// whose contents are discarded.
     pub fn feed(
         &mut self,
         input: &[u8],
@@ -145,8 +154,9 @@ impl Decoder {
             }
             self.header_filled = 0;
             let header = Header::decode(&self.header)?;
-            // MAX_PAYLOAD bounds the length far below usize::MAX.
-            let mut buf = alloc(header.len as usize);
+            // Memory comes as the bytes do: a header may claim up to MAX_PAYLOAD, but only
+            // the first RESERVE is set aside before they arrive.
+            let mut buf = alloc((header.len as usize).min(RESERVE));
             buf.clear();
             self.current = Some((header, buf));
         }
@@ -216,6 +226,32 @@ mod tests {
         assert_eq!(
             Header::decode(&b),
             Err(FrameError::TooLong(MAX_PAYLOAD + 1))
+        );
+    }
+
+    #[test]
+    fn a_header_claiming_a_gigabyte_gets_memory_only_as_bytes_come() {
+        let header = Header {
+            kind: Kind::Data,
+            tag: tag(1),
+            len: MAX_PAYLOAD,
+        }
+        .encode();
+        let mut d = Decoder::default();
+        let mut asked = Vec::new();
+        let mut alloc = |n: usize| {
+            asked.push(n);
+            Vec::with_capacity(n)
+        };
+        let (used, frame) = d.feed(&header, &mut alloc).unwrap();
+        assert_eq!((used, frame), (HEADER_LEN, None));
+        let (used, frame) = d.feed(&[1u8; 1000], &mut alloc).unwrap();
+        assert_eq!((used, frame), (1000, None));
+        assert_eq!(asked, vec![RESERVE]);
+        assert!(
+            d.buffered_capacity() <= RESERVE,
+            "{}",
+            d.buffered_capacity()
         );
     }
 

@@ -38,6 +38,12 @@ const SOCKET_BUFFER: usize = 4 << 20;
 /// Spare payload buffers kept for reuse.
 const POOL_BUFFERS: usize = 256;
 
+/// Bytes of received, not yet taken messages that all peers together may make this rank
+/// hold, and the least each peer gets: past its share, this rank stops reading that peer's
+/// socket (TCP then stops the sender) until the engine takes some.
+const RECV_BUDGET: usize = 1 << 30;
+const PEER_BUDGET_MIN: usize = 64 << 20;
+
 struct Outgoing {
     header: [u8; HEADER_LEN],
     payload: Payload,
@@ -50,6 +56,8 @@ struct Peer {
     queue: VecDeque<Outgoing>,
     /// Why the connection is gone (EOF, reset, protocol error), once it is.
     gone: Option<String>,
+    /// Bytes of this peer's messages received and not yet taken.
+    held: usize,
 }
 
 /// One rank's endpoint of a TCP group. Built by [`bootstrap::connect`].
@@ -63,6 +71,8 @@ pub struct TcpTransport {
     pool: Vec<Vec<u8>>,
     read_buf: Vec<u8>,
     window: usize,
+    /// Most bytes of untaken messages held per peer (see [`RECV_BUDGET`]).
+    peer_budget: usize,
     aborted: Option<(Rank, String)>,
     abort_sent: bool,
     broken: Option<TransportError>,
@@ -99,11 +109,14 @@ impl TcpTransport {
                         decoder: Decoder::default(),
                         queue: VecDeque::new(),
                         gone: None,
+                        held: 0,
                     })
                 }
             });
         }
+        let peer_budget = (RECV_BUDGET / peers.len().saturating_sub(1).max(1)).max(PEER_BUDGET_MIN);
         Ok(TcpTransport {
+            peer_budget,
             rank,
             nranks: peers.len(),
             poll,
@@ -195,13 +208,14 @@ impl TcpTransport {
         }
     }
 
-    /// Reads peer `r`'s socket until it would block, decoding frames.
+    /// Reads peer `r`'s socket until it would block, decoding frames; or until the peer's
+    /// untaken messages reach its budget (the rest waits in the socket).
     fn read(&mut self, r: usize) {
         let Some(Some(peer)) = self.peers.get_mut(r) else {
             return;
         };
         let from = Rank::from(r);
-        while peer.gone.is_none() {
+        while peer.gone.is_none() && peer.held < self.peer_budget {
             let n = match peer.stream.read(&mut self.read_buf) {
                 Ok(0) => {
                     peer.gone = Some("connection closed by peer".into());
@@ -227,6 +241,9 @@ impl TcpTransport {
                     Ok((used, frame)) => {
                         rest = &rest[used..];
                         if let Some(frame) = frame {
+                            if frame.header.kind == Kind::Data {
+                                peer.held += frame.payload.len();
+                            }
                             deliver(
                                 self.rank,
                                 from,
@@ -238,7 +255,14 @@ impl TcpTransport {
                         }
                     }
                     Err(e) => {
+                        // The stream is no longer framed: nothing more from it can be
+                        // trusted. The group fails, naming the peer and what it sent.
                         peer.gone = Some(format!("protocol error: {e}"));
+                        self.broken.get_or_insert(TransportError::Protocol {
+                            rank: self.rank,
+                            peer: from,
+                            reason: e.to_string(),
+                        });
                         break;
                     }
                 }
@@ -252,12 +276,21 @@ impl TcpTransport {
         tag: Tag,
         len: usize,
     ) -> Result<Option<Payload>, TransportError> {
-        match self.arrived.remove(&(peer, tag.key())) {
+        match self.remove_arrived(peer, tag) {
             None => Ok(None),
             Some((sent, payload)) => {
                 check_arrival(self.rank, peer, tag, sent, payload, len).map(Some)
             }
         }
+    }
+
+    /// Takes an arrived message off the map and its bytes off its peer's budget.
+    fn remove_arrived(&mut self, peer: Rank, tag: Tag) -> Option<(Tag, Payload)> {
+        let found = self.arrived.remove(&(peer, tag.key()))?;
+        if let Some(Some(p)) = self.peers.get_mut(peer.index()) {
+            p.held = p.held.saturating_sub(found.1.len());
+        }
+        Some(found)
     }
 
     /// Keeps flushing and reading for up to `limit` while a live peer has queued output:
@@ -297,7 +330,7 @@ impl TcpTransport {
     }
     /// Takes the message `tag` from `peer` whatever its length (control messages).
     pub(crate) fn take_unchecked(&mut self, peer: Rank, tag: Tag) -> Option<Payload> {
-        self.arrived.remove(&(peer, tag.key())).map(|(_, p)| p)
+        self.remove_arrived(peer, tag).map(|(_, p)| p)
     }
 
     /// The control plane of a backend layered on these connections (verbs): progress,
@@ -515,10 +548,8 @@ impl Transport for TcpTransport {
         self.check_usable()?;
         match self.take(peer, tag, len)? {
             Some(p) => Ok(Some(p)),
-            None if self.gone(r) => Err(TransportError::PeerClosed {
-                rank: self.rank,
-                peer,
-            }),
+            // Why it is gone: a protocol error or an abort it sent wins over "closed".
+            None if self.gone(r) => Err(self.closed(peer)),
             None => Ok(None),
         }
     }
@@ -609,6 +640,9 @@ impl Drop for TcpTransport {
                 self.read(r);
             }
             self.arrived.clear();
+            for p in self.peers.iter_mut().flatten() {
+                p.held = 0;
+            }
             let _ = self.poll.poll(&mut self.events, Some(pause));
         }
         for p in self.peers.iter().flatten() {
@@ -777,6 +811,148 @@ mod tests {
         );
         let root_err = a.err().expect("the root never completes its group");
         assert!(root_err.to_string().contains("ranks 1"), "{root_err}");
+    }
+
+    /// A "root" that answers the challenge one byte every 100 ms: the member's read has a
+    /// deadline for the whole message (before, each `read()` got the whole timeout again,
+    /// and 57 bytes stretched a 1 s setup to 5.7 s).
+    #[test]
+    fn a_trickling_peer_cannot_stretch_the_setup_deadline() {
+        use std::io::{Read, Write};
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let root = listener.local_addr().unwrap();
+        let fake = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut challenge = [0u8; bootstrap::wire::PREFIX + bootstrap::wire::NONCE];
+            s.read_exact(&mut challenge).unwrap();
+            let proof = bootstrap::wire::Message::Proof {
+                nonce: [1; bootstrap::wire::NONCE],
+                mac: [2; bootstrap::wire::MAC],
+            }
+            .encode();
+            for b in proof {
+                if s.write_all(&[b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let start = Instant::now();
+        let e = connect(&Options {
+            timeout: Duration::from_secs(1),
+            ..options(1, 2, root)
+        })
+        .err()
+        .expect("no group with a trickling root");
+        let took = start.elapsed();
+        assert!(took < Duration::from_millis(2500), "took {took:?}: {e}");
+        assert!(e.to_string().contains("deadline"), "{e}");
+        fake.join().unwrap();
+    }
+
+    /// Rank 0 as a transport, and rank 1 as a raw socket the test writes whatever it likes
+    /// into (a hostile or broken peer).
+    fn with_raw_peer() -> (TcpTransport, std::net::TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let raw = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (ours, _) = l.accept().unwrap();
+        let t = TcpTransport::new(Rank(0), vec![None, Some(ours)], 4).unwrap();
+        (t, raw)
+    }
+
+    /// Waits for `tag` from rank 1 until an error or `limit`.
+    fn recv_until_error(t: &mut TcpTransport, limit: Duration) -> Option<TransportError> {
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            match t.try_recv(Rank(1), tag(7, 7), 0) {
+                Err(e) => return Some(e),
+                Ok(Some(_)) => panic!("a message that was never sent"),
+                Ok(None) => {
+                    if let Err(e) = t.wait(deadline.min(Instant::now() + Duration::from_millis(50)))
+                    {
+                        return Some(e);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn garbage_from_a_peer_is_a_protocol_error_naming_it() {
+        use std::io::Write;
+        let (mut t, mut raw) = with_raw_peer();
+        raw.write_all(b"GET / HTTP/1.1\r\nHost: rcoll\r\n\r\n-----")
+            .unwrap();
+        let e = recv_until_error(&mut t, Duration::from_secs(10)).expect("an error");
+        match &e {
+            TransportError::Protocol { peer, reason, .. } => {
+                assert_eq!(*peer, Rank(1));
+                assert!(reason.contains("bad magic"), "{reason}");
+            }
+            other => panic!("expected a protocol error, got {other}"),
+        }
+        // Every later call says the same.
+        let again = t
+            .try_recv(Rank(1), tag(1, 1), 0)
+            .err()
+            .expect("still failed");
+        assert!(matches!(again, TransportError::Protocol { .. }), "{again}");
+    }
+
+    #[test]
+    fn a_header_claiming_a_gigabyte_reserves_nothing_until_the_bytes_come() {
+        use std::io::Write;
+        let (mut t, mut raw) = with_raw_peer();
+        let header = Header {
+            kind: Kind::Data,
+            tag: tag(1, 1),
+            len: frame::MAX_PAYLOAD,
+        }
+        .encode();
+        raw.write_all(&header).unwrap();
+        raw.write_all(&[0u8; 1000]).unwrap();
+        assert!(recv_until_error(&mut t, Duration::from_millis(500)).is_none());
+        let reserved = t.peers[1].as_ref().unwrap().decoder.buffered_capacity();
+        assert!(
+            reserved <= frame::RESERVE,
+            "a 1 GiB header made the receiver reserve {} MiB",
+            reserved >> 20
+        );
+    }
+
+    #[test]
+    fn a_peer_that_floods_is_held_to_its_budget() {
+        use std::io::Write;
+        let (mut t, mut raw) = with_raw_peer();
+        t.peer_budget = 32 << 20;
+        let chunk = vec![7u8; 4 << 20];
+        let flood = std::thread::spawn(move || {
+            raw.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+            let mut sent = 0usize;
+            for k in 0..128u32 {
+                let header = Header {
+                    kind: Kind::Data,
+                    tag: tag(100 + k, 0),
+                    len: chunk.len() as u64,
+                }
+                .encode();
+                if raw.write_all(&header).is_err() || raw.write_all(&chunk).is_err() {
+                    break;
+                }
+                sent += chunk.len();
+            }
+            (sent, raw)
+        });
+        // The engine keeps asking for a message the peer never sends.
+        assert!(recv_until_error(&mut t, Duration::from_secs(6)).is_none());
+        let held_mib = t.peers[1].as_ref().unwrap().held >> 20;
+        let (sent, _raw) = flood.join().unwrap();
+        assert!(sent < 256 << 20, "the peer got {sent} bytes through");
+        assert!(held_mib <= 36, "held {held_mib} MiB past a 32 MiB budget");
+        // Taking what arrived lets the rest come.
+        let got = t.try_recv(Rank(1), tag(100, 0), 4 << 20).unwrap();
+        assert!(got.is_some());
     }
 
     #[test]
