@@ -137,6 +137,13 @@ impl Communicator {
         self.transport.zero_copy_sends()
     }
 
+    /// Sends from this communicator's registered buffers that a device may still be
+    /// reading: 0 whenever no call is running (a call returns, successfully or not, only
+    /// once the device is done with the caller's memory).
+    pub fn borrowed_in_flight(&self) -> usize {
+        self.transport.borrowed_in_flight()
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.config

@@ -51,6 +51,7 @@ fn rank_main() {
         "large" => large(&mut comm),
         "killed" => killed(&mut comm),
         "zero_copy" => zero_copy(&mut comm),
+        "killed_zero_copy" => killed_zero_copy(&mut comm),
         "wrong_gid" => panic!("rank {} joined although a GID was wrong", comm.rank()),
         other => panic!("unknown scenario {other}"),
     }
@@ -264,6 +265,52 @@ fn a_killed_rank_fails_the_others_naming_it() {
             assert!(
                 *ok && out.contains("RANK-ERROR"),
                 "trial {trial}: rank {r} did not report rank {dead}'s death:\n{out}"
+            );
+        }
+    }
+}
+
+/// Zero-copy all_reduces from a registered buffer until a peer dies. When the call fails no
+/// send may still be reading the buffer (a write to the dead peer would otherwise retry for
+/// seconds after the call returned), and the buffer is dropped (deregistered, freed) at once.
+fn killed_zero_copy(comm: &mut Communicator) {
+    let mut buf = comm.alloc::<f32>(4 << 20).expect("alloc");
+    println!("RANK-STARTED");
+    for _ in 0..100_000 {
+        buf.fill(1.0);
+        let result = comm
+            .with_algorithm(Algorithm::Ring)
+            .all_reduce_in_place(&mut buf, ReduceOp::Sum);
+        if let Err(e) = result {
+            let left = comm.borrowed_in_flight();
+            println!("RANK-ERROR {e}");
+            println!("BORROWED-IN-FLIGHT {left}");
+            assert_eq!(left, 0, "a device may still read the returned buffer");
+            drop(buf);
+            return;
+        }
+    }
+    panic!("no peer died");
+}
+
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_killed_peer_leaves_no_send_reading_a_returned_buffer() {
+    for trial in 0..2 {
+        let dead = 2;
+        let mut children = spawn("killed_zero_copy", 3, |_| {
+            vec![
+                ("RCOLL_TEST_DEAD".into(), dead.to_string()),
+                ("RCOLL_TIMEOUT".into(), "20".into()),
+            ]
+        });
+        std::thread::sleep(Duration::from_millis(4000 + 700 * trial));
+        children[dead].kill().expect("kill");
+        let results = finish(children, Duration::from_secs(120));
+        for (r, (ok, out)) in results.iter().enumerate().filter(|(r, _)| *r != dead) {
+            assert!(
+                *ok && out.contains("BORROWED-IN-FLIGHT 0"),
+                "trial {trial}: rank {r} returned with sends still reading its buffer:\n{out}"
             );
         }
     }

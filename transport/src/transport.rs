@@ -18,6 +18,7 @@
 //! A transport always accepts messages from every peer while any call is in progress, so
 //! a sender's credits never depend on which tag the receiver happens to wait for.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::TransportError;
@@ -26,6 +27,9 @@ use crate::types::{Rank, Tag};
 /// An owned message buffer, lent by a transport and given back to it (or forwarded).
 ///
 /// Its contents are whatever the transport last held in it: fill every byte before sending.
+/// A payload whose memory the transport must get back (a registered RDMA slot) returns it
+/// there even when dropped instead of recycled, so that memory a device knows is never
+/// freed behind the transport's back.
 #[derive(Debug, Default)]
 pub struct Payload {
     bytes: Vec<u8>,
@@ -35,6 +39,19 @@ pub struct Payload {
     /// End of the message in `bytes`: the allocation may be longer (a registered slot
     /// keeps its full length, so reusing it never re-zeroes it).
     end: usize,
+    /// Where the storage goes if the payload is dropped (lent by a transport).
+    home: Option<Returns>,
+}
+
+/// A transport's queue of lent storage that came back by being dropped.
+pub(crate) type Returns = Arc<crossbeam_queue::SegQueue<Vec<u8>>>;
+
+impl Drop for Payload {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.take() {
+            home.push(std::mem::take(&mut self.bytes));
+        }
+    }
 }
 
 impl Payload {
@@ -52,6 +69,7 @@ impl Payload {
             bytes: storage,
             head: 0,
             end: len,
+            home: None,
         }
     }
 
@@ -64,6 +82,20 @@ impl Payload {
             bytes: storage,
             head,
             end: head + len,
+            home: None,
+        }
+    }
+
+    /// Like [`Payload::with_head`], for storage that must come back to `home` if the
+    /// payload is dropped rather than recycled or sent. `storage` must already hold
+    /// `head + len` bytes (it is never reallocated).
+    pub(crate) fn lent(storage: Vec<u8>, head: usize, len: usize, home: &Returns) -> Payload {
+        let end = (head + len).min(storage.len());
+        Payload {
+            bytes: storage,
+            head: head.min(end),
+            end,
+            home: Some(home.clone()),
         }
     }
 
@@ -98,8 +130,9 @@ impl Payload {
     }
 
     /// The allocation (header room included), for a transport's pool.
-    pub fn into_storage(self) -> Vec<u8> {
-        self.bytes
+    pub fn into_storage(mut self) -> Vec<u8> {
+        self.home = None;
+        std::mem::take(&mut self.bytes)
     }
 }
 
@@ -109,9 +142,31 @@ impl Payload {
 pub struct Registered {
     /// Dropped first: the backend's registration (deregisters, and leaves its cache)
     /// goes before the memory it covers.
-    registration: Option<Box<dyn std::any::Any + Send>>,
+    registration: Option<Box<dyn Registration>>,
     words: Vec<u64>,
     len: usize,
+}
+
+/// A backend's hold on registered memory.
+pub trait Registration: Send {
+    /// Whether a device may still read the memory (a zero-copy send that was neither
+    /// completed nor reaped, see [`Transport::reap_borrowed`]). Such memory is never freed.
+    fn in_use(&self) -> bool;
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if self.registration.as_ref().is_some_and(|r| r.in_use()) {
+            // A device could still read it: freeing (or deregistering) would let it read
+            // whatever the allocator puts there next, or fail the peer. Keep both, leaked.
+            tracing::error!(
+                bytes = self.len,
+                "registered memory dropped while a device may read it: leaked, not freed"
+            );
+            std::mem::forget(std::mem::take(&mut self.words));
+            std::mem::forget(self.registration.take());
+        }
+    }
 }
 
 impl Registered {
@@ -141,7 +196,7 @@ impl Registered {
     pub(crate) fn with_registration(
         words: Vec<u64>,
         len: usize,
-        registration: Box<dyn std::any::Any + Send>,
+        registration: Box<dyn Registration>,
     ) -> Registered {
         Registered {
             registration: Some(registration),
@@ -293,6 +348,19 @@ pub trait Transport: Send {
 
     /// How many sends went zero-copy from registered caller memory so far.
     fn zero_copy_sends(&self) -> u64 {
+        0
+    }
+
+    /// Makes sure no device reads caller memory lent by [`Transport::try_send_borrowed`]
+    /// any more, before the engine hands the caller its buffer back after a failure: waits
+    /// briefly for those sends, then stops the queues that still have them and reaps what
+    /// they flush. The transport may be unusable afterwards (it failed anyway). Backends
+    /// that never leave a device reading caller memory have nothing to do.
+    fn reap_borrowed(&mut self) {}
+
+    /// Sends from caller memory that a device may still be reading (for diagnostics and
+    /// tests: 0 after every call returns).
+    fn borrowed_in_flight(&self) -> usize {
         0
     }
 

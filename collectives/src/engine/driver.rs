@@ -40,6 +40,11 @@ pub enum RunError {
 ///
 /// `timeout` bounds the time without progress, not the whole call: a large collective
 /// that keeps moving never times out, a stuck one fails after `timeout`.
+///
+/// On success every send from the caller's memory has completed (a segment counts as done
+/// only then); on failure the transport reaps those still in flight
+/// ([`Transport::reap_borrowed`]) before this returns, so the caller never gets back a
+/// buffer that a device is still reading.
 #[allow(clippy::too_many_arguments)] // the call's full description; one caller
 pub fn run<T: Element>(
     plan: &Plan,
@@ -52,6 +57,19 @@ pub fn run<T: Element>(
     timeout: Duration,
 ) -> Result<(), RunError> {
     let mut exec = Execution::new(plan, collective, schedule, segment_elems, op);
+    let result = pump(&mut exec, mem, io, timeout);
+    if result.is_err() {
+        io.reap_borrowed();
+    }
+    result
+}
+
+fn pump<T: Element>(
+    exec: &mut Execution<'_>,
+    mem: &mut Memory<'_, T>,
+    io: &mut dyn Transport,
+    timeout: Duration,
+) -> Result<(), RunError> {
     let mut last_move = Instant::now();
     let mut idle_polls = 0u32;
     loop {

@@ -32,6 +32,9 @@ impl VerbsTransport {
 
     /// Polls completions and handles them; then sends owed credits.
     pub(super) fn progress(&mut self) {
+        if self.reclaim_returned() {
+            self.replenish();
+        }
         loop {
             self.completions.clear();
             let mut batch = std::mem::take(&mut self.completions);
@@ -55,6 +58,10 @@ impl VerbsTransport {
     }
 
     pub(super) fn complete(&mut self, c: &ffi::Completion) {
+        if let Some((_, reading)) = self.borrowed.remove(&c.wr_id) {
+            // Done, or flushed: either way the device no longer reads that memory.
+            reading.fetch_sub(1, std::sync::atomic::Ordering::Release);
+        }
         let p = ((c.wr_id >> 32) & 0xff_ffff) as usize;
         let kind = c.wr_id & WR_KIND;
         if c.status != ffi::WC_SUCCESS {
@@ -118,20 +125,20 @@ impl VerbsTransport {
             return;
         }
         let Some(v) = peer.advertised.remove(&imm) else {
-            self.fail(TransportError::Bootstrap {
+            self.fail(TransportError::Protocol {
                 rank: me,
-                reason: format!(
-                    "{} wrote to slot {imm}, which it was not lent",
-                    Rank::from(from)
-                ),
+                peer: Rank::from(from),
+                reason: format!("wrote to slot {imm}, which it was not lent"),
             });
             return;
         };
         peer.deficit += 1;
         match decode_header(&v) {
             Some((tag, len)) if len <= v.len() - HEADER => {
+                peer.held += 1;
+                self.lent_from.insert(imm, from);
                 self.lent.insert(v.as_ptr() as usize, imm);
-                let payload = Payload::with_head(v, HEADER, len);
+                let payload = Payload::lent(v, HEADER, len, &self.returns);
                 if self
                     .arrived
                     .insert((Rank::from(from), tag.key()), (tag, payload))
@@ -146,9 +153,10 @@ impl VerbsTransport {
             }
             _ => {
                 self.free.push((imm, v));
-                self.fail(TransportError::Bootstrap {
+                self.fail(TransportError::Protocol {
                     rank: me,
-                    reason: format!("malformed message header from {}", Rank::from(from)),
+                    peer: Rank::from(from),
+                    reason: "malformed message header in its slot".into(),
                 });
             }
         }

@@ -8,19 +8,20 @@ use crate::error::TransportError;
 use crate::types::Rank;
 
 impl VerbsTransport {
-    /// Registers `v`'s memory (its whole length).
+    /// Registers slot `v`'s memory (its whole length) for peers to write.
     pub(super) fn register_vec(&self, v: &mut Vec<u8>) -> Result<MemoryRegion, VerbsError> {
-        // SAFETY: every registered Vec is owned by this transport (in `free`, a peer's
-        // `advertised` or `ctrl`, or `inflight`) or lent to the caller and tracked in
-        // `lent`; the regions are deregistered when the transport drops (peers' queue
-        // pairs are destroyed first, so the device no longer touches them). While the
-        // device may access a buffer, it is in `advertised`, `ctrl` or `inflight`, where
-        // no Rust reference to its bytes is used.
+        // SAFETY: every registered slot is owned by this transport (in `free`, a peer's
+        // `advertised`, or `inflight`) or lent to the caller as a payload that comes back
+        // even when dropped (`returns`), so it is never freed while registered; the
+        // transport's `Drop` destroys the queue pairs, then deregisters, then frees. While
+        // the device may access a buffer, it is in `advertised` or `inflight`, where no
+        // Rust reference to its bytes is used.
         unsafe { MemoryRegion::register(&self.pd, v.as_mut_ptr(), v.len(), true) }
     }
 
     /// A free registered buffer of header + slot bytes, registering a new one if needed.
     pub(super) fn take_buffer(&mut self) -> Result<(u32, Vec<u8>), VerbsError> {
+        self.reclaim_returned();
         if let Some(b) = self.free.pop() {
             return Ok(b);
         }
@@ -32,6 +33,32 @@ impl VerbsTransport {
             ptr: v.as_ptr() as usize,
         });
         Ok((id, v))
+    }
+
+    /// Takes back the buffers of lent payloads that were dropped rather than recycled;
+    /// whether there were any.
+    pub(super) fn reclaim_returned(&mut self) -> bool {
+        let mut any = false;
+        while let Some(v) = self.returns.pop() {
+            let ptr = v.as_ptr() as usize;
+            if let Some(id) = self.lent.remove(&ptr) {
+                self.released(id);
+                if self.bufs.get(id as usize).is_some_and(|b| b.ptr == ptr) {
+                    self.free.push((id, v));
+                    any = true;
+                }
+            }
+        }
+        any
+    }
+
+    /// Buffer `id` is no longer lent to the engine: its peer holds one message fewer.
+    pub(super) fn released(&mut self, id: u32) {
+        if let Some(p) = self.lent_from.remove(&id) {
+            if let Some(peer) = self.peers[p].as_mut() {
+                peer.held = peer.held.saturating_sub(1);
+            }
+        }
     }
 
     pub(super) fn credit_for(&self, id: u32, v: &[u8]) -> Credit {
@@ -48,9 +75,9 @@ impl VerbsTransport {
             return Ok(());
         };
         let sge = Sge {
-            addr: peer.ctrl.as_ptr() as u64 + u64::from(i) * CTRL_BYTES as u64,
+            addr: peer.ctrl.addr(i as usize * CTRL_BYTES),
             len: CTRL_BYTES as u32,
-            lkey: peer.ctrl_mr.lkey(),
+            lkey: peer.ctrl.lkey(),
         };
         // SAFETY: `ctrl` is registered, owned by the peer entry (dropped after its QP) and
         // only read after this receive's completion.
@@ -62,9 +89,9 @@ impl VerbsTransport {
             return;
         };
         let at = index as usize * CTRL_BYTES;
-        let Some(msg) = peer.ctrl.get(at..at + len.min(CTRL_BYTES)) else {
-            return;
-        };
+        // SAFETY: receive `index` completed (this is its completion) and is re-posted only
+        // after this returns, so the device is not writing these bytes.
+        let msg = unsafe { peer.ctrl.copy_out(at, len.min(CTRL_BYTES)) };
         for c in msg.chunks_exact(CREDIT_BYTES) {
             if let Some(c) = Credit::decode(c) {
                 peer.credits.push_back(c);
@@ -74,8 +101,12 @@ impl VerbsTransport {
 
     /// Gives peers that are owed slots a free (or newly registered) buffer each.
     pub(super) fn replenish(&mut self) {
+        let limit = self.hold_limit;
         for p in 0..self.peers.len() {
-            while self.peers[p].as_ref().is_some_and(|x| x.deficit > 0) {
+            while self.peers[p]
+                .as_ref()
+                .is_some_and(|x| x.deficit > 0 && x.held < limit)
+            {
                 let (id, mut v) = match self.take_buffer() {
                     Ok(b) => b,
                     Err(e) => {

@@ -2,12 +2,15 @@
 //! into a slot the peer lent, from one of this rank's registered buffers or (zero copy)
 //! straight from registered caller memory; receives are the slots themselves.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::ffi::{MemoryRegion, Sge};
-use super::registry::Guard;
 use super::wire::{encode_header, wr, HEADER, WR_DATA, WR_INLINE};
 use super::{VerbsTransport, ZERO_COPY_MIN};
+
+/// How long [`Transport::reap_borrowed`] waits for stopped queue pairs to flush.
+const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 use crate::error::TransportError;
 use crate::transport::{check_arrival, Payload, Registered, SendState, Transport};
 use crate::types::{Rank, Tag};
@@ -29,7 +32,7 @@ impl Transport for VerbsTransport {
         if len <= self.slot_bytes {
             if let Ok((id, v)) = self.take_buffer() {
                 self.lent.insert(v.as_ptr() as usize, id);
-                return Payload::with_head(v, HEADER, len);
+                return Payload::lent(v, HEADER, len, &self.returns);
             }
         }
         // Too large (try_send refuses it with a typed error) or registration failed
@@ -65,7 +68,10 @@ impl Transport for VerbsTransport {
             None
         };
         let (id, mut v) = match id {
-            Some(id) => (id, payload.into_storage()),
+            Some(id) => {
+                self.released(id);
+                (id, payload.into_storage())
+            }
             None => {
                 let (id, mut v) = self
                     .take_buffer()
@@ -138,22 +144,15 @@ impl Transport for VerbsTransport {
             })?;
         let start = words.as_ptr() as usize;
         // SAFETY: the region covers `words`, which the returned `Registered` owns; the
-        // guard holding the region is dropped before `words` (field order of `Registered`).
-        // The device only reads the memory, for sends posted by `try_send_borrowed` while
-        // the caller holds a borrow of it; no remote access is granted.
+        // guard holding the region is dropped before `words` (field order of `Registered`),
+        // and neither is dropped while a posted send may read them (the guard counts them;
+        // `Registered` leaks both instead). The device only reads the memory, for sends
+        // posted by `try_send_borrowed`; no remote access is granted.
         let mr = unsafe {
             MemoryRegion::register(&self.pd, words.as_mut_ptr().cast(), words.len() * 8, false)
         }
         .map_err(|e| self.verbs_error(None, e))?;
-        let lkey = mr.lkey();
-        if let Ok(mut map) = self.registry.0.lock() {
-            map.insert(start, (start + words.len() * 8, lkey));
-        }
-        let guard = Guard {
-            start,
-            registry: self.registry.clone(),
-            _mr: mr,
-        };
+        let guard = self.registry.enter(start, start + words.len() * 8, mr);
         Ok(Registered::with_registration(words, bytes, Box::new(guard)))
     }
 
@@ -163,12 +162,12 @@ impl Transport for VerbsTransport {
         tag: Tag,
         data: &[u8],
     ) -> Result<SendState, TransportError> {
-        let lkey = match data.len() {
+        let region = match data.len() {
             _ if !self.zero_copy_on => None,
             n if n < ZERO_COPY_MIN || n > self.slot_bytes => None,
             n => self.registry.lookup(data.as_ptr() as usize, n),
         };
-        let Some(lkey) = lkey else {
+        let Some(region) = region else {
             return self.try_send_slice(peer, tag, data).map(SendState::sent);
         };
         self.check()?;
@@ -191,7 +190,7 @@ impl Transport for VerbsTransport {
             Sge {
                 addr: data.as_ptr() as u64,
                 len: data.len() as u32,
-                lkey,
+                lkey: region.lkey,
             },
         ];
         self.next_wr = self.next_wr.wrapping_add(1);
@@ -208,27 +207,83 @@ impl Transport for VerbsTransport {
             self.free.push((id, head));
             return Ok(SendState::NoRoom);
         };
+        // Counted before the device can read: the memory is not freed while it is nonzero.
+        region.reading.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the header buffer is registered and moves into `inflight` until the
         // completion; `data` lies in registered caller memory (`lkey` from the registry),
-        // which the caller keeps borrowed and unmodified until `send_complete` reports
-        // this work request done (the trait's contract for `InFlight`).
+        // which stays allocated while its count is nonzero (`Registered` leaks it rather
+        // than free it), and which the engine does not return to the caller before this
+        // work request completed or was reaped (`reap_borrowed`).
         let posted = unsafe {
             state
                 .qp
                 .post_write_imm(wr_id, &sges, credit.addr, credit.rkey, credit.id, false)
         };
         if let Err(e) = posted {
+            region.reading.fetch_sub(1, Ordering::Release);
             self.free.push((id, head));
             return Err(self.verbs_error(Some(p), e));
         }
         state.sends += 1;
         self.inflight.insert(wr_id, (id, head));
+        self.borrowed.insert(wr_id, (p, region.reading));
         self.zero_copy += 1;
         Ok(SendState::InFlight(wr_id))
     }
 
     fn zero_copy_sends(&self) -> u64 {
         self.zero_copy
+    }
+
+    fn reap_borrowed(&mut self) {
+        if self.borrowed.is_empty() {
+            return;
+        }
+        // Most complete on their own within a moment.
+        let soon = Instant::now() + Duration::from_millis(50);
+        while !self.borrowed.is_empty() && Instant::now() < soon {
+            self.progress();
+            std::thread::yield_now();
+        }
+        if self.borrowed.is_empty() {
+            return;
+        }
+        // The rest may wait on a dead peer for the whole retry budget (7 ACK timeouts):
+        // stop their queue pairs, and the device flushes every work request at once.
+        let stuck: std::collections::BTreeSet<usize> =
+            self.borrowed.values().map(|(p, _)| *p).collect();
+        for &p in &stuck {
+            if let Some(peer) = self.peers[p].as_mut() {
+                if let Err(e) = peer.qp.stop() {
+                    tracing::warn!(peer = p, error = %e, "cannot stop the queue pair");
+                }
+            }
+        }
+        let stopped: Vec<String> = stuck.iter().map(|&p| Rank::from(p).to_string()).collect();
+        self.fail(TransportError::Aborted {
+            rank: self.rank,
+            by: self.rank,
+            reason: format!(
+                "queue pairs to {} stopped to reclaim sends from caller memory after a failure",
+                stopped.join(", ")
+            ),
+        });
+        let until = Instant::now() + REAP_TIMEOUT;
+        while !self.borrowed.is_empty() && Instant::now() < until {
+            self.progress();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if !self.borrowed.is_empty() {
+            // The memory they read stays allocated and registered (see `Registered`).
+            tracing::error!(
+                sends = self.borrowed.len(),
+                "the device did not flush sends from caller memory: that memory is leaked"
+            );
+        }
+    }
+
+    fn borrowed_in_flight(&self) -> usize {
+        self.borrowed.len()
     }
 
     fn send_complete(&mut self, token: u64) -> Result<bool, TransportError> {
@@ -277,6 +332,7 @@ impl Transport for VerbsTransport {
         }
         let ptr = payload.framed_mut().as_ptr() as usize;
         if let Some(id) = self.lent.remove(&ptr) {
+            self.released(id);
             let v = payload.into_storage();
             if self.bufs.get(id as usize).is_some_and(|b| b.ptr == ptr) {
                 self.free.push((id, v));
@@ -337,10 +393,25 @@ impl Drop for VerbsTransport {
             self.progress();
             std::thread::yield_now();
         }
-        // Queue pairs first (the device stops touching every buffer), then the buffers'
-        // regions; the CQ, channel, domain and context follow through their `Arc`s.
+        // Queue pairs first (the device stops touching every buffer), then the regions,
+        // then the memory they covered; the CQ, channel, domain and context follow through
+        // their `Arc`s.
+        let mut graveyard: Vec<Vec<u8>> = Vec::new();
+        for peer in self.peers.iter_mut().flatten() {
+            graveyard.extend(peer.advertised.drain().map(|(_, v)| v));
+        }
         self.peers.clear();
-        self.inflight.clear();
+        for (_, (_, reading)) in self.borrowed.drain() {
+            // Its queue pair is destroyed: the device reads nothing more.
+            reading.fetch_sub(1, Ordering::Release);
+        }
+        graveyard.extend(self.inflight.drain().map(|(_, (_, v))| v));
+        graveyard.extend(self.free.drain(..).map(|(_, v)| v));
+        graveyard.extend(self.arrived.drain().map(|(_, (_, p))| p.into_storage()));
+        while let Some(v) = self.returns.pop() {
+            graveyard.push(v);
+        }
         self.bufs.clear();
+        drop(graveyard);
     }
 }

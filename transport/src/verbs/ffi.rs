@@ -341,6 +341,74 @@ impl Drop for MemoryRegion {
     }
 }
 
+/// Memory a device writes into while Rust code runs (receive buffers): never seen through a
+/// Rust reference as a whole, only copied out a piece at a time once the device is done
+/// with that piece. Registered for local writes only: no peer can write it remotely.
+pub struct DmaBuffer {
+    ptr: NonNull<u8>,
+    len: usize,
+    /// Declared after nothing it outlives: dropped (deregistered) in `Drop` before the
+    /// memory is freed.
+    mr: Option<MemoryRegion>,
+}
+
+// SAFETY: the buffer owns its allocation; the device's writes are synchronised with reads
+// by the completions (`copy_out`'s contract), not by the thread that holds it.
+unsafe impl Send for DmaBuffer {}
+
+impl DmaBuffer {
+    /// `len` zeroed bytes (at least 1), registered on `pd` for receives.
+    pub fn new(pd: &Arc<ProtectionDomain>, len: usize) -> Result<DmaBuffer, VerbsError> {
+        let boxed: Box<[u8]> = vec![0u8; len.max(1)].into_boxed_slice();
+        let len = boxed.len();
+        let raw = Box::into_raw(boxed).cast::<u8>();
+        let ptr = NonNull::new(raw).ok_or_else(|| VerbsError::new("malloc", 0, "null"))?;
+        let mut buf = DmaBuffer { ptr, len, mr: None };
+        // SAFETY: the memory is owned by `buf`, which deregisters the region before it
+        // frees the memory (`Drop`), and Rust reads it only through `copy_out`, for bytes
+        // the device has finished writing.
+        buf.mr = Some(unsafe { MemoryRegion::register(pd, raw, len, false) }?);
+        Ok(buf)
+    }
+
+    /// The address of byte `at`, for a work request.
+    pub fn addr(&self, at: usize) -> u64 {
+        self.ptr.as_ptr() as u64 + at.min(self.len) as u64
+    }
+
+    /// The local key.
+    pub fn lkey(&self) -> u32 {
+        self.mr.as_ref().map_or(0, MemoryRegion::lkey)
+    }
+
+    /// Copies bytes `at..at + len` out (clipped to the buffer).
+    ///
+    /// # Safety
+    ///
+    /// The device must not be writing those bytes: the receive that filled them has
+    /// completed and none is posted on them. (It may be writing other parts of the buffer.)
+    pub unsafe fn copy_out(&self, at: usize, len: usize) -> Vec<u8> {
+        let at = at.min(self.len);
+        let len = len.min(self.len - at);
+        let mut out = vec![0u8; len];
+        // SAFETY: `at..at + len` lies inside the allocation; the caller guarantees no
+        // concurrent write to it; `out` is a distinct allocation of `len` bytes.
+        unsafe { ptr::copy_nonoverlapping(self.ptr.as_ptr().add(at), out.as_mut_ptr(), len) };
+        out
+    }
+}
+
+impl Drop for DmaBuffer {
+    fn drop(&mut self) {
+        // Deregistered first, then freed.
+        self.mr = None;
+        let slice = ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.len);
+        // SAFETY: `ptr`/`len` came from `Box::into_raw` of a boxed slice of `len` bytes,
+        // freed here once; the region over it is gone.
+        drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
 /// A completion channel: the fd that becomes readable when an armed CQ gets a completion.
 pub struct CompletionChannel {
     ch: NonNull<sys::ibv_comp_channel>,
@@ -663,6 +731,14 @@ impl QueuePair {
         // SAFETY: the QP is live; `attr` is initialised for every field in `mask`.
         let rc = unsafe { (self.pd.ctx.lib.ibv_modify_qp)(self.qp.as_ptr(), attr, mask) };
         VerbsError::check("ibv_modify_qp", rc, to)
+    }
+
+    /// Moves the queue pair to the error state: the device stops working on it and flushes
+    /// every outstanding work request with an error completion.
+    pub fn stop(&mut self) -> Result<(), VerbsError> {
+        let mut a = sys::ibv_qp_attr::zeroed();
+        a.qp_state = sys::IBV_QPS_ERR;
+        self.modify(&mut a, sys::IBV_QP_STATE, "to ERROR")
     }
 
     /// RESET → INIT → RTR → RTS, connected to `remote` over `path`.

@@ -162,13 +162,16 @@ struct Peer {
     advertised: HashMap<u32, Vec<u8>>,
     /// Slots to advertise to the peer.
     owed: Vec<Credit>,
-    /// Slots the peer should get but no buffer was free for.
+    /// Slots the peer should get but no buffer was free for, or that wait until this rank
+    /// holds fewer of its messages.
     deficit: usize,
+    /// Its messages that arrived and are lent to the engine (not yet recycled or sent on):
+    /// past [`VerbsTransport::hold_limit`] the peer gets no new slots until some return.
+    held: usize,
     /// Send work requests posted and not completed.
     sends: u32,
     /// Receive buffers for credit messages (`depth` × [`CTRL_BYTES`]), registered.
-    ctrl: Vec<u8>,
-    ctrl_mr: MemoryRegion,
+    ctrl: ffi::DmaBuffer,
     hello: bool,
 }
 
@@ -183,6 +186,14 @@ pub struct VerbsTransport {
     free: Vec<(u32, Vec<u8>)>,
     /// Buffers lent to the caller (as payloads), by address.
     lent: HashMap<usize, u32>,
+    /// Of those, the ones that arrived from a peer (which it counts in `held`), by id.
+    lent_from: HashMap<u32, usize>,
+    /// Most messages of one peer held at once (see `Peer::held`).
+    hold_limit: usize,
+    /// Lent buffers whose payloads were dropped instead of recycled: they come back here,
+    /// never freed while registered (a freed slot's address, reused by the allocator, would
+    /// alias a region the device still maps to the old pages).
+    returns: crate::transport::Returns,
     /// Sends in flight: their buffers, by work request id.
     inflight: HashMap<u64, (u32, Vec<u8>)>,
     next_wr: u32,
@@ -203,6 +214,8 @@ pub struct VerbsTransport {
     registry: Registry,
     /// Sends posted straight from registered caller memory.
     zero_copy: u64,
+    /// Those not completed yet, by work request id: the peer, and their region's count.
+    borrowed: HashMap<u64, (usize, Arc<std::sync::atomic::AtomicUsize>)>,
     /// Whether to send from registered caller memory (`Options::zero_copy`).
     zero_copy_on: bool,
     cq: CompletionQueue,

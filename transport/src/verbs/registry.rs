@@ -1,34 +1,76 @@
-//! Registered caller memory: address ranges and their local keys, for zero-copy sends.
+//! Registered caller memory: address ranges, their local keys, and how many sends a device
+//! may still be reading from each (so that memory is never freed under the NIC).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::ffi::MemoryRegion;
+use crate::transport::Registration;
 
 /// Smallest send from registered caller memory that goes zero-copy: below it, copying into
 /// a slot (and inline sends) costs less than a second gather entry and a completion.
 pub const ZERO_COPY_MIN: usize = 16 * 1024;
 
+/// One registered range.
+#[derive(Clone)]
+pub(super) struct Region {
+    pub(super) end: usize,
+    pub(super) lkey: u32,
+    /// Posted sends from this range not yet completed or flushed.
+    pub(super) reading: Arc<AtomicUsize>,
+}
+
 /// Address ranges of registered caller memory, shared with their owners' guards.
 #[derive(Clone, Default)]
-pub(super) struct Registry(pub(super) Arc<Mutex<BTreeMap<usize, (usize, u32)>>>);
+pub(super) struct Registry(Arc<Mutex<BTreeMap<usize, Region>>>);
 
 impl Registry {
-    /// The local key of registered memory covering `[start, start + len)`.
-    pub(super) fn lookup(&self, start: usize, len: usize) -> Option<u32> {
+    /// The region covering `[start, start + len)`.
+    pub(super) fn lookup(&self, start: usize, len: usize) -> Option<Region> {
         let map = self.0.lock().ok()?;
-        let (_, &(end, lkey)) = map.range(..=start).next_back()?;
-        (start + len <= end).then_some(lkey)
+        let (_, region) = map.range(..=start).next_back()?;
+        (start.checked_add(len)? <= region.end).then(|| region.clone())
+    }
+
+    /// Enters `[start, end)` registered as `mr`; the guard takes it out again.
+    pub(super) fn enter(&self, start: usize, end: usize, mr: MemoryRegion) -> Guard {
+        let reading = Arc::new(AtomicUsize::new(0));
+        if let Ok(mut map) = self.0.lock() {
+            map.insert(
+                start,
+                Region {
+                    end,
+                    lkey: mr.lkey(),
+                    reading: reading.clone(),
+                },
+            );
+        }
+        Guard {
+            start,
+            registry: self.clone(),
+            reading,
+            _mr: mr,
+        }
     }
 }
 
-/// A [`Registered`]'s registration: dropped before its memory, it leaves the registry and
-/// deregisters. While a send from the memory is in flight the caller holds a borrow of it
-/// (see [`Transport::try_send_borrowed`]), so it cannot be dropped then.
+/// A [`crate::Registered`]'s registration: dropped before its memory, it leaves the
+/// registry and deregisters — unless a device may still read the memory, in which case the
+/// owner leaks both ([`Registration::in_use`]).
 pub(super) struct Guard {
-    pub(super) start: usize,
-    pub(super) registry: Registry,
-    pub(super) _mr: MemoryRegion,
+    start: usize,
+    registry: Registry,
+    reading: Arc<AtomicUsize>,
+    _mr: MemoryRegion,
+}
+
+impl Registration for Guard {
+    fn in_use(&self) -> bool {
+        // Acquire: pairs with the release of the completion that brought it to zero, after
+        // which the device is done with the memory.
+        self.reading.load(Ordering::Acquire) > 0
+    }
 }
 
 impl Drop for Guard {

@@ -117,6 +117,12 @@ pub fn upgrade(
         bufs: Vec::new(),
         free: Vec::new(),
         lent: HashMap::new(),
+        lent_from: HashMap::new(),
+        // Generous: at least 8 windows, and at least 64 MiB of slots per peer. A peer past
+        // it (far ahead of what this rank consumes) waits for credits instead of making this
+        // rank register memory without bound.
+        hold_limit: (8 * window).max((64usize << 20) / opts.slot_bytes.max(1)),
+        returns: Default::default(),
         inflight: HashMap::new(),
         next_wr: 0,
         arrived: HashMap::new(),
@@ -131,6 +137,7 @@ pub fn upgrade(
         window,
         registry: Registry::default(),
         zero_copy: 0,
+        borrowed: HashMap::new(),
         zero_copy_on: opts.zero_copy,
         cq,
         pd,
@@ -143,9 +150,8 @@ pub fn upgrade(
     for p in (0..nranks).filter(|&p| p != rank.index()) {
         let qp =
             QueuePair::new(&t.pd, &t.cq, send_depth, recv_depth, 256).map_err(verr(Some(p)))?;
-        let mut ctrl = vec![0u8; recv_depth as usize * CTRL_BYTES];
-        // SAFETY-free: registration goes through `register_vec`, see there.
-        let ctrl_mr = t.register_vec(&mut ctrl).map_err(verr(Some(p)))?;
+        let ctrl =
+            ffi::DmaBuffer::new(&t.pd, recv_depth as usize * CTRL_BYTES).map_err(verr(Some(p)))?;
         t.per_credit_msg = ((qp.max_inline as usize).saturating_sub(4) / CREDIT_BYTES).max(1);
         t.by_qpn.insert(qp.qpn(), p);
         let mut credits = Vec::with_capacity(window);
@@ -170,9 +176,9 @@ pub fn upgrade(
             advertised,
             owed: Vec::new(),
             deficit: 0,
+            held: 0,
             sends: 0,
             ctrl,
-            ctrl_mr,
             hello: false,
         });
     }

@@ -438,6 +438,8 @@ pub const IBV_QPS_INIT: c_uint = 1;
 pub const IBV_QPS_RTR: c_uint = 2;
 /// `IBV_QPS_RTS`.
 pub const IBV_QPS_RTS: c_uint = 3;
+/// `IBV_QPS_ERR`.
+pub const IBV_QPS_ERR: c_uint = 6;
 /// `IBV_WR_RDMA_WRITE_WITH_IMM`.
 pub const IBV_WR_RDMA_WRITE_WITH_IMM: c_uint = 1;
 /// `IBV_WR_SEND`.

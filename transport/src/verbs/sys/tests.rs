@@ -263,6 +263,7 @@ fn expectations() -> Vec<(String, usize, Rule)> {
         ("IBV_QPS_INIT", unsigned(IBV_QPS_INIT)),
         ("IBV_QPS_RTR", unsigned(IBV_QPS_RTR)),
         ("IBV_QPS_RTS", unsigned(IBV_QPS_RTS)),
+        ("IBV_QPS_ERR", unsigned(IBV_QPS_ERR)),
         (
             "IBV_WR_RDMA_WRITE_WITH_IMM",
             unsigned(IBV_WR_RDMA_WRITE_WITH_IMM),
