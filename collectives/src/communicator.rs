@@ -918,7 +918,12 @@ impl Communicator {
                     at.channel, at.step, at.primitive
                 ),
             },
-            RunError::Stalled { waited, blocked_on } => Error::Timeout {
+            RunError::Stalled {
+                waited,
+                blocked_on,
+                unresponsive,
+            } => Error::Timeout {
+                unresponsive: unresponsive.iter().map(|r| r.0).collect(),
                 rank,
                 collective,
                 seq,

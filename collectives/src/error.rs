@@ -131,7 +131,10 @@ pub enum Error {
         what: String,
     },
     /// Nothing moved for the timeout.
-    #[error("rank {rank}: {collective} #{seq} ({algorithm}): no progress for {waited:?}; waiting for {waiting_for}")]
+    #[error(
+        "rank {rank}: {collective} #{seq} ({algorithm}): no progress for {waited:?}; waiting for {waiting_for}{}",
+        silent(unresponsive)
+    )]
     Timeout {
         /// The calling rank.
         rank: u32,
@@ -147,6 +150,9 @@ pub enum Error {
         waiting_for: String,
         /// The timeout.
         waited: Duration,
+        /// The ranks that did not answer a liveness probe when it expired (stopped or hung:
+        /// the likely cause, when the peer waited for is itself waiting).
+        unresponsive: Vec<u32>,
     },
     /// An earlier error made this communicator unusable.
     #[error("rank {rank}: communicator unusable after an earlier error: {first}")]
@@ -208,3 +214,15 @@ impl Error {
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The end of a timeout's text naming the ranks that did not answer a liveness probe.
+fn silent(ranks: &[u32]) -> String {
+    match ranks {
+        [] => String::new(),
+        [r] => format!("; rank {r} does not respond (stopped or hung)"),
+        many => {
+            let list: Vec<String> = many.iter().map(|r| format!("rank {r}")).collect();
+            format!("; {} do not respond (stopped or hung)", list.join(", "))
+        }
+    }
+}

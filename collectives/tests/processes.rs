@@ -23,11 +23,19 @@ fn rank_main() {
     let Ok(scenario) = std::env::var(SCENARIO) else {
         return;
     };
-    // Ranks other than 0 may be told to come late.
+    // Ranks may be told to come late: one number for every rank but 0, or one per rank.
     if let Ok(ms) = std::env::var("RCOLL_TEST_DELAY_MS") {
-        if std::env::var("RCOLL_RANK").as_deref() != Ok("0") {
-            std::thread::sleep(Duration::from_millis(ms.parse().expect("milliseconds")));
-        }
+        let rank: usize = std::env::var("RCOLL_RANK")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        let delays: Vec<u64> = ms.split(',').map(|d| d.parse().expect("ms")).collect();
+        let delay = match delays.as_slice() {
+            [one] if rank > 0 => *one,
+            [_] => 0,
+            many => many[rank.min(many.len() - 1)],
+        };
+        std::thread::sleep(Duration::from_millis(delay));
     }
     let mut comm = match rcoll::process::init() {
         Ok(c) => c,
@@ -458,4 +466,152 @@ fn a_soak_of_ten_thousand_mixed_collectives_stays_correct_and_flat() {
             eprintln!("rank {r}: {line}");
         }
     }
+}
+
+/// Sends `signal` to a child (`kill -SIGNAL pid`).
+fn signal(child: &Child, signal: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill -{signal}");
+}
+
+/// A rank stopped with SIGSTOP (alive, its sockets open, silent): the others fail within
+/// the timeout, naming it, instead of waiting for ever.
+#[test]
+fn a_stopped_rank_fails_the_others_within_the_timeout_naming_it() {
+    let stopped = 2;
+    let mut children = spawn(
+        "killed",
+        4,
+        &[
+            ("RCOLL_TEST_DEAD", stopped.to_string()),
+            ("RCOLL_TIMEOUT", "3".to_string()),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut frozen = children.remove(stopped);
+    signal(&frozen, "STOP");
+    let start = std::time::Instant::now();
+    let results = finish(children, Duration::from_secs(60));
+    let took = start.elapsed();
+    signal(&frozen, "KILL");
+    let _ = frozen.wait();
+    for (i, (ok, out)) in results.iter().enumerate() {
+        let r = if i < stopped { i } else { i + 1 };
+        assert!(
+            *ok && out.contains("RANK-ERROR") && out.contains(&format!("rank {stopped}")),
+            "rank {r} did not report the stopped rank {stopped}:\n{out}"
+        );
+    }
+    // The timeout (3 s) counts from the last progress; the rest is the pipeline draining.
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    eprintln!("a stopped rank: every other rank failed {took:?} after SIGSTOP");
+}
+
+/// The root dies while the rendezvous is under way: a rank that reached it learns at
+/// once, one that comes later fails within its timeout; both say the root is the cause.
+#[test]
+fn the_root_dying_mid_bootstrap_fails_every_rank_within_the_timeout() {
+    let root = free_root();
+    let mut children = spawn(
+        "hello",
+        3,
+        &[
+            ("RCOLL_ROOT_ADDR", root),
+            ("RCOLL_TIMEOUT", "3".to_string()),
+            // Rank 1 reaches the root before it dies, rank 2 after.
+            ("RCOLL_TEST_DELAY_MS", "0,300,2000".to_string()),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut root_rank = children.remove(0);
+    signal(&root_rank, "KILL");
+    let _ = root_rank.wait();
+    let start = std::time::Instant::now();
+    let results = finish(children, Duration::from_secs(60));
+    let took = start.elapsed();
+    for (i, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            !ok && out.contains("RANK-INIT-ERROR") && out.contains("root"),
+            "rank {} should fail naming the root:\n{out}",
+            i + 1
+        );
+    }
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
+/// A member passes the rendezvous (it knows the secret: a real member, then gone) and
+/// dies before the mesh: the others fail within the timeout naming it.
+#[test]
+fn a_member_dying_between_rendezvous_and_mesh_is_named_within_the_timeout() {
+    use rcoll_transport::tcp::bootstrap::{auth, wire::Message};
+    use std::io::{Read, Write};
+    let root = free_root();
+    let secret = rcoll::process::random_unique_id().expect("secret");
+    let children = spawn(
+        "hello",
+        2,
+        &[
+            ("RCOLL_ROOT_ADDR", root.clone()),
+            ("RCOLL_WORLD_SIZE", "3".to_string()),
+            ("RCOLL_TIMEOUT", "4".to_string()),
+            ("RCOLL_UNIQUE_ID", rcoll::process::format_unique_id(secret)),
+        ],
+    );
+    // Rank 2: hello to the root with the right proof, take the table, die.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut s = loop {
+        match std::net::TcpStream::connect(&root) {
+            Ok(s) => break s,
+            Err(_) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) => panic!("the root never listened: {e}"),
+        }
+    };
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    let mut got = Vec::new();
+    let mut read_one = |s: &mut std::net::TcpStream| loop {
+        if let Some((m, used)) = Message::split(&got).expect("a bootstrap message") {
+            got.drain(..used);
+            return m;
+        }
+        let mut b = [0u8; 4096];
+        let n = s.read(&mut b).expect("read");
+        assert!(n > 0, "the root closed");
+        got.extend_from_slice(&b[..n]);
+    };
+    let nonce_c = auth::nonce().expect("nonce");
+    s.write_all(&Message::Challenge { nonce: nonce_c }.encode())
+        .expect("challenge");
+    let Message::Proof { nonce: nonce_s, .. } = read_one(&mut s) else {
+        panic!("no proof");
+    };
+    // Its data listener exists while the root collects the table, then goes with it.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let hello = Message::Hello {
+        rank: 2,
+        nranks: 3,
+        addr: listener.local_addr().expect("addr").to_string(),
+        mac: [0; 32],
+    };
+    s.write_all(&auth::sign_intro(secret, &nonce_c, &nonce_s, hello).encode())
+        .expect("hello");
+    assert!(matches!(read_one(&mut s), Message::Table(_)));
+    drop(listener);
+    drop(s);
+    let start = std::time::Instant::now();
+    let results = finish(children, Duration::from_secs(60));
+    let took = start.elapsed();
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            !ok && out.contains("RANK-INIT-ERROR") && out.contains("ranks 2"),
+            "rank {r} should fail naming rank 2:\n{out}"
+        );
+    }
+    assert!(took < Duration::from_secs(10), "took {took:?}");
 }

@@ -31,11 +31,29 @@ fn rank_main() {
     let Ok(scenario) = std::env::var(SCENARIO) else {
         return;
     };
+    // A rank told to run without CAP_IPC_LOCK under a small locked-memory limit runs itself
+    // again that way (setpriv drops the capability, prlimit sets the limit).
+    if let Ok(kib) = std::env::var("RCOLL_TEST_MEMLOCK_KIB") {
+        if std::env::var_os("RCOLL_TEST_MEMLOCK_APPLIED").is_none() {
+            let bytes = kib.parse::<u64>().expect("KiB") * 1024;
+            let status = std::process::Command::new("setpriv")
+                .args(["--bounding-set=-ipc_lock", "--inh-caps=-ipc_lock", "--"])
+                .arg("prlimit")
+                .arg(format!("--memlock={bytes}:{bytes}"))
+                .arg("--")
+                .arg(std::env::current_exe().expect("exe"))
+                .args(std::env::args_os().skip(1))
+                .env("RCOLL_TEST_MEMLOCK_APPLIED", "1")
+                .status()
+                .expect("setpriv and prlimit (util-linux)");
+            std::process::exit(status.code().unwrap_or(1));
+        }
+    }
     let mut comm = match rcoll::process::init() {
         Ok(c) => c,
         Err(e) => {
             println!("RANK-INIT-ERROR {e}");
-            if scenario == "wrong_gid" {
+            if scenario == "wrong_gid" || scenario == "memlock" {
                 return;
             }
             panic!("RANK-INIT-ERROR {e}");
@@ -53,6 +71,8 @@ fn rank_main() {
         "zero_copy" => zero_copy(&mut comm),
         "killed_zero_copy" => killed_zero_copy(&mut comm),
         "wrong_gid" => panic!("rank {} joined although a GID was wrong", comm.rank()),
+        "memlock" => panic!("rank {} joined although memlock was too low", comm.rank()),
+        "lossy" => lossy(&mut comm),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -314,6 +334,80 @@ fn a_killed_peer_leaves_no_send_reading_a_returned_buffer() {
             );
         }
     }
+}
+
+/// A rank whose locked-memory limit is too small for its slots (64 KiB, no CAP_IPC_LOCK):
+/// it fails naming ibv_reg_mr and the limit, and the other rank learns that cause from it
+/// (relayed), not just that it closed.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn too_little_locked_memory_is_named_on_every_rank() {
+    let results = finish(
+        spawn("memlock", 2, |r| {
+            if r == 1 {
+                vec![("RCOLL_TEST_MEMLOCK_KIB".into(), "64".into())]
+            } else {
+                vec![]
+            }
+        }),
+        Duration::from_secs(120),
+    );
+    let (ok1, out1) = &results[1];
+    assert!(
+        *ok1 && out1.contains("RANK-INIT-ERROR")
+            && out1.contains("ibv_reg_mr")
+            && out1.contains("locked-memory limit (64 KiB"),
+        "rank 1 names the registration and the limit:\n{out1}"
+    );
+    let (ok0, out0) = &results[0];
+    assert!(
+        *ok0 && out0.contains("RANK-INIT-ERROR")
+            && out0.contains("aborted by rank 1")
+            && out0.contains("ibv_reg_mr"),
+        "rank 0 learns rank 1's cause:\n{out0}"
+    );
+}
+
+/// Every collective over a link that loses 1% of packets and reorders a quarter of them
+/// (netem on both veths, in the VM): rxe retransmits, and every result is still right.
+fn lossy(comm: &mut Communicator) {
+    let failures = sweep_collectives(comm, &ALGORITHMS, &[1, 10_007]);
+    check(comm, failures);
+}
+
+/// netem on an interface for as long as it lives.
+struct Netem(&'static str);
+
+impl Netem {
+    fn add(dev: &'static str, spec: &str) -> Netem {
+        let mut args = vec!["qdisc", "add", "dev", dev, "root", "netem"];
+        args.extend(spec.split_whitespace());
+        let ok = std::process::Command::new("tc")
+            .args(&args)
+            .status()
+            .expect("tc")
+            .success();
+        assert!(ok, "tc {}", args.join(" "));
+        Netem(dev)
+    }
+}
+
+impl Drop for Netem {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tc")
+            .args(["qdisc", "del", "dev", self.0, "root"])
+            .status();
+    }
+}
+
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_lossy_reordering_link_keeps_every_result_right() {
+    let spec = "delay 1ms 1ms loss 1% reorder 25% 50%";
+    let _a = Netem::add("veth0", spec);
+    let _b = Netem::add("veth1", spec);
+    let results = finish(spawn("lossy", 2, |_| vec![]), Duration::from_secs(900));
+    all_ok("2 ranks over 1% loss and reordering", &results);
 }
 
 #[test]

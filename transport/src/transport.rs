@@ -358,6 +358,13 @@ pub trait Transport: Send {
     /// that never leave a device reading caller memory have nothing to do.
     fn reap_borrowed(&mut self) {}
 
+    /// The peers that do not answer a liveness probe within `within` (their process is
+    /// stopped, hung, or gone): asked when a call stalls, so that its error names the cause
+    /// rather than the neighbour that waits on it. Backends without a probe answer none.
+    fn unresponsive(&mut self, _within: std::time::Duration) -> Vec<Rank> {
+        Vec::new()
+    }
+
     /// Sends from caller memory that a device may still be reading (for diagnostics and
     /// tests: 0 after every call returns).
     fn borrowed_in_flight(&self) -> usize {

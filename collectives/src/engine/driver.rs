@@ -16,6 +16,9 @@ use crate::schedule::plan::Plan;
 /// spin for than a condition-variable round trip.
 const SPINS_BEFORE_SLEEP: u32 = 64;
 
+/// How long a stalled rank waits for its peers to answer a liveness probe.
+const PROBE_TIME: Duration = Duration::from_millis(500);
+
 /// Why [`run`] stopped.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunError {
@@ -27,6 +30,9 @@ pub enum RunError {
         waited: Duration,
         /// The peer and position it was waiting on, if known.
         blocked_on: Option<(rcoll_transport::Rank, Position)>,
+        /// The peers that did not answer a liveness probe then (stopped or hung: the
+        /// likely cause, when the rank waited on is only waiting too).
+        unresponsive: Vec<rcoll_transport::Rank>,
     },
     /// Waiting itself failed (the group was aborted or a peer closed); with what this rank
     /// was waiting for, if known.
@@ -97,6 +103,7 @@ fn pump<T: Element>(
             return Err(RunError::Stalled {
                 waited,
                 blocked_on: exec.blocked_on(),
+                unresponsive: io.unresponsive(PROBE_TIME),
             });
         }
         let wake = deadline.unwrap_or(now + Duration::from_secs(3600));

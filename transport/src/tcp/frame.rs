@@ -8,8 +8,8 @@
 //!  +------+------+---------+-----------+-----------+-----------+-----------+-----------------+
 //! ```
 //!
-//! `kind` is [`Kind::Data`] (a message of a collective) or [`Kind::Abort`] (the payload is
-//! the UTF-8 reason). A receiver rejects an unknown magic or kind and any length above
+//! `kind` is [`Kind::Data`] (a message of a collective), [`Kind::Abort`] (the payload is
+//! the UTF-8 reason), or [`Kind::Ping`]/[`Kind::Pong`] (liveness, no payload). A receiver rejects an unknown magic or kind and any length above
 //! [`MAX_PAYLOAD`] before allocating anything.
 
 use crate::types::Tag;
@@ -34,6 +34,10 @@ pub enum Kind {
     Data = 1,
     /// The sender aborted the group; the payload is the reason.
     Abort = 2,
+    /// Are you there? (answered with a `Pong` by a rank whose process runs).
+    Ping = 3,
+    /// Here.
+    Pong = 4,
 }
 
 /// A decoded header.
@@ -87,6 +91,8 @@ impl Header {
         let kind = match u16_at(4) {
             1 => Kind::Data,
             2 => Kind::Abort,
+            3 => Kind::Ping,
+            4 => Kind::Pong,
             k => return Err(FrameError::BadKind(k)),
         };
         let mut len_bytes = [0u8; 8];

@@ -75,6 +75,10 @@ pub struct TcpTransport {
     peer_budget: usize,
     aborted: Option<(Rank, String)>,
     abort_sent: bool,
+    /// Peers that asked whether this rank runs, to answer.
+    pinged_by: Vec<usize>,
+    /// Peers that answered this rank's pings.
+    ponged: Vec<bool>,
     broken: Option<TransportError>,
 }
 
@@ -128,6 +132,8 @@ impl TcpTransport {
             window: window.max(1),
             aborted: None,
             abort_sent: false,
+            pinged_by: Vec::new(),
+            ponged: Vec::new(),
             broken: None,
         })
     }
@@ -157,11 +163,33 @@ impl TcpTransport {
         }
     }
 
-    /// Flushes every queue and reads every socket as far as they go without blocking.
+    /// Flushes every queue and reads every socket as far as they go without blocking;
+    /// answers pings.
     fn progress(&mut self) {
         for r in 0..self.peers.len() {
             self.flush(r);
             self.read(r);
+        }
+        while let Some(r) = self.pinged_by.pop() {
+            self.queue_control(r, Kind::Pong);
+            self.flush(r);
+        }
+    }
+
+    /// Queues a control frame (no payload) to peer `r`, behind what is queued.
+    fn queue_control(&mut self, r: usize, kind: Kind) {
+        let header = Header {
+            kind,
+            tag: Tag::default(),
+            len: 0,
+        }
+        .encode();
+        if let Some(Some(p)) = self.peers.get_mut(r) {
+            p.queue.push_back(Outgoing {
+                header,
+                payload: Payload::reuse(Vec::new(), 0),
+                written: 0,
+            });
         }
     }
 
@@ -241,8 +269,19 @@ impl TcpTransport {
                     Ok((used, frame)) => {
                         rest = &rest[used..];
                         if let Some(frame) = frame {
-                            if frame.header.kind == Kind::Data {
-                                peer.held += frame.payload.len();
+                            match frame.header.kind {
+                                Kind::Data => peer.held += frame.payload.len(),
+                                Kind::Ping => {
+                                    self.pinged_by.push(r);
+                                    continue;
+                                }
+                                Kind::Pong => {
+                                    if let Some(p) = self.ponged.get_mut(r) {
+                                        *p = true;
+                                    }
+                                    continue;
+                                }
+                                Kind::Abort => {}
                             }
                             deliver(
                                 self.rank,
@@ -398,6 +437,8 @@ fn deliver(
             let reason = String::from_utf8_lossy(&payload).into_owned();
             aborted.get_or_insert((from, reason));
         }
+        // Answered by the reader, never filed.
+        Kind::Ping | Kind::Pong => {}
     }
 }
 
@@ -584,6 +625,33 @@ impl Transport for TcpTransport {
         // Only what has arrived: channels are FIFO, so a stale message is here before
         // anything its sender sent later, and a later call that hears from it sees it.
         crate::transport::stale_in(&self.arrived, current)
+    }
+
+    fn unresponsive(&mut self, within: Duration) -> Vec<Rank> {
+        self.ponged = vec![false; self.peers.len()];
+        for r in 0..self.peers.len() {
+            if matches!(self.peers.get(r), Some(Some(p)) if p.gone.is_none()) {
+                self.queue_control(r, Kind::Ping);
+            }
+        }
+        let until = Instant::now() + within;
+        let silent = |t: &TcpTransport| -> Vec<Rank> {
+            (0..t.peers.len())
+                .filter(|&r| t.peers[r].is_some() && !t.ponged[r])
+                .map(Rank::from)
+                .collect()
+        };
+        loop {
+            self.progress();
+            let left = until.saturating_duration_since(Instant::now());
+            if silent(self).is_empty() || left.is_zero() {
+                break;
+            }
+            let _ = self
+                .poll
+                .poll(&mut self.events, Some(left.min(Duration::from_millis(10))));
+        }
+        silent(self)
     }
 
     fn abort(&mut self, reason: &str) {

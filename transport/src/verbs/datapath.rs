@@ -80,7 +80,9 @@ impl Transport for VerbsTransport {
                 (id, v)
             }
         };
-        encode_header(tag, len, &mut v[..HEADER]);
+        if let Some(h) = v.first_chunk_mut::<HEADER>() {
+            encode_header(tag, len, h);
+        }
         let lkey = self.bufs[id as usize].mr.lkey();
         let total = HEADER + len;
         let Some(peer_state) = self.peers[p].as_mut() else {
@@ -180,7 +182,9 @@ impl Transport for VerbsTransport {
         let (id, mut head) = self
             .take_buffer()
             .map_err(|e| self.verbs_error(Some(p), e))?;
-        encode_header(tag, data.len(), &mut head[..HEADER]);
+        if let Some(h) = head.first_chunk_mut::<HEADER>() {
+            encode_header(tag, data.len(), h);
+        }
         let sges = [
             Sge {
                 addr: head.as_ptr() as u64,
@@ -280,6 +284,11 @@ impl Transport for VerbsTransport {
                 "the device did not flush sends from caller memory: that memory is leaked"
             );
         }
+    }
+
+    fn unresponsive(&mut self, within: Duration) -> Vec<Rank> {
+        // The TCP connections are the control plane: the probe travels there.
+        self.tcp.unresponsive(within)
     }
 
     fn borrowed_in_flight(&self) -> usize {

@@ -317,7 +317,12 @@ impl MemoryRegion {
         }
         // SAFETY: the domain is live; the caller guarantees the memory outlives the region.
         let mr = unsafe { (pd.ctx.lib.ibv_reg_mr)(pd.pd.as_ptr(), addr.cast(), len, access) };
-        let mr = non_null(mr, "ibv_reg_mr", &format!("{len} bytes"))?;
+        let mr = non_null(mr, "ibv_reg_mr", &format!("{len} bytes")).map_err(|mut e| {
+            if e.errno == libc::ENOMEM || e.errno == libc::EPERM {
+                e.message.push_str(&memlock_hint());
+            }
+            e
+        })?;
         Ok(MemoryRegion { mr, pd: pd.clone() })
     }
 
@@ -407,6 +412,29 @@ impl Drop for DmaBuffer {
         // freed here once; the region over it is gone.
         drop(unsafe { Box::from_raw(slice) });
     }
+}
+
+/// What to do when registration runs into the locked-memory limit.
+fn memlock_hint() -> String {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let limit = if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } == 0 {
+        if lim.rlim_cur == libc::RLIM_INFINITY {
+            "unlimited".to_string()
+        } else {
+            format!("{} KiB", lim.rlim_cur / 1024)
+        }
+    } else {
+        "unknown".to_string()
+    };
+    format!(
+        "; registration pins memory against the locked-memory limit ({limit}, `ulimit -l`): \
+         raise it, or give the process CAP_IPC_LOCK (containers: --ulimit memlock=-1 \
+         --cap-add IPC_LOCK)"
+    )
 }
 
 /// A completion channel: the fd that becomes readable when an armed CQ gets a completion.

@@ -42,7 +42,7 @@ mod registry;
 pub mod select;
 mod setup;
 mod sys;
-mod wire;
+pub mod wire;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 //! connectivity check each way before the group is handed out.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ffi::{
@@ -81,34 +82,19 @@ pub fn upgrade(
     opts: &Options,
     deadline: Instant,
 ) -> Result<VerbsTransport, TransportError> {
-    let rank = tcp.rank();
-    let nranks = tcp.nranks();
-    let verr = |peer: Option<usize>| {
-        move |e: VerbsError| TransportError::Verbs {
-            rank,
-            peer: peer.map(Rank::from),
-            verb: e.verb,
-            errno: e.errno,
-            message: e.message,
+    // A rank that fails here tells the others why before it closes (memlock, a device
+    // error): they would otherwise see only that it closed.
+    let window = opts.window.max(2);
+    let (pd, channel, cq) = match open_device(&mut tcp, &sel, window) {
+        Ok(r) => r,
+        Err(e) => {
+            tcp.abort(&e.to_string());
+            return Err(e);
         }
     };
-    let ctx = Context::open(&sel.device).map_err(verr(None))?;
-    let pd = ProtectionDomain::new(&ctx).map_err(verr(None))?;
-    let channel = CompletionChannel::new(&ctx).map_err(verr(None))?;
-    let window = opts.window.max(2);
-    let recv_depth = (2 * window + 8) as u32;
-    let send_depth = (2 * window + 8) as u32;
-    let dev = ctx.query_device().map_err(verr(None))?;
-    let cq_entries = ((nranks.max(2) - 1) as i64 * i64::from(recv_depth + send_depth))
-        .clamp(16, i64::from(dev.max_cqe.max(16))) as i32;
-    let cq = CompletionQueue::new(&ctx, &channel, cq_entries).map_err(verr(None))?;
-    tcp.watch_fd(cq.fd()).map_err(|e| TransportError::Verbs {
-        rank,
-        peer: None,
-        verb: "epoll_ctl",
-        errno: e.raw_os_error().unwrap_or(0),
-        message: format!("cannot watch the completion channel: {e}"),
-    })?;
+    let rank = tcp.rank();
+    let nranks = tcp.nranks();
+    let (_, send_depth) = depths(window);
     let mut t = VerbsTransport {
         rank,
         nranks,
@@ -144,7 +130,76 @@ pub fn upgrade(
         _channel: channel,
         tcp,
     };
-    // Queue pairs, receive buffers and first credits for every peer.
+    match connect_peers(&mut t, &sel, opts, deadline) {
+        Ok(()) => Ok(t),
+        Err(e) => {
+            t.tcp.abort(&e.to_string());
+            Err(e)
+        }
+    }
+}
+
+/// The converter of a failed verb into this rank's error.
+fn verbs_failure(rank: Rank, peer: Option<usize>) -> impl Fn(VerbsError) -> TransportError {
+    move |e: VerbsError| TransportError::Verbs {
+        rank,
+        peer: peer.map(Rank::from),
+        verb: e.verb,
+        errno: e.errno,
+        message: e.message,
+    }
+}
+
+/// Slots per receive queue and send queue.
+fn depths(window: usize) -> (u32, u32) {
+    ((2 * window + 8) as u32, (2 * window + 8) as u32)
+}
+
+/// Opens the device and makes the domain, channel and completion queue this rank uses.
+fn open_device(
+    tcp: &mut TcpTransport,
+    sel: &Selection,
+    window: usize,
+) -> Result<
+    (
+        Arc<ProtectionDomain>,
+        Arc<CompletionChannel>,
+        CompletionQueue,
+    ),
+    TransportError,
+> {
+    let rank = tcp.rank();
+    let nranks = tcp.nranks();
+    let verr = |peer| verbs_failure(rank, peer);
+    let ctx = Context::open(&sel.device).map_err(verr(None))?;
+    let pd = ProtectionDomain::new(&ctx).map_err(verr(None))?;
+    let channel = CompletionChannel::new(&ctx).map_err(verr(None))?;
+    let (recv_depth, send_depth) = depths(window);
+    let dev = ctx.query_device().map_err(verr(None))?;
+    let cq_entries = ((nranks.max(2) - 1) as i64 * i64::from(recv_depth + send_depth))
+        .clamp(16, i64::from(dev.max_cqe.max(16))) as i32;
+    let cq = CompletionQueue::new(&ctx, &channel, cq_entries).map_err(verr(None))?;
+    tcp.watch_fd(cq.fd()).map_err(|e| TransportError::Verbs {
+        rank,
+        peer: None,
+        verb: "epoll_ctl",
+        errno: e.raw_os_error().unwrap_or(0),
+        message: format!("cannot watch the completion channel: {e}"),
+    })?;
+    Ok((pd, channel, cq))
+}
+
+/// Queue pairs, receive buffers and first credits for every peer; endpoints exchanged over
+/// TCP; a connectivity check each way.
+fn connect_peers(
+    t: &mut VerbsTransport,
+    sel: &Selection,
+    opts: &Options,
+    deadline: Instant,
+) -> Result<(), TransportError> {
+    let (rank, nranks, window) = (t.rank, t.nranks, t.window);
+    let (recv_depth, send_depth) = depths(window);
+    let verr = |peer| verbs_failure(rank, peer);
     let psn = |peer: usize| ((rank.index() as u32) << 12 ^ (peer as u32) << 2 ^ 0x5a5a) & 0xff_ffff;
     let mut mine = Vec::new();
     for p in (0..nranks).filter(|&p| p != rank.index()) {
@@ -320,7 +375,7 @@ pub fn upgrade(
         mtu = select::mtu_bytes(sel.active_mtu),
         "verbs queue pairs connected"
     );
-    Ok(t)
+    Ok(())
 }
 
 fn send_control(

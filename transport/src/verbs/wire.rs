@@ -1,35 +1,43 @@
-//! The verbs backend's wire formats, pure: credits (a slot lent to a peer), endpoints
-//! (what a rank tells a peer about its queue pair, over the TCP bootstrap), the message
-//! header at the front of every slot, and work request ids.
+//! The verbs backend's wire formats, pure (and fuzzed: `fuzz/fuzz_targets/verbs_wire.rs`):
+//! credits (a slot lent to a peer), endpoints (what a rank tells a peer about its queue
+//! pair, over the TCP bootstrap), the message header at the front of every slot, and work
+//! request ids.
 
 use crate::types::Tag;
 
 /// Bytes of header in front of every message in a slot.
 pub const HEADER: usize = 32;
-pub(super) const MAGIC: u32 = u32::from_be_bytes(*b"RCV1");
+/// Magic at the front of endpoints and slot headers (`RCV1`).
+pub const MAGIC: u32 = u32::from_be_bytes(*b"RCV1");
 /// Immediate of the connectivity check.
-pub(super) const HELLO: u32 = u32::MAX;
+pub const HELLO: u32 = u32::MAX;
 /// Bytes of one credit in a credit message.
-pub(super) const CREDIT_BYTES: usize = 20;
+pub const CREDIT_BYTES: usize = 20;
 
 /// A slot the receiver lends: the sender may write up to `len` bytes at `addr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Credit {
-    pub(super) id: u32,
-    pub(super) addr: u64,
-    pub(super) rkey: u32,
-    pub(super) len: u32,
+pub struct Credit {
+    /// The slot's id (the immediate the sender writes with).
+    pub id: u32,
+    /// Its address on the receiver.
+    pub addr: u64,
+    /// Its remote key.
+    pub rkey: u32,
+    /// Its length (header included).
+    pub len: u32,
 }
 
 impl Credit {
-    pub(super) fn encode(&self, out: &mut Vec<u8>) {
+    /// Appends the 20-byte encoding.
+    pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.id.to_le_bytes());
         out.extend_from_slice(&self.addr.to_le_bytes());
         out.extend_from_slice(&self.rkey.to_le_bytes());
         out.extend_from_slice(&self.len.to_le_bytes());
     }
 
-    pub(super) fn decode(b: &[u8]) -> Option<Credit> {
+    /// Decodes one credit (`None` if short).
+    pub fn decode(b: &[u8]) -> Option<Credit> {
         let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
         Some(Credit {
             id: u32_at(0)?,
@@ -42,18 +50,26 @@ impl Credit {
 
 /// What a rank tells a peer about its end of their queue pair.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Endpoint {
-    pub(super) qpn: u32,
-    pub(super) psn: u32,
-    pub(super) lid: u16,
-    pub(super) mtu: u8,
-    pub(super) gid_kind: u8,
-    pub(super) gid: [u8; 16],
-    pub(super) credits: Vec<Credit>,
+pub struct Endpoint {
+    /// Queue pair number.
+    pub qpn: u32,
+    /// Initial packet sequence number.
+    pub psn: u32,
+    /// LID (InfiniBand).
+    pub lid: u16,
+    /// Active MTU (`ibv_mtu`).
+    pub mtu: u8,
+    /// GID type.
+    pub gid_kind: u8,
+    /// GID.
+    pub gid: [u8; 16],
+    /// The receiver's first slots.
+    pub credits: Vec<Credit>,
 }
 
 impl Endpoint {
-    pub(super) fn encode(&self) -> Vec<u8> {
+    /// The encoding.
+    pub fn encode(&self) -> Vec<u8> {
         let mut o = Vec::with_capacity(32 + self.credits.len() * CREDIT_BYTES);
         o.extend_from_slice(&MAGIC.to_le_bytes());
         o.extend_from_slice(&self.qpn.to_le_bytes());
@@ -69,7 +85,8 @@ impl Endpoint {
         o
     }
 
-    pub(super) fn decode(b: &[u8]) -> Option<Endpoint> {
+    /// Decodes an endpoint (`None` if malformed).
+    pub fn decode(b: &[u8]) -> Option<Endpoint> {
         let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
         if u32_at(0)? != MAGIC {
             return None;
@@ -94,7 +111,8 @@ impl Endpoint {
     }
 }
 
-pub(super) fn encode_header(tag: Tag, len: usize, out: &mut [u8]) {
+/// Writes a slot header for `tag` and `len` bytes into `out`.
+pub fn encode_header(tag: Tag, len: usize, out: &mut [u8; HEADER]) {
     out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
     out[4..6].copy_from_slice(&tag.channel.to_le_bytes());
     out[6..8].copy_from_slice(&[0, 0]);
@@ -106,7 +124,8 @@ pub(super) fn encode_header(tag: Tag, len: usize, out: &mut [u8]) {
     out[28..32].copy_from_slice(&[0; 4]);
 }
 
-pub(super) fn decode_header(b: &[u8]) -> Option<(Tag, usize)> {
+/// Reads a slot header: its tag and message length (`None` if not one).
+pub fn decode_header(b: &[u8]) -> Option<(Tag, usize)> {
     let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
     if u32_at(0)? != MAGIC {
         return None;
@@ -122,14 +141,21 @@ pub(super) fn decode_header(b: &[u8]) -> Option<(Tag, usize)> {
 }
 
 /// Work request ids: kind in the top byte, peer and index below.
-pub(super) const WR_DATA: u64 = 1 << 56;
-pub(super) const WR_INLINE: u64 = 2 << 56;
-pub(super) const WR_CREDIT: u64 = 3 << 56;
-pub(super) const WR_RECV: u64 = 4 << 56;
-pub(super) const WR_HELLO: u64 = 5 << 56;
-pub(super) const WR_KIND: u64 = 0xff << 56;
+/// Work request kinds (top byte of an id).
+pub const WR_DATA: u64 = 1 << 56;
+/// An inline data write.
+pub const WR_INLINE: u64 = 2 << 56;
+/// A credit message.
+pub const WR_CREDIT: u64 = 3 << 56;
+/// A receive.
+pub const WR_RECV: u64 = 4 << 56;
+/// The connectivity check.
+pub const WR_HELLO: u64 = 5 << 56;
+/// The mask of the kind.
+pub const WR_KIND: u64 = 0xff << 56;
 
-pub(super) fn wr(kind: u64, peer: usize, index: u32) -> u64 {
+/// A work request id: kind, peer (24 bits) and index.
+pub fn wr(kind: u64, peer: usize, index: u32) -> u64 {
     kind | ((peer as u64 & 0xff_ffff) << 32) | u64::from(index)
 }
 
