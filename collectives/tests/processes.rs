@@ -615,3 +615,133 @@ fn a_member_dying_between_rendezvous_and_mesh_is_named_within_the_timeout() {
     }
     assert!(took < Duration::from_secs(10), "took {took:?}");
 }
+
+/// A network namespace joined to this one by a veth pair, removed on drop.
+struct Namespace {
+    name: String,
+    outer: String,
+}
+
+impl Namespace {
+    /// `ip` as root; `None` (the test says why) where that is not possible.
+    fn create(tag: &str, outer_addr: &str, inner_addr: &str) -> Option<Namespace> {
+        let root = std::fs::read_to_string("/proc/self/status")
+            .map(|s| {
+                s.lines()
+                    .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+            })
+            .unwrap_or(false);
+        if !root || Command::new("ip").arg("-V").output().is_err() {
+            return None;
+        }
+        let id = std::process::id() % 10_000;
+        let ns = Namespace {
+            name: format!("rcoll-{tag}-{id}"),
+            outer: format!("rc{tag}{id}a"),
+        };
+        let inner = format!("rc{tag}{id}b");
+        let run = |args: &[&str]| {
+            let ok = Command::new("ip").args(args).status().map(|s| s.success());
+            assert!(ok.unwrap_or(false), "ip {}", args.join(" "));
+        };
+        run(&["netns", "add", &ns.name]);
+        run(&[
+            "link", "add", &ns.outer, "type", "veth", "peer", "name", &inner,
+        ]);
+        run(&["link", "set", &inner, "netns", &ns.name]);
+        run(&["addr", "add", &format!("{outer_addr}/24"), "dev", &ns.outer]);
+        run(&["link", "set", &ns.outer, "up"]);
+        let inside = |args: &[&str]| {
+            let mut all = vec!["netns", "exec", &ns.name, "ip"];
+            all.extend_from_slice(args);
+            run(&all);
+        };
+        inside(&["addr", "add", &format!("{inner_addr}/24"), "dev", &inner]);
+        inside(&["link", "set", &inner, "up"]);
+        inside(&["link", "set", "lo", "up"]);
+        Some(ns)
+    }
+
+    fn set_outer(&self, state: &str) {
+        let _ = Command::new("ip")
+            .args(["link", "set", &self.outer, state])
+            .status();
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.outer])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+/// Rank 2 of 3 lives in its own network namespace; mid-run the link to it goes down, so
+/// its packets vanish with no RST or FIN. The other ranks fail within the timeout, naming it.
+#[test]
+fn a_blackholed_link_fails_the_others_within_the_timeout_naming_the_rank() {
+    let (outer_addr, inner_addr) = ("10.199.77.1", "10.199.77.2");
+    let Some(ns) = Namespace::create("bh", outer_addr, inner_addr) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root with iproute2: this test must run there"
+        );
+        eprintln!("skipped: needs root and iproute2 for a network namespace");
+        return;
+    };
+    let port = {
+        let l = TcpListener::bind((outer_addr, 0)).expect("bind on the veth");
+        l.local_addr().expect("addr").port()
+    };
+    let root = format!("{outer_addr}:{port}");
+    let secret = rcoll::process::format_unique_id(rcoll::process::random_unique_id().expect("id"));
+    let exe = std::env::current_exe().expect("test binary");
+    let rank = |r: usize, inside: bool| {
+        let mut cmd = if inside {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns.name]).arg(&exe);
+            c
+        } else {
+            Command::new(&exe)
+        };
+        cmd.args([
+            "rank_main",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "--quiet",
+        ])
+        .env(SCENARIO, "killed")
+        .env("RCOLL_TEST_DEAD", "2")
+        .env("RCOLL_TRANSPORT", "tcp")
+        .env("RCOLL_TIMEOUT", "3")
+        .env("RCOLL_RANK", r.to_string())
+        .env("RCOLL_WORLD_SIZE", "3")
+        .env("RCOLL_ROOT_ADDR", &root)
+        .env("RCOLL_UNIQUE_ID", &secret)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        cmd.spawn().expect("spawn rank")
+    };
+    let mut children = vec![rank(0, false), rank(1, false)];
+    let mut cut_off = rank(2, true);
+    std::thread::sleep(Duration::from_millis(2000));
+    ns.set_outer("down");
+    let start = std::time::Instant::now();
+    let results = finish(std::mem::take(&mut children), Duration::from_secs(60));
+    let took = start.elapsed();
+    let _ = cut_off.kill();
+    let _ = cut_off.wait();
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            *ok && out.contains("RANK-ERROR") && out.contains("rank 2"),
+            "rank {r} did not report the cut-off rank 2:\n{out}"
+        );
+    }
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    eprintln!("a blackholed link: every other rank failed {took:?} after the link went down");
+}
