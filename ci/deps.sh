@@ -5,6 +5,8 @@ packages=(
   # The verbs headers (for the layout test) and the Soft-RoCE VM (qemu, rdma-core,
   # perftest, ...) come from soft-roce/deps.sh below. Building rcoll needs none of them.
   fonts-dejavu-core  # rcoll-bench --plot and `rcoll-bench plot`: DejaVuSans.ttf for the chart's text
+  g++                # ci/fuzz.sh: libfuzzer-sys compiles libFuzzer
+  iproute2           # the blackholed-link test: a network namespace and a veth pair
 )
 missing=()
 for p in "${packages[@]}"; do

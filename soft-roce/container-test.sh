@@ -98,8 +98,10 @@ echo "== in the container: what it has"
 echo "== in the container: rcoll-bench doctor"
 "${podman[@]}" run "${flags[@]}" localhost/rcoll-soft-roce:test rcoll-bench doctor
 echo "== in the container: the verbs suite"
+# All but the lossy-link test, which shapes the VM's veths with tc: a container gets no
+# CAP_NET_ADMIN (nor should it); the plain VM run of ci/test.sh covers it.
 "${podman[@]}" run "${flags[@]}" localhost/rcoll-soft-roce:test \
-    verbs-tests --ignored --test-threads=1
+    verbs-tests --ignored --test-threads=1 --skip a_lossy_reordering_link
 echo "== container test passed in $(( $(date +%s) - start )) s"
 GUEST
 RCOLL_VM_TIMEOUT=${RCOLL_VM_TIMEOUT:-1800} soft-roce/run-in-vm.sh bash "${guest#"$repo"/}"
