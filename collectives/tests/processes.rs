@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use rcoll::{Algorithm, Collective, Communicator, ReduceOp};
+use rcoll_transport::tcp::bootstrap::{auth, wire::Message, Options};
 
 use common::{all_reduce_until_a_rank_dies, finish, ring_send_recv, run_one, sweep_collectives};
 
@@ -207,50 +208,133 @@ fn spawn(scenario: &str, n: usize, extra: &[(&str, String)]) -> Vec<Child> {
 /// size variables, and its rendezvous variables where it has them.
 fn spawn_as(launcher: &str, scenario: &str, n: usize, extra: &[(&str, String)]) -> Vec<Child> {
     let root = free_root();
-    let (host, port) = root.rsplit_once(':').expect("host:port");
     let secret =
         rcoll::process::format_unique_id(rcoll::process::random_unique_id().expect("a job secret"));
     (0..n)
         .map(|r| {
-            let mut cmd = Command::new(std::env::current_exe().expect("test binary"));
-            cmd.args([
-                "rank_main",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-                "--quiet",
-            ])
-            .env(SCENARIO, scenario)
-            .env("RCOLL_TRANSPORT", "tcp")
-            .env("RCOLL_TIMEOUT", "20") // `extra` may override
-            .env("RCOLL_UNIQUE_ID", &secret) // an empty value in `extra` removes it
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-            let (rank_var, size_var) = match launcher {
-                "rcoll" => ("RCOLL_RANK", "RCOLL_WORLD_SIZE"),
-                "torchrun" => ("RANK", "WORLD_SIZE"),
-                "openmpi" => ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-                "pmi" => ("PMI_RANK", "PMI_SIZE"),
-                "slurm" => ("SLURM_PROCID", "SLURM_NTASKS"),
-                other => panic!("unknown launcher {other}"),
-            };
-            cmd.env(rank_var, r.to_string())
-                .env(size_var, n.to_string());
-            if launcher == "torchrun" {
-                cmd.env("MASTER_ADDR", host).env("MASTER_PORT", port);
-            } else {
-                cmd.env("RCOLL_ROOT_ADDR", &root);
-            }
-            for (k, v) in extra {
-                if v.is_empty() {
-                    cmd.env_remove(k);
-                } else {
-                    cmd.env(k, v);
-                }
-            }
-            cmd.spawn().expect("spawn rank")
+            rank_command(launcher, scenario, (r, n), &root, &secret, extra, None)
+                .spawn()
+                .expect("spawn rank")
         })
         .collect()
+}
+
+/// The command for rank `r` of `n`, told its place the way `launcher` does, in network
+/// namespace `netns` if given; `extra` last (an empty value removes a variable).
+fn rank_command(
+    launcher: &str,
+    scenario: &str,
+    (r, n): (usize, usize),
+    root: &str,
+    secret: &str,
+    extra: &[(&str, String)],
+    netns: Option<&str>,
+) -> Command {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
+    cmd.args([
+        "rank_main",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+        "--quiet",
+    ])
+    .env(SCENARIO, scenario)
+    .env("RCOLL_TRANSPORT", "tcp")
+    .env("RCOLL_TIMEOUT", "20")
+    .env("RCOLL_UNIQUE_ID", secret)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let (rank_var, size_var) = match launcher {
+        "rcoll" => ("RCOLL_RANK", "RCOLL_WORLD_SIZE"),
+        "torchrun" => ("RANK", "WORLD_SIZE"),
+        "openmpi" => ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+        "pmi" => ("PMI_RANK", "PMI_SIZE"),
+        "slurm" => ("SLURM_PROCID", "SLURM_NTASKS"),
+        other => panic!("unknown launcher {other}"),
+    };
+    cmd.env(rank_var, r.to_string())
+        .env(size_var, n.to_string());
+    if launcher == "torchrun" {
+        let (host, port) = root.rsplit_once(':').expect("host:port");
+        cmd.env("MASTER_ADDR", host).env("MASTER_PORT", port);
+    } else {
+        cmd.env("RCOLL_ROOT_ADDR", root);
+    }
+    for (k, v) in extra {
+        if v.is_empty() {
+            cmd.env_remove(k);
+        } else {
+            cmd.env(k, v);
+        }
+    }
+    cmd
+}
+
+/// One end of a bootstrap connection driven by hand, as a stranger or a departing member
+/// would.
+struct RawRank {
+    stream: std::net::TcpStream,
+    got: Vec<u8>,
+}
+
+impl RawRank {
+    /// Connects to `root`, retrying while it does not listen yet.
+    fn connect(root: &str) -> RawRank {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let stream = loop {
+            match std::net::TcpStream::connect(root) {
+                Ok(s) => break s,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(e) => panic!("the root never listened: {e}"),
+            }
+        };
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        RawRank {
+            stream,
+            got: Vec::new(),
+        }
+    }
+
+    fn send(&mut self, m: &Message) {
+        use std::io::Write;
+        self.stream.write_all(&m.encode()).expect("send");
+    }
+
+    fn receive(&mut self) -> Message {
+        use std::io::Read;
+        loop {
+            if let Some((m, used)) = Message::split(&self.got).expect("a bootstrap message") {
+                self.got.drain(..used);
+                return m;
+            }
+            let mut b = [0u8; 4096];
+            let n = self.stream.read(&mut b).expect("read");
+            assert!(n > 0, "the root closed without a word");
+            self.got.extend_from_slice(&b[..n]);
+        }
+    }
+
+    /// Challenges the acceptor: our nonce and its.
+    fn challenge(&mut self) -> ([u8; 16], [u8; 16]) {
+        let nonce_c = auth::nonce().expect("nonce");
+        self.send(&Message::Challenge { nonce: nonce_c });
+        let Message::Proof { nonce, .. } = self.receive() else {
+            panic!("no proof from the root");
+        };
+        (nonce_c, nonce)
+    }
 }
 
 #[test]
@@ -385,8 +469,6 @@ fn a_job_without_a_secret_is_refused_unless_explicitly_insecure() {
 /// refused, and the real rank 1 takes its place.
 #[test]
 fn a_stranger_first_at_the_root_cannot_take_a_rank() {
-    use rcoll_transport::tcp::bootstrap::{auth, wire::Message, Options};
-    use std::io::{Read, Write};
     let root = free_root();
     let extra = [
         ("RCOLL_ROOT_ADDR", root.clone()),
@@ -395,44 +477,16 @@ fn a_stranger_first_at_the_root_cannot_take_a_rank() {
     ];
     let children = spawn("hello", 3, &extra);
     let public_id = Options::default_unique_id(root.parse().expect("addr"), 3);
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut s = loop {
-        match std::net::TcpStream::connect(&root) {
-            Ok(s) => break s,
-            Err(_) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5))
-            }
-            Err(e) => panic!("the root never listened: {e}"),
-        }
-    };
-    s.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    let nonce_c = auth::nonce().expect("nonce");
-    s.write_all(&Message::Challenge { nonce: nonce_c }.encode())
-        .expect("challenge");
-    let mut got = Vec::new();
-    let mut read_one = |s: &mut std::net::TcpStream| loop {
-        if let Some((m, used)) = Message::split(&got).expect("a bootstrap message") {
-            got.drain(..used);
-            return m;
-        }
-        let mut b = [0u8; 256];
-        let n = s.read(&mut b).expect("read");
-        assert!(n > 0, "the root closed without a word");
-        got.extend_from_slice(&b[..n]);
-    };
-    let Message::Proof { nonce: nonce_s, .. } = read_one(&mut s) else {
-        panic!("no proof from the root");
-    };
+    let mut stranger = RawRank::connect(&root);
+    let (nonce_c, nonce_s) = stranger.challenge();
     let hello = Message::Hello {
         rank: 1,
         nranks: 3,
         addr: "127.0.0.1:9".into(),
         mac: [0; 32],
     };
-    let forged = auth::sign_intro(public_id, &nonce_c, &nonce_s, hello);
-    s.write_all(&forged.encode()).expect("hello");
-    match read_one(&mut s) {
+    stranger.send(&auth::sign_intro(public_id, &nonce_c, &nonce_s, hello));
+    match stranger.receive() {
         Message::Refuse(reason) => assert!(
             reason.contains("does not prove this job's secret"),
             "{reason}"
@@ -547,8 +601,6 @@ fn the_root_dying_mid_bootstrap_fails_every_rank_within_the_timeout() {
 /// dies before the mesh: the others fail within the timeout naming it.
 #[test]
 fn a_member_dying_between_rendezvous_and_mesh_is_named_within_the_timeout() {
-    use rcoll_transport::tcp::bootstrap::{auth, wire::Message};
-    use std::io::{Read, Write};
     let root = free_root();
     let secret = rcoll::process::random_unique_id().expect("secret");
     let children = spawn(
@@ -562,35 +614,8 @@ fn a_member_dying_between_rendezvous_and_mesh_is_named_within_the_timeout() {
         ],
     );
     // Rank 2: hello to the root with the right proof, take the table, die.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let mut s = loop {
-        match std::net::TcpStream::connect(&root) {
-            Ok(s) => break s,
-            Err(_) if std::time::Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(5))
-            }
-            Err(e) => panic!("the root never listened: {e}"),
-        }
-    };
-    s.set_read_timeout(Some(Duration::from_secs(20)))
-        .expect("timeout");
-    let mut got = Vec::new();
-    let mut read_one = |s: &mut std::net::TcpStream| loop {
-        if let Some((m, used)) = Message::split(&got).expect("a bootstrap message") {
-            got.drain(..used);
-            return m;
-        }
-        let mut b = [0u8; 4096];
-        let n = s.read(&mut b).expect("read");
-        assert!(n > 0, "the root closed");
-        got.extend_from_slice(&b[..n]);
-    };
-    let nonce_c = auth::nonce().expect("nonce");
-    s.write_all(&Message::Challenge { nonce: nonce_c }.encode())
-        .expect("challenge");
-    let Message::Proof { nonce: nonce_s, .. } = read_one(&mut s) else {
-        panic!("no proof");
-    };
+    let mut member = RawRank::connect(&root);
+    let (nonce_c, nonce_s) = member.challenge();
     // Its data listener exists while the root collects the table, then goes with it.
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let hello = Message::Hello {
@@ -599,11 +624,10 @@ fn a_member_dying_between_rendezvous_and_mesh_is_named_within_the_timeout() {
         addr: listener.local_addr().expect("addr").to_string(),
         mac: [0; 32],
     };
-    s.write_all(&auth::sign_intro(secret, &nonce_c, &nonce_s, hello).encode())
-        .expect("hello");
-    assert!(matches!(read_one(&mut s), Message::Table(_)));
+    member.send(&auth::sign_intro(secret, &nonce_c, &nonce_s, hello));
+    assert!(matches!(member.receive(), Message::Table(_)));
     drop(listener);
-    drop(s);
+    drop(member);
     let start = std::time::Instant::now();
     let results = finish(children, Duration::from_secs(60));
     let took = start.elapsed();
@@ -699,33 +723,15 @@ fn a_blackholed_link_fails_the_others_within_the_timeout_naming_the_rank() {
     };
     let root = format!("{outer_addr}:{port}");
     let secret = rcoll::process::format_unique_id(rcoll::process::random_unique_id().expect("id"));
-    let exe = std::env::current_exe().expect("test binary");
+    let extra = [
+        ("RCOLL_TEST_DEAD", "2".to_string()),
+        ("RCOLL_TIMEOUT", "3".to_string()),
+    ];
     let rank = |r: usize, inside: bool| {
-        let mut cmd = if inside {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", &ns.name]).arg(&exe);
-            c
-        } else {
-            Command::new(&exe)
-        };
-        cmd.args([
-            "rank_main",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "--quiet",
-        ])
-        .env(SCENARIO, "killed")
-        .env("RCOLL_TEST_DEAD", "2")
-        .env("RCOLL_TRANSPORT", "tcp")
-        .env("RCOLL_TIMEOUT", "3")
-        .env("RCOLL_RANK", r.to_string())
-        .env("RCOLL_WORLD_SIZE", "3")
-        .env("RCOLL_ROOT_ADDR", &root)
-        .env("RCOLL_UNIQUE_ID", &secret)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        cmd.spawn().expect("spawn rank")
+        let netns = inside.then_some(ns.name.as_str());
+        rank_command("rcoll", "killed", (r, 3), &root, &secret, &extra, netns)
+            .spawn()
+            .expect("spawn rank")
     };
     let mut children = vec![rank(0, false), rank(1, false)];
     let mut cut_off = rank(2, true);

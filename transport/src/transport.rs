@@ -179,15 +179,27 @@ impl Registered {
         }
     }
 
-    /// `bytes` of zeroed 8-byte words, or why they cannot be had (a size past the address
-    /// space, or an allocator that refuses): never a panic or an abort.
-    pub fn zeroed_words(bytes: usize) -> Result<Vec<u64>, String> {
+    /// `bytes` of zeroed 8-byte words for `rank`'s `what`, or why they cannot be had (a
+    /// size past the address space, or an allocator that refuses): never a panic or an
+    /// abort.
+    pub(crate) fn zeroed_words(
+        rank: Rank,
+        bytes: usize,
+        what: &'static str,
+    ) -> Result<Vec<u64>, TransportError> {
+        let fail = |reason: String| TransportError::OutOfMemory {
+            rank,
+            bytes,
+            what,
+            reason,
+        };
         let words = bytes.div_ceil(8).max(1);
         if words > isize::MAX as usize / 8 {
-            return Err("more than the address space".into());
+            return Err(fail("more than the address space".into()));
         }
         let mut v: Vec<u64> = Vec::new();
-        v.try_reserve_exact(words).map_err(|e| e.to_string())?;
+        v.try_reserve_exact(words)
+            .map_err(|e| fail(e.to_string()))?;
         v.resize(words, 0);
         Ok(v)
     }
@@ -310,13 +322,7 @@ pub trait Transport: Send {
     /// can go zero-copy ([`Transport::try_send_borrowed`]). The default (and every backend
     /// without a device) gives plain memory: registration is a no-op.
     fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
-        let words =
-            Registered::zeroed_words(bytes).map_err(|reason| TransportError::OutOfMemory {
-                rank: self.rank(),
-                bytes,
-                what: "a buffer",
-                reason,
-            })?;
+        let words = Registered::zeroed_words(self.rank(), bytes, "a buffer")?;
         Ok(Registered {
             registration: None,
             words,

@@ -137,13 +137,7 @@ impl Transport for VerbsTransport {
     }
 
     fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
-        let mut words =
-            Registered::zeroed_words(bytes).map_err(|reason| TransportError::OutOfMemory {
-                rank: self.rank,
-                bytes,
-                what: "a registered buffer",
-                reason,
-            })?;
+        let mut words = Registered::zeroed_words(self.rank, bytes, "a registered buffer")?;
         let start = words.as_ptr() as usize;
         // SAFETY: the region covers `words`, which the returned `Registered` owns; the
         // guard holding the region is dropped before `words` (field order of `Registered`),

@@ -72,6 +72,11 @@ impl Acceptor {
         })
     }
 
+    /// The rank it serves.
+    pub fn rank(&self) -> Rank {
+        self.me
+    }
+
     /// The listener's address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
         self.listener.local_addr()

@@ -234,11 +234,31 @@ fn judge(opts: &Options, table: &mut [Option<String>], m: Message) -> Result<(),
     }
 }
 
-/// Sleeps briefly when a serving loop did nothing this round.
-fn idle(busy: bool) {
-    if !busy {
-        std::thread::sleep(Duration::from_millis(2));
+/// Serves `acceptor` until `done(state)`, handing each authenticated introduction to
+/// `handle`; past `deadline`, the error `timed_out(state)` says what is missing.
+fn serve<S>(
+    acceptor: &mut Acceptor,
+    deadline: Instant,
+    done: impl Fn(&S) -> bool,
+    state: &mut S,
+    timed_out: impl Fn(&S) -> TransportError,
+    mut handle: impl FnMut(&mut S, Introduced),
+) -> Result<(), TransportError> {
+    while !done(state) {
+        if Instant::now() >= deadline {
+            return Err(timed_out(state));
+        }
+        let (introduced, busy) = acceptor
+            .poll(deadline)
+            .map_err(|e| io_fail(acceptor.rank(), "accept", e))?;
+        for i in introduced {
+            handle(state, i);
+        }
+        if !busy {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
+    Ok(())
 }
 
 fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportError> {
@@ -256,15 +276,19 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
     let mut acceptor =
         Acceptor::new(listener, opts.unique_id, me).map_err(|e| io_fail(me, "listener", e))?;
     let mut members: Vec<TcpStream> = Vec::new();
-    while table.iter().any(Option::is_none) {
-        if Instant::now() >= deadline {
+    serve(
+        &mut acceptor,
+        deadline,
+        |table: &Vec<Option<String>>| table.iter().all(Option::is_some),
+        &mut table,
+        |table| {
             let missing: Vec<String> = table
                 .iter()
                 .enumerate()
                 .filter(|(_, a)| a.is_none())
                 .map(|(r, _)| r.to_string())
                 .collect();
-            return Err(TransportError::Bootstrap {
+            TransportError::Bootstrap {
                 rank: me,
                 reason: format!(
                     "timed out after {:?} waiting for ranks {} to reach {}",
@@ -272,24 +296,18 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
                     missing.join(", "),
                     opts.root
                 ),
-            });
-        }
-        let (introduced, busy) = acceptor
-            .poll(deadline)
-            .map_err(|e| io_fail(me, "accept", e))?;
-        for Introduced {
-            stream,
-            from,
-            intro,
-        } in introduced
-        {
-            match judge(opts, &mut table, intro) {
-                Ok(()) => members.push(stream),
-                Err(reason) => accept::refuse(me, stream, from, &reason),
             }
-        }
-        idle(busy);
-    }
+        },
+        |table,
+         Introduced {
+             stream,
+             from,
+             intro,
+         }| match judge(opts, table, intro) {
+            Ok(()) => members.push(stream),
+            Err(reason) => accept::refuse(me, stream, from, &reason),
+        },
+    )?;
     let table: Vec<String> = table.into_iter().flatten().collect();
     tracing::debug!(
         rank = 0,
@@ -403,47 +421,42 @@ fn mesh(
     }
     let mut acceptor =
         Acceptor::new(data, opts.unique_id, me).map_err(|e| io_fail(me, "listener", e))?;
-    let mut expected = n - 1 - opts.rank;
-    while expected > 0 {
-        if Instant::now() >= deadline {
+    serve(
+        &mut acceptor,
+        deadline,
+        |streams: &Vec<Option<TcpStream>>| streams[opts.rank + 1..].iter().all(Option::is_some),
+        &mut streams,
+        |streams| {
             let missing: Vec<String> = (opts.rank + 1..n)
                 .filter(|&j| streams[j].is_none())
                 .map(|j| j.to_string())
                 .collect();
-            return Err(fail(format!(
+            fail(format!(
                 "timed out waiting for ranks {} to connect",
                 missing.join(", ")
-            )));
-        }
-        let (introduced, busy) = acceptor
-            .poll(deadline)
-            .map_err(|e| io_fail(me, "accept", e))?;
-        for Introduced {
-            stream,
-            from,
-            intro,
-        } in introduced
-        {
-            let refusal = match intro {
-                Message::Handshake { rank, .. } => {
-                    let r = rank as usize;
-                    if r <= opts.rank || r >= n || streams[r].is_some() {
-                        Some(format!("rank {rank} may not connect here"))
-                    } else {
-                        tracing::debug!(rank = me.0, peer = r, %from, "accepted peer");
-                        streams[r] = Some(stream);
-                        expected -= 1;
-                        continue;
-                    }
+            ))
+        },
+        |streams,
+         Introduced {
+             stream,
+             from,
+             intro,
+         }| {
+            let r = match intro {
+                Message::Handshake { rank, .. } => rank as usize,
+                other => {
+                    let reason = format!("expected a handshake, got {}", kind(&other));
+                    return accept::refuse(me, stream, from, &reason);
                 }
-                other => Some(format!("expected a handshake, got {}", kind(&other))),
             };
-            if let Some(reason) = refusal {
-                accept::refuse(me, stream, from, &reason);
+            if r <= opts.rank || r >= n || streams[r].is_some() {
+                accept::refuse(me, stream, from, &format!("rank {r} may not connect here"));
+            } else {
+                tracing::debug!(rank = me.0, peer = r, %from, "accepted peer");
+                streams[r] = Some(stream);
             }
-        }
-        idle(busy);
-    }
+        },
+    )?;
     for s in streams.iter().flatten() {
         s.set_read_timeout(None)
             .map_err(|e| io_fail(me, "socket", e))?;

@@ -21,206 +21,77 @@ enum Rule {
     AtLeast,
 }
 
+/// Pushes `offsetof(struct T, field)` against Rust's `offset_of!(T, field)` for each field.
+macro_rules! offsets {
+    ($v:ident, $t:ident: $($f:ident),+ $(,)?) => {
+        $($v.push((
+            format!("offsetof(struct {}, {})", stringify!($t), stringify!($f)),
+            offset_of!($t, $f),
+            Rule::Equal,
+        ));)+
+    };
+}
+
+/// Pushes each constant's C value against Rust's.
+macro_rules! constants {
+    ($v:ident: $($c:ident),+ $(,)?) => {
+        $($v.push((format!("(size_t){}", stringify!($c)), $c as usize, Rule::Equal));)+
+    };
+}
+
 /// `(C expression printed as %zu, Rust value, rule)`.
 fn expectations() -> Vec<(String, usize, Rule)> {
     let mut v: Vec<(String, usize, Rule)> = Vec::new();
-    let mut offset = |c_struct: &str, c_field: &str, rust: usize| {
-        v.push((
-            format!("offsetof(struct {c_struct}, {c_field})"),
-            rust,
-            Rule::Equal,
-        ));
-    };
-    offset("ibv_context", "ops", offset_of!(ibv_context, ops));
-    offset(
-        "ibv_context",
-        "ops.poll_cq",
-        offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, poll_cq),
-    );
-    offset(
-        "ibv_context",
-        "ops.req_notify_cq",
-        offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, req_notify_cq),
-    );
-    offset(
-        "ibv_context",
-        "ops.post_send",
-        offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_send),
-    );
-    offset(
-        "ibv_context",
-        "ops.post_recv",
-        offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_recv),
-    );
-    offset("ibv_comp_channel", "fd", offset_of!(ibv_comp_channel, fd));
-    offset("ibv_cq", "context", offset_of!(ibv_cq, context));
-    offset("ibv_qp", "context", offset_of!(ibv_qp, context));
-    offset("ibv_qp", "qp_num", offset_of!(ibv_qp, qp_num));
-    offset("ibv_mr", "lkey", offset_of!(ibv_mr, lkey));
-    offset("ibv_mr", "rkey", offset_of!(ibv_mr, rkey));
-    offset("ibv_sge", "addr", offset_of!(ibv_sge, addr));
-    offset("ibv_sge", "length", offset_of!(ibv_sge, length));
-    offset("ibv_sge", "lkey", offset_of!(ibv_sge, lkey));
-    offset("ibv_send_wr", "wr_id", offset_of!(ibv_send_wr, wr_id));
-    offset("ibv_send_wr", "next", offset_of!(ibv_send_wr, next));
-    offset("ibv_send_wr", "sg_list", offset_of!(ibv_send_wr, sg_list));
-    offset("ibv_send_wr", "num_sge", offset_of!(ibv_send_wr, num_sge));
-    offset("ibv_send_wr", "opcode", offset_of!(ibv_send_wr, opcode));
-    offset(
-        "ibv_send_wr",
-        "send_flags",
-        offset_of!(ibv_send_wr, send_flags),
-    );
-    offset("ibv_send_wr", "imm_data", offset_of!(ibv_send_wr, imm_data));
-    offset(
-        "ibv_send_wr",
-        "wr.rdma.remote_addr",
-        offset_of!(ibv_send_wr, remote_addr),
-    );
-    offset("ibv_send_wr", "wr.rdma.rkey", offset_of!(ibv_send_wr, rkey));
-    offset("ibv_recv_wr", "wr_id", offset_of!(ibv_recv_wr, wr_id));
-    offset("ibv_recv_wr", "next", offset_of!(ibv_recv_wr, next));
-    offset("ibv_recv_wr", "sg_list", offset_of!(ibv_recv_wr, sg_list));
-    offset("ibv_recv_wr", "num_sge", offset_of!(ibv_recv_wr, num_sge));
-    offset("ibv_wc", "wr_id", offset_of!(ibv_wc, wr_id));
-    offset("ibv_wc", "status", offset_of!(ibv_wc, status));
-    offset("ibv_wc", "opcode", offset_of!(ibv_wc, opcode));
-    offset("ibv_wc", "vendor_err", offset_of!(ibv_wc, vendor_err));
-    offset("ibv_wc", "byte_len", offset_of!(ibv_wc, byte_len));
-    offset("ibv_wc", "imm_data", offset_of!(ibv_wc, imm_data));
-    offset("ibv_wc", "qp_num", offset_of!(ibv_wc, qp_num));
-    offset(
-        "ibv_qp_init_attr",
-        "send_cq",
-        offset_of!(ibv_qp_init_attr, send_cq),
-    );
-    offset(
-        "ibv_qp_init_attr",
-        "recv_cq",
-        offset_of!(ibv_qp_init_attr, recv_cq),
-    );
-    offset("ibv_qp_init_attr", "cap", offset_of!(ibv_qp_init_attr, cap));
-    offset(
-        "ibv_qp_init_attr",
-        "cap.max_inline_data",
-        offset_of!(ibv_qp_init_attr, cap) + offset_of!(ibv_qp_cap, max_inline_data),
-    );
-    offset(
-        "ibv_qp_init_attr",
-        "qp_type",
-        offset_of!(ibv_qp_init_attr, qp_type),
-    );
-    offset("ibv_qp_attr", "qp_state", offset_of!(ibv_qp_attr, qp_state));
-    offset("ibv_qp_attr", "path_mtu", offset_of!(ibv_qp_attr, path_mtu));
-    offset("ibv_qp_attr", "rq_psn", offset_of!(ibv_qp_attr, rq_psn));
-    offset("ibv_qp_attr", "sq_psn", offset_of!(ibv_qp_attr, sq_psn));
-    offset(
-        "ibv_qp_attr",
-        "dest_qp_num",
-        offset_of!(ibv_qp_attr, dest_qp_num),
-    );
-    offset(
-        "ibv_qp_attr",
-        "qp_access_flags",
-        offset_of!(ibv_qp_attr, qp_access_flags),
-    );
-    offset("ibv_qp_attr", "ah_attr", offset_of!(ibv_qp_attr, ah_attr));
-    for (c, rust) in [
-        ("grh.dgid", offset_of!(ibv_ah_attr, grh.dgid)),
-        ("grh.flow_label", offset_of!(ibv_ah_attr, grh.flow_label)),
-        ("grh.sgid_index", offset_of!(ibv_ah_attr, grh.sgid_index)),
-        ("grh.hop_limit", offset_of!(ibv_ah_attr, grh.hop_limit)),
+    offsets!(v, ibv_context: ops);
+    offsets!(v, ibv_comp_channel: fd);
+    offsets!(v, ibv_cq: context);
+    offsets!(v, ibv_qp: context, qp_num);
+    offsets!(v, ibv_mr: lkey, rkey);
+    offsets!(v, ibv_sge: addr, length, lkey);
+    offsets!(v, ibv_send_wr: wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data);
+    offsets!(v, ibv_recv_wr: wr_id, next, sg_list, num_sge);
+    offsets!(v, ibv_wc: wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num);
+    offsets!(v, ibv_qp_init_attr: send_cq, recv_cq, cap, qp_type);
+    offsets!(v, ibv_qp_attr: qp_state, path_mtu, rq_psn, sq_psn, dest_qp_num, qp_access_flags);
+    offsets!(v, ibv_qp_attr: ah_attr, pkey_index, max_rd_atomic, max_dest_rd_atomic);
+    offsets!(v, ibv_qp_attr: min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry);
+    offsets!(v, ibv_ah_attr: dlid, sl, src_path_bits, is_global, port_num);
+    offsets!(v, ibv_global_route: dgid, flow_label, sgid_index, hop_limit, traffic_class);
+    offsets!(v, ibv_port_attr: state, max_mtu, active_mtu, gid_tbl_len, max_msg_sz, lid);
+    offsets!(v, ibv_port_attr: link_layer);
+    offsets!(v, ibv_device_attr: max_mr_size, max_qp_wr, max_cqe, phys_port_cnt);
+    // Fields whose C path differs from the Rust name: nested, or in an anonymous union.
+    let ops = offset_of!(ibv_context, ops);
+    for (c_path, rust) in [
         (
-            "grh.traffic_class",
-            offset_of!(ibv_ah_attr, grh.traffic_class),
+            "ibv_context, ops.poll_cq",
+            ops + offset_of!(ibv_context_ops, poll_cq),
         ),
-        ("dlid", offset_of!(ibv_ah_attr, dlid)),
-        ("sl", offset_of!(ibv_ah_attr, sl)),
-        ("src_path_bits", offset_of!(ibv_ah_attr, src_path_bits)),
-        ("is_global", offset_of!(ibv_ah_attr, is_global)),
-        ("port_num", offset_of!(ibv_ah_attr, port_num)),
+        (
+            "ibv_context, ops.req_notify_cq",
+            ops + offset_of!(ibv_context_ops, req_notify_cq),
+        ),
+        (
+            "ibv_context, ops.post_send",
+            ops + offset_of!(ibv_context_ops, post_send),
+        ),
+        (
+            "ibv_context, ops.post_recv",
+            ops + offset_of!(ibv_context_ops, post_recv),
+        ),
+        (
+            "ibv_send_wr, wr.rdma.remote_addr",
+            offset_of!(ibv_send_wr, remote_addr),
+        ),
+        ("ibv_send_wr, wr.rdma.rkey", offset_of!(ibv_send_wr, rkey)),
+        (
+            "ibv_qp_init_attr, cap.max_inline_data",
+            offset_of!(ibv_qp_init_attr, cap) + offset_of!(ibv_qp_cap, max_inline_data),
+        ),
+        ("ibv_ah_attr, grh", offset_of!(ibv_ah_attr, grh)),
     ] {
-        offset("ibv_ah_attr", c, rust);
+        v.push((format!("offsetof(struct {c_path})"), rust, Rule::Equal));
     }
-    offset(
-        "ibv_qp_attr",
-        "pkey_index",
-        offset_of!(ibv_qp_attr, pkey_index),
-    );
-    offset(
-        "ibv_qp_attr",
-        "max_rd_atomic",
-        offset_of!(ibv_qp_attr, max_rd_atomic),
-    );
-    offset(
-        "ibv_qp_attr",
-        "max_dest_rd_atomic",
-        offset_of!(ibv_qp_attr, max_dest_rd_atomic),
-    );
-    offset(
-        "ibv_qp_attr",
-        "min_rnr_timer",
-        offset_of!(ibv_qp_attr, min_rnr_timer),
-    );
-    offset("ibv_qp_attr", "port_num", offset_of!(ibv_qp_attr, port_num));
-    offset("ibv_qp_attr", "timeout", offset_of!(ibv_qp_attr, timeout));
-    offset(
-        "ibv_qp_attr",
-        "retry_cnt",
-        offset_of!(ibv_qp_attr, retry_cnt),
-    );
-    offset(
-        "ibv_qp_attr",
-        "rnr_retry",
-        offset_of!(ibv_qp_attr, rnr_retry),
-    );
-    offset("ibv_port_attr", "state", offset_of!(ibv_port_attr, state));
-    offset(
-        "ibv_port_attr",
-        "max_mtu",
-        offset_of!(ibv_port_attr, max_mtu),
-    );
-    offset(
-        "ibv_port_attr",
-        "active_mtu",
-        offset_of!(ibv_port_attr, active_mtu),
-    );
-    offset(
-        "ibv_port_attr",
-        "gid_tbl_len",
-        offset_of!(ibv_port_attr, gid_tbl_len),
-    );
-    offset(
-        "ibv_port_attr",
-        "max_msg_sz",
-        offset_of!(ibv_port_attr, max_msg_sz),
-    );
-    offset("ibv_port_attr", "lid", offset_of!(ibv_port_attr, lid));
-    offset(
-        "ibv_port_attr",
-        "link_layer",
-        offset_of!(ibv_port_attr, link_layer),
-    );
-    offset(
-        "ibv_device_attr",
-        "max_mr_size",
-        offset_of!(ibv_device_attr, max_mr_size),
-    );
-    offset(
-        "ibv_device_attr",
-        "max_qp_wr",
-        offset_of!(ibv_device_attr, max_qp_wr),
-    );
-    offset(
-        "ibv_device_attr",
-        "max_cqe",
-        offset_of!(ibv_device_attr, max_cqe),
-    );
-    offset(
-        "ibv_device_attr",
-        "phys_port_cnt",
-        offset_of!(ibv_device_attr, phys_port_cnt),
-    );
 
     // Structs rcoll allocates and hands to the library.
     for (c_type, rust, rule) in [
@@ -254,55 +125,15 @@ fn expectations() -> Vec<(String, usize, Rule)> {
         v.push((format!("sizeof({c_type})"), rust, rule));
     }
 
-    let unsigned = |x: u32| x as usize;
-    let signed = |x: i32| x as usize;
-    for (c, rust) in [
-        ("IBV_ACCESS_LOCAL_WRITE", signed(IBV_ACCESS_LOCAL_WRITE)),
-        ("IBV_ACCESS_REMOTE_WRITE", signed(IBV_ACCESS_REMOTE_WRITE)),
-        ("IBV_QPT_RC", unsigned(IBV_QPT_RC)),
-        ("IBV_QPS_INIT", unsigned(IBV_QPS_INIT)),
-        ("IBV_QPS_RTR", unsigned(IBV_QPS_RTR)),
-        ("IBV_QPS_RTS", unsigned(IBV_QPS_RTS)),
-        ("IBV_QPS_ERR", unsigned(IBV_QPS_ERR)),
-        (
-            "IBV_WR_RDMA_WRITE_WITH_IMM",
-            unsigned(IBV_WR_RDMA_WRITE_WITH_IMM),
-        ),
-        ("IBV_WR_SEND", unsigned(IBV_WR_SEND)),
-        ("IBV_SEND_SIGNALED", unsigned(IBV_SEND_SIGNALED)),
-        ("IBV_SEND_INLINE", unsigned(IBV_SEND_INLINE)),
-        ("IBV_WC_SUCCESS", unsigned(IBV_WC_SUCCESS)),
-        ("IBV_WC_RECV", unsigned(IBV_WC_RECV)),
-        (
-            "IBV_WC_RECV_RDMA_WITH_IMM",
-            unsigned(IBV_WC_RECV_RDMA_WITH_IMM),
-        ),
-        ("IBV_QP_STATE", signed(IBV_QP_STATE)),
-        ("IBV_QP_ACCESS_FLAGS", signed(IBV_QP_ACCESS_FLAGS)),
-        ("IBV_QP_PKEY_INDEX", signed(IBV_QP_PKEY_INDEX)),
-        ("IBV_QP_PORT", signed(IBV_QP_PORT)),
-        ("IBV_QP_AV", signed(IBV_QP_AV)),
-        ("IBV_QP_PATH_MTU", signed(IBV_QP_PATH_MTU)),
-        ("IBV_QP_TIMEOUT", signed(IBV_QP_TIMEOUT)),
-        ("IBV_QP_RETRY_CNT", signed(IBV_QP_RETRY_CNT)),
-        ("IBV_QP_RNR_RETRY", signed(IBV_QP_RNR_RETRY)),
-        ("IBV_QP_RQ_PSN", signed(IBV_QP_RQ_PSN)),
-        ("IBV_QP_MAX_QP_RD_ATOMIC", signed(IBV_QP_MAX_QP_RD_ATOMIC)),
-        ("IBV_QP_MIN_RNR_TIMER", signed(IBV_QP_MIN_RNR_TIMER)),
-        ("IBV_QP_SQ_PSN", signed(IBV_QP_SQ_PSN)),
-        ("IBV_QP_DEST_QPN", signed(IBV_QP_DEST_QPN)),
-        (
-            "IBV_QP_MAX_DEST_RD_ATOMIC",
-            signed(IBV_QP_MAX_DEST_RD_ATOMIC),
-        ),
-        (
-            "IBV_LINK_LAYER_INFINIBAND",
-            usize::from(IBV_LINK_LAYER_INFINIBAND),
-        ),
-        ("IBV_PORT_ACTIVE", unsigned(IBV_PORT_ACTIVE)),
-    ] {
-        v.push((format!("(size_t){c}"), rust, Rule::Equal));
-    }
+    constants!(v: IBV_ACCESS_LOCAL_WRITE, IBV_ACCESS_REMOTE_WRITE, IBV_QPT_RC);
+    constants!(v: IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_ERR);
+    constants!(v: IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_SEND_SIGNALED, IBV_SEND_INLINE);
+    constants!(v: IBV_WC_SUCCESS, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM);
+    constants!(v: IBV_QP_STATE, IBV_QP_ACCESS_FLAGS, IBV_QP_PKEY_INDEX, IBV_QP_PORT, IBV_QP_AV);
+    constants!(v: IBV_QP_PATH_MTU, IBV_QP_TIMEOUT, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY);
+    constants!(v: IBV_QP_RQ_PSN, IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_SQ_PSN);
+    constants!(v: IBV_QP_DEST_QPN, IBV_QP_MAX_DEST_RD_ATOMIC);
+    constants!(v: IBV_LINK_LAYER_INFINIBAND, IBV_PORT_ACTIVE);
     v
 }
 
