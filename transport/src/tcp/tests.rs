@@ -1,0 +1,373 @@
+//! The TCP backend and its bootstrap on loopback: every pair exchanging messages, large
+//! ones straight from the caller's memory, strangers and trickling peers at setup, and
+//! hostile peers (garbage, a gigabyte header, a flood) held to their budget.
+use super::bootstrap::{connect, Options};
+use super::*;
+use std::net::{SocketAddr, TcpListener};
+
+fn free_port() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap()
+}
+
+fn options(rank: usize, nranks: usize, root: SocketAddr) -> Options {
+    Options {
+        rank,
+        nranks,
+        root,
+        unique_id: Options::default_unique_id(root, nranks),
+        bind: None,
+        timeout: Duration::from_secs(20),
+        window: 4,
+    }
+}
+
+/// Runs `body` on every rank of a fresh loopback group, one thread each.
+fn group<R: Send>(n: usize, body: impl Fn(TcpTransport) -> R + Sync) -> Vec<R> {
+    let root = free_port();
+    std::thread::scope(|s| {
+        let body = &body;
+        let hs: Vec<_> = (0..n)
+            .map(|r| s.spawn(move || body(connect(&options(r, n, root)).expect("bootstrap"))))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn tag(transfer: u32, segment: u32) -> Tag {
+    Tag {
+        collective: 1,
+        channel: 0,
+        transfer,
+        segment,
+        schedule: 5,
+    }
+}
+
+fn recv_blocking(
+    t: &mut TcpTransport,
+    peer: Rank,
+    tag: Tag,
+    len: usize,
+) -> Result<Payload, TransportError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(p) = t.try_recv(peer, tag, len)? {
+            return Ok(p);
+        }
+        assert!(Instant::now() < deadline, "message never came");
+        t.wait(deadline)?;
+    }
+}
+
+fn send_blocking(
+    t: &mut TcpTransport,
+    peer: Rank,
+    tag: Tag,
+    mut p: Payload,
+) -> Result<(), TransportError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Some(back) = t.try_send(peer, tag, p)? {
+        p = back;
+        t.wait(deadline)?;
+    }
+    Ok(())
+}
+
+#[test]
+fn every_pair_exchanges_large_and_empty_messages() {
+    let n = 4;
+    let results = group(n, |mut t| -> Result<(), TransportError> {
+        let me = t.rank().index();
+        // 40 messages per peer through a window of 4: exercises credits and partial writes.
+        for k in 0..40u32 {
+            for peer in (0..n).filter(|&p| p != me) {
+                let len = if k % 10 == 0 { 0 } else { 100_000 + k as usize };
+                let mut p = t.alloc(len);
+                p.as_bytes_mut().fill((me * 16 + k as usize) as u8);
+                send_blocking(&mut t, Rank::from(peer), tag(k, me as u32), p)?;
+            }
+            for peer in (0..n).filter(|&p| p != me) {
+                let len = if k % 10 == 0 { 0 } else { 100_000 + k as usize };
+                let got = recv_blocking(&mut t, Rank::from(peer), tag(k, peer as u32), len)?;
+                assert!(got
+                    .as_bytes()
+                    .iter()
+                    .all(|&b| b == (peer * 16 + k as usize) as u8));
+                t.recycle(got);
+            }
+        }
+        Ok(())
+    });
+    for r in results {
+        r.unwrap();
+    }
+}
+
+#[test]
+fn messages_larger_than_the_socket_buffers_go_straight_from_the_callers_memory() {
+    let big: Vec<u8> = (0..24 << 20).map(|i: usize| (i % 251) as u8).collect();
+    let results = group(2, |mut t| -> Result<(), TransportError> {
+        if t.rank() == Rank(0) {
+            for k in 0..3 {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !t.try_send_slice(Rank(1), tag(k, 0), &big)? {
+                    t.wait(deadline)?;
+                }
+            }
+            // Keep the connection up until the receiver has everything.
+            let _ = recv_blocking(&mut t, Rank(1), tag(9, 9), 0)?;
+        } else {
+            for k in 0..3 {
+                let got = recv_blocking(&mut t, Rank(0), tag(k, 0), big.len())?;
+                assert!(got.as_bytes() == &big[..], "message {k} arrived intact");
+            }
+            let done = t.alloc(0);
+            send_blocking(&mut t, Rank(0), tag(9, 9), done)?;
+        }
+        Ok(())
+    });
+    for r in results {
+        r.unwrap();
+    }
+}
+
+#[test]
+fn a_stranger_with_another_unique_id_is_refused() {
+    let root = free_port();
+    let (a, b) = std::thread::scope(|s| {
+        let root_side = s.spawn(move || {
+            connect(&Options {
+                timeout: Duration::from_millis(1500),
+                ..options(0, 2, root)
+            })
+        });
+        let stranger = s.spawn(move || {
+            connect(&Options {
+                unique_id: 42,
+                ..options(1, 2, root)
+            })
+        });
+        (root_side.join().unwrap(), stranger.join().unwrap())
+    });
+    let stranger_err = b.err().expect("the stranger is refused");
+    assert!(
+        stranger_err
+            .to_string()
+            .contains("does not prove this job's secret"),
+        "{stranger_err}"
+    );
+    let root_err = a.err().expect("the root never completes its group");
+    assert!(root_err.to_string().contains("ranks 1"), "{root_err}");
+}
+
+/// A "root" that answers the challenge one byte every 100 ms: the member's read has a
+/// deadline for the whole message (before, each `read()` got the whole timeout again,
+/// and 57 bytes stretched a 1 s setup to 5.7 s).
+#[test]
+fn a_trickling_peer_cannot_stretch_the_setup_deadline() {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let root = listener.local_addr().unwrap();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut challenge = [0u8; bootstrap::wire::PREFIX + bootstrap::wire::NONCE];
+        s.read_exact(&mut challenge).unwrap();
+        let proof = bootstrap::wire::Message::Proof {
+            nonce: [1; bootstrap::wire::NONCE],
+            mac: [2; bootstrap::wire::MAC],
+        }
+        .encode();
+        for b in proof {
+            if s.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let start = Instant::now();
+    let e = connect(&Options {
+        timeout: Duration::from_secs(1),
+        ..options(1, 2, root)
+    })
+    .err()
+    .expect("no group with a trickling root");
+    let took = start.elapsed();
+    assert!(took < Duration::from_millis(2500), "took {took:?}: {e}");
+    assert!(e.to_string().contains("deadline"), "{e}");
+    fake.join().unwrap();
+}
+
+/// Rank 0 as a transport, and rank 1 as a raw socket the test writes whatever it likes
+/// into (a hostile or broken peer).
+fn with_raw_peer() -> (TcpTransport, std::net::TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let raw = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    let (ours, _) = l.accept().unwrap();
+    let t = TcpTransport::new(Rank(0), vec![None, Some(ours)], 4).unwrap();
+    (t, raw)
+}
+
+/// Waits for `tag` from rank 1 until an error or `limit`.
+fn recv_until_error(t: &mut TcpTransport, limit: Duration) -> Option<TransportError> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        match t.try_recv(Rank(1), tag(7, 7), 0) {
+            Err(e) => return Some(e),
+            Ok(Some(_)) => panic!("a message that was never sent"),
+            Ok(None) => {
+                if let Err(e) = t.wait(deadline.min(Instant::now() + Duration::from_millis(50))) {
+                    return Some(e);
+                }
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn garbage_from_a_peer_is_a_protocol_error_naming_it() {
+    use std::io::Write;
+    let (mut t, mut raw) = with_raw_peer();
+    raw.write_all(b"GET / HTTP/1.1\r\nHost: rcoll\r\n\r\n-----")
+        .unwrap();
+    let e = recv_until_error(&mut t, Duration::from_secs(10)).expect("an error");
+    match &e {
+        TransportError::Protocol { peer, reason, .. } => {
+            assert_eq!(*peer, Rank(1));
+            assert!(reason.contains("bad magic"), "{reason}");
+        }
+        other => panic!("expected a protocol error, got {other}"),
+    }
+    // Every later call says the same.
+    assert!(matches!(
+        t.try_recv(Rank(1), tag(1, 1), 0),
+        Err(TransportError::Protocol { .. })
+    ));
+}
+
+#[test]
+fn a_header_claiming_a_gigabyte_reserves_nothing_until_the_bytes_come() {
+    use std::io::Write;
+    let (mut t, mut raw) = with_raw_peer();
+    let header = Header {
+        kind: Kind::Data,
+        tag: tag(1, 1),
+        len: frame::MAX_PAYLOAD,
+    }
+    .encode();
+    raw.write_all(&header).unwrap();
+    raw.write_all(&[0u8; 1000]).unwrap();
+    assert!(recv_until_error(&mut t, Duration::from_millis(500)).is_none());
+    let reserved = t.peers[1].as_ref().unwrap().decoder.buffered_capacity();
+    assert!(
+        reserved <= frame::RESERVE,
+        "a 1 GiB header made the receiver reserve {} MiB",
+        reserved >> 20
+    );
+}
+
+#[test]
+fn a_peer_that_floods_is_held_to_its_budget() {
+    use std::io::Write;
+    let (mut t, mut raw) = with_raw_peer();
+    t.peer_budget = 32 << 20;
+    let chunk = vec![7u8; 4 << 20];
+    let flood = std::thread::spawn(move || {
+        raw.set_write_timeout(Some(Duration::from_secs(3))).unwrap();
+        let mut sent = 0usize;
+        for k in 0..128u32 {
+            let header = Header {
+                kind: Kind::Data,
+                tag: tag(100 + k, 0),
+                len: chunk.len() as u64,
+            }
+            .encode();
+            if raw.write_all(&header).is_err() || raw.write_all(&chunk).is_err() {
+                break;
+            }
+            sent += chunk.len();
+        }
+        (sent, raw)
+    });
+    // The engine keeps asking for a message the peer never sends.
+    assert!(recv_until_error(&mut t, Duration::from_secs(6)).is_none());
+    let held_mib = t.peers[1].as_ref().unwrap().held >> 20;
+    let (sent, _raw) = flood.join().unwrap();
+    assert!(sent < 256 << 20, "the peer got {sent} bytes through");
+    assert!(held_mib <= 36, "held {held_mib} MiB past a 32 MiB budget");
+    // Taking what arrived lets the rest come.
+    let got = t.try_recv(Rank(1), tag(100, 0), 4 << 20).unwrap();
+    assert!(got.is_some());
+}
+
+#[test]
+fn silent_strangers_at_the_root_hold_up_no_one() {
+    // Two connections that never say a word reach the root first; the real ranks,
+    // arriving after them, still form the group at once (the root serves connections
+    // concurrently instead of waiting for each hello in turn: served in turn, the first
+    // stranger alone would use up the whole 5 s setup deadline).
+    let root = free_port();
+    let opts = |r| Options {
+        timeout: Duration::from_secs(5),
+        ..options(r, 3, root)
+    };
+    let ranks = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..3)
+            .map(|r| {
+                s.spawn(move || {
+                    if r > 0 {
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                    connect(&opts(r))
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let _silent: Vec<std::net::TcpStream> = (0..2)
+            .map(|_| std::net::TcpStream::connect(root).expect("connect"))
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    for (r, t) in ranks.iter().enumerate() {
+        assert!(t.is_ok(), "rank {r}: {:?}", t.as_ref().err());
+    }
+}
+
+#[test]
+fn a_rank_that_never_arrives_is_a_bootstrap_timeout() {
+    let root = free_port();
+    let err = connect(&Options {
+        timeout: Duration::from_millis(300),
+        ..options(0, 3, root)
+    })
+    .err()
+    .unwrap();
+    assert!(matches!(err, TransportError::Bootstrap { .. }), "{err}");
+    assert!(err.to_string().contains("1, 2"), "{err}");
+}
+
+#[test]
+fn a_closed_peer_and_an_abort_are_reported() {
+    let results = group(3, |mut t| {
+        match t.rank().index() {
+            0 => {
+                t.abort("stop now");
+                None
+            }
+            1 => Some(recv_blocking(&mut t, Rank(0), tag(0, 0), 1).map(|_| ())),
+            _ => {
+                drop(t); // rank 2 goes away
+                None
+            }
+        }
+    });
+    let err = results[1].clone().unwrap().unwrap_err();
+    assert!(
+        matches!(&err, TransportError::Aborted { by: Rank(0), reason, .. } if reason == "stop now")
+            || matches!(&err, TransportError::PeerClosed { .. }),
+        "{err}"
+    );
+}
