@@ -75,8 +75,11 @@ pub struct TcpTransport {
     peer_budget: usize,
     aborted: Option<(Rank, String)>,
     abort_sent: bool,
-    /// Peers that asked whether this rank runs, to answer.
+    /// Peers that asked whether this rank runs, to answer (each once).
     pinged_by: Vec<usize>,
+    /// Read past the budgets: a failure is being diagnosed, and what matters now is a
+    /// peer's last frames (an abort, a pong, its close) behind the data held back.
+    draining: bool,
     /// Peers that answered this rank's pings.
     ponged: Vec<bool>,
     broken: Option<TransportError>,
@@ -133,6 +136,7 @@ impl TcpTransport {
             aborted: None,
             abort_sent: false,
             pinged_by: Vec::new(),
+            draining: false,
             ponged: Vec::new(),
             broken: None,
         })
@@ -243,7 +247,7 @@ impl TcpTransport {
             return;
         };
         let from = Rank::from(r);
-        while peer.gone.is_none() && peer.held < self.peer_budget {
+        while peer.gone.is_none() && (peer.held < self.peer_budget || self.draining) {
             let n = match peer.stream.read(&mut self.read_buf) {
                 Ok(0) => {
                     peer.gone = Some("connection closed by peer".into());
@@ -272,7 +276,9 @@ impl TcpTransport {
                             match frame.header.kind {
                                 Kind::Data => peer.held += frame.payload.len(),
                                 Kind::Ping => {
-                                    self.pinged_by.push(r);
+                                    if !self.pinged_by.contains(&r) {
+                                        self.pinged_by.push(r);
+                                    }
                                     continue;
                                 }
                                 Kind::Pong => {
@@ -354,7 +360,9 @@ impl TcpTransport {
     /// everyone why before it closed: read what has arrived first, so that its abort
     /// (naming the root cause) wins over "closed".
     fn closed(&mut self, peer: Rank) -> TransportError {
+        self.draining = true;
         self.progress();
+        self.draining = false;
         match self.check_usable() {
             Err(e) => e,
             Ok(()) => TransportError::PeerClosed {
@@ -635,6 +643,8 @@ impl Transport for TcpTransport {
             }
         }
         let until = Instant::now() + within;
+        // A pong (or an abort, or a close) may sit behind data held back by the budget.
+        self.draining = true;
         let silent = |t: &TcpTransport| -> Vec<Rank> {
             (0..t.peers.len())
                 .filter(|&r| t.peers[r].is_some() && !t.ponged[r])
@@ -651,6 +661,7 @@ impl Transport for TcpTransport {
                 .poll
                 .poll(&mut self.events, Some(left.min(Duration::from_millis(10))));
         }
+        self.draining = false;
         silent(self)
     }
 

@@ -131,7 +131,10 @@ impl Acceptor {
                     self.starved = None;
                     stream.set_nonblocking(true)?;
                     if self.pending.len() >= MAX_PENDING {
-                        let oldest = self.pending.remove(0);
+                        let oldest = (0..self.pending.len())
+                            .min_by_key(|&i| self.pending[i].since)
+                            .unwrap_or(0);
+                        let oldest = self.pending.swap_remove(oldest);
                         refuse(
                             self.me,
                             oldest.stream,
@@ -179,6 +182,9 @@ impl Acceptor {
             let want = match p.buf.first_chunk::<{ wire::PREFIX }>() {
                 Some(prefix) => {
                     let (_, len) = Message::decode_prefix(prefix).map_err(|e| e.to_string())?;
+                    if len > wire::MAX_INTRO {
+                        return Err(format!("a {len}-byte message before proving itself"));
+                    }
                     wire::PREFIX + len - p.buf.len()
                 }
                 None => wire::PREFIX - p.buf.len(),
@@ -233,9 +239,26 @@ impl Acceptor {
 
 /// Accept errors that mean "try again later" rather than a broken listener.
 fn transient(e: &io::Error) -> bool {
+    // Out of descriptors or memory, and (accept(2), "Error handling") the errors already
+    // pending on the new connection, which Linux passes on: retry, as the man page says.
     matches!(
         e.raw_os_error(),
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM | libc::ECONNABORTED)
+        Some(
+            libc::EMFILE
+                | libc::ENFILE
+                | libc::ENOBUFS
+                | libc::ENOMEM
+                | libc::ECONNABORTED
+                | libc::EPROTO
+                | libc::ENETDOWN
+                | libc::ENOPROTOOPT
+                | libc::EHOSTDOWN
+                | libc::ENONET
+                | libc::EHOSTUNREACH
+                | libc::EOPNOTSUPP
+                | libc::ENETUNREACH
+                | libc::EPERM
+        )
     ) || e.kind() == io::ErrorKind::Interrupted
 }
 

@@ -314,8 +314,11 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
         ?table,
         "every rank arrived; sending the address table"
     );
+    let left = deadline.saturating_duration_since(Instant::now());
     for m in &mut members {
-        send(m, &Message::Table(table.clone()))
+        // A member that stops reading cannot hold the root past the deadline.
+        m.set_write_timeout(Some(left.max(Duration::from_millis(1))))
+            .and_then(|()| send(m, &Message::Table(table.clone())))
             .map_err(|e| io_fail(me, "sending the address table", e))?;
     }
     mesh(opts, me, data, &table, deadline)

@@ -7,8 +7,12 @@
 
 /// `"RCB2"`: bootstrap protocol and version (2: mutual proof of the job secret).
 pub const MAGIC: [u8; 4] = *b"RCB2";
-/// Largest message body accepted.
-pub const MAX_BODY: usize = 1 << 20;
+/// Largest message body accepted: the root's address table for the most ranks a group may
+/// have (a listener takes far less from a connection that has not proven itself:
+/// [`MAX_INTRO`]).
+pub const MAX_BODY: usize = 64 << 20;
+/// Largest message an acceptor reads from a connection before it proved the secret.
+pub const MAX_INTRO: usize = 4096;
 /// Bytes of a nonce.
 pub const NONCE: usize = 16;
 /// Bytes of a MAC (HMAC-SHA-256).
