@@ -475,3 +475,32 @@ pub fn copy_and_send<T: Transport + ?Sized>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lent_payload_comes_home_when_dropped_and_not_when_handed_back() {
+        let home: Returns = Default::default();
+        let storage = vec![7u8; 64];
+        let at = storage.as_ptr();
+        let p = Payload::lent(storage, 32, 10, &home);
+        assert_eq!(p.len(), 10);
+        drop(p);
+        let back = home
+            .pop()
+            .expect("the dropped payload's storage comes back");
+        assert_eq!(
+            (back.as_ptr(), back.len()),
+            (at, 64),
+            "the same allocation, whole"
+        );
+        assert!(home.pop().is_none());
+        // Handed back to the transport (recycled or sent): nothing comes home twice.
+        let p = Payload::lent(back, 32, 10, &home);
+        let storage = p.into_storage();
+        assert_eq!(storage.as_ptr(), at);
+        assert!(home.pop().is_none());
+    }
+}
