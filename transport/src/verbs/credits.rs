@@ -52,33 +52,12 @@ impl VerbsTransport {
         any
     }
 
-    /// Buffer `id` is no longer lent to the engine: its peer holds one message fewer, and
-    /// gets the slots it is owed if that was what held them back.
+    /// Buffer `id` is no longer lent to the engine: its peer holds one message fewer.
     pub(super) fn released(&mut self, id: u32) {
-        let Some(p) = self.lent_from.remove(&id) else {
-            return;
-        };
-        let limit = self.hold_limit;
-        let owed = self.peers[p].as_mut().is_some_and(|peer| {
-            peer.held = peer.held.saturating_sub(1);
-            peer.deficit > 0 && peer.held < limit
-        });
-        if owed {
-            self.replenish();
-        }
-    }
-
-    /// Whether peer `p`'s next slot holds `total` bytes (header included); an error naming
-    /// both sizes if not. Call after `room_for` said a credit is there.
-    pub(super) fn check_slot_fits(&self, p: usize, total: usize) -> Result<(), TransportError> {
-        match self.peers[p].as_ref().and_then(|s| s.credits.front()) {
-            Some(credit) if total > credit.len as usize => Err(TransportError::MessageTooLarge {
-                rank: self.rank,
-                peer: Rank::from(p),
-                len: total - HEADER,
-                max: (credit.len as usize).saturating_sub(HEADER),
-            }),
-            _ => Ok(()),
+        if let Some(p) = self.lent_from.remove(&id) {
+            if let Some(peer) = self.peers[p].as_mut() {
+                peer.held = peer.held.saturating_sub(1);
+            }
         }
     }
 
