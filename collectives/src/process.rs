@@ -22,7 +22,7 @@ use rcoll_transport::Transport;
 
 use crate::algorithm::Algorithm;
 use crate::communicator::Communicator;
-use crate::config::Overrides;
+use crate::config::{Config, Overrides};
 use crate::error::{Error, Result};
 
 /// Which transport carries a process group (`RCOLL_TRANSPORT`).
@@ -187,6 +187,19 @@ impl Builder {
     /// Connects to the group and returns this rank's communicator.
     pub fn build(self) -> Result<Communicator> {
         let config = self.overrides.resolve()?;
+        let transport = self.connect(&config)?;
+        Communicator::new(transport, config)
+    }
+
+    /// Connects to the group and returns this rank's transport alone (TCP or verbs, as
+    /// [`build`](Self::build) would choose): for point-to-point protocols of one's own and
+    /// for testing a transport under the engine's feet.
+    pub fn build_transport(self) -> Result<Box<dyn Transport>> {
+        let config = self.overrides.resolve()?;
+        self.connect(&config)
+    }
+
+    fn connect(&self, config: &Config) -> Result<Box<dyn Transport>> {
         let unique_id = match (self.unique_id, self.insecure_id) {
             (Some(id), _) => id,
             (None, true) => bootstrap::Options::default_unique_id(self.root, self.size),
@@ -225,7 +238,7 @@ impl Builder {
             transport = transport.name(),
             "communicator ready"
         );
-        Communicator::new(transport, config)
+        Ok(transport)
     }
 
     /// TCP, or verbs when asked for (an error if any rank cannot) or when `auto` and every

@@ -32,7 +32,7 @@ impl VerbsTransport {
 
     /// Polls completions and handles them; then sends owed credits.
     pub(super) fn progress(&mut self) {
-        if self.reclaim_returned() {
+        if self.reclaim_returned() || self.replenish_due {
             self.replenish();
         }
         loop {

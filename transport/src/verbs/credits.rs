@@ -52,12 +52,33 @@ impl VerbsTransport {
         any
     }
 
-    /// Buffer `id` is no longer lent to the engine: its peer holds one message fewer.
+    /// Buffer `id` is no longer lent to the engine: its peer holds one message fewer. If
+    /// that is what held its owed slots back, the next [`progress`](Self::progress) grants
+    /// them (not here: the caller may still own the buffer that should serve them).
     pub(super) fn released(&mut self, id: u32) {
-        if let Some(p) = self.lent_from.remove(&id) {
-            if let Some(peer) = self.peers[p].as_mut() {
-                peer.held = peer.held.saturating_sub(1);
+        let Some(p) = self.lent_from.remove(&id) else {
+            return;
+        };
+        let limit = self.hold_limit;
+        if let Some(peer) = self.peers[p].as_mut() {
+            peer.held = peer.held.saturating_sub(1);
+            if peer.deficit > 0 && peer.held < limit {
+                self.replenish_due = true;
             }
+        }
+    }
+
+    /// Whether peer `p`'s next slot holds `total` bytes (header included); an error naming
+    /// both sizes if not. Call after `room_for` said a credit is there.
+    pub(super) fn check_slot_fits(&self, p: usize, total: usize) -> Result<(), TransportError> {
+        match self.peers[p].as_ref().and_then(|s| s.credits.front()) {
+            Some(credit) if total > credit.len as usize => Err(TransportError::MessageTooLarge {
+                rank: self.rank,
+                peer: Rank::from(p),
+                len: total - HEADER,
+                max: (credit.len as usize).saturating_sub(HEADER),
+            }),
+            _ => Ok(()),
         }
     }
 
@@ -101,6 +122,7 @@ impl VerbsTransport {
 
     /// Gives peers that are owed slots a free (or newly registered) buffer each.
     pub(super) fn replenish(&mut self) {
+        self.replenish_due = false;
         let limit = self.hold_limit;
         for p in 0..self.peers.len() {
             while self.peers[p]

@@ -60,6 +60,9 @@ impl Transport for VerbsTransport {
         if !self.room_for(p)? {
             return Ok(Some(payload));
         }
+        // The peer's slot must hold it (peers configured with smaller segments lend smaller
+        // slots): checked before any buffer changes hands.
+        self.check_slot_fits(p, HEADER + len)?;
         // The message must sit in one of this transport's registered buffers.
         let mut payload = payload;
         let id = if payload.head() == HEADER {
@@ -85,28 +88,19 @@ impl Transport for VerbsTransport {
         }
         let lkey = self.bufs[id as usize].mr.lkey();
         let total = HEADER + len;
-        let Some(peer_state) = self.peers[p].as_mut() else {
+        // `room_for` and `check_slot_fits` saw the peer and its first credit.
+        let Some((peer_state, credit)) = self.peers[p]
+            .as_mut()
+            .and_then(|s| s.credits.pop_front().map(|c| (s, c)))
+        else {
+            // Registered memory is never freed behind the device's back: back to the pool.
+            self.free.push((id, v));
             return Err(TransportError::InvalidPeer {
                 rank: self.rank,
                 peer,
                 nranks: self.nranks,
             });
         };
-        let Some(credit) = peer_state.credits.pop_front() else {
-            return Err(TransportError::InvalidPeer {
-                rank: self.rank,
-                peer,
-                nranks: self.nranks,
-            });
-        };
-        if total > credit.len as usize {
-            return Err(TransportError::MessageTooLarge {
-                rank: self.rank,
-                peer,
-                len,
-                max: (credit.len as usize).saturating_sub(HEADER),
-            });
-        }
         let inline = total <= peer_state.qp.max_inline as usize;
         self.next_wr = self.next_wr.wrapping_add(1);
         let wr_id = wr(if inline { WR_INLINE } else { WR_DATA }, p, self.next_wr);
@@ -171,6 +165,7 @@ impl Transport for VerbsTransport {
         if !self.room_for(p)? {
             return Ok(SendState::NoRoom);
         }
+        self.check_slot_fits(p, HEADER + data.len())?;
         // The header from a slot buffer (in flight with the write), the data from the
         // caller's registered memory: one write gathers both into the peer's slot.
         let (id, mut head) = self

@@ -190,6 +190,8 @@ pub struct VerbsTransport {
     lent_from: HashMap<u32, usize>,
     /// Most messages of one peer held at once (see `Peer::held`).
     hold_limit: usize,
+    /// A peer held back by `hold_limit` dropped under it and is owed slots.
+    replenish_due: bool,
     /// Lent buffers whose payloads were dropped instead of recycled: they come back here,
     /// never freed while registered (a freed slot's address, reused by the allocator, would
     /// alias a region the device still maps to the old pages).

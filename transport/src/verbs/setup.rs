@@ -108,6 +108,7 @@ pub fn upgrade(
         // it (far ahead of what this rank consumes) waits for credits instead of making this
         // rank register memory without bound.
         hold_limit: (8 * window).max((64usize << 20) / opts.slot_bytes.max(1)),
+        replenish_due: false,
         returns: Default::default(),
         inflight: HashMap::new(),
         next_wr: 0,
