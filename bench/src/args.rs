@@ -311,6 +311,7 @@ impl BenchArgs {
             root: self.root,
             algorithm,
             transport: "local",
+            transport_details: String::new(),
             devices: device_list(self.device.as_deref())?,
             json: self.json,
             plot: self.plot,

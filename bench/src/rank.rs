@@ -40,6 +40,7 @@ pub fn run(launch: &LaunchArgs, spec: BenchSpec, spawned: bool) -> Result<(), Be
     let run = |comm: &mut rcoll::Communicator| {
         let mut spec = spec.with_ranks(comm.size())?;
         spec.transport = comm.transport_name();
+        spec.transport_details = comm.transport_details();
         let json = if rank == 0 {
             output::open(&spec)?
         } else {

@@ -111,12 +111,16 @@ pub fn header(spec: &BenchSpec, ranks: &[RankHost]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "# rcoll-bench {}: ranks {}, hosts {}, transport {}, device {}, algorithm {algorithm}, \
+        "# rcoll-bench {}: ranks {}, hosts {}, transport {}{}, device {}, algorithm {algorithm}, \
          dtype {}, op {}, root {}",
         spec.collective,
         spec.nranks,
         hosts::count(ranks),
         spec.transport,
+        match spec.transport_details.as_str() {
+            "" => String::new(),
+            d => format!(" ({d})"),
+        },
         match (spec.transport, spec.devices.as_slice()) {
             ("local", _) => "-".to_owned(),
             (_, []) => "default".to_owned(),

@@ -53,6 +53,8 @@ pub struct BenchSpec {
     pub algorithm: Option<Algorithm>,
     /// The transport's name.
     pub transport: &'static str,
+    /// What it runs on ([`rcoll::Communicator::transport_details`]).
+    pub transport_details: String,
     /// `--device`: the network interfaces of process ranks, dealt out round-robin (empty:
     /// the interface that reaches rank 0); see [`BenchSpec::device_of`].
     pub devices: Vec<String>,

@@ -115,6 +115,12 @@ impl Communicator {
         self.transport.name()
     }
 
+    /// What the transport runs on (for verbs: device, port, MTU and how slots are lent;
+    /// empty for the others).
+    pub fn transport_details(&self) -> String {
+        self.transport.details()
+    }
+
     /// `len` zeroed elements of memory registered with the transport (see [`Buffer`]):
     /// collectives that send from it go zero-copy on the verbs transport, and it is
     /// registered once however many collectives use it. Ordinary memory on the other

@@ -52,6 +52,7 @@ fn rank_main() {
     match scenario.as_str() {
         "held_back" => return held_back(),
         "oversized" => return oversized(),
+        "stale" => return stale(),
         _ => {}
     }
     let mut comm = match rcoll::process::init() {
@@ -242,6 +243,81 @@ fn oversized() {
             t.wait(deadline).expect("wait");
         }
         t.wait(Instant::now() + Duration::from_millis(200)).ok();
+    }
+    println!("RANK-OK");
+}
+
+/// Rank 0 sends rank 1 a message, then writes once more into the slot that carried it, with
+/// the credit it used (a stale credit: a buggy or hostile peer). Rank 1 holds the message
+/// meanwhile: its bytes must not change, and both ranks must fail naming the other.
+fn stale() {
+    use rcoll::transport::verbs::VerbsTransport;
+    use rcoll::transport::{Tag, Transport};
+    use std::time::Instant;
+    let mut t = rcoll::process::Builder::from_env()
+        .and_then(|b| b.build_transport())
+        .expect("transport");
+    println!("RANK-DETAILS {}", t.details());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let other = Rank::from(1 - t.rank().index());
+    let tag = |i: u32| Tag {
+        collective: 1,
+        transfer: i,
+        ..Tag::default()
+    };
+    let recv = |t: &mut Box<dyn Transport>, i: u32, len: usize| loop {
+        if let Some(p) = t.try_recv(other, tag(i), len).expect("recv") {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "rank {} stalled", t.rank());
+        t.wait(deadline).expect("wait");
+    };
+    let send = |t: &mut Box<dyn Transport>, i: u32, fill: u8, len: usize| {
+        let mut m = t.alloc(len);
+        m.as_bytes_mut().fill(fill);
+        let mut m = Some(m);
+        while let Some(back) = t.try_send(other, tag(i), m.take().expect("m")).expect("send") {
+            m = Some(back);
+            t.wait(deadline).expect("wait");
+        }
+    };
+    // Until the pair breaks: the error.
+    let broken = |t: &mut Box<dyn Transport>, check: &dyn Fn()| loop {
+        check();
+        match t.try_recv(other, tag(99), 8) {
+            Err(e) => return e,
+            Ok(_) => {
+                assert!(Instant::now() < deadline, "rank {}: the pair never broke", t.rank());
+                let _ = t.wait(Instant::now() + Duration::from_millis(20));
+            }
+        }
+    };
+    if t.rank().index() == 0 {
+        send(&mut t, 0, 0xab, 4096);
+        let ack = recv(&mut t, 1, 8);
+        t.recycle(ack);
+        let verbs = t
+            .as_any_mut()
+            .and_then(|a| a.downcast_mut::<VerbsTransport>())
+            .expect("a verbs transport");
+        verbs.inject_stale_write(&[0xee; 64]).expect("post");
+        let e = broken(&mut t, &|| {});
+        println!("RANK-ERROR {e}");
+        assert!(e.to_string().contains("remote access"), "{e}");
+    } else {
+        let held = recv(&mut t, 0, 4096);
+        assert!(held.as_bytes().iter().all(|&b| b == 0xab));
+        send(&mut t, 1, 1, 8);
+        let intact = || {
+            assert!(
+                held.as_bytes().iter().all(|&b| b == 0xab),
+                "a stale write changed a message rank 1 holds: {:02x?}",
+                &held.as_bytes()[..8]
+            )
+        };
+        let e = broken(&mut t, &intact);
+        intact();
+        println!("RANK-ERROR {e}");
     }
     println!("RANK-OK");
 }
@@ -441,6 +517,26 @@ fn messages_too_large_for_the_peers_slots_are_refused_at_no_cost() {
         Duration::from_secs(120),
     );
     all_ok("oversized", &results);
+}
+
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_stale_credit_cannot_write_a_slot_again() {
+    let results = finish(spawn("stale", 2, |_| vec![]), Duration::from_secs(120));
+    all_ok("stale credit", &results);
+    for (r, (_, out)) in results.iter().enumerate() {
+        for line in out.lines().filter(|l| l.starts_with("RANK-ERROR")) {
+            println!("rank {r}: {line}");
+        }
+        assert!(
+            out.contains("slots lent as memory windows"),
+            "rank {r} did not lend windows:\n{out}"
+        );
+        assert!(
+            out.contains("RANK-ERROR") && out.contains(&format!("{}", Rank::from(1 - r))),
+            "rank {r} did not name its peer:\n{out}"
+        );
+    }
 }
 
 #[test]

@@ -357,6 +357,17 @@ pub trait Transport: Send {
         0
     }
 
+    /// The concrete transport, for calls particular to one backend (downcast it).
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
+
+    /// What this endpoint runs on, for headers and logs (device, port, how slots are
+    /// lent); empty when the name says it all.
+    fn details(&self) -> String {
+        String::new()
+    }
+
     /// Makes sure no device reads caller memory lent by [`Transport::try_send_borrowed`]
     /// any more, before the engine hands the caller its buffer back after a failure: waits
     /// briefly for those sends, then stops the queues that still have them and reaps what

@@ -5,9 +5,11 @@ use std::time::{Duration, Instant};
 
 use super::ffi::{self, VerbsError};
 use super::wire::{
-    decode_header, HEADER, HELLO, WR_CREDIT, WR_DATA, WR_HELLO, WR_INLINE, WR_KIND, WR_RECV,
+    decode_header, HEADER, HELLO, WR_BIND, WR_CREDIT, WR_DATA, WR_HELLO, WR_INLINE, WR_KIND,
+    WR_RECV, WR_WINDOW_WRITE,
 };
-use super::VerbsTransport;
+use super::wire::CREDIT_BYTES;
+use super::{VerbsTransport, CTRL_BYTES};
 use crate::error::TransportError;
 use crate::transport::{Payload, Transport};
 use crate::types::Rank;
@@ -65,8 +67,12 @@ impl VerbsTransport {
         let p = ((c.wr_id >> 32) & 0xff_ffff) as usize;
         let kind = c.wr_id & WR_KIND;
         if c.status != ffi::WC_SUCCESS {
+            let scoped = matches!(self.peers.get(p), Some(Some(x)) if x.scoped);
             let op = match kind {
+                WR_DATA | WR_INLINE if scoped => "SEND WITH INVALIDATE (after its RDMA WRITE)",
                 WR_DATA | WR_INLINE => "RDMA WRITE WITH IMM",
+                WR_WINDOW_WRITE => "RDMA WRITE (into a window)",
+                WR_BIND => "BIND MW (lending a slot)",
                 WR_CREDIT => "SEND (credits)",
                 WR_HELLO => "RDMA WRITE WITH IMM (connectivity check)",
                 _ => "RECV",
@@ -89,11 +95,22 @@ impl VerbsTransport {
         match kind {
             WR_DATA | WR_INLINE | WR_CREDIT | WR_HELLO => {
                 if let Some(Some(peer)) = self.peers.get_mut(p) {
-                    peer.sends = peer.sends.saturating_sub(1);
+                    // A message into a window retires its write too; a credit message the
+                    // binds posted before it (its index).
+                    let retired = match kind {
+                        WR_DATA | WR_INLINE => peer.wrs_per_message(),
+                        WR_CREDIT => 1 + (c.wr_id & 0xffff_ffff) as u32,
+                        _ => 1,
+                    };
+                    peer.sends = peer.sends.saturating_sub(retired);
+                    // Binds wait for send-queue room (`replenish`).
+                    if self.scoped && peer.deficit > 0 {
+                        self.replenish_due = true;
+                    }
                 }
                 if let Some((id, v)) = self.inflight.remove(&c.wr_id) {
                     self.free.push((id, v));
-                    self.replenish();
+                    self.replenish_due = true;
                 }
             }
             WR_RECV => {
@@ -102,9 +119,35 @@ impl VerbsTransport {
                 };
                 let index = (c.wr_id & 0xffff_ffff) as u32;
                 if c.opcode == ffi::WC_RECV_RDMA_WITH_IMM {
-                    self.arrival(from, c.imm);
+                    if self.scoped && c.imm != HELLO {
+                        // A write with immediate leaves the window open behind it.
+                        self.fail(TransportError::Protocol {
+                            rank: self.rank,
+                            peer: Rank::from(from),
+                            reason: format!(
+                                "wrote slot {} with an immediate instead of invalidating its \
+                                 window",
+                                c.imm
+                            ),
+                        });
+                    } else {
+                        self.arrival(from, c.imm);
+                    }
+                } else if let (ffi::WC_RECV, Some(rkey)) = (c.opcode, c.invalidated) {
+                    self.notice(from, index, c.byte_len as usize, rkey);
                 } else if c.opcode == ffi::WC_RECV {
-                    self.credits_arrived(from, index, c.byte_len as usize);
+                    if c.byte_len as usize % CREDIT_BYTES != 0 {
+                        self.fail(TransportError::Protocol {
+                            rank: self.rank,
+                            peer: Rank::from(from),
+                            reason: format!(
+                                "sent {} bytes, not credits (flags {:#x}, imm {:#x})",
+                                c.byte_len, c.flags, c.imm
+                            ),
+                        });
+                    } else {
+                        self.credits_arrived(from, index, c.byte_len as usize);
+                    }
                 }
                 if let Err(e) = self.post_ctrl_recv(from, index) {
                     let e = self.verbs_error(Some(from), e);
@@ -112,6 +155,39 @@ impl VerbsTransport {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// A SEND WITH INVALIDATE from `from` (receive `index`, `len` bytes) that revoked
+    /// `rkey`: the message written into the slot it names is complete, and the peer can
+    /// no longer write there. The named slot must be lent to that peer under that key.
+    pub(super) fn notice(&mut self, from: usize, index: u32, len: usize, rkey: u32) {
+        let me = self.rank;
+        let Some(peer) = self.peers[from].as_ref() else {
+            return;
+        };
+        // SAFETY: receive `index` completed (this is its completion) and is re-posted only
+        // after this returns, so the device is not writing these bytes.
+        let note = unsafe { peer.ctrl.copy_out(index as usize * CTRL_BYTES, len.min(4)) };
+        let id = <[u8; 4]>::try_from(note.as_slice()).map(u32::from_le_bytes);
+        let lent_key = id.ok().and_then(|id| {
+            peer.advertised.contains_key(&id).then(|| {
+                self.bufs[id as usize]
+                    .window
+                    .as_ref()
+                    .map(ffi::MemoryWindow::rkey)
+            })
+        });
+        match (id, lent_key) {
+            (Ok(id), Some(Some(key))) if key == rkey && self.scoped => self.arrival(from, id),
+            _ => self.fail(TransportError::Protocol {
+                rank: me,
+                peer: Rank::from(from),
+                reason: format!(
+                    "its notice {note:02x?} invalidated key {rkey:#x}, which is not the window \
+                     of a slot lent to it"
+                ),
+            }),
         }
     }
 
@@ -160,7 +236,10 @@ impl VerbsTransport {
                 });
             }
         }
-        self.replenish();
+        // Lent at the next `progress` (or before blocking): after this rank's own sends
+        // that the arrival lets the engine post, which would otherwise queue behind the
+        // bind and the credit.
+        self.replenish_due = true;
     }
 
     pub(super) fn check(&mut self) -> Result<(), TransportError> {
@@ -191,6 +270,9 @@ impl VerbsTransport {
     }
 
     pub(super) fn wait_inner(&mut self, deadline: Instant) -> Result<(), TransportError> {
+        if self.replenish_due {
+            self.replenish();
+        }
         self.send_credits(true);
         if let Err(e) = self.cq.arm() {
             let e = self.verbs_error(None, e);

@@ -1,22 +1,28 @@
 //! Slots and credits: registered buffers, the slots lent to each peer, credits sent back
 //! as inline SENDs in batches, and the room a sender needs before it posts a write.
 
-use super::ffi::{MemoryRegion, Sge};
-use super::wire::{wr, Credit, CREDIT_BYTES, HEADER, WR_CREDIT, WR_RECV};
+use super::ffi::{Access, MemoryRegion, MemoryWindow, Sge};
+use super::wire::{wr, Credit, CREDIT_BYTES, HEADER, WR_BIND, WR_CREDIT, WR_RECV};
 use super::{Buf, VerbsError, VerbsTransport, CTRL_BYTES};
 use crate::error::TransportError;
 use crate::types::Rank;
 
 impl VerbsTransport {
-    /// Registers slot `v`'s memory (its whole length) for peers to write.
+    /// Registers slot `v`'s memory (its whole length) for peers to write: through windows
+    /// when scoped, else as a region they may write.
     pub(super) fn register_vec(&self, v: &mut Vec<u8>) -> Result<MemoryRegion, VerbsError> {
+        let access = if self.scoped {
+            Access::Windows
+        } else {
+            Access::RemoteWrite
+        };
         // SAFETY: every registered slot is owned by this transport (in `free`, a peer's
         // `advertised`, or `inflight`) or lent to the caller as a payload that comes back
         // even when dropped (`returns`), so it is never freed while registered; the
         // transport's `Drop` destroys the queue pairs, then deregisters, then frees. While
         // the device may access a buffer, it is in `advertised` or `inflight`, where no
         // Rust reference to its bytes is used.
-        unsafe { MemoryRegion::register(&self.pd, v.as_mut_ptr(), v.len(), true) }
+        unsafe { MemoryRegion::register(&self.pd, v.as_mut_ptr(), v.len(), access) }
     }
 
     /// A free registered buffer of header + slot bytes, registering a new one if needed.
@@ -27,10 +33,16 @@ impl VerbsTransport {
         }
         let mut v = vec![0u8; HEADER + self.slot_bytes];
         let mr = self.register_vec(&mut v)?;
+        let window = if self.scoped {
+            Some(MemoryWindow::new(&self.pd)?)
+        } else {
+            None
+        };
         let id = self.bufs.len() as u32;
         self.bufs.push(Buf {
             mr,
             ptr: v.as_ptr() as usize,
+            window,
         });
         Ok((id, v))
     }
@@ -82,13 +94,37 @@ impl VerbsTransport {
         }
     }
 
-    pub(super) fn credit_for(&self, id: u32, v: &[u8]) -> Credit {
-        Credit {
+    /// The credit lending slot `id` (memory `v`) to peer `p`: its region's key, or, when
+    /// scoped, the key of its window freshly bound on `p`'s queue pair (ahead of the
+    /// credit message on the same queue, so valid when the peer reads it).
+    pub(super) fn credit_for(&mut self, p: usize, id: u32, v: &[u8]) -> Result<Credit, VerbsError> {
+        let buf = &mut self.bufs[id as usize];
+        let rkey = match (buf.window.as_mut(), self.peers[p].as_mut()) {
+            (Some(window), Some(peer)) => {
+                // SAFETY: `v` is buffer `id`, covered by its region; the caller moves it into
+                // the peer's `advertised` set, where no Rust reference to its bytes is used,
+                // until the peer's invalidation of this window completes here.
+                let rkey = unsafe {
+                    peer.qp.post_bind(
+                        wr(WR_BIND, p, id),
+                        window,
+                        &buf.mr,
+                        v.as_ptr() as u64,
+                        v.len(),
+                    )
+                }?;
+                peer.sends += 1;
+                peer.binds += 1;
+                rkey
+            }
+            _ => buf.mr.rkey(),
+        };
+        Ok(Credit {
             id,
             addr: v.as_ptr() as u64,
-            rkey: self.bufs[id as usize].mr.rkey(),
+            rkey,
             len: v.len() as u32,
-        }
+        })
     }
 
     pub(super) fn post_ctrl_recv(&mut self, p: usize, i: u32) -> Result<(), VerbsError> {
@@ -124,11 +160,20 @@ impl VerbsTransport {
     pub(super) fn replenish(&mut self) {
         self.replenish_due = false;
         let limit = self.hold_limit;
+        // A bind takes a place in the send queue, and leaves one for the credit message
+        // that retires it. And binds go only on a queue with nothing but binds in flight:
+        // rxe's retransmission (`req_retry`) restarts at the oldest work request not yet
+        // completed and executes again the binds it meets, which wedges the queue pair (a
+        // message written and never delivered, seen under packet loss). With nothing
+        // before them, binds complete at once and no retry reaches them. A peer that must
+        // wait gets its slots when its sends complete.
+        let scoped = self.scoped;
+        let room = self.send_depth.saturating_sub(1);
+        let may_lend = |x: &super::Peer| {
+            x.deficit > 0 && x.held < limit && (!scoped || (x.sends < room && x.sends == x.binds))
+        };
         for p in 0..self.peers.len() {
-            while self.peers[p]
-                .as_ref()
-                .is_some_and(|x| x.deficit > 0 && x.held < limit)
-            {
+            while self.peers[p].as_ref().is_some_and(may_lend) {
                 let (id, mut v) = match self.take_buffer() {
                     Ok(b) => b,
                     Err(e) => {
@@ -138,7 +183,15 @@ impl VerbsTransport {
                     }
                 };
                 v.resize(HEADER + self.slot_bytes, 0);
-                let credit = self.credit_for(id, &v);
+                let credit = match self.credit_for(p, id, &v) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        self.free.push((id, v));
+                        let e = self.verbs_error(Some(p), e);
+                        self.fail(e);
+                        return;
+                    }
+                };
                 if let Some(peer) = self.peers[p].as_mut() {
                     peer.deficit -= 1;
                     peer.advertised.insert(id, v);
@@ -169,8 +222,12 @@ impl VerbsTransport {
                 for c in peer.owed.drain(..n) {
                     c.encode(&mut msg);
                 }
-                match peer.qp.post_send_inline(wr(WR_CREDIT, p, 0), &msg) {
-                    Ok(()) => peer.sends += 1,
+                // Its completion retires the binds posted before it.
+                match peer.qp.post_send_inline(wr(WR_CREDIT, p, peer.binds), &msg) {
+                    Ok(()) => {
+                        peer.sends += 1;
+                        peer.binds = 0;
+                    }
                     Err(e) => {
                         let e = self.verbs_error(Some(p), e);
                         self.fail(e);
@@ -183,9 +240,9 @@ impl VerbsTransport {
 
     /// Whether a write to peer `p` can be posted now: a remote slot and send-queue room.
     pub(super) fn ready_to_send(&self, p: usize) -> bool {
-        self.peers[p]
-            .as_ref()
-            .is_some_and(|x| !x.credits.is_empty() && x.sends < self.send_depth)
+        self.peers[p].as_ref().is_some_and(|x| {
+            !x.credits.is_empty() && x.sends + x.wrs_per_message() <= self.send_depth
+        })
     }
 
     /// Whether a write to peer `p` can be posted, after taking completions if not at
@@ -203,6 +260,17 @@ impl VerbsTransport {
         match self.tcp.peer_gone(Rank::from(p)) {
             Some(e) => Err(e),
             None => Ok(false),
+        }
+    }
+}
+
+impl super::Peer {
+    /// Send-queue places one message takes: the write, and its invalidation if scoped.
+    pub(super) fn wrs_per_message(&self) -> u32 {
+        if self.scoped {
+            2
+        } else {
+            1
         }
     }
 }

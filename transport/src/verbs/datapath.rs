@@ -5,9 +5,9 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::ffi::{MemoryRegion, Sge};
-use super::wire::{encode_header, wr, HEADER, WR_DATA, WR_INLINE};
-use super::{VerbsTransport, ZERO_COPY_MIN};
+use super::ffi::{Access, MemoryRegion, Sge, VerbsError};
+use super::wire::{encode_header, wr, Credit, HEADER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE};
+use super::{Peer, VerbsTransport, ZERO_COPY_MIN};
 
 /// How long [`Transport::reap_borrowed`] waits for stopped queue pairs to flush.
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -112,16 +112,16 @@ impl Transport for VerbsTransport {
         // SAFETY: `v` is registered (buffer `id`); unless inline it moves into `inflight`
         // below, untouched until this work request completes; inline data is copied
         // during the call while `v` is alive.
-        let posted = unsafe {
-            peer_state
-                .qp
-                .post_write_imm(wr_id, &[sge], credit.addr, credit.rkey, credit.id, inline)
-        };
-        if let Err(e) = posted {
-            self.free.push((id, v));
-            return Err(self.verbs_error(Some(p), e));
+        let posted = unsafe { peer_state.post_message(p, wr_id, &[sge], &credit, inline) };
+        if let Err((e, write_posted)) = posted {
+            if write_posted && !inline {
+                self.inflight.insert(wr_id, (id, v));
+            } else {
+                self.free.push((id, v));
+            }
+            return Err(self.broken_by(p, e));
         }
-        peer_state.sends += 1;
+        self.last_credit = Some((p, credit));
         if inline {
             self.free.push((id, v));
         } else {
@@ -139,7 +139,12 @@ impl Transport for VerbsTransport {
         // `Registered` leaks both instead). The device only reads the memory, for sends
         // posted by `try_send_borrowed`; no remote access is granted.
         let mr = unsafe {
-            MemoryRegion::register(&self.pd, words.as_mut_ptr().cast(), words.len() * 8, false)
+            MemoryRegion::register(
+                &self.pd,
+                words.as_mut_ptr().cast(),
+                words.len() * 8,
+                Access::Local,
+            )
         }
         .map_err(|e| self.verbs_error(None, e))?;
         let guard = self.registry.enter(start, start + words.len() * 8, mr);
@@ -207,17 +212,18 @@ impl Transport for VerbsTransport {
         // which stays allocated while its count is nonzero (`Registered` leaks it rather
         // than free it), and which the engine does not return to the caller before this
         // work request completed or was reaped (`reap_borrowed`).
-        let posted = unsafe {
-            state
-                .qp
-                .post_write_imm(wr_id, &sges, credit.addr, credit.rkey, credit.id, false)
-        };
-        if let Err(e) = posted {
-            region.reading.fetch_sub(1, Ordering::Release);
-            self.free.push((id, head));
-            return Err(self.verbs_error(Some(p), e));
+        let posted = unsafe { state.post_message(p, wr_id, &sges, &credit, false) };
+        if let Err((e, write_posted)) = posted {
+            if write_posted {
+                // Its completion (or flush) returns the header and releases the region.
+                self.inflight.insert(wr_id, (id, head));
+                self.borrowed.insert(wr_id, (p, region.reading));
+            } else {
+                region.reading.fetch_sub(1, Ordering::Release);
+                self.free.push((id, head));
+            }
+            return Err(self.broken_by(p, e));
         }
-        state.sends += 1;
         self.inflight.insert(wr_id, (id, head));
         self.borrowed.insert(wr_id, (p, region.reading));
         self.zero_copy += 1;
@@ -226,6 +232,25 @@ impl Transport for VerbsTransport {
 
     fn zero_copy_sends(&self) -> u64 {
         self.zero_copy
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn details(&self) -> String {
+        let s = &self.selection;
+        format!(
+            "{}:{}, MTU {}, slots lent as {}",
+            s.device,
+            s.port,
+            super::select::mtu_bytes(s.active_mtu),
+            if self.scoped {
+                "memory windows (one peer, one write)"
+            } else {
+                "registered regions"
+            }
+        )
     }
 
     fn reap_borrowed(&mut self) {
@@ -391,9 +416,12 @@ impl Drop for VerbsTransport {
             self.progress();
             std::thread::yield_now();
         }
-        // Queue pairs first (the device stops touching every buffer), then the regions,
-        // then the memory they covered; the CQ, channel, domain and context follow through
-        // their `Arc`s.
+        // Windows first (a bound window holds its queue pair and region), then queue pairs
+        // (the device stops touching every buffer), then the regions, then the memory they
+        // covered; the CQ, channel, domain and context follow through their `Arc`s.
+        for b in &mut self.bufs {
+            b.window = None;
+        }
         let mut graveyard: Vec<Vec<u8>> = Vec::new();
         for peer in self.peers.iter_mut().flatten() {
             graveyard.extend(peer.advertised.drain().map(|(_, v)| v));
@@ -411,5 +439,100 @@ impl Drop for VerbsTransport {
         }
         self.bufs.clear();
         drop(graveyard);
+    }
+}
+
+impl VerbsTransport {
+    /// A failure to post to peer `p`: the transport is broken (a message may be half
+    /// posted), and the error names the peer.
+    fn broken_by(&mut self, p: usize, e: VerbsError) -> TransportError {
+        let e = self.verbs_error(Some(p), e);
+        self.fail(e.clone());
+        e
+    }
+}
+
+impl Peer {
+    /// Posts one message, `sges` (header first), into the slot of `credit` as `wr_id`:
+    /// RDMA WRITE WITH IMM (the slot id), or into a window RDMA WRITE and then SEND WITH
+    /// INVALIDATE of the slot id. On an error, whether the write was posted.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_write_imm`](super::ffi::QueuePair::post_write_imm).
+    unsafe fn post_message(
+        &mut self,
+        p: usize,
+        wr_id: u64,
+        sges: &[Sge],
+        credit: &Credit,
+        inline: bool,
+    ) -> Result<(), (VerbsError, bool)> {
+        if self.scoped {
+            let note = credit.id.to_le_bytes();
+            // The message's id goes on the signaled send; the write completes only on error.
+            let ids = (wr(WR_WINDOW_WRITE, p, wr_id as u32), wr_id);
+            // SAFETY: the caller's contract; the note is inline.
+            let r = unsafe {
+                self.qp
+                    .post_write_invalidate(ids, sges, credit.addr, credit.rkey, &note, inline)
+            };
+            self.sends += match &r {
+                Ok(()) => 2,
+                Err((_, true)) => 1,
+                Err((_, false)) => 0,
+            };
+            r
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe {
+                self.qp
+                    .post_write_imm(wr_id, sges, credit.addr, credit.rkey, credit.id, inline)
+            }
+            .map_err(|e| (e, false))?;
+            self.sends += 1;
+            Ok(())
+        }
+    }
+}
+
+impl VerbsTransport {
+    /// Fault injection, for tests of scoped access: writes `bytes` (inline) once more into
+    /// the slot this rank's last `try_send` used, with the credit it used then, as a buggy
+    /// or hostile peer would. With windows (the default) the peer's device refuses it (a
+    /// remote access error breaks the pair); with regions it lands in whatever the slot
+    /// holds now.
+    #[doc(hidden)]
+    pub fn inject_stale_write(&mut self, bytes: &[u8]) -> Result<(), TransportError> {
+        let Some((p, credit)) = self.last_credit else {
+            return Ok(());
+        };
+        let Some(peer) = self.peers[p].as_mut() else {
+            return Ok(());
+        };
+        let sge = Sge {
+            addr: bytes.as_ptr() as u64,
+            len: bytes.len() as u32,
+            lkey: 0,
+        };
+        self.next_wr = self.next_wr.wrapping_add(1);
+        // SAFETY: inline: the bytes are copied during the call, while borrowed.
+        let posted = unsafe {
+            peer.qp.post_write_imm(
+                wr(WR_INLINE, p, self.next_wr),
+                &[sge],
+                credit.addr,
+                credit.rkey,
+                credit.id,
+                true,
+            )
+        };
+        match posted {
+            Ok(()) => {
+                peer.sends += 1;
+                Ok(())
+            }
+            Err(e) => Err(self.broken_by(p, e)),
+        }
     }
 }

@@ -1,37 +1,54 @@
-//! RDMA verbs backend: reliable connected queue pairs and RDMA WRITE WITH IMMEDIATE into
-//! buffers the receiver advertises (cargo feature `verbs`, on by default).
+//! RDMA verbs backend: reliable connected queue pairs, and RDMA writes into buffers the
+//! receiver lends, one grant at a time.
 //!
 //! # Protocol
 //!
 //! The group first forms over TCP ([`crate::tcp::bootstrap`]); those connections stay as
 //! the control plane (liveness, abort relay) and carry each pair's endpoints: QPN, PSN,
-//! LID, GID, active MTU and the receiver's first credits. Then, per peer, one RC queue pair:
+//! LID, GID, active MTU and whether the receiver lends memory windows. Then, per peer, one
+//! RC queue pair:
 //!
 //! ```text
 //!   receiver                                   sender
 //!   registers slot buffers (header + slot)
+//!   binds a memory window over one slot
+//!   on the peer's queue pair (fresh key)
 //!   credits: (slot id, addr, rkey, len) ─────► queue of remote slots
 //!                                              header + message written in place in a
-//!                                              registered buffer; RDMA WRITE WITH IMM
-//!   ◄──────────────────────────────────────── into the slot, imm = slot id
-//!   recv completion: imm → slot → (tag, len)
-//!   the slot's bytes become the Payload (no copy); a fresh slot is advertised at once
+//!                                              registered buffer; RDMA WRITE into the
+//!   ◄──────────────────────────────────────── window, then SEND WITH INVALIDATE (slot id)
+//!   recv completion: the window is revoked;
+//!   slot id → (tag, len)
+//!   the slot's bytes become the Payload (no copy); a fresh slot is lent at once
 //! ```
 //!
-//! - Credits travel as inline SENDs on the same queue pair, batched.
+//! - **Scoped access** (`RCOLL_IB_SCOPED`, default on): slot regions have no remote key
+//!   of their own. Each grant is a type 2 memory window bound on that peer's queue pair
+//!   only, and its key is revoked by the peer's SEND WITH INVALIDATE before this rank
+//!   reads the slot. So a peer can write only the slot it holds a credit for, only until
+//!   it says the message is there, and a stale or forged credit is a remote access error
+//!   that breaks the pair (named on both sides), never a write into memory lent to someone
+//!   else or being reduced into. The notice must revoke exactly the window of the slot it
+//!   names, or it is a protocol error naming the peer. Without windows (or with
+//!   `RCOLL_IB_SCOPED=0`), slots are regions written with RDMA WRITE WITH IMM (slot id),
+//!   as in rcoll 0.1. Measured cost: see the closing note of the hardening issue.
+//! - Credits travel as inline SENDs on the same queue pair, batched; the bind of a
+//!   window precedes its credit on the same send queue, so it is valid when the peer
+//!   reads the credit.
 //! - A received payload is the registered slot itself: the engine reduces into it and may
 //!   forward it with `try_send`, which writes it to the next peer straight from that memory
 //!   (zero copy on forward). Messages that fit inline go inline.
 //! - Receivers replenish on arrival, not on consumption: like the TCP backend, this rank
 //!   accepts every message a peer sends whatever tag it waits for (the trait's contract),
-//!   registering more slots when the pool runs dry.
+//!   up to a per-peer hold limit past which the peer waits for slots until this rank
+//!   lets some of its messages go.
 //! - A completion with an error status, a dead peer (its TCP connection closes when its
 //!   process dies) or an abort fails every later call with a typed error naming the peer.
 //!
 //! Buffers: every slot is a `Vec<u8>` registered as its own memory region. While the
-//! device may write a buffer (advertised to a peer) or read it (a posted send), the buffer
+//! device may write a buffer (lent to a peer) or read it (a posted send), the buffer
 //! is owned by this transport and no Rust reference to its bytes is used; the engine only
-//! ever holds buffers that are neither advertised nor in flight.
+//! ever holds buffers that are neither lent nor in flight.
 
 mod completions;
 mod credits;
@@ -60,7 +77,9 @@ pub use setup::{agree, connect, upgrade};
 pub use sys::LoadError;
 pub use wire::HEADER;
 
-use ffi::{CompletionChannel, CompletionQueue, MemoryRegion, ProtectionDomain, QueuePair};
+use ffi::{
+    CompletionChannel, CompletionQueue, MemoryRegion, MemoryWindow, ProtectionDomain, QueuePair,
+};
 use registry::Registry;
 use wire::Credit;
 
@@ -90,6 +109,12 @@ pub struct Options {
     /// Whether sends from registered caller memory go zero-copy (`RCOLL_IB_ZERO_COPY`,
     /// default on; `0` copies them into slots like other sends).
     pub zero_copy: bool,
+    /// Whether peers write this rank's slots through memory windows, one per grant, which
+    /// they invalidate with the message (`RCOLL_IB_SCOPED`, default on; off where the
+    /// device has no type 2 windows): a peer can write only the slot it was lent, only
+    /// once, and only from its own queue pair. Off, every slot is a region any peer of
+    /// the job may write while it is registered.
+    pub scoped: bool,
 }
 
 /// Default ACK timeout exponent: 2^16 * 4.096 us = 268 ms per try. Emulated devices
@@ -130,13 +155,16 @@ impl Options {
                 .ok_or_else(|| format!("RCOLL_IB_TIMEOUT={s:?} is not an exponent in 1..=31"))?,
             _ => DEFAULT_ACK_TIMEOUT,
         };
-        let zero_copy = !matches!(
-            std::env::var("RCOLL_IB_ZERO_COPY")
-                .as_deref()
-                .map(str::trim),
-            Ok("0" | "false" | "off" | "no")
-        );
+        let off = |var: &str| {
+            matches!(
+                std::env::var(var).as_deref().map(str::trim),
+                Ok("0" | "false" | "off" | "no")
+            )
+        };
+        let zero_copy = !off("RCOLL_IB_ZERO_COPY");
+        let scoped = !off("RCOLL_IB_SCOPED");
         Ok(Options {
+            scoped,
             zero_copy,
             ack_timeout,
             slot_bytes: slot_bytes.max(64),
@@ -152,10 +180,15 @@ impl Options {
 struct Buf {
     mr: MemoryRegion,
     ptr: usize,
+    /// The window peers write it through (scoped mode); its key is the current grant's.
+    window: Option<MemoryWindow>,
 }
 
 struct Peer {
     qp: QueuePair,
+    /// Whether the peer's slots are windows: this rank writes them with RDMA WRITE and
+    /// then a SEND WITH INVALIDATE (two work requests), else with RDMA WRITE WITH IMM.
+    scoped: bool,
     /// Remote slots this rank may write.
     credits: VecDeque<Credit>,
     /// This rank's slots lent to the peer, by id.
@@ -168,8 +201,10 @@ struct Peer {
     /// Its messages that arrived and are lent to the engine (not yet recycled or sent on):
     /// past [`VerbsTransport::hold_limit`] the peer gets no new slots until some return.
     held: usize,
-    /// Send work requests posted and not completed.
+    /// Send-queue places taken by work requests posted and not completed.
     sends: u32,
+    /// Unsignaled binds posted since the last credit message (which retires them).
+    binds: u32,
     /// Receive buffers for credit messages (`depth` × [`CTRL_BYTES`]), registered.
     ctrl: ffi::DmaBuffer,
     hello: bool,
@@ -220,6 +255,11 @@ pub struct VerbsTransport {
     borrowed: HashMap<u64, (usize, Arc<std::sync::atomic::AtomicUsize>)>,
     /// Whether to send from registered caller memory (`Options::zero_copy`).
     zero_copy_on: bool,
+    /// The peer and credit of the last message sent ([`VerbsTransport::inject_stale_write`]).
+    last_credit: Option<(usize, Credit)>,
+    /// Whether this rank's slots are lent through memory windows (`Options::scoped`, and
+    /// the device has them).
+    scoped: bool,
     cq: CompletionQueue,
     pd: Arc<ProtectionDomain>,
     _channel: Arc<CompletionChannel>,

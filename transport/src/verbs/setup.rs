@@ -95,7 +95,22 @@ pub fn upgrade(
     let rank = tcp.rank();
     let nranks = tcp.nranks();
     let (_, send_depth) = depths(window);
+    // Scoped grants need type 2 memory windows: a device without them lends regions.
+    let scoped = opts.scoped
+        && match ffi::MemoryWindow::new(&pd) {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::info!(
+                    rank = %tcp.rank(),
+                    error = %e,
+                    "no memory windows: peers write this rank's slots as registered regions"
+                );
+                false
+            }
+        };
     let mut t = VerbsTransport {
+        scoped,
+        last_credit: None,
         rank,
         nranks,
         peers: (0..nranks).map(|_| None).collect(),
@@ -210,32 +225,39 @@ fn connect_peers(
             ffi::DmaBuffer::new(&t.pd, recv_depth as usize * CTRL_BYTES).map_err(verr(Some(p)))?;
         t.per_credit_msg = ((qp.max_inline as usize).saturating_sub(4) / CREDIT_BYTES).max(1);
         t.by_qpn.insert(qp.qpn(), p);
+        t.peers[p] = Some(Peer {
+            qp,
+            scoped: false,
+            credits: VecDeque::new(),
+            advertised: HashMap::new(),
+            owed: Vec::new(),
+            deficit: 0,
+            held: 0,
+            sends: 0,
+            binds: 0,
+            ctrl,
+            hello: false,
+        });
+        // Regions are lent in the endpoint; windows are bound on a connected queue pair,
+        // so their first credits go once the queue pairs are up.
         let mut credits = Vec::with_capacity(window);
-        let mut advertised = HashMap::new();
-        for _ in 0..window {
+        for _ in 0..if t.scoped { 0 } else { window } {
             let (id, v) = t.take_buffer().map_err(verr(Some(p)))?;
-            credits.push(t.credit_for(id, &v));
-            advertised.insert(id, v);
+            credits.push(t.credit_for(p, id, &v).map_err(verr(Some(p)))?);
+            if let Some(peer) = t.peers[p].as_mut() {
+                peer.advertised.insert(id, v);
+            }
         }
+        let qpn = t.peers[p].as_ref().map_or(0, |x| x.qp.qpn());
         mine.push(Endpoint {
-            qpn: qp.qpn(),
+            scoped: t.scoped,
+            qpn,
             psn: psn(p),
             lid: sel.lid,
             mtu: sel.active_mtu as u8,
             gid_kind: sel.gid.entry.kind as u8,
             gid: sel.gid.entry.gid,
             credits,
-        });
-        t.peers[p] = Some(Peer {
-            qp,
-            credits: VecDeque::new(),
-            advertised,
-            owed: Vec::new(),
-            deficit: 0,
-            held: 0,
-            sends: 0,
-            ctrl,
-            hello: false,
         });
     }
     // Exchange endpoints over TCP.
@@ -301,6 +323,7 @@ fn connect_peers(
             .connect(&path, psn(p), &remote)
             .map_err(verr(Some(p)))?;
         peer.credits.extend(ep.credits);
+        peer.scoped = ep.scoped;
         for i in 0..recv_depth {
             t.post_ctrl_recv(p, i).map_err(verr(Some(p)))?;
         }
@@ -317,6 +340,14 @@ fn connect_peers(
     }
     for &p in &others {
         recv_control(&mut t.tcp, Rank::from(p), endpoint_tag(1), deadline)?;
+    }
+    if t.scoped {
+        // Every peer's receives are posted: bind and lend the first windows.
+        for peer in t.peers.iter_mut().flatten() {
+            peer.deficit = window;
+        }
+        t.replenish();
+        t.send_credits(true);
     }
     for &p in &others {
         let peer = t.peers[p].as_mut().ok_or(TransportError::InvalidPeer {

@@ -57,10 +57,25 @@ pub struct ibv_device {
     _opaque: [u8; 0],
 }
 
-/// `struct ibv_pd`: only ever behind a pointer.
+/// `struct ibv_pd`.
 #[repr(C)]
 pub struct ibv_pd {
-    _opaque: [u8; 0],
+    /// Its context (0).
+    pub context: *mut ibv_context,
+    handle: u32,
+}
+
+/// `struct ibv_mw`: a memory window.
+#[repr(C)]
+pub struct ibv_mw {
+    /// Its context (0).
+    pub context: *mut ibv_context,
+    pd: *mut ibv_pd,
+    /// The remote key of its current binding (16): not updated by a bind posted as a work
+    /// request; the caller tracks it.
+    pub rkey: u32,
+    handle: u32,
+    mw_type: c_uint,
 }
 
 type Unused = Option<unsafe extern "C" fn()>;
@@ -68,7 +83,13 @@ type Unused = Option<unsafe extern "C" fn()>;
 /// `struct ibv_context_ops`: the entries the inline verbs call.
 #[repr(C)]
 pub struct ibv_context_ops {
-    _compat_0_10: [Unused; 11],
+    _compat_0_6: [Unused; 7],
+    /// `ops.alloc_mw` (56).
+    pub alloc_mw: Option<unsafe extern "C" fn(*mut ibv_pd, c_uint) -> *mut ibv_mw>,
+    _bind_mw: Unused,
+    /// `ops.dealloc_mw` (72).
+    pub dealloc_mw: Option<unsafe extern "C" fn(*mut ibv_mw) -> c_int>,
+    _compat_10: Unused,
     /// `ops.poll_cq` (88).
     pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
     /// `ops.req_notify_cq` (96).
@@ -173,14 +194,29 @@ pub struct ibv_send_wr {
     pub opcode: c_uint,
     /// `IBV_SEND_*` (32).
     pub send_flags: c_uint,
-    /// Immediate data, network order (36).
+    /// Immediate data, network order; or the key to invalidate (`invalidate_rkey`, host
+    /// order) (36).
     pub imm_data: u32,
     /// `wr.rdma.remote_addr` (40).
     pub remote_addr: u64,
     /// `wr.rdma.rkey` (48).
     pub rkey: u32,
-    /// The rest of the `wr` union (atomic, ud), `qp_type` and `bind_mw`/`tso`.
-    _rest: [u32; 19],
+    /// The rest of the `wr` union (atomic, ud) and `qp_type`.
+    _wr_rest: [u32; 7],
+    /// `bind_mw.mw` (80).
+    pub bind_mw: *mut ibv_mw,
+    /// `bind_mw.rkey`: the window's key after the bind (88).
+    pub bind_rkey: u32,
+    _pad92: u32,
+    /// `bind_mw.bind_info.mr` (96).
+    pub bind_mr: *mut ibv_mr,
+    /// `bind_mw.bind_info.addr` (104).
+    pub bind_addr: u64,
+    /// `bind_mw.bind_info.length` (112).
+    pub bind_length: u64,
+    /// `bind_mw.bind_info.mw_access_flags` (120).
+    pub bind_access: c_uint,
+    _pad124: u32,
 }
 
 /// `struct ibv_recv_wr`.
@@ -210,12 +246,14 @@ pub struct ibv_wc {
     pub vendor_err: u32,
     /// Bytes received (20).
     pub byte_len: u32,
-    /// Immediate data, network order (24).
+    /// Immediate data, network order; or the invalidated key (`invalidated_rkey`, host
+    /// order) (24).
     pub imm_data: u32,
     /// Local queue pair number (28).
     pub qp_num: u32,
     src_qp: u32,
-    wc_flags: c_uint,
+    /// `IBV_WC_*` flags (36).
+    pub wc_flags: c_uint,
     pkey_index: u16,
     slid: u16,
     sl: u8,
@@ -430,6 +468,21 @@ zeroed_plain_data!(
 pub const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
 /// `IBV_ACCESS_REMOTE_WRITE`.
 pub const IBV_ACCESS_REMOTE_WRITE: c_int = 2;
+/// `IBV_ACCESS_MW_BIND`.
+pub const IBV_ACCESS_MW_BIND: c_int = 16;
+/// `IBV_MW_TYPE_2`.
+pub const IBV_MW_TYPE_2: c_uint = 2;
+/// `IBV_WR_RDMA_WRITE`.
+pub const IBV_WR_RDMA_WRITE: c_uint = 0;
+/// `IBV_WR_BIND_MW`.
+pub const IBV_WR_BIND_MW: c_uint = 8;
+/// `IBV_WR_SEND_WITH_INV`.
+pub const IBV_WR_SEND_WITH_INV: c_uint = 9;
+/// `IBV_WC_WITH_INV`.
+pub const IBV_WC_WITH_INV: c_uint = 8;
+/// The kernel's `IB_WC_WITH_INVALIDATE`, which some providers (rxe) pass on unconverted,
+/// where libibverbs has `IBV_WC_IP_CSUM_OK` (never set on a connected queue pair).
+pub const KERNEL_WC_WITH_INVALIDATE: c_uint = 4;
 /// `IBV_QPT_RC`.
 pub const IBV_QPT_RC: c_uint = 2;
 /// `IBV_QPS_INIT`.

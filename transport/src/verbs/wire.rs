@@ -63,6 +63,9 @@ pub struct Endpoint {
     pub gid_kind: u8,
     /// GID.
     pub gid: [u8; 16],
+    /// Whether its slots are memory windows (written, then invalidated by a SEND WITH
+    /// INVALIDATE), not regions (written with immediate).
+    pub scoped: bool,
     /// The receiver's first slots.
     pub credits: Vec<Credit>,
 }
@@ -78,6 +81,7 @@ impl Endpoint {
         o.push(self.mtu);
         o.push(self.gid_kind);
         o.extend_from_slice(&self.gid);
+        o.extend_from_slice(&u32::from(self.scoped).to_le_bytes());
         o.extend_from_slice(&(self.credits.len() as u32).to_le_bytes());
         for c in &self.credits {
             c.encode(&mut o);
@@ -91,13 +95,19 @@ impl Endpoint {
         if u32_at(0)? != MAGIC {
             return None;
         }
-        let n = u32_at(32)? as usize;
-        let body = b.get(36..)?;
+        let scoped = match u32_at(32)? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let n = u32_at(36)? as usize;
+        let body = b.get(40..)?;
         if body.len() != n.checked_mul(CREDIT_BYTES)? {
             return None;
         }
         Some(Endpoint {
             qpn: u32_at(4)?,
+            scoped,
             psn: u32_at(8)?,
             lid: u16::from_le_bytes(b.get(12..14)?.try_into().ok()?),
             mtu: *b.get(14)?,
@@ -151,6 +161,12 @@ pub const WR_CREDIT: u64 = 3 << 56;
 pub const WR_RECV: u64 = 4 << 56;
 /// The connectivity check.
 pub const WR_HELLO: u64 = 5 << 56;
+/// The unsignaled RDMA WRITE into a window ahead of its message's SEND WITH INVALIDATE
+/// (which carries the message's `WR_DATA` / `WR_INLINE` id): completes only on failure.
+pub const WR_WINDOW_WRITE: u64 = 6 << 56;
+/// An unsignaled bind of a window for a grant: completes only on failure (the next credit
+/// message's completion retires it).
+pub const WR_BIND: u64 = 7 << 56;
 /// The mask of the kind.
 pub const WR_KIND: u64 = 0xff << 56;
 
@@ -172,6 +188,7 @@ mod tests {
             mtu: 3,
             gid_kind: 0,
             gid: [9; 16],
+            scoped: true,
             credits: vec![
                 Credit {
                     id: 1,

@@ -6,6 +6,20 @@ use std::sync::Arc;
 
 use super::{non_null, sys, ProtectionDomain, VerbsError};
 
+/// What a region lets the device do with its memory besides reading it for sends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Local writes (receives) only: no peer can reach it.
+    Local,
+    /// Any peer holding the region's remote key may write all of it, for as long as it
+    /// is registered.
+    RemoteWrite,
+    /// Local writes, and memory windows over it ([`MemoryWindow`]) that grant one peer's
+    /// queue pair remote writes until the peer invalidates the window: the region itself
+    /// has no remote key.
+    Windows,
+}
+
 /// A registered memory region.
 pub struct MemoryRegion {
     mr: NonNull<sys::ibv_mr>,
@@ -16,8 +30,7 @@ pub struct MemoryRegion {
 unsafe impl Send for MemoryRegion {}
 
 impl MemoryRegion {
-    /// Registers `len` bytes at `addr` for local writes, and remote writes if
-    /// `remote_write` (slots peers write into; a source of sends needs neither).
+    /// Registers `len` bytes at `addr` for local writes and `access`.
     ///
     /// # Safety
     ///
@@ -28,12 +41,14 @@ impl MemoryRegion {
         pd: &Arc<ProtectionDomain>,
         addr: *mut u8,
         len: usize,
-        remote_write: bool,
+        access: Access,
     ) -> Result<MemoryRegion, VerbsError> {
-        let mut access = sys::IBV_ACCESS_LOCAL_WRITE;
-        if remote_write {
-            access |= sys::IBV_ACCESS_REMOTE_WRITE;
-        }
+        let access = sys::IBV_ACCESS_LOCAL_WRITE
+            | match access {
+                Access::Local => 0,
+                Access::RemoteWrite => sys::IBV_ACCESS_REMOTE_WRITE,
+                Access::Windows => sys::IBV_ACCESS_MW_BIND,
+            };
         // SAFETY: the domain is live; the caller guarantees the memory outlives the region.
         let mr = unsafe { (pd.ctx.lib.ibv_reg_mr)(pd.pd.as_ptr(), addr.cast(), len, access) };
         let mr = non_null(mr, "ibv_reg_mr", &format!("{len} bytes")).map_err(|mut e| {
@@ -55,6 +70,77 @@ impl MemoryRegion {
     pub fn rkey(&self) -> u32 {
         // SAFETY: as for `lkey`.
         unsafe { (*self.mr.as_ptr()).rkey }
+    }
+
+    pub(super) fn as_ptr(&self) -> *mut sys::ibv_mr {
+        self.mr.as_ptr()
+    }
+}
+
+/// A type 2 memory window: bound by a work request on one queue pair to a piece of a
+/// region registered with [`Access::Windows`], it lets that queue pair's peer write there
+/// under a fresh remote key, until the peer invalidates it with its SEND WITH INVALIDATE
+/// (or the window is freed). Another queue pair, or a stale key, gets a remote access
+/// error instead.
+pub struct MemoryWindow {
+    mw: NonNull<sys::ibv_mw>,
+    pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: see `Context`; the window is used only through `&mut self` or by the device.
+unsafe impl Send for MemoryWindow {}
+
+impl MemoryWindow {
+    /// Allocates an unbound window on `pd`.
+    pub fn new(pd: &Arc<ProtectionDomain>) -> Result<MemoryWindow, VerbsError> {
+        // SAFETY: the domain is live and points at its live context, whose ops the
+        // provider filled (as `ibv_alloc_mw` in verbs.h reads them).
+        let mw = unsafe {
+            match (*(*pd.pd.as_ptr()).context).ops.alloc_mw {
+                Some(f) => f(pd.pd.as_ptr(), sys::IBV_MW_TYPE_2),
+                None => {
+                    return Err(VerbsError::new(
+                        "ibv_alloc_mw",
+                        libc::EOPNOTSUPP,
+                        "the provider has no memory windows",
+                    ))
+                }
+            }
+        };
+        let mw = non_null(mw, "ibv_alloc_mw", "type 2")?;
+        Ok(MemoryWindow { mw, pd: pd.clone() })
+    }
+
+    /// The remote key of the current (or last) binding.
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: the window is live; only `&mut self` methods change the key.
+        unsafe { (*self.mw.as_ptr()).rkey }
+    }
+
+    /// The next binding's key (`ibv_inc_rkey`): same index, key byte plus one, recorded
+    /// as the window's key (a bind posted as a work request leaves that to the caller).
+    pub(super) fn next_rkey(&mut self) -> u32 {
+        let old = self.rkey();
+        let new = (old & !0xff) | (old.wrapping_add(1) & 0xff);
+        // SAFETY: the window is live and this is the only reference to it.
+        unsafe { (*self.mw.as_ptr()).rkey = new };
+        new
+    }
+
+    pub(super) fn as_ptr(&self) -> *mut sys::ibv_mw {
+        self.mw.as_ptr()
+    }
+}
+
+impl Drop for MemoryWindow {
+    fn drop(&mut self) {
+        // SAFETY: allocated by the provider's alloc_mw; freeing a bound window invalidates
+        // it (a later write to it fails remotely, touching nothing).
+        unsafe {
+            if let Some(f) = (*(*self.pd.pd.as_ptr()).context).ops.dealloc_mw {
+                f(self.mw.as_ptr());
+            }
+        }
     }
 }
 
@@ -91,7 +177,7 @@ impl DmaBuffer {
         // SAFETY: the memory is owned by `buf`, which deregisters the region before it
         // frees the memory (`Drop`), and Rust reads it only through `copy_out`, for bytes
         // the device has finished writing.
-        buf.mr = Some(unsafe { MemoryRegion::register(pd, raw, len, false) }?);
+        buf.mr = Some(unsafe { MemoryRegion::register(pd, raw, len, Access::Local) }?);
         Ok(buf)
     }
 

@@ -23,7 +23,7 @@ use super::sys::{self, Lib, LoadError};
 mod memory;
 mod queues;
 
-pub use memory::{DmaBuffer, MemoryRegion};
+pub use memory::{Access, DmaBuffer, MemoryRegion, MemoryWindow};
 pub use queues::{
     status_str, Completion, CompletionChannel, CompletionQueue, Path, QueuePair, Remote, Sge,
     WC_RECV, WC_RECV_RDMA_WITH_IMM, WC_SUCCESS,

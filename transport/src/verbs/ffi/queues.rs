@@ -6,7 +6,7 @@ use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-use super::{non_null, sys, Context, ProtectionDomain, VerbsError};
+use super::{non_null, sys, Context, MemoryRegion, MemoryWindow, ProtectionDomain, VerbsError};
 
 /// A completion channel: the fd that becomes readable when an armed CQ gets a completion.
 pub struct CompletionChannel {
@@ -71,6 +71,10 @@ pub struct Completion {
     pub imm: u32,
     /// The local queue pair number.
     pub qp_num: u32,
+    /// For a receive consumed by a SEND WITH INVALIDATE: the key it invalidated.
+    pub invalidated: Option<u32>,
+    /// `wc_flags`, as the provider reported them.
+    pub flags: u32,
 }
 
 /// Status of a successful completion.
@@ -161,6 +165,12 @@ impl CompletionQueue {
             // The provider fills the immediate when the opcode carries one; otherwise it is
             // an arbitrary integer, which the caller ignores.
             let imm = u32::from_be(wc.imm_data);
+            // rxe reports the kernel's flag value (see `KERNEL_WC_WITH_INVALIDATE`).
+            let inv = sys::IBV_WC_WITH_INV | sys::KERNEL_WC_WITH_INVALIDATE;
+            let invalidated = (wc.status == sys::IBV_WC_SUCCESS
+                && wc.opcode == sys::IBV_WC_RECV
+                && wc.wc_flags & inv != 0)
+                .then_some(wc.imm_data);
             out.push(Completion {
                 wr_id: wc.wr_id,
                 status: wc.status,
@@ -169,6 +179,8 @@ impl CompletionQueue {
                 byte_len: wc.byte_len,
                 imm,
                 qp_num: wc.qp_num,
+                invalidated,
+                flags: wc.wc_flags,
             });
         }
         Ok(n as usize)
@@ -429,6 +441,120 @@ impl QueuePair {
         imm: u32,
         inline: bool,
     ) -> Result<(), VerbsError> {
+        let (mut list, used) = Self::sge_list(sges)?;
+        let mut wr = sys::ibv_send_wr::zeroed();
+        wr.wr_id = wr_id;
+        wr.sg_list = list.as_mut_ptr();
+        wr.num_sge = used;
+        wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
+        wr.send_flags = sys::IBV_SEND_SIGNALED | if inline { sys::IBV_SEND_INLINE } else { 0 };
+        wr.imm_data = imm.to_be();
+        wr.remote_addr = remote_addr;
+        wr.rkey = rkey;
+        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
+        // SAFETY: the QP is live; `wr` and `list` outlive the call; the caller keeps the
+        // memory valid as documented.
+        let rc = unsafe { sys::ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        VerbsError::check("ibv_post_send", rc, "RDMA WRITE WITH IMM")
+    }
+
+    /// Posts an unsignaled bind of `window` to `len` bytes at `addr` of `region`, granting
+    /// this queue pair's peer remote writes there under a fresh key, which it returns.
+    /// Work requests posted after it run after it: a credit sent next reaches the peer
+    /// with the window already valid. Only a failure completes (as `wr_id`); otherwise the
+    /// completion of a later signaled work request says it is done.
+    ///
+    /// # Safety
+    ///
+    /// `addr..addr + len` lies in `region`; until the window is invalidated (the peer's
+    /// SEND WITH INVALIDATE completed here) or freed, the peer may write those bytes at any
+    /// time, so no Rust reference to them may be used.
+    pub unsafe fn post_bind(
+        &mut self,
+        wr_id: u64,
+        window: &mut MemoryWindow,
+        region: &MemoryRegion,
+        addr: u64,
+        len: usize,
+    ) -> Result<u32, VerbsError> {
+        let old = window.rkey();
+        let rkey = window.next_rkey();
+        let mut wr = sys::ibv_send_wr::zeroed();
+        wr.wr_id = wr_id;
+        wr.opcode = sys::IBV_WR_BIND_MW;
+        wr.bind_mw = window.as_ptr();
+        wr.bind_rkey = rkey;
+        wr.bind_mr = region.as_ptr();
+        wr.bind_addr = addr;
+        wr.bind_length = len as u64;
+        wr.bind_access = sys::IBV_ACCESS_REMOTE_WRITE as u32;
+        // The provider reads the window's current key from `window.rkey`: the old one.
+        // SAFETY: the window is live and exclusively borrowed.
+        unsafe { (*window.as_ptr()).rkey = old };
+        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
+        // SAFETY: the QP, window and region are live; `wr` outlives the call; the caller
+        // guarantees the range is in the region and not used by Rust while bound.
+        let rc = unsafe { sys::ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        VerbsError::check("ibv_post_send", rc, "BIND MW")?;
+        // SAFETY: as above; the kernel now holds the new key for this window.
+        unsafe { (*window.as_ptr()).rkey = rkey };
+        Ok(rkey)
+    }
+
+    /// Posts an RDMA WRITE gathering `sges` (at most 2) to `(remote_addr, rkey)`, then a
+    /// SEND WITH INVALIDATE of `note` (inline) that revokes `rkey` at the peer. Only the
+    /// send is signaled (`note_id`), and its completion means both are done; the write
+    /// completes on its own (`write_id`) only if it fails. The peer learns of the message
+    /// from the send, after the written bytes (one queue pair delivers in order).
+    ///
+    /// # Safety
+    ///
+    /// As [`post_write_imm`](Self::post_write_imm) for `sges` and `inline`. On an error,
+    /// whether the write was posted (its completion is still to come) goes with it.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn post_write_invalidate(
+        &mut self,
+        (write_id, note_id): (u64, u64),
+        sges: &[Sge],
+        remote_addr: u64,
+        rkey: u32,
+        note: &[u8],
+        inline: bool,
+    ) -> Result<(), (VerbsError, bool)> {
+        let (mut list, used) = Self::sge_list(sges).map_err(|e| (e, false))?;
+        let mut note_sge = sys::ibv_sge {
+            addr: note.as_ptr() as u64,
+            length: note.len() as u32,
+            lkey: 0,
+        };
+        let mut inv = sys::ibv_send_wr::zeroed();
+        inv.wr_id = note_id;
+        inv.sg_list = &mut note_sge;
+        inv.num_sge = 1;
+        inv.opcode = sys::IBV_WR_SEND_WITH_INV;
+        inv.send_flags = sys::IBV_SEND_SIGNALED | sys::IBV_SEND_INLINE;
+        // `invalidate_rkey` shares the immediate's place, in host order.
+        inv.imm_data = rkey;
+        let mut wr = sys::ibv_send_wr::zeroed();
+        wr.wr_id = write_id;
+        wr.next = &mut inv;
+        wr.sg_list = list.as_mut_ptr();
+        wr.num_sge = used;
+        wr.opcode = sys::IBV_WR_RDMA_WRITE;
+        wr.send_flags = if inline { sys::IBV_SEND_INLINE } else { 0 };
+        wr.remote_addr = remote_addr;
+        wr.rkey = rkey;
+        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
+        // SAFETY: the QP is live; both work requests and their lists outlive the call; the
+        // note is inline (copied during the call); the caller keeps `sges` valid.
+        let rc = unsafe { sys::ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        let write_posted = rc != 0 && std::ptr::eq(bad, &inv);
+        VerbsError::check("ibv_post_send", rc, "RDMA WRITE + SEND WITH INVALIDATE")
+            .map_err(|e| (e, write_posted))
+    }
+
+    /// The provider's scatter/gather list for `sges` (at most 2; empty ones dropped).
+    fn sge_list(sges: &[Sge]) -> Result<([sys::ibv_sge; 2], i32), VerbsError> {
         let mut list = [sys::ibv_sge {
             addr: 0,
             length: 0,
@@ -449,20 +575,7 @@ impl QueuePair {
                 lkey: s.lkey,
             };
         }
-        let mut wr = sys::ibv_send_wr::zeroed();
-        wr.wr_id = wr_id;
-        wr.sg_list = list.as_mut_ptr();
-        wr.num_sge = used.len() as i32;
-        wr.opcode = sys::IBV_WR_RDMA_WRITE_WITH_IMM;
-        wr.send_flags = sys::IBV_SEND_SIGNALED | if inline { sys::IBV_SEND_INLINE } else { 0 };
-        wr.imm_data = imm.to_be();
-        wr.remote_addr = remote_addr;
-        wr.rkey = rkey;
-        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
-        // SAFETY: the QP is live; `wr` and `list` outlive the call; the caller keeps the
-        // memory valid as documented.
-        let rc = unsafe { sys::ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
-        VerbsError::check("ibv_post_send", rc, "RDMA WRITE WITH IMM")
+        Ok((list, used.len() as i32))
     }
 
     /// Posts a signaled SEND of `data`, inline (copied during the call).

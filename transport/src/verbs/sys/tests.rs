@@ -47,10 +47,13 @@ fn expectations() -> Vec<(String, usize, Rule)> {
     offsets!(v, ibv_cq: context);
     offsets!(v, ibv_qp: context, qp_num);
     offsets!(v, ibv_mr: lkey, rkey);
+    offsets!(v, ibv_pd: context);
+    offsets!(v, ibv_mw: context, rkey);
     offsets!(v, ibv_sge: addr, length, lkey);
     offsets!(v, ibv_send_wr: wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data);
     offsets!(v, ibv_recv_wr: wr_id, next, sg_list, num_sge);
     offsets!(v, ibv_wc: wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num);
+    offsets!(v, ibv_wc: wc_flags);
     offsets!(v, ibv_qp_init_attr: send_cq, recv_cq, cap, qp_type);
     offsets!(v, ibv_qp_attr: qp_state, path_mtu, rq_psn, sq_psn, dest_qp_num, qp_access_flags);
     offsets!(v, ibv_qp_attr: ah_attr, pkey_index, max_rd_atomic, max_dest_rd_atomic);
@@ -70,6 +73,40 @@ fn expectations() -> Vec<(String, usize, Rule)> {
         (
             "ibv_context, ops.req_notify_cq",
             ops + offset_of!(ibv_context_ops, req_notify_cq),
+        ),
+        (
+            "ibv_context, ops.alloc_mw",
+            ops + offset_of!(ibv_context_ops, alloc_mw),
+        ),
+        (
+            "ibv_context, ops.dealloc_mw",
+            ops + offset_of!(ibv_context_ops, dealloc_mw),
+        ),
+        (
+            "ibv_send_wr, invalidate_rkey",
+            offset_of!(ibv_send_wr, imm_data),
+        ),
+        ("ibv_send_wr, bind_mw.mw", offset_of!(ibv_send_wr, bind_mw)),
+        ("ibv_send_wr, bind_mw.rkey", offset_of!(ibv_send_wr, bind_rkey)),
+        (
+            "ibv_send_wr, bind_mw.bind_info.mr",
+            offset_of!(ibv_send_wr, bind_mr),
+        ),
+        (
+            "ibv_send_wr, bind_mw.bind_info.addr",
+            offset_of!(ibv_send_wr, bind_addr),
+        ),
+        (
+            "ibv_send_wr, bind_mw.bind_info.length",
+            offset_of!(ibv_send_wr, bind_length),
+        ),
+        (
+            "ibv_send_wr, bind_mw.bind_info.mw_access_flags",
+            offset_of!(ibv_send_wr, bind_access),
+        ),
+        (
+            "ibv_wc, invalidated_rkey",
+            offset_of!(ibv_wc, imm_data),
         ),
         (
             "ibv_context, ops.post_send",
@@ -129,6 +166,8 @@ fn expectations() -> Vec<(String, usize, Rule)> {
     constants!(v: IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_ERR);
     constants!(v: IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_SEND, IBV_SEND_SIGNALED, IBV_SEND_INLINE);
     constants!(v: IBV_WC_SUCCESS, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM);
+    constants!(v: IBV_ACCESS_MW_BIND, IBV_MW_TYPE_2, IBV_WR_RDMA_WRITE, IBV_WR_BIND_MW);
+    constants!(v: IBV_WR_SEND_WITH_INV, IBV_WC_WITH_INV);
     constants!(v: IBV_QP_STATE, IBV_QP_ACCESS_FLAGS, IBV_QP_PKEY_INDEX, IBV_QP_PORT, IBV_QP_AV);
     constants!(v: IBV_QP_PATH_MTU, IBV_QP_TIMEOUT, IBV_QP_RETRY_CNT, IBV_QP_RNR_RETRY);
     constants!(v: IBV_QP_RQ_PSN, IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_SQ_PSN);
