@@ -397,3 +397,14 @@ pub fn all_reduce_until_a_rank_dies(comm: &mut Communicator, elems: usize, iters
     }
     panic!("the collective kept succeeding without rank {dead}");
 }
+
+/// Sends `signal` (`STOP`, `KILL`, ...) to a child process.
+#[allow(dead_code)]
+pub fn signal(child: &std::process::Child, signal: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill -{signal}");
+}

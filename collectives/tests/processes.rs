@@ -14,7 +14,9 @@ use std::time::Duration;
 use rcoll::{Algorithm, Collective, Communicator, ReduceOp};
 use rcoll_transport::tcp::bootstrap::{auth, wire::Message, Options};
 
-use common::{all_reduce_until_a_rank_dies, finish, ring_send_recv, run_one, sweep_collectives};
+use common::{
+    all_reduce_until_a_rank_dies, finish, ring_send_recv, run_one, signal, sweep_collectives,
+};
 
 const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
 
@@ -37,6 +39,23 @@ fn rank_main() {
             many => many[rank.min(many.len() - 1)],
         };
         std::thread::sleep(Duration::from_millis(delay));
+    }
+    // Rank 0 may be told to run out of file descriptors: its limit becomes what it has open
+    // plus a few.
+    if let Ok(slack) = std::env::var("RCOLL_TEST_NOFILE_SLACK") {
+        if std::env::var("RCOLL_RANK").as_deref() == Ok("0") {
+            let open = std::fs::read_dir("/proc/self/fd").expect("fds").count();
+            let limit = open + slack.parse::<usize>().expect("slack");
+            let ok = Command::new("prlimit")
+                .args([
+                    "--pid",
+                    &std::process::id().to_string(),
+                    &format!("--nofile={limit}:{limit}"),
+                ])
+                .status()
+                .map(|s| s.success());
+            assert!(ok.unwrap_or(false), "prlimit (util-linux)");
+        }
     }
     let mut comm = match rcoll::process::init() {
         Ok(c) => c,
@@ -504,6 +523,118 @@ fn a_stranger_first_at_the_root_cannot_take_a_rank() {
     );
 }
 
+/// The root runs out of file descriptors while ranks arrive (a limit of what it has open
+/// plus 3): accept(2) fails with EMFILE, which it retries rather than abort on; when the
+/// limit never lets it take everyone, every rank fails within the timeout and the root
+/// says why.
+#[test]
+fn a_root_out_of_file_descriptors_fails_within_the_timeout_saying_so() {
+    let root = free_root();
+    let extra = [
+        ("RCOLL_ROOT_ADDR", root.clone()),
+        ("RCOLL_TIMEOUT", "3".to_string()),
+        ("RCOLL_TEST_NOFILE_SLACK", "3".to_string()),
+    ];
+    let start = std::time::Instant::now();
+    let results = finish(spawn("hello", 6, &extra), Duration::from_secs(60));
+    let took = start.elapsed();
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            !ok && out.contains("RANK-INIT-ERROR"),
+            "rank {r} should fail its setup:\n{out}"
+        );
+    }
+    assert!(
+        results[0].1.contains("Too many open files") && results[0].1.contains("ulimit -n"),
+        "the root should name the cause:\n{}",
+        results[0].1
+    );
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+}
+
+/// The TCP port process `pid` listens on (its only listening socket), once it does.
+fn listening_port(pid: u32, within: Duration) -> u16 {
+    let until = std::time::Instant::now() + within;
+    loop {
+        let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| std::fs::read_link(e.path()).ok())
+                    .filter_map(|l| {
+                        let l = l.to_string_lossy().into_owned();
+                        Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let tables = ["/proc/net/tcp", "/proc/net/tcp6"]
+            .map(|t| std::fs::read_to_string(t).unwrap_or_default());
+        // sl local_address rem_address st ... inode: the port is hex after the colon,
+        // state 0A is LISTEN, the inode is the tenth field.
+        let port = tables
+            .iter()
+            .flat_map(|t| t.lines().skip(1))
+            .find_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                (f.len() > 9 && f[3] == "0A" && inodes.iter().any(|i| i == f[9]))
+                    .then(|| u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok())
+                    .flatten()
+            });
+        if let Some(port) = port {
+            return port;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "process {pid} never listened"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Strangers at a member's data listener, while the rank it waits for comes late: one
+/// that proves an id anyone can compute is refused, one that connects and says nothing
+/// only holds a connection of its own. The group forms regardless.
+#[test]
+fn strangers_at_a_members_listener_cannot_take_a_rank() {
+    let root = free_root();
+    let extra = [
+        ("RCOLL_ROOT_ADDR", root.clone()),
+        // Rank 2 (whom rank 1 accepts) comes late: the strangers are first.
+        ("RCOLL_TEST_DELAY_MS", "0,0,1500".to_string()),
+    ];
+    let children = spawn("hello", 3, &extra);
+    let member = format!(
+        "127.0.0.1:{}",
+        listening_port(children[1].id(), Duration::from_secs(10))
+    );
+    let silent = std::net::TcpStream::connect(&member).expect("connect silently");
+    let public_id = Options::default_unique_id(root.parse().expect("addr"), 3);
+    let mut stranger = RawRank::connect(&member);
+    let (nonce_c, nonce_s) = stranger.challenge();
+    let handshake = Message::Handshake {
+        rank: 2,
+        mac: [0; 32],
+    };
+    stranger.send(&auth::sign_intro(public_id, &nonce_c, &nonce_s, handshake));
+    match stranger.receive() {
+        Message::Refuse(reason) => assert!(
+            reason.contains("does not prove this job's secret"),
+            "{reason}"
+        ),
+        other => panic!("the stranger was answered with {other:?}"),
+    }
+    let results = finish(children, Duration::from_secs(60));
+    drop(silent);
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{out}");
+    }
+    assert!(
+        results[1].1.contains("refused connection from"),
+        "rank 1 logs the stranger:\n{}",
+        results[1].1
+    );
+}
+
 /// 10,000 mixed collectives of random sizes on 4 rank processes: every result right, and
 /// resident memory flat from the first tenth of the calls to the last.
 #[test]
@@ -523,15 +654,6 @@ fn a_soak_of_ten_thousand_mixed_collectives_stays_correct_and_flat() {
 }
 
 /// Sends `signal` to a child (`kill -SIGNAL pid`).
-fn signal(child: &Child, signal: &str) {
-    let ok = Command::new("kill")
-        .args([&format!("-{signal}"), &child.id().to_string()])
-        .status()
-        .expect("kill")
-        .success();
-    assert!(ok, "kill -{signal}");
-}
-
 /// A rank stopped with SIGSTOP (alive, its sockets open, silent): the others fail within
 /// the timeout, naming it, instead of waiting for ever.
 #[test]
@@ -702,6 +824,53 @@ impl Drop for Namespace {
             .args(["netns", "del", &self.name])
             .status();
     }
+}
+
+/// The rendezvous address is a host name, and the resolver's server never answers (a
+/// namespace whose `resolv.conf` names an address nobody has): the rank fails within its
+/// timeout, saying resolution took too long, instead of waiting out the resolver.
+#[test]
+fn a_resolver_that_never_answers_fails_the_rank_within_the_timeout() {
+    let Some(ns) = Namespace::create("dns", "10.199.78.1", "10.199.78.2") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI runs as root with iproute2: this test must run there"
+        );
+        eprintln!("skipped: needs root and iproute2 for a network namespace");
+        return;
+    };
+    // `ip netns exec` mounts /etc/netns/<name>/resolv.conf over /etc/resolv.conf.
+    let dir = format!("/etc/netns/{}", ns.name);
+    std::fs::create_dir_all(&dir).expect("mkdir /etc/netns/...");
+    std::fs::write(
+        format!("{dir}/resolv.conf"),
+        "nameserver 10.199.78.9\noptions timeout:5 attempts:3\n",
+    )
+    .expect("resolv.conf");
+    let secret = rcoll::process::format_unique_id(rcoll::process::random_unique_id().expect("id"));
+    let extra = [("RCOLL_TIMEOUT", "2".to_string())];
+    let start = std::time::Instant::now();
+    let child = rank_command(
+        "rcoll",
+        "hello",
+        (1, 2),
+        "rcoll-root.example.net:4000",
+        &secret,
+        &extra,
+        Some(&ns.name),
+    )
+    .spawn()
+    .expect("spawn rank");
+    let results = finish(vec![child], Duration::from_secs(60));
+    let took = start.elapsed();
+    let _ = std::fs::remove_dir_all(&dir);
+    let (ok, out) = &results[0];
+    assert!(
+        !ok && out.contains("took longer than 2s"),
+        "the rank should fail on the resolver's deadline:\n{out}"
+    );
+    assert!(took < Duration::from_secs(8), "took {took:?}");
+    eprintln!("a dead resolver: the rank failed after {took:?}");
 }
 
 /// Rank 2 of 3 lives in its own network namespace; mid-run the link to it goes down, so

@@ -19,7 +19,8 @@ use std::time::Duration;
 use rcoll::{Algorithm, Collective, Communicator, Rank, ReduceOp};
 
 use common::{
-    all_reduce_until_a_rank_dies, finish, ring_send_recv, run_one, spawn_ranks, sweep_collectives,
+    all_reduce_until_a_rank_dies, finish, ring_send_recv, run_one, signal, spawn_ranks,
+    sweep_collectives,
 };
 
 const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
@@ -52,7 +53,7 @@ fn rank_main() {
     match scenario.as_str() {
         "held_back" => return held_back(),
         "oversized" => return oversized(),
-        "stale" => return stale(),
+        "fault" => return faulty(),
         _ => {}
     }
     let mut comm = match rcoll::process::init() {
@@ -247,13 +248,20 @@ fn oversized() {
     println!("RANK-OK");
 }
 
-/// Rank 0 sends rank 1 a message, then writes once more into the slot that carried it, with
-/// the credit it used (a stale credit: a buggy or hostile peer). Rank 1 holds the message
-/// meanwhile: its bytes must not change, and both ranks must fail naming the other.
-fn stale() {
-    use rcoll::transport::verbs::VerbsTransport;
+/// Rank 0 misbehaves toward rank 1 (`RCOLL_TEST_FAULT`):
+/// - `stale`: sends a message, then writes once more into the slot that carried it with the
+///   credit it used (a stale credit) while rank 1 holds the message, whose bytes must not
+///   change;
+/// - `garbage`: fills a slot with bytes that are no message;
+/// - `oversized`: a header that claims more bytes than the slot holds;
+/// - `beyond`: writes past the end of the slot it was lent.
+///
+/// Both ranks must fail, each naming the other, and never deliver what rank 0 wrote.
+fn faulty() {
+    use rcoll::transport::verbs::{Fault, VerbsTransport, HEADER};
     use rcoll::transport::{Tag, Transport};
     use std::time::Instant;
+    let fault = std::env::var("RCOLL_TEST_FAULT").expect("RCOLL_TEST_FAULT");
     let mut t = rcoll::process::Builder::from_env()
         .and_then(|b| b.build_transport())
         .expect("transport");
@@ -265,18 +273,26 @@ fn stale() {
         transfer: i,
         ..Tag::default()
     };
-    let recv = |t: &mut Box<dyn Transport>, i: u32, len: usize| loop {
-        if let Some(p) = t.try_recv(other, tag(i), len).expect("recv") {
-            return p;
+    let recv = |t: &mut Box<dyn Transport>,
+                i: u32,
+                len: usize|
+     -> Result<rcoll::transport::Payload, rcoll::transport::TransportError> {
+        loop {
+            if let Some(p) = t.try_recv(other, tag(i), len)? {
+                return Ok(p);
+            }
+            assert!(Instant::now() < deadline, "rank {} stalled", t.rank());
+            t.wait(deadline)?;
         }
-        assert!(Instant::now() < deadline, "rank {} stalled", t.rank());
-        t.wait(deadline).expect("wait");
     };
     let send = |t: &mut Box<dyn Transport>, i: u32, fill: u8, len: usize| {
         let mut m = t.alloc(len);
         m.as_bytes_mut().fill(fill);
         let mut m = Some(m);
-        while let Some(back) = t.try_send(other, tag(i), m.take().expect("m")).expect("send") {
+        while let Some(back) = t
+            .try_send(other, tag(i), m.take().expect("m"))
+            .expect("send")
+        {
             m = Some(back);
             t.wait(deadline).expect("wait");
         }
@@ -287,25 +303,47 @@ fn stale() {
         match t.try_recv(other, tag(99), 8) {
             Err(e) => return e,
             Ok(_) => {
-                assert!(Instant::now() < deadline, "rank {}: the pair never broke", t.rank());
+                assert!(
+                    Instant::now() < deadline,
+                    "rank {}: the pair never broke",
+                    t.rank()
+                );
                 let _ = t.wait(Instant::now() + Duration::from_millis(20));
             }
         }
     };
+    let slot = 1 << 20;
     if t.rank().index() == 0 {
-        send(&mut t, 0, 0xab, 4096);
-        let ack = recv(&mut t, 1, 8);
-        t.recycle(ack);
+        let injected = match fault.as_str() {
+            "stale" => {
+                send(&mut t, 0, 0xab, 4096);
+                let ack = recv(&mut t, 1, 8).expect("ack");
+                t.recycle(ack);
+                Fault::StaleWrite(vec![0xee; 64])
+            }
+            "garbage" => Fault::Raw(other, vec![0x5a; 64]),
+            "oversized" => {
+                let mut m = [0u8; HEADER];
+                rcoll::transport::verbs::wire::encode_header(tag(0), slot + 1, &mut m);
+                Fault::Raw(other, m.to_vec())
+            }
+            "beyond" => Fault::Raw(other, vec![0x77; HEADER + slot + 4096]),
+            f => panic!("unknown fault {f}"),
+        };
         let verbs = t
             .as_any_mut()
             .and_then(|a| a.downcast_mut::<VerbsTransport>())
             .expect("a verbs transport");
-        verbs.inject_stale_write(&[0xee; 64]).expect("post");
+        while !verbs.inject(injected.clone()).expect("inject") {
+            verbs.wait(deadline).expect("wait");
+        }
         let e = broken(&mut t, &|| {});
         println!("RANK-ERROR {e}");
-        assert!(e.to_string().contains("remote access"), "{e}");
-    } else {
-        let held = recv(&mut t, 0, 4096);
+        if fault == "stale" {
+            assert!(e.to_string().contains("remote access"), "{e}");
+        }
+    } else if fault == "stale" {
+        let held = recv(&mut t, 0, 4096).expect("the message");
         assert!(held.as_bytes().iter().all(|&b| b == 0xab));
         send(&mut t, 1, 1, 8);
         let intact = || {
@@ -318,6 +356,11 @@ fn stale() {
         let e = broken(&mut t, &intact);
         intact();
         println!("RANK-ERROR {e}");
+    } else {
+        match recv(&mut t, 0, slot) {
+            Ok(p) => panic!("rank 1 took {} bytes of rank 0's {fault}", p.len()),
+            Err(e) => println!("RANK-ERROR {e}"),
+        }
     }
     println!("RANK-OK");
 }
@@ -519,22 +562,45 @@ fn messages_too_large_for_the_peers_slots_are_refused_at_no_cost() {
     all_ok("oversized", &results);
 }
 
+/// Each of [`faulty`]'s faults: both ranks fail, each naming the other (and lend windows).
 #[test]
 #[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
-fn a_stale_credit_cannot_write_a_slot_again() {
-    let results = finish(spawn("stale", 2, |_| vec![]), Duration::from_secs(120));
-    all_ok("stale credit", &results);
-    for (r, (_, out)) in results.iter().enumerate() {
-        for line in out.lines().filter(|l| l.starts_with("RANK-ERROR")) {
-            println!("rank {r}: {line}");
+fn a_stale_credit_garbage_or_an_overrun_slot_breaks_the_pair_naming_the_peer() {
+    for (fault, rank1_says) in [
+        ("stale", "remote access"),
+        ("garbage", "malformed message header"),
+        ("oversized", "malformed message header"),
+        ("beyond", "RECV"),
+    ] {
+        let results = finish(
+            spawn("fault", 2, |_| {
+                vec![
+                    ("RCOLL_TEST_FAULT".into(), fault.into()),
+                    ("RCOLL_SEGMENT_BYTES".into(), (1 << 20).to_string()),
+                ]
+            }),
+            Duration::from_secs(120),
+        );
+        all_ok(fault, &results);
+        for (r, (_, out)) in results.iter().enumerate() {
+            for line in out.lines().filter(|l| l.starts_with("RANK-ERROR")) {
+                println!("{fault}: rank {r}: {line}");
+            }
+            assert!(
+                out.contains("slots lent as memory windows"),
+                "{fault}: rank {r} did not lend windows:\n{out}"
+            );
+            let named = format!("{}", Rank::from(1 - r));
+            assert!(
+                out.lines()
+                    .any(|l| l.starts_with("RANK-ERROR") && l.contains(&named)),
+                "{fault}: rank {r} did not name its peer:\n{out}"
+            );
         }
         assert!(
-            out.contains("slots lent as memory windows"),
-            "rank {r} did not lend windows:\n{out}"
-        );
-        assert!(
-            out.contains("RANK-ERROR") && out.contains(&format!("{}", Rank::from(1 - r))),
-            "rank {r} did not name its peer:\n{out}"
+            results[1].1.contains(rank1_says),
+            "{fault}: rank 1 should say {rank1_says:?}:\n{}",
+            results[1].1
         );
     }
 }
@@ -578,6 +644,84 @@ fn a_killed_rank_fails_the_others_naming_it() {
             );
         }
     }
+}
+
+/// A rank stopped with SIGSTOP: its device still acknowledges writes, so only the control
+/// plane's liveness probe can tell. The others fail within the timeout, naming it.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_stopped_rank_fails_the_others_within_the_timeout_naming_it() {
+    let stopped = 2;
+    let mut children = spawn("killed", 3, |_| {
+        vec![
+            ("RCOLL_TEST_DEAD".into(), stopped.to_string()),
+            ("RCOLL_TIMEOUT".into(), "5".into()),
+        ]
+    });
+    std::thread::sleep(Duration::from_millis(4000));
+    let mut frozen = children.remove(stopped);
+    signal(&frozen, "STOP");
+    let start = std::time::Instant::now();
+    let results = finish(children, Duration::from_secs(120));
+    let took = start.elapsed();
+    signal(&frozen, "KILL");
+    let _ = frozen.wait();
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            *ok && out.contains("RANK-ERROR") && out.contains(&format!("rank {stopped}")),
+            "rank {r} did not report the stopped rank {stopped}:\n{out}"
+        );
+    }
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    println!("a stopped rank on verbs: the others failed {took:?} after SIGSTOP");
+}
+
+/// Mid-run, the link of rank 1's device goes down: its packets (RDMA and the TCP control
+/// plane alike) vanish without a reset. Both ranks fail within the timeout, naming each
+/// other; the link comes back up for the tests after this one.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_blackholed_link_fails_both_ranks_within_the_timeout() {
+    let link = |state: &str| {
+        let ok = std::process::Command::new("ip")
+            .args(["link", "set", "veth1", state])
+            .status()
+            .map(|s| s.success());
+        assert!(ok.unwrap_or(false), "ip link set veth1 {state}");
+    };
+    let children = spawn("killed", 2, |r| {
+        vec![
+            ("RCOLL_TEST_DEAD".into(), (1 - r).to_string()),
+            ("RCOLL_TIMEOUT".into(), "5".into()),
+        ]
+    });
+    std::thread::sleep(Duration::from_millis(4000));
+    link("down");
+    let start = std::time::Instant::now();
+    let results = finish(children, Duration::from_secs(120));
+    let took = start.elapsed();
+    link("up");
+    // rxe1 follows its netdev: wait until the port is active again.
+    for _ in 0..100 {
+        let out = std::process::Command::new("rdma")
+            .args(["link", "show", "rxe1/1"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        if out.contains("state ACTIVE") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            *ok && out.contains("RANK-ERROR"),
+            "rank {r} did not fail naming rank {}:\n{out}",
+            1 - r
+        );
+    }
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    println!("a blackholed link on verbs: both ranks failed {took:?} after it went down");
 }
 
 /// Zero-copy all_reduces from a registered buffer until a peer dies. When the call fails no

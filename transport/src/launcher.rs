@@ -87,7 +87,15 @@ pub fn placement(var: impl Fn(&str) -> Option<String>) -> Result<Option<Placemen
             (None, "torchrun", Some(host), Some(port)) => format!("{host}:{port}"),
             _ => DEFAULT_ROOT.to_owned(),
         };
-        let root = resolve_within(&root_text, RESOLVE_TIMEOUT)?;
+        // Within the job's setup deadline when it is shorter (`RCOLL_TIMEOUT`, seconds;
+        // a malformed value is the configuration's to report).
+        let within = var("RCOLL_TIMEOUT")
+            .and_then(|t| t.trim().parse::<f64>().ok())
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .map_or(RESOLVE_TIMEOUT, |t| {
+                RESOLVE_TIMEOUT.min(Duration::from_secs_f64(t.min(1e6)))
+            });
+        let root = resolve_within(&root_text, within)?;
         let unique_id = var("RCOLL_UNIQUE_ID")
             .map(|v| {
                 u128::from_str_radix(v.trim().trim_start_matches("0x"), 16).map_err(|_| {

@@ -49,8 +49,8 @@ pub enum RunError {
 ///
 /// On success every send from the caller's memory has completed (a segment counts as done
 /// only then); on failure the transport reaps those still in flight
-/// ([`Transport::reap_borrowed`]) before this returns, so the caller never gets back a
-/// buffer that a device is still reading.
+/// ([`Transport::reap_borrowed`]) before this returns (or unwinds, if the engine panics),
+/// so the caller never gets back a buffer that a device is still reading.
 #[allow(clippy::too_many_arguments)] // the call's full description; one caller
 pub fn run<T: Element>(
     plan: &Plan,
@@ -63,11 +63,22 @@ pub fn run<T: Element>(
     timeout: Duration,
 ) -> Result<(), RunError> {
     let mut exec = Execution::new(plan, collective, schedule, segment_elems, op);
-    let result = pump(&mut exec, mem, io, timeout);
-    if result.is_err() {
-        io.reap_borrowed();
+    // A panic below (a bug) must not hand the caller back a buffer a device still reads
+    // either: reap, then let it go on.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pump(&mut exec, mem, &mut *io, timeout)
+    }));
+    match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => {
+            io.reap_borrowed();
+            Err(e)
+        }
+        Err(panic) => {
+            io.reap_borrowed();
+            std::panic::resume_unwind(panic)
+        }
     }
-    result
 }
 
 fn pump<T: Element>(

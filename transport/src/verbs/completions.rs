@@ -4,11 +4,11 @@
 use std::time::{Duration, Instant};
 
 use super::ffi::{self, VerbsError};
+use super::wire::CREDIT_BYTES;
 use super::wire::{
     decode_header, HEADER, HELLO, WR_BIND, WR_CREDIT, WR_DATA, WR_HELLO, WR_INLINE, WR_KIND,
     WR_RECV, WR_WINDOW_WRITE,
 };
-use super::wire::CREDIT_BYTES;
 use super::{VerbsTransport, CTRL_BYTES};
 use crate::error::TransportError;
 use crate::transport::{Payload, Transport};
@@ -93,7 +93,8 @@ impl VerbsTransport {
             return;
         }
         match kind {
-            WR_DATA | WR_INLINE | WR_CREDIT | WR_HELLO => {
+            // A window write completes on its own only when signaled (fault injection).
+            WR_DATA | WR_INLINE | WR_CREDIT | WR_HELLO | WR_WINDOW_WRITE => {
                 if let Some(Some(peer)) = self.peers.get_mut(p) {
                     // A message into a window retires its write too; a credit message the
                     // binds posted before it (its index).

@@ -496,43 +496,94 @@ impl Peer {
     }
 }
 
+/// What a buggy or hostile rank may do to a peer's slots ([`VerbsTransport::inject`]).
+#[doc(hidden)]
+#[derive(Clone, Debug)]
+pub enum Fault {
+    /// Write these bytes (inline) once more into the slot this rank's last `try_send`
+    /// used, with the credit it used then.
+    StaleWrite(Vec<u8>),
+    /// Write these bytes as a whole slot's content (header included; longer than the slot
+    /// if so) into the peer's next slot, and say the message is there.
+    Raw(Rank, Vec<u8>),
+}
+
 impl VerbsTransport {
-    /// Fault injection, for tests of scoped access: writes `bytes` (inline) once more into
-    /// the slot this rank's last `try_send` used, with the credit it used then, as a buggy
-    /// or hostile peer would. With windows (the default) the peer's device refuses it (a
-    /// remote access error breaks the pair); with regions it lands in whatever the slot
-    /// holds now.
+    /// Fault injection, for the tests of what a peer's device and this transport do with
+    /// a misbehaving rank: commits `fault`; `Ok(false)` if the peer has lent no slot yet
+    /// (call again after `wait`). With windows (the default) a stale write is refused by
+    /// the peer's device (a remote access error breaks the pair); with regions it lands
+    /// in whatever the slot holds now.
     #[doc(hidden)]
-    pub fn inject_stale_write(&mut self, bytes: &[u8]) -> Result<(), TransportError> {
-        let Some((p, credit)) = self.last_credit else {
-            return Ok(());
-        };
-        let Some(peer) = self.peers[p].as_mut() else {
-            return Ok(());
-        };
-        let sge = Sge {
-            addr: bytes.as_ptr() as u64,
-            len: bytes.len() as u32,
-            lkey: 0,
-        };
-        self.next_wr = self.next_wr.wrapping_add(1);
-        // SAFETY: inline: the bytes are copied during the call, while borrowed.
-        let posted = unsafe {
-            peer.qp.post_write_imm(
-                wr(WR_INLINE, p, self.next_wr),
-                &[sge],
-                credit.addr,
-                credit.rkey,
-                credit.id,
-                true,
-            )
-        };
-        match posted {
-            Ok(()) => {
-                peer.sends += 1;
-                Ok(())
+    pub fn inject(&mut self, fault: Fault) -> Result<bool, TransportError> {
+        match fault {
+            Fault::StaleWrite(bytes) => {
+                let Some((p, credit)) = self.last_credit else {
+                    return Ok(true);
+                };
+                let sge = Sge {
+                    addr: bytes.as_ptr() as u64,
+                    len: bytes.len() as u32,
+                    lkey: 0,
+                };
+                self.next_wr = self.next_wr.wrapping_add(1);
+                let wr_id = wr(WR_WINDOW_WRITE, p, self.next_wr);
+                let Some(peer) = self.peers[p].as_mut() else {
+                    return Ok(true);
+                };
+                // SAFETY: inline: the bytes are copied during the call, while borrowed.
+                let posted = unsafe {
+                    peer.qp
+                        .post_write_imm(wr_id, &[sge], credit.addr, credit.rkey, credit.id, true)
+                };
+                match posted {
+                    Ok(()) => {
+                        peer.sends += 1;
+                        Ok(true)
+                    }
+                    Err(e) => Err(self.broken_by(p, e)),
+                }
             }
-            Err(e) => Err(self.broken_by(p, e)),
+            Fault::Raw(peer, bytes) => {
+                let p = self.peer_index(peer)?;
+                if !self.room_for(p)? {
+                    return Ok(false);
+                }
+                let (id, mut v) = self
+                    .take_buffer()
+                    .map_err(|e| self.verbs_error(Some(p), e))?;
+                let n = bytes.len().min(v.len());
+                v[..n].copy_from_slice(&bytes[..n]);
+                let lkey = self.bufs[id as usize].mr.lkey();
+                // Past the buffer: the buffer again (the bytes do not matter there).
+                let sges = [
+                    Sge {
+                        addr: v.as_ptr() as u64,
+                        len: n as u32,
+                        lkey,
+                    },
+                    Sge {
+                        addr: v.as_ptr() as u64,
+                        len: (bytes.len() - n).min(v.len()) as u32,
+                        lkey,
+                    },
+                ];
+                self.next_wr = self.next_wr.wrapping_add(1);
+                let wr_id = wr(WR_DATA, p, self.next_wr);
+                let Some(state) = self.peers[p].as_mut() else {
+                    self.free.push((id, v));
+                    return Ok(true);
+                };
+                let Some(credit) = state.credits.pop_front() else {
+                    self.free.push((id, v));
+                    return Ok(false);
+                };
+                // SAFETY: `v` is registered and moves into `inflight` until the completion.
+                let posted = unsafe { state.post_message(p, wr_id, &sges, &credit, false) };
+                self.inflight.insert(wr_id, (id, v));
+                posted.map_err(|(e, _)| self.broken_by(p, e))?;
+                Ok(true)
+            }
         }
     }
 }

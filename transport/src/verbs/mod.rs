@@ -70,6 +70,7 @@ use crate::tcp::TcpTransport;
 use crate::transport::Payload;
 use crate::types::{Rank, Tag, TagKey};
 
+pub use datapath::Fault;
 pub use device::{choose, choose_for, library, prefix_of, probe, PortReport, Selection};
 pub use ffi::{device_names, VerbsError};
 pub use registry::ZERO_COPY_MIN;
@@ -255,7 +256,7 @@ pub struct VerbsTransport {
     borrowed: HashMap<u64, (usize, Arc<std::sync::atomic::AtomicUsize>)>,
     /// Whether to send from registered caller memory (`Options::zero_copy`).
     zero_copy_on: bool,
-    /// The peer and credit of the last message sent ([`VerbsTransport::inject_stale_write`]).
+    /// The peer and credit of the last message sent (for [`Fault::StaleWrite`]).
     last_credit: Option<(usize, Credit)>,
     /// Whether this rank's slots are lent through memory windows (`Options::scoped`, and
     /// the device has them).

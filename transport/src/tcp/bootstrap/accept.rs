@@ -45,8 +45,9 @@ pub struct Acceptor {
     secret: u128,
     me: Rank,
     pending: Vec<Pending>,
-    /// When accept last failed for lack of descriptors (logged once per episode).
-    starved: Option<Instant>,
+    /// Since when, and why, accept has been failing for lack of descriptors or memory
+    /// (logged once per episode; named in a timeout).
+    starved: Option<(Instant, String)>,
 }
 
 /// An authenticated introduction: the stream (blocking again) and what it said.
@@ -75,6 +76,17 @@ impl Acceptor {
     /// The rank it serves.
     pub fn rank(&self) -> Rank {
         self.me
+    }
+
+    /// If accept(2) is failing (out of descriptors, memory...): since how long and why.
+    pub fn starvation(&self) -> Option<String> {
+        self.starved.as_ref().map(|(since, why)| {
+            format!(
+                "accept(2) has failed for {:.1?} with \"{why}\" (too many open files? raise \
+                 `ulimit -n`)",
+                since.elapsed()
+            )
+        })
     }
 
     /// The listener's address.
@@ -162,7 +174,8 @@ impl Acceptor {
                             self.me
                         );
                     }
-                    self.starved.get_or_insert_with(Instant::now);
+                    self.starved
+                        .get_or_insert_with(|| (Instant::now(), e.to_string()));
                     return Ok(busy);
                 }
                 Err(e) => return Err(e),

@@ -246,7 +246,13 @@ fn serve<S>(
 ) -> Result<(), TransportError> {
     while !done(state) {
         if Instant::now() >= deadline {
-            return Err(timed_out(state));
+            let mut e = timed_out(state);
+            if let (Some(why), TransportError::Bootstrap { reason, .. }) =
+                (acceptor.starvation(), &mut e)
+            {
+                reason.push_str(&format!("; {why}"));
+            }
+            return Err(e);
         }
         let (introduced, busy) = acceptor
             .poll(deadline)

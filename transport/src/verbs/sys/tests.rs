@@ -87,7 +87,10 @@ fn expectations() -> Vec<(String, usize, Rule)> {
             offset_of!(ibv_send_wr, imm_data),
         ),
         ("ibv_send_wr, bind_mw.mw", offset_of!(ibv_send_wr, bind_mw)),
-        ("ibv_send_wr, bind_mw.rkey", offset_of!(ibv_send_wr, bind_rkey)),
+        (
+            "ibv_send_wr, bind_mw.rkey",
+            offset_of!(ibv_send_wr, bind_rkey),
+        ),
         (
             "ibv_send_wr, bind_mw.bind_info.mr",
             offset_of!(ibv_send_wr, bind_mr),
@@ -104,10 +107,7 @@ fn expectations() -> Vec<(String, usize, Rule)> {
             "ibv_send_wr, bind_mw.bind_info.mw_access_flags",
             offset_of!(ibv_send_wr, bind_access),
         ),
-        (
-            "ibv_wc, invalidated_rkey",
-            offset_of!(ibv_wc, imm_data),
-        ),
+        ("ibv_wc, invalidated_rkey", offset_of!(ibv_wc, imm_data)),
         (
             "ibv_context, ops.post_send",
             ops + offset_of!(ibv_context_ops, post_send),
