@@ -486,6 +486,21 @@ fn a_job_without_a_secret_is_refused_unless_explicitly_insecure() {
 /// A stranger reaches the root first and claims rank 1 with the id anyone can compute from
 /// the root address and size (the old default): it cannot prove the job's secret, is
 /// refused, and the real rank 1 takes its place.
+/// A stranger at `listener` introduces itself with `intro` signed with `id` (not the
+/// job's secret): it must be refused for not proving the secret.
+fn refused_with(listener: &str, id: u128, intro: Message) {
+    let mut stranger = RawRank::connect(listener);
+    let (nonce_c, nonce_s) = stranger.challenge();
+    stranger.send(&auth::sign_intro(id, &nonce_c, &nonce_s, intro));
+    match stranger.receive() {
+        Message::Refuse(reason) => assert!(
+            reason.contains("does not prove this job's secret"),
+            "{reason}"
+        ),
+        other => panic!("the stranger was answered with {other:?}"),
+    }
+}
+
 #[test]
 fn a_stranger_first_at_the_root_cannot_take_a_rank() {
     let root = free_root();
@@ -496,22 +511,13 @@ fn a_stranger_first_at_the_root_cannot_take_a_rank() {
     ];
     let children = spawn("hello", 3, &extra);
     let public_id = Options::default_unique_id(root.parse().expect("addr"), 3);
-    let mut stranger = RawRank::connect(&root);
-    let (nonce_c, nonce_s) = stranger.challenge();
     let hello = Message::Hello {
         rank: 1,
         nranks: 3,
         addr: "127.0.0.1:9".into(),
         mac: [0; 32],
     };
-    stranger.send(&auth::sign_intro(public_id, &nonce_c, &nonce_s, hello));
-    match stranger.receive() {
-        Message::Refuse(reason) => assert!(
-            reason.contains("does not prove this job's secret"),
-            "{reason}"
-        ),
-        other => panic!("the stranger was answered with {other:?}"),
-    }
+    refused_with(&root, public_id, hello);
     let results = finish(children, Duration::from_secs(60));
     for (r, (ok, out)) in results.iter().enumerate() {
         assert!(ok, "rank {r}:\n{out}");
@@ -609,20 +615,11 @@ fn strangers_at_a_members_listener_cannot_take_a_rank() {
     );
     let silent = std::net::TcpStream::connect(&member).expect("connect silently");
     let public_id = Options::default_unique_id(root.parse().expect("addr"), 3);
-    let mut stranger = RawRank::connect(&member);
-    let (nonce_c, nonce_s) = stranger.challenge();
     let handshake = Message::Handshake {
         rank: 2,
         mac: [0; 32],
     };
-    stranger.send(&auth::sign_intro(public_id, &nonce_c, &nonce_s, handshake));
-    match stranger.receive() {
-        Message::Refuse(reason) => assert!(
-            reason.contains("does not prove this job's secret"),
-            "{reason}"
-        ),
-        other => panic!("the stranger was answered with {other:?}"),
-    }
+    refused_with(&member, public_id, handshake);
     let results = finish(children, Duration::from_secs(60));
     drop(silent);
     for (r, (ok, out)) in results.iter().enumerate() {

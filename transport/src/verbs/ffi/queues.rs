@@ -522,17 +522,8 @@ impl QueuePair {
         inline: bool,
     ) -> Result<(), (VerbsError, bool)> {
         let (mut list, used) = Self::sge_list(sges).map_err(|e| (e, false))?;
-        let mut note_sge = sys::ibv_sge {
-            addr: note.as_ptr() as u64,
-            length: note.len() as u32,
-            lkey: 0,
-        };
-        let mut inv = sys::ibv_send_wr::zeroed();
-        inv.wr_id = note_id;
-        inv.sg_list = &mut note_sge;
-        inv.num_sge = 1;
-        inv.opcode = sys::IBV_WR_SEND_WITH_INV;
-        inv.send_flags = sys::IBV_SEND_SIGNALED | sys::IBV_SEND_INLINE;
+        let mut note_sge = inline_sge(note);
+        let mut inv = inline_send(note_id, &mut note_sge, sys::IBV_WR_SEND_WITH_INV);
         // `invalidate_rkey` shares the immediate's place, in host order.
         inv.imm_data = rkey;
         let mut wr = sys::ibv_send_wr::zeroed();
@@ -591,17 +582,8 @@ impl QueuePair {
                 ),
             ));
         }
-        let mut list = sys::ibv_sge {
-            addr: data.as_ptr() as u64,
-            length: data.len() as u32,
-            lkey: 0,
-        };
-        let mut wr = sys::ibv_send_wr::zeroed();
-        wr.wr_id = wr_id;
-        wr.sg_list = &mut list;
-        wr.num_sge = 1;
-        wr.opcode = sys::IBV_WR_SEND;
-        wr.send_flags = sys::IBV_SEND_SIGNALED | sys::IBV_SEND_INLINE;
+        let mut list = inline_sge(data);
+        let mut wr = inline_send(wr_id, &mut list, sys::IBV_WR_SEND);
         let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
         // SAFETY: the QP is live; inline data is copied by the provider during the call,
         // while `data` is borrowed.
@@ -634,6 +616,26 @@ impl QueuePair {
         let rc = unsafe { sys::ibv_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
         VerbsError::check("ibv_post_recv", rc, "")
     }
+}
+
+/// The gather entry of inline bytes (no key: the provider copies them at post time).
+fn inline_sge(data: &[u8]) -> sys::ibv_sge {
+    sys::ibv_sge {
+        addr: data.as_ptr() as u64,
+        length: data.len() as u32,
+        lkey: 0,
+    }
+}
+
+/// A signaled inline send (`opcode`) of `sge`, which must outlive the post.
+fn inline_send(wr_id: u64, sge: &mut sys::ibv_sge, opcode: u32) -> sys::ibv_send_wr {
+    let mut wr = sys::ibv_send_wr::zeroed();
+    wr.wr_id = wr_id;
+    wr.sg_list = sge;
+    wr.num_sge = 1;
+    wr.opcode = opcode;
+    wr.send_flags = sys::IBV_SEND_SIGNALED | sys::IBV_SEND_INLINE;
+    wr
 }
 
 impl Drop for QueuePair {
