@@ -381,7 +381,7 @@ pub fn all_reduce_until_a_rank_dies(comm: &mut Communicator, elems: usize, iters
         .parse()
         .expect("number");
     let mut v = vec![1.0f32; elems];
-    println!("RANK-STARTED");
+    started();
     for _ in 0..iters {
         if let Err(e) = comm
             .with_algorithm(Algorithm::Ring)
@@ -407,4 +407,61 @@ pub fn signal(child: &std::process::Child, signal: &str) {
         .expect("kill")
         .success();
     assert!(ok, "kill -{signal}");
+}
+
+/// Says this rank joined its group: prints `RANK-STARTED` and, when the test gave a
+/// directory (`RCOLL_TEST_STARTED_DIR`), leaves a file named after the rank there.
+#[allow(dead_code)]
+pub fn started() {
+    println!("RANK-STARTED");
+    if let Ok(dir) = std::env::var("RCOLL_TEST_STARTED_DIR") {
+        let rank = std::env::var("RCOLL_RANK").unwrap_or_default();
+        std::fs::write(format!("{dir}/{rank}"), b"").expect("started marker");
+    }
+}
+
+/// A fresh directory for [`started`] markers, for `n` ranks: pass it as
+/// `RCOLL_TEST_STARTED_DIR`, then [`StartedDir::wait`] until all of them joined.
+#[allow(dead_code)]
+pub struct StartedDir {
+    /// The directory.
+    pub path: String,
+    n: usize,
+}
+
+#[allow(dead_code)]
+impl StartedDir {
+    /// A fresh, empty directory for `n` ranks' markers.
+    pub fn new(n: usize) -> StartedDir {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let k = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = format!(
+            "{}/rcoll-started-{}-{k}",
+            std::env::temp_dir().display(),
+            std::process::id()
+        );
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("started dir");
+        StartedDir { path, n }
+    }
+
+    /// Until every rank left its marker (at most `within`); then a moment more, so they
+    /// are inside their collectives.
+    pub fn wait(&self, within: Duration) {
+        let until = std::time::Instant::now() + within;
+        while std::fs::read_dir(&self.path).map_or(0, |d| d.count()) < self.n {
+            assert!(
+                std::time::Instant::now() < until,
+                "ranks did not all join in {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+impl Drop for StartedDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
 }

@@ -20,7 +20,7 @@ use rcoll::{Algorithm, Collective, Communicator, Rank, ReduceOp};
 
 use common::{
     all_reduce_until_a_rank_dies, finish, ring_send_recv, run_one, signal, spawn_ranks,
-    sweep_collectives,
+    sweep_collectives, StartedDir,
 };
 
 const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
@@ -628,13 +628,17 @@ fn registered_buffers_go_zero_copy_and_stay_correct() {
 fn a_killed_rank_fails_the_others_naming_it() {
     for trial in 0..3 {
         let dead = 2;
+        let joined = StartedDir::new(4);
         let mut children = spawn("killed", 4, |_| {
             vec![
                 ("RCOLL_TEST_DEAD".into(), dead.to_string()),
                 ("RCOLL_TIMEOUT".into(), "20".into()),
+                ("RCOLL_TEST_STARTED_DIR".into(), joined.path.clone()),
             ]
         });
-        std::thread::sleep(Duration::from_millis(3000 + 500 * trial));
+        // Killed once every rank joined (a rank killed during setup is another test).
+        joined.wait(Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(300 * trial));
         children[dead].kill().expect("kill");
         let results = finish(children, Duration::from_secs(120));
         for (r, (ok, out)) in results.iter().enumerate().filter(|(r, _)| *r != dead) {
@@ -652,13 +656,15 @@ fn a_killed_rank_fails_the_others_naming_it() {
 #[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
 fn a_stopped_rank_fails_the_others_within_the_timeout_naming_it() {
     let stopped = 2;
+    let joined = StartedDir::new(3);
     let mut children = spawn("killed", 3, |_| {
         vec![
             ("RCOLL_TEST_DEAD".into(), stopped.to_string()),
             ("RCOLL_TIMEOUT".into(), "5".into()),
+            ("RCOLL_TEST_STARTED_DIR".into(), joined.path.clone()),
         ]
     });
-    std::thread::sleep(Duration::from_millis(4000));
+    joined.wait(Duration::from_secs(60));
     let mut frozen = children.remove(stopped);
     signal(&frozen, "STOP");
     let start = std::time::Instant::now();
@@ -689,13 +695,15 @@ fn a_blackholed_link_fails_both_ranks_within_the_timeout() {
             .map(|s| s.success());
         assert!(ok.unwrap_or(false), "ip link set veth1 {state}");
     };
+    let joined = StartedDir::new(2);
     let children = spawn("killed", 2, |r| {
         vec![
             ("RCOLL_TEST_DEAD".into(), (1 - r).to_string()),
             ("RCOLL_TIMEOUT".into(), "5".into()),
+            ("RCOLL_TEST_STARTED_DIR".into(), joined.path.clone()),
         ]
     });
-    std::thread::sleep(Duration::from_millis(4000));
+    joined.wait(Duration::from_secs(60));
     link("down");
     let start = std::time::Instant::now();
     let results = finish(children, Duration::from_secs(120));
@@ -729,7 +737,7 @@ fn a_blackholed_link_fails_both_ranks_within_the_timeout() {
 /// seconds after the call returned), and the buffer is dropped (deregistered, freed) at once.
 fn killed_zero_copy(comm: &mut Communicator) {
     let mut buf = comm.alloc::<f32>(4 << 20).expect("alloc");
-    println!("RANK-STARTED");
+    common::started();
     for _ in 0..100_000 {
         buf.fill(1.0);
         let result = comm
@@ -752,13 +760,16 @@ fn killed_zero_copy(comm: &mut Communicator) {
 fn a_killed_peer_leaves_no_send_reading_a_returned_buffer() {
     for trial in 0..2 {
         let dead = 2;
+        let joined = StartedDir::new(3);
         let mut children = spawn("killed_zero_copy", 3, |_| {
             vec![
                 ("RCOLL_TEST_DEAD".into(), dead.to_string()),
                 ("RCOLL_TIMEOUT".into(), "20".into()),
+                ("RCOLL_TEST_STARTED_DIR".into(), joined.path.clone()),
             ]
         });
-        std::thread::sleep(Duration::from_millis(4000 + 700 * trial));
+        joined.wait(Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(700 * trial));
         children[dead].kill().expect("kill");
         let results = finish(children, Duration::from_secs(120));
         for (r, (ok, out)) in results.iter().enumerate().filter(|(r, _)| *r != dead) {

@@ -83,13 +83,19 @@ impl VerbsTransport {
                 status = format!("{status}; local {}", self.selection.gid.why);
             }
             // Flushes after the first error repeat it; keep the first.
-            self.fail(TransportError::Completion {
-                rank: self.rank,
-                peer: Rank::from(p),
-                op,
-                status,
-                vendor_err: c.vendor_err,
-            });
+            if self.broken.is_none() {
+                let e = self.cause_behind(
+                    p,
+                    TransportError::Completion {
+                        rank: self.rank,
+                        peer: Rank::from(p),
+                        op,
+                        status,
+                        vendor_err: c.vendor_err,
+                    },
+                );
+                self.fail(e);
+            }
             return;
         }
         match kind {
@@ -241,6 +247,23 @@ impl VerbsTransport {
         // that the arrival lets the engine post, which would otherwise queue behind the
         // bind and the credit.
         self.replenish_due = true;
+    }
+
+    /// What lies behind a failed completion with peer `p`: a peer that aborted the group
+    /// says why over the control plane just before it tears down its queue pairs and
+    /// windows (which is what failed here), so give that word a moment to arrive and
+    /// prefer it; otherwise the completion error itself.
+    fn cause_behind(&mut self, p: usize, failed: TransportError) -> TransportError {
+        let until = Instant::now() + Duration::from_millis(100);
+        loop {
+            if let Err(cause) = self.tcp.control() {
+                return cause;
+            }
+            if Instant::now() >= until || self.tcp.peer_gone(Rank::from(p)).is_some() {
+                return failed;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     pub(super) fn check(&mut self) -> Result<(), TransportError> {

@@ -419,6 +419,12 @@ impl Drop for VerbsTransport {
         // Windows first (a bound window holds its queue pair and region), then queue pairs
         // (the device stops touching every buffer), then the regions, then the memory they
         // covered; the CQ, channel, domain and context follow through their `Arc`s.
+        // Queue pairs to the error state first: a peer's write in flight then times out
+        // on its side, as with a process that died, instead of meeting a freed window (a
+        // remote access error that would hide why this rank went).
+        for peer in self.peers.iter_mut().flatten() {
+            let _ = peer.qp.stop();
+        }
         for b in &mut self.bufs {
             b.window = None;
         }

@@ -348,6 +348,11 @@ fn connect_peers(
         }
         t.replenish();
         t.send_credits(true);
+        // A registration that failed (memlock) fails the setup here, before the
+        // connectivity check could let a peer finish its own.
+        if let Some(e) = &t.broken {
+            return Err(e.clone());
+        }
     }
     for &p in &others {
         let peer = t.peers[p].as_mut().ok_or(TransportError::InvalidPeer {
