@@ -293,18 +293,28 @@ impl VerbsTransport {
         }
     }
 
-    pub(super) fn wait_inner(&mut self, deadline: Instant) -> Result<(), TransportError> {
+    /// Everything this rank owes its peers goes out: the slots due (`replenish`) and
+    /// every owed credit, whatever the batch. Before blocking, a peer must never be left
+    /// waiting for slots this rank only meant to lend.
+    fn lend_all_due(&mut self) {
         if self.replenish_due {
             self.replenish();
         }
         self.send_credits(true);
+    }
+
+    pub(super) fn wait_inner(&mut self, deadline: Instant) -> Result<(), TransportError> {
+        self.lend_all_due();
         if let Err(e) = self.cq.arm() {
             let e = self.verbs_error(None, e);
             self.fail(e);
         }
-        // A completion that landed before arming raises no event: poll once more.
+        // A completion that landed before arming raises no event: poll once more. What it
+        // brought may make slots due (an arrival, a send done that frees room for binds):
+        // lend them now, since nothing else would before this rank wakes up.
         let before = (self.arrived.len(), self.free.len(), self.inflight.len());
         self.progress();
+        self.lend_all_due();
         if (self.arrived.len(), self.free.len(), self.inflight.len()) != before {
             return Ok(());
         }

@@ -241,3 +241,52 @@ fn memlock_hint() -> String {
          --cap-add IPC_LOCK)"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verbs::ffi::{device_names, Context};
+    use std::time::Instant;
+
+    /// What lending a slot costs each way scoped access could be built, on the first RDMA
+    /// device (run in the Soft-RoCE VM: `<transport lib test binary> --ignored --nocapture
+    /// grant_costs`): registering a fresh 1 MiB region per grant and deregistering it
+    /// before reading (re-registration), against allocating a window once (binding it is
+    /// a work request, measured end to end by `RCOLL_IB_SCOPED=0/1` in the bench).
+    /// A measurement, not an assertion.
+    #[test]
+    #[ignore = "needs an RDMA device"]
+    fn grant_costs() {
+        let name = device_names()
+            .expect("devices")
+            .into_iter()
+            .next()
+            .expect("a device");
+        let ctx = Context::open(&name).expect("open");
+        let pd = ProtectionDomain::new(&ctx).expect("pd");
+        for bytes in [4096usize, 64 << 10, 1 << 20] {
+            let mut v = vec![0u8; bytes];
+            let n = 200;
+            let start = Instant::now();
+            for _ in 0..n {
+                // SAFETY: `v` outlives the region, which is dropped within the iteration;
+                // nothing accesses it remotely (no queue pair exists).
+                let mr =
+                    unsafe { MemoryRegion::register(&pd, v.as_mut_ptr(), bytes, Access::Windows) }
+                        .expect("register");
+                drop(mr);
+            }
+            let per = start.elapsed() / n;
+            println!("{name}: ibv_reg_mr + ibv_dereg_mr of {bytes} B: {per:?} per grant");
+        }
+        let n = 200;
+        let start = Instant::now();
+        for _ in 0..n {
+            drop(MemoryWindow::new(&pd).expect("window"));
+        }
+        println!(
+            "{name}: ibv_alloc_mw + ibv_dealloc_mw: {:?}",
+            start.elapsed() / n
+        );
+    }
+}
