@@ -1,0 +1,359 @@
+//! The verbs transport driven directly (no engine), two rank processes over Soft-RoCE:
+//! slots and credits under pressure, and a misbehaving peer (fault injection,
+//! `rcoll::transport::verbs::Fault`). Part of the `verbs` test binary (`../verbs.rs`).
+
+use std::time::Duration;
+
+use rcoll::Rank;
+
+use super::common::finish;
+use super::{all_ok, spawn};
+
+/// Small messages of rank 0 to rank 1, which holds every one it gets until the flow stops
+/// (its hold limit held rank 0's slots back), then sends them all back to rank 0 (inline
+/// writes: no completion frees anything) and takes the rest. Rank 1 must grant rank 0
+/// the slots it owes as soon as it holds fewer: else rank 0 waits for slots forever.
+pub fn held_back() {
+    use rcoll::transport::{Payload, Tag, Transport};
+    use std::time::Instant;
+    const N: u64 = 600;
+    let mut t = rcoll::process::Builder::from_env()
+        .and_then(|b| b.build_transport())
+        .expect("transport");
+    assert_eq!(t.name(), "verbs", "the pair must run over verbs");
+    let tag = |i: u64| Tag {
+        collective: 1,
+        transfer: i as u32,
+        ..Tag::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let tick = |t: &mut Box<dyn Transport>| {
+        t.wait((Instant::now() + Duration::from_millis(5)).min(deadline))
+            .expect("wait");
+        assert!(Instant::now() < deadline, "rank {} stalled", t.rank());
+    };
+    let value = |p: &Payload| u64::from_le_bytes(p.as_bytes().try_into().expect("8 bytes"));
+    let (me, other) = (t.rank().index(), Rank::from(1 - t.rank().index()));
+    if me == 0 {
+        // Sends 0..N; takes the echoes back whenever it waits for room.
+        let mut echoed = 0;
+        let take_echoes = |t: &mut Box<dyn Transport>, echoed: &mut u64| {
+            while let Some(p) = t.try_recv(other, tag(*echoed), 8).expect("recv echo") {
+                assert_eq!(value(&p), *echoed, "echo {echoed}");
+                t.recycle(p);
+                *echoed += 1;
+            }
+        };
+        for i in 0..N {
+            let mut m = t.alloc(8);
+            m.as_bytes_mut().copy_from_slice(&i.to_le_bytes());
+            while let Some(back) = t.try_send(other, tag(i), m).expect("send") {
+                m = back;
+                take_echoes(&mut t, &mut echoed);
+                tick(&mut t);
+            }
+        }
+        while echoed < N {
+            take_echoes(&mut t, &mut echoed);
+            if echoed < N {
+                tick(&mut t);
+            }
+        }
+    } else {
+        let mut held: Vec<Payload> = Vec::new();
+        let mut quiet = Instant::now();
+        // Holds until nothing came for 2 s: rank 0 is out of slots.
+        while quiet.elapsed() < Duration::from_secs(2) {
+            match t.try_recv(other, tag(held.len() as u64), 8).expect("recv") {
+                Some(p) => {
+                    held.push(p);
+                    quiet = Instant::now();
+                }
+                None => tick(&mut t),
+            }
+        }
+        println!("RANK-HELD {}", held.len());
+        assert!((held.len() as u64) < N, "rank 0 was never held back");
+        let mut next = held.len() as u64;
+        let mut echo = 0u64;
+        let mut pending: std::collections::VecDeque<Payload> = held.into();
+        while echo < N {
+            // Echo what it holds (forwarding the payload itself), and take the rest as it
+            // comes, echoing those too.
+            if let Some(p) = pending.pop_front() {
+                match t.try_send(other, tag(echo), p).expect("echo") {
+                    None => echo += 1,
+                    Some(p) => {
+                        pending.push_front(p);
+                        tick(&mut t);
+                    }
+                }
+            } else if next < N {
+                match t.try_recv(other, tag(next), 8).expect("recv") {
+                    Some(p) => {
+                        pending.push_back(p);
+                        next += 1;
+                    }
+                    None => tick(&mut t),
+                }
+            }
+        }
+    }
+    // Both sides' last writes complete before the transport closes.
+    t.wait(Instant::now() + Duration::from_millis(100)).ok();
+    println!("RANK-OK {me}");
+}
+
+/// Rank 0 (segment 128 KiB) sends rank 1 (segment 64 KiB) messages too large for its
+/// slots: each is a typed error naming both sizes, and costs nothing (no slot of rank 1
+/// lost, no registered buffer of rank 0 dropped), so a fitting message still goes through.
+pub fn oversized() {
+    use rcoll::transport::{Tag, TransportError};
+    use std::time::Instant;
+    let mut t = rcoll::process::Builder::from_env()
+        .and_then(|b| b.build_transport())
+        .expect("transport");
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let other = Rank::from(1 - t.rank().index());
+    let tag = |i: u32| Tag {
+        collective: 1,
+        transfer: i,
+        ..Tag::default()
+    };
+    let recv = |t: &mut Box<dyn rcoll::transport::Transport>, i: u32| loop {
+        if let Some(p) = t.try_recv(other, tag(i), 8).expect("recv") {
+            return u64::from_le_bytes(p.as_bytes().try_into().expect("8 bytes"));
+        }
+        assert!(Instant::now() < deadline, "rank {} stalled", t.rank());
+        t.wait(deadline).expect("wait");
+    };
+    if t.rank().index() == 0 {
+        for i in 0..40 {
+            let mut m = t.alloc(100_000);
+            loop {
+                match t.try_send(other, tag(1000 + i), m) {
+                    Ok(Some(back)) => {
+                        m = back;
+                        t.wait(deadline).expect("wait");
+                    }
+                    Err(TransportError::MessageTooLarge { len, max, .. }) => {
+                        assert_eq!((len, max), (100_000, 64 << 10));
+                        break;
+                    }
+                    other => panic!("an oversized message gave {other:?}"),
+                }
+            }
+        }
+        let mut m = t.alloc(8);
+        m.as_bytes_mut().copy_from_slice(&42u64.to_le_bytes());
+        let mut m = Some(m);
+        while let Some(back) = t
+            .try_send(other, tag(0), m.take().expect("m"))
+            .expect("send")
+        {
+            m = Some(back);
+            t.wait(deadline).expect("wait");
+        }
+        assert_eq!(recv(&mut t, 1), 43, "rank 1's answer");
+    } else {
+        let v = recv(&mut t, 0);
+        assert_eq!(v, 42);
+        let mut m = t.alloc(8);
+        m.as_bytes_mut().copy_from_slice(&(v + 1).to_le_bytes());
+        let mut m = Some(m);
+        while let Some(back) = t
+            .try_send(other, tag(1), m.take().expect("m"))
+            .expect("send")
+        {
+            m = Some(back);
+            t.wait(deadline).expect("wait");
+        }
+        t.wait(Instant::now() + Duration::from_millis(200)).ok();
+    }
+    println!("RANK-OK");
+}
+
+/// Rank 0 misbehaves toward rank 1 (`RCOLL_TEST_FAULT`):
+/// - `stale`: sends a message, then writes once more into the slot that carried it with the
+///   credit it used (a stale credit) while rank 1 holds the message, whose bytes must not
+///   change;
+/// - `garbage`: fills a slot with bytes that are no message;
+/// - `oversized`: a header that claims more bytes than the slot holds;
+/// - `beyond`: writes past the end of the slot it was lent.
+///
+/// Both ranks must fail, each naming the other, and never deliver what rank 0 wrote.
+pub fn faulty() {
+    use rcoll::transport::verbs::{Fault, VerbsTransport, HEADER};
+    use rcoll::transport::{Tag, Transport};
+    use std::time::Instant;
+    let fault = std::env::var("RCOLL_TEST_FAULT").expect("RCOLL_TEST_FAULT");
+    let mut t = rcoll::process::Builder::from_env()
+        .and_then(|b| b.build_transport())
+        .expect("transport");
+    println!("RANK-DETAILS {}", t.details());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let other = Rank::from(1 - t.rank().index());
+    let tag = |i: u32| Tag {
+        collective: 1,
+        transfer: i,
+        ..Tag::default()
+    };
+    let recv = |t: &mut Box<dyn Transport>,
+                i: u32,
+                len: usize|
+     -> Result<rcoll::transport::Payload, rcoll::transport::TransportError> {
+        loop {
+            if let Some(p) = t.try_recv(other, tag(i), len)? {
+                return Ok(p);
+            }
+            assert!(Instant::now() < deadline, "rank {} stalled", t.rank());
+            t.wait(deadline)?;
+        }
+    };
+    let send = |t: &mut Box<dyn Transport>, i: u32, fill: u8, len: usize| {
+        let mut m = t.alloc(len);
+        m.as_bytes_mut().fill(fill);
+        let mut m = Some(m);
+        while let Some(back) = t
+            .try_send(other, tag(i), m.take().expect("m"))
+            .expect("send")
+        {
+            m = Some(back);
+            t.wait(deadline).expect("wait");
+        }
+    };
+    // Until the pair breaks: the error.
+    let broken = |t: &mut Box<dyn Transport>, check: &dyn Fn()| loop {
+        check();
+        match t.try_recv(other, tag(99), 8) {
+            Err(e) => return e,
+            Ok(_) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "rank {}: the pair never broke",
+                    t.rank()
+                );
+                let _ = t.wait(Instant::now() + Duration::from_millis(20));
+            }
+        }
+    };
+    let slot = 1 << 20;
+    if t.rank().index() == 0 {
+        let injected = match fault.as_str() {
+            "stale" => {
+                send(&mut t, 0, 0xab, 4096);
+                let ack = recv(&mut t, 1, 8).expect("ack");
+                t.recycle(ack);
+                Fault::StaleWrite(vec![0xee; 64])
+            }
+            "garbage" => Fault::Raw(other, vec![0x5a; 64]),
+            "oversized" => {
+                let mut m = [0u8; HEADER];
+                rcoll::transport::verbs::wire::encode_header(tag(0), slot + 1, &mut m);
+                Fault::Raw(other, m.to_vec())
+            }
+            "beyond" => Fault::Raw(other, vec![0x77; HEADER + slot + 4096]),
+            f => panic!("unknown fault {f}"),
+        };
+        let verbs = t
+            .as_any_mut()
+            .and_then(|a| a.downcast_mut::<VerbsTransport>())
+            .expect("a verbs transport");
+        while !verbs.inject(injected.clone()).expect("inject") {
+            verbs.wait(deadline).expect("wait");
+        }
+        let e = broken(&mut t, &|| {});
+        println!("RANK-ERROR {e}");
+        if fault == "stale" {
+            assert!(e.to_string().contains("remote access"), "{e}");
+        }
+    } else if fault == "stale" {
+        let held = recv(&mut t, 0, 4096).expect("the message");
+        assert!(held.as_bytes().iter().all(|&b| b == 0xab));
+        send(&mut t, 1, 1, 8);
+        let intact = || {
+            assert!(
+                held.as_bytes().iter().all(|&b| b == 0xab),
+                "a stale write changed a message rank 1 holds: {:02x?}",
+                &held.as_bytes()[..8]
+            )
+        };
+        let e = broken(&mut t, &intact);
+        intact();
+        println!("RANK-ERROR {e}");
+    } else {
+        match recv(&mut t, 0, slot) {
+            Ok(p) => panic!("rank 1 took {} bytes of rank 0's {fault}", p.len()),
+            Err(e) => println!("RANK-ERROR {e}"),
+        }
+    }
+    println!("RANK-OK");
+}
+
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_held_back_peer_gets_its_slots_when_the_receiver_lets_go() {
+    let results = finish(spawn("held_back", 2, |_| vec![]), Duration::from_secs(120));
+    all_ok("held back", &results);
+    assert!(
+        results[1].1.contains("RANK-HELD"),
+        "rank 1 never held:\n{}",
+        results[1].1
+    );
+}
+
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn messages_too_large_for_the_peers_slots_are_refused_at_no_cost() {
+    let segment = |r: usize| if r == 0 { "131072" } else { "65536" };
+    let results = finish(
+        spawn("oversized", 2, |r| {
+            vec![("RCOLL_SEGMENT_BYTES".into(), segment(r).into())]
+        }),
+        Duration::from_secs(120),
+    );
+    all_ok("oversized", &results);
+}
+
+/// Each of [`faulty`]'s faults: both ranks fail, each naming the other (and lend windows).
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_stale_credit_garbage_or_an_overrun_slot_breaks_the_pair_naming_the_peer() {
+    for (fault, rank1_says) in [
+        ("stale", "remote access"),
+        ("garbage", "malformed message header"),
+        ("oversized", "malformed message header"),
+        ("beyond", "RECV"),
+    ] {
+        let results = finish(
+            spawn("fault", 2, |_| {
+                vec![
+                    ("RCOLL_TEST_FAULT".into(), fault.into()),
+                    ("RCOLL_SEGMENT_BYTES".into(), (1 << 20).to_string()),
+                ]
+            }),
+            Duration::from_secs(120),
+        );
+        all_ok(fault, &results);
+        for (r, (_, out)) in results.iter().enumerate() {
+            for line in out.lines().filter(|l| l.starts_with("RANK-ERROR")) {
+                println!("{fault}: rank {r}: {line}");
+            }
+            assert!(
+                out.contains("slots lent as memory windows"),
+                "{fault}: rank {r} did not lend windows:\n{out}"
+            );
+            let named = format!("{}", Rank::from(1 - r));
+            assert!(
+                out.lines()
+                    .any(|l| l.starts_with("RANK-ERROR") && l.contains(&named)),
+                "{fault}: rank {r} did not name its peer:\n{out}"
+            );
+        }
+        assert!(
+            results[1].1.contains(rank1_says),
+            "{fault}: rank 1 should say {rank1_says:?}:\n{}",
+            results[1].1
+        );
+    }
+}
