@@ -111,11 +111,14 @@ pub struct Options {
     /// default on; `0` copies them into slots like other sends).
     pub zero_copy: bool,
     /// Whether peers write this rank's slots through memory windows, one per grant, which
-    /// they invalidate with the message (`RCOLL_IB_SCOPED`, default on; off where the
-    /// device has no type 2 windows): a peer can write only the slot it was lent, only
-    /// once, and only from its own queue pair. Off, every slot is a region any peer of
-    /// the job may write while it is registered.
-    pub scoped: bool,
+    /// they invalidate with the message (`RCOLL_IB_SCOPED=1|0`): a peer can write only the
+    /// slot it was lent, only once, and only from its own queue pair. Off, every slot is a
+    /// region any peer of the job may write while it is registered. `None` (unset): on,
+    /// except on Soft-RoCE (`rxe*` devices), whose windows have two kernel defects (a bind
+    /// behind an unacknowledged request is executed again on retransmission; invalidating
+    /// a key twice dereferences NULL), and where windows were seen to stall under load.
+    /// Devices without type 2 windows use regions either way.
+    pub scoped: Option<bool>,
 }
 
 /// Default ACK timeout exponent: 2^16 * 4.096 us = 268 ms per try. Emulated devices
@@ -163,7 +166,10 @@ impl Options {
             )
         };
         let zero_copy = !off("RCOLL_IB_ZERO_COPY");
-        let scoped = !off("RCOLL_IB_SCOPED");
+        let scoped = match std::env::var("RCOLL_IB_SCOPED").as_deref().map(str::trim) {
+            Ok("") | Err(_) => None,
+            Ok(_) => Some(!off("RCOLL_IB_SCOPED")),
+        };
         Ok(Options {
             scoped,
             zero_copy,

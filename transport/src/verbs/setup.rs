@@ -96,7 +96,7 @@ pub fn upgrade(
     let nranks = tcp.nranks();
     let (_, send_depth) = depths(window);
     // Scoped grants need type 2 memory windows: a device without them lends regions.
-    let scoped = opts.scoped
+    let scoped = opts.scoped.unwrap_or(!sel.device.starts_with("rxe"))
         && match ffi::MemoryWindow::new(&pd) {
             Ok(_) => true,
             Err(e) => {
