@@ -22,7 +22,8 @@
 //!   the slot's bytes become the Payload (no copy); a fresh slot is lent at once
 //! ```
 //!
-//! - **Scoped access** (`RCOLL_IB_SCOPED`, default on): slot regions have no remote key
+//! - **Scoped access** (`RCOLL_IB_SCOPED`, default on except on Soft-RoCE, see
+//!   [`Options::scoped`]): slot regions have no remote key
 //!   of their own. Each grant is a type 2 memory window bound on that peer's queue pair
 //!   only, and its key is revoked by the peer's SEND WITH INVALIDATE before this rank
 //!   reads the slot. So a peer can write only the slot it holds a credit for, only until
