@@ -928,7 +928,9 @@ impl Communicator {
                 waited,
                 blocked_on,
                 unresponsive,
+                transport: state,
             } => Error::Timeout {
+                transport: state,
                 unresponsive: unresponsive.iter().map(|r| r.0).collect(),
                 rank,
                 collective,

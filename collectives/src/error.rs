@@ -132,8 +132,9 @@ pub enum Error {
     },
     /// Nothing moved for the timeout.
     #[error(
-        "rank {rank}: {collective} #{seq} ({algorithm}): no progress for {waited:?}; waiting for {waiting_for}{}",
-        silent(unresponsive)
+        "rank {rank}: {collective} #{seq} ({algorithm}): no progress for {waited:?}; waiting for {waiting_for}{}{}",
+        silent(unresponsive),
+        state(transport)
     )]
     Timeout {
         /// The calling rank.
@@ -153,6 +154,9 @@ pub enum Error {
         /// The ranks that did not answer a liveness probe when it expired (stopped or hung:
         /// the likely cause, when the peer waited for is itself waiting).
         unresponsive: Vec<u32>,
+        /// The transport's state toward the peer waited for (credits, queues), when it has
+        /// one to tell ([`rcoll_transport::Transport::stall_report`]).
+        transport: String,
     },
     /// An earlier error made this communicator unusable.
     #[error("rank {rank}: communicator unusable after an earlier error: {first}")]
@@ -216,6 +220,14 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The end of a timeout's text naming the ranks that did not answer a liveness probe.
+fn state(transport: &str) -> String {
+    if transport.is_empty() {
+        String::new()
+    } else {
+        format!(" [transport: {transport}]")
+    }
+}
+
 fn silent(ranks: &[u32]) -> String {
     match ranks {
         [] => String::new(),

@@ -331,6 +331,14 @@ fn a_stopped_rank_fails_the_others_within_the_timeout_naming_it() {
             "rank {r} did not report the stopped rank {stopped}:\n{out}"
         );
     }
+    // A rank that timed out says what its transport held toward its peers.
+    assert!(
+        results
+            .iter()
+            .any(|(_, out)| out.contains("[transport: ") && out.contains("of its slots to write")),
+        "no timeout carried the verbs state:\n{}",
+        results[0].1
+    );
     assert!(took < Duration::from_secs(30), "took {took:?}");
     println!("a stopped rank on verbs: the others failed {took:?} after SIGSTOP");
 }

@@ -382,6 +382,13 @@ pub trait Transport: Send {
         Vec::new()
     }
 
+    /// What this endpoint knows of its exchange with `peer` (or with every peer), in one
+    /// line, for the error of a call that stalled: credits, queued work, what it owes.
+    /// Empty when there is nothing beyond what the error already says.
+    fn stall_report(&self, _peer: Option<Rank>) -> String {
+        String::new()
+    }
+
     /// Sends from caller memory that a device may still be reading (for diagnostics and
     /// tests: 0 after every call returns).
     fn borrowed_in_flight(&self) -> usize {

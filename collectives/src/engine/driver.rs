@@ -33,6 +33,8 @@ pub enum RunError {
         /// The peers that did not answer a liveness probe then (stopped or hung: the
         /// likely cause, when the rank waited on is only waiting too).
         unresponsive: Vec<rcoll_transport::Rank>,
+        /// The transport's own account of that peer ([`Transport::stall_report`]).
+        transport: String,
     },
     /// Waiting itself failed (the group was aborted or a peer closed); with what this rank
     /// was waiting for, if known.
@@ -111,9 +113,11 @@ fn pump<T: Element>(
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             let waited = now.duration_since(last_move);
+            let blocked_on = exec.blocked_on();
             return Err(RunError::Stalled {
                 waited,
-                blocked_on: exec.blocked_on(),
+                transport: io.stall_report(blocked_on.as_ref().map(|(peer, _)| *peer)),
+                blocked_on,
                 unresponsive: io.unresponsive(PROBE_TIME),
             });
         }

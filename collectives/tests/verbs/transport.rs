@@ -246,6 +246,12 @@ pub fn faulty() {
                 t.recycle(ack);
                 Fault::StaleWrite(vec![0xee; 64])
             }
+            "reinvalidate" => {
+                send(&mut t, 0, 0xab, 4096);
+                let ack = recv(&mut t, 1, 8).expect("ack");
+                t.recycle(ack);
+                Fault::StaleInvalidate
+            }
             "garbage" => Fault::Raw(other, vec![0x5a; 64]),
             "oversized" => {
                 let mut m = [0u8; HEADER];
@@ -267,7 +273,7 @@ pub fn faulty() {
         if fault == "stale" {
             assert!(e.to_string().contains("remote access"), "{e}");
         }
-    } else if fault == "stale" {
+    } else if fault == "stale" || fault == "reinvalidate" {
         let held = recv(&mut t, 0, 4096).expect("the message");
         assert!(held.as_bytes().iter().all(|&b| b == 0xab));
         send(&mut t, 1, 1, 8);
@@ -356,6 +362,44 @@ fn a_stale_credit_garbage_or_an_overrun_slot_breaks_the_pair_naming_the_peer() {
             results[1].1.contains(rank1_says),
             "{fault}: rank 1 should say {rank1_says:?}:\n{}",
             results[1].1
+        );
+    }
+}
+
+/// A peer that invalidates a window it was lent once more, after its message: a correct
+/// device refuses the request and the pair breaks, each side naming the other. Soft-RoCE
+/// (kernel 6.1, `rxe_mw.c`) dereferences NULL instead (the first invalidation left the
+/// window free with no queue pair or region), taking the receiving host's kernel down: so
+/// on rxe devices this runs only when `RCOLL_TEST_RXE_OOPS=1` asks for that, and that is
+/// why rxe lends regions by default.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_repeated_invalidation_breaks_the_pair_naming_the_peer() {
+    let rxe = rcoll::transport::verbs::device_names()
+        .unwrap_or_default()
+        .iter()
+        .any(|d| d.starts_with("rxe"));
+    if rxe && std::env::var("RCOLL_TEST_RXE_OOPS").as_deref() != Ok("1") {
+        println!("skipped on Soft-RoCE: a repeated invalidation oopses its kernel");
+        return;
+    }
+    let results = finish(
+        spawn("fault", 2, |_| {
+            vec![
+                ("RCOLL_IB_SCOPED".into(), "1".into()),
+                ("RCOLL_TEST_FAULT".into(), "reinvalidate".into()),
+                ("RCOLL_SEGMENT_BYTES".into(), (1 << 20).to_string()),
+            ]
+        }),
+        Duration::from_secs(120),
+    );
+    all_ok("reinvalidate", &results);
+    for (r, (_, out)) in results.iter().enumerate() {
+        let named = format!("{}", Rank::from(1 - r));
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("RANK-ERROR") && l.contains(&named)),
+            "rank {r} did not name its peer:\n{out}"
         );
     }
 }

@@ -253,6 +253,39 @@ impl Transport for VerbsTransport {
         )
     }
 
+    fn stall_report(&self, peer: Option<Rank>) -> String {
+        let one = |p: usize| {
+            self.peers[p].as_ref().map(|x| {
+                format!(
+                    "{}: {} of its slots to write, {} lent to it, {} owed ({} unsent), {} of \
+                     its messages held, {} send-queue places taken ({} binds)",
+                    Rank::from(p),
+                    x.credits.len(),
+                    x.advertised.len(),
+                    x.deficit,
+                    x.owed.len(),
+                    x.held,
+                    x.sends,
+                    x.binds
+                )
+            })
+        };
+        // The peer waited for, then (in small groups) the others: a stall is often a
+        // third rank's.
+        let mut order: Vec<usize> = peer.map(Rank::index).into_iter().collect();
+        if self.nranks <= 8 || peer.is_none() {
+            order.extend((0..self.nranks).filter(|&p| Some(p) != peer.map(Rank::index)));
+        }
+        let mut parts: Vec<String> = order.into_iter().filter_map(one).collect();
+        parts.push(format!(
+            "{} buffers free, {} sends in flight, slots due: {}",
+            self.free.len(),
+            self.inflight.len(),
+            self.replenish_due
+        ));
+        parts.join("; ")
+    }
+
     fn reap_borrowed(&mut self) {
         if self.borrowed.is_empty() {
             return;
@@ -509,6 +542,10 @@ pub enum Fault {
     /// Write these bytes (inline) once more into the slot this rank's last `try_send`
     /// used, with the credit it used then.
     StaleWrite(Vec<u8>),
+    /// Invalidate once more, with no data, the window of the slot this rank's last
+    /// `try_send` used (SEND WITH INVALIDATE behind a zero-length RDMA WRITE): what a
+    /// buggy or hostile peer may do with a key it was lent once.
+    StaleInvalidate,
     /// Write these bytes as a whole slot's content (header included; longer than the slot
     /// if so) into the peer's next slot, and say the message is there.
     Raw(Rank, Vec<u8>),
@@ -548,6 +585,33 @@ impl VerbsTransport {
                         Ok(true)
                     }
                     Err(e) => Err(self.broken_by(p, e)),
+                }
+            }
+            Fault::StaleInvalidate => {
+                let Some((p, credit)) = self.last_credit else {
+                    return Ok(true);
+                };
+                self.next_wr = self.next_wr.wrapping_add(1);
+                let ids = (
+                    wr(WR_WINDOW_WRITE, p, self.next_wr),
+                    wr(WR_INLINE, p, self.next_wr),
+                );
+                let Some(peer) = self.peers[p].as_mut() else {
+                    return Ok(true);
+                };
+                let note = credit.id.to_le_bytes();
+                // SAFETY: no data (a zero-length write reads no local memory); the note is
+                // inline.
+                let posted = unsafe {
+                    peer.qp
+                        .post_write_invalidate(ids, &[], credit.addr, credit.rkey, &note, true)
+                };
+                match posted {
+                    Ok(()) => {
+                        peer.sends += 2;
+                        Ok(true)
+                    }
+                    Err((e, _)) => Err(self.broken_by(p, e)),
                 }
             }
             Fault::Raw(peer, bytes) => {

@@ -115,10 +115,13 @@ pub struct Options {
     /// they invalidate with the message (`RCOLL_IB_SCOPED=1|0`): a peer can write only the
     /// slot it was lent, only once, and only from its own queue pair. Off, every slot is a
     /// region any peer of the job may write while it is registered. `None` (unset): on,
-    /// except on Soft-RoCE (`rxe*` devices), whose windows have two kernel defects (a bind
-    /// behind an unacknowledged request is executed again on retransmission; invalidating
-    /// a key twice dereferences NULL), and where windows were seen to stall under load.
-    /// Devices without type 2 windows use regions either way.
+    /// except on Soft-RoCE (`rxe*` devices), whose windows have two kernel defects: a bind
+    /// behind an unacknowledged request is executed again on retransmission (worked
+    /// around: binds go only on a queue with nothing else in flight), and a second
+    /// invalidation of a window dereferences NULL in the receiver's kernel (Linux 6.1
+    /// `rxe_do_invalidate_mw`): any peer could panic the host, which is worse than the
+    /// stale write into this job's own memory that regions allow. Devices without type 2
+    /// windows use regions either way.
     pub scoped: Option<bool>,
 }
 
