@@ -31,9 +31,13 @@ use crate::error::{Error, Result};
 pub enum TransportKind {
     /// TCP sockets.
     Tcp,
-    /// RDMA verbs (reliable connected queue pairs).
+    /// RDMA verbs (reliable connected queue pairs) between every pair of ranks.
     Verbs,
-    /// Verbs where an RDMA device is usable, TCP otherwise.
+    /// Shared memory between the ranks of each host (required: a pair that cannot map
+    /// its segments fails the setup), TCP across hosts.
+    Shm,
+    /// Shared memory between the ranks of each host where it can be set up; across hosts
+    /// verbs where every rank has a usable RDMA device, TCP otherwise.
     Auto,
 }
 
@@ -44,9 +48,10 @@ impl std::str::FromStr for TransportKind {
         match s.trim().to_ascii_lowercase().as_str() {
             "tcp" => Ok(TransportKind::Tcp),
             "verbs" | "ib" | "rdma" => Ok(TransportKind::Verbs),
+            "shm" | "sm" => Ok(TransportKind::Shm),
             "auto" => Ok(TransportKind::Auto),
             other => Err(Error::Config(format!(
-                "unknown transport {other:?} (expected tcp, verbs or auto)"
+                "unknown transport {other:?} (expected tcp, verbs, shm or auto)"
             ))),
         }
     }
@@ -227,32 +232,55 @@ impl Builder {
         };
         tracing::info!(rank = self.rank, size = self.size, root = %self.root, "joining over tcp");
         let deadline = rcoll_transport::deadline_after(config.timeout);
-        let tcp = bootstrap::connect(&opts).map_err(|source| {
+        let mut tcp = bootstrap::connect(&opts).map_err(|source| {
             tracing::warn!(%source, "bootstrap failed");
             Error::Bootstrap { source }
         })?;
-        let transport = self.choose_transport(tcp, config.segment_bytes, deadline)?;
+        let key = rcoll_transport::hosts::local_key().map_err(Error::Config)?;
+        let hosts = rcoll_transport::hosts::exchange(&mut tcp, &key, deadline)
+            .map_err(|source| Error::Bootstrap { source })?;
+        tracing::info!(rank = self.rank, hosts = %hosts.describe(), "host map");
+        let transport = self.choose_transport(tcp, hosts, config.segment_bytes, deadline)?;
         tracing::info!(
             rank = self.rank,
             size = self.size,
             transport = transport.name(),
+            details = %transport.details(),
             "communicator ready"
         );
         Ok(transport)
     }
 
-    /// TCP, or verbs when asked for (an error if any rank cannot) or when `auto` and every
-    /// rank has a usable RDMA port. All ranks take the same decision.
+    /// TCP; verbs everywhere when asked for (an error if any rank cannot); shared memory
+    /// inside hosts (`shm`, `auto`) over TCP, or over verbs when `auto` and every rank has
+    /// a usable RDMA port. All ranks take the same decision.
     fn choose_transport(
         &self,
-        tcp: tcp::TcpTransport,
+        mut tcp: tcp::TcpTransport,
+        hosts: std::sync::Arc<rcoll_transport::hosts::HostMap>,
         segment_bytes: usize,
         deadline: std::time::Instant,
     ) -> Result<Box<dyn Transport>> {
-        if self.transport == TransportKind::Tcp {
-            return Ok(Box::new(tcp));
+        use rcoll_transport::shm;
+        let bootstrap = |source| Error::Bootstrap { source };
+        let prepared = match self.transport {
+            TransportKind::Tcp => return Ok(Box::new(tcp)),
+            TransportKind::Verbs => return self.upgrade(tcp, segment_bytes, deadline),
+            TransportKind::Shm | TransportKind::Auto => {
+                let mut sopts = shm::Options::from_env(segment_bytes).map_err(Error::Config)?;
+                sopts.required = self.transport == TransportKind::Shm;
+                shm::prepare(&mut tcp, hosts, &sopts, deadline).map_err(bootstrap)?
+            }
+        };
+        let inner: Box<dyn Transport> = if self.transport == TransportKind::Shm {
+            Box::new(tcp)
+        } else {
+            self.upgrade(tcp, segment_bytes, deadline)?
+        };
+        if prepared.pairs() == 0 {
+            return Ok(inner);
         }
-        self.upgrade(tcp, segment_bytes, deadline)
+        Ok(Box::new(prepared.finish(inner).map_err(bootstrap)?))
     }
 
     fn upgrade(

@@ -6,6 +6,7 @@
 //! | in-process (ranks are threads) | [`local`] | available |
 //! | TCP on mio | [`tcp`] | available (bootstrap by rendezvous at rank 0) |
 //! | RDMA verbs (RC, WRITE with immediate) | [`verbs`] | available where libibverbs, a provider and an ACTIVE port exist (loaded at run time: nothing of rdma-core is needed to build) |
+//! | shared memory between the processes of one host, over TCP or verbs for the rest | [`shm`] | available on Linux (`/dev/shm`) |
 //!
 //! # Quick start
 //!
@@ -41,14 +42,17 @@
 //! Dropping an endpoint closes it: peers waiting for it get
 //! [`TransportError::PeerClosed`] instead of hanging.
 
-// `unsafe` is allowed in the verbs module alone (libibverbs, loaded at run time), each
-// block with a SAFETY comment; everything else, and the public API, is safe.
+// `unsafe` is allowed in the verbs module (libibverbs, loaded at run time) and in the
+// shared-memory segment module (`shm::segment`: the mappings) alone, each block with a
+// SAFETY comment; everything else, and the public API, is safe.
 #![deny(unsafe_code)]
 
 pub mod error;
+pub mod hosts;
 pub mod interface;
 pub mod launcher;
 pub mod local;
+pub mod shm;
 pub mod tcp;
 pub mod transport;
 pub mod types;

@@ -41,6 +41,18 @@ pub struct Payload {
     end: usize,
     /// Where the storage goes if the payload is dropped (lent by a transport).
     home: Option<Returns>,
+    /// The message's bytes when they live elsewhere (a shared-memory slot): `bytes` is
+    /// then empty and `head..end` indexes these.
+    foreign: Option<Box<dyn Foreign>>,
+}
+
+/// Message bytes that a payload does not own: a slot of a shared-memory ring, given back
+/// to its sender when dropped.
+pub(crate) trait Foreign: Send + std::fmt::Debug {
+    /// The message.
+    fn bytes(&self) -> &[u8];
+    /// The message, to write (reduce into).
+    fn bytes_mut(&mut self) -> &mut [u8];
 }
 
 /// A transport's queue of lent storage that came back by being dropped.
@@ -70,7 +82,24 @@ impl Payload {
             head: 0,
             end: len,
             home: None,
+            foreign: None,
         }
+    }
+
+    /// A payload whose bytes are `foreign`'s.
+    pub(crate) fn foreign(foreign: Box<dyn Foreign>) -> Payload {
+        Payload {
+            bytes: Vec::new(),
+            head: 0,
+            end: foreign.bytes().len(),
+            home: None,
+            foreign: Some(foreign),
+        }
+    }
+
+    /// Whether the bytes live outside the payload (see [`Payload::foreign`]).
+    pub(crate) fn is_foreign(&self) -> bool {
+        self.foreign.is_some()
     }
 
     /// A payload of `len` bytes after `head` bytes of transport header, in `storage`.
@@ -83,6 +112,7 @@ impl Payload {
             head,
             end: head + len,
             home: None,
+            foreign: None,
         }
     }
 
@@ -96,12 +126,16 @@ impl Payload {
             head: head.min(end),
             end,
             home: Some(home.clone()),
+            foreign: None,
         }
     }
 
     /// Header room and message together (see [`Payload::with_head`]).
     pub(crate) fn framed_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes[..self.end]
+        match &mut self.foreign {
+            Some(f) => f.bytes_mut(),
+            None => &mut self.bytes[..self.end],
+        }
     }
 
     /// The header room in front of the message.
@@ -121,16 +155,26 @@ impl Payload {
 
     /// The message bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[self.head..self.end]
+        match &self.foreign {
+            Some(f) => f.bytes(),
+            None => &self.bytes[self.head..self.end],
+        }
     }
 
     /// The message bytes, to fill or to reduce into in place.
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
-        &mut self.bytes[self.head..self.end]
+        match &mut self.foreign {
+            Some(f) => f.bytes_mut(),
+            None => &mut self.bytes[self.head..self.end],
+        }
     }
 
-    /// The allocation (header room included), for a transport's pool.
+    /// The allocation (header room included), for a transport's pool; a copy of the
+    /// message if its bytes live elsewhere (which go back where they came from).
     pub fn into_storage(mut self) -> Vec<u8> {
+        if let Some(f) = self.foreign.take() {
+            return f.bytes().to_vec();
+        }
         self.home = None;
         std::mem::take(&mut self.bytes)
     }
@@ -387,6 +431,27 @@ pub trait Transport: Send {
     /// Empty when there is nothing beyond what the error already says.
     fn stall_report(&self, _peer: Option<Rank>) -> String {
         String::new()
+    }
+
+    /// The group's state as the control plane knows it, without blocking: an error if the
+    /// group was aborted or this endpoint failed, or if `peer` (when given) is gone (its
+    /// process died or closed). A layer that carries some peers itself (shared memory,
+    /// over TCP or verbs) asks the transport beneath it. Backends without a control plane
+    /// answer `Ok`.
+    fn control_check(&mut self, _peer: Option<Rank>) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    /// Makes [`Transport::wait`] also return when `fd` becomes readable (a layer above
+    /// waits for its own events this way). `Unsupported` where the backend does not block
+    /// on file descriptors. The fd must stay open while the transport lives.
+    fn watch_fd(&mut self, _fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+    }
+
+    /// Where every rank of the group runs, when the bootstrap learnt it.
+    fn hosts(&self) -> Option<Arc<crate::hosts::HostMap>> {
+        None
     }
 
     /// Sends from caller memory that a device may still be reading (for diagnostics and

@@ -12,6 +12,7 @@
 //! Connections are set up by [`bootstrap`].
 
 pub mod bootstrap;
+pub(crate) mod control;
 pub mod frame;
 
 use std::collections::{HashMap, VecDeque};
@@ -83,9 +84,16 @@ pub struct TcpTransport {
     /// Peers that answered this rank's pings.
     ponged: Vec<bool>,
     broken: Option<TransportError>,
+    /// Where every rank runs (see [`crate::hosts::exchange`]), once known.
+    hosts: Option<std::sync::Arc<crate::hosts::HostMap>>,
 }
 
 impl TcpTransport {
+    /// Records where every rank runs.
+    pub(crate) fn set_hosts(&mut self, hosts: std::sync::Arc<crate::hosts::HostMap>) {
+        self.hosts = Some(hosts);
+    }
+
     /// Wraps connected streams, `streams[r]` for every peer `r` (`None` for this rank).
     pub(crate) fn new(
         rank: Rank,
@@ -139,6 +147,7 @@ impl TcpTransport {
             draining: false,
             ponged: Vec::new(),
             broken: None,
+            hosts: None,
         })
     }
 
@@ -226,9 +235,9 @@ impl TcpTransport {
                     front.written += n;
                     if front.written == total {
                         if let Some(done) = peer.queue.pop_front() {
-                            let storage = done.payload.into_storage();
-                            if self.pool.len() < POOL_BUFFERS {
-                                self.pool.push(storage);
+                            // A shared-memory slot goes back to its sender (dropped).
+                            if !done.payload.is_foreign() && self.pool.len() < POOL_BUFFERS {
+                                self.pool.push(done.payload.into_storage());
                             }
                         }
                     }
@@ -398,7 +407,7 @@ impl TcpTransport {
 
     /// Makes [`Transport::wait`] also wake when `fd` becomes readable (a verbs completion
     /// channel). The fd must stay open while this transport lives.
-    pub(crate) fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> io::Result<()> {
+    pub(crate) fn register_fd(&mut self, fd: std::os::fd::RawFd) -> io::Result<()> {
         self.poll.registry().register(
             &mut mio::unix::SourceFd(&fd),
             Token(usize::MAX - 1),
@@ -453,6 +462,22 @@ fn deliver(
 impl Transport for TcpTransport {
     fn name(&self) -> &'static str {
         "tcp"
+    }
+
+    fn control_check(&mut self, peer: Option<Rank>) -> Result<(), TransportError> {
+        self.control()?;
+        match peer.and_then(|p| self.peer_gone(p)) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> io::Result<()> {
+        self.register_fd(fd)
+    }
+
+    fn hosts(&self) -> Option<std::sync::Arc<crate::hosts::HostMap>> {
+        self.hosts.clone()
     }
 
     fn rank(&self) -> Rank {
@@ -604,7 +629,7 @@ impl Transport for TcpTransport {
     }
 
     fn recycle(&mut self, payload: Payload) {
-        if self.pool.len() < POOL_BUFFERS {
+        if !payload.is_foreign() && self.pool.len() < POOL_BUFFERS {
             self.pool.push(payload.into_storage());
         }
     }

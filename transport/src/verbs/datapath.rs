@@ -238,6 +238,23 @@ impl Transport for VerbsTransport {
         Some(self)
     }
 
+    fn control_check(&mut self, peer: Option<Rank>) -> Result<(), TransportError> {
+        self.check()?;
+        self.control(true)?;
+        match peer.and_then(|p| self.tcp.peer_gone(p)) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        self.tcp.register_fd(fd)
+    }
+
+    fn hosts(&self) -> Option<std::sync::Arc<crate::hosts::HostMap>> {
+        self.tcp.hosts()
+    }
+
     fn details(&self) -> String {
         let s = &self.selection;
         format!(

@@ -15,9 +15,10 @@ use super::wire::CREDIT_BYTES;
 use super::wire::{wr, Endpoint, HELLO, WR_HELLO};
 use super::{choose, Options, Peer, Selection, VerbsError, VerbsTransport, CTRL_BYTES};
 use crate::error::TransportError;
+use crate::tcp::control::Exchange;
 use crate::tcp::{bootstrap, TcpTransport};
-use crate::transport::{Payload, Transport};
-use crate::types::{Rank, Tag};
+use crate::transport::Transport;
+use crate::types::Rank;
 
 /// Tells every rank whether this one can use verbs and learns the same from them: the
 /// ranks that cannot (empty: the whole group can upgrade). Every rank must call it.
@@ -32,29 +33,23 @@ pub fn agree(
         .filter(|&r| r != me)
         .collect();
     for &p in &others {
-        send_control(tcp, p, endpoint_tag(2), &[u8::from(usable)], deadline)?;
+        tcp.send_control(p, Exchange::VerbsUsable, &[u8::from(usable)], deadline)?;
     }
     let mut without: Vec<Rank> = Vec::new();
     if !usable {
         without.push(me);
     }
     for &p in &others {
-        if recv_control(tcp, p, endpoint_tag(2), deadline)?.first() != Some(&1) {
+        if tcp
+            .recv_control(p, Exchange::VerbsUsable, deadline)?
+            .first()
+            != Some(&1)
+        {
             without.push(p);
         }
     }
     without.sort();
     Ok(without)
-}
-
-fn endpoint_tag(step: u32) -> Tag {
-    Tag {
-        collective: 0xffff_fff0,
-        channel: 0,
-        transfer: step,
-        segment: 0,
-        schedule: 0,
-    }
 }
 
 /// Joins the group over TCP ([`bootstrap::connect`]), then connects every pair with
@@ -195,13 +190,14 @@ fn open_device(
     let cq_entries = ((nranks.max(2) - 1) as i64 * i64::from(recv_depth + send_depth))
         .clamp(16, i64::from(dev.max_cqe.max(16))) as i32;
     let cq = CompletionQueue::new(&ctx, &channel, cq_entries).map_err(verr(None))?;
-    tcp.watch_fd(cq.fd()).map_err(|e| TransportError::Verbs {
-        rank,
-        peer: None,
-        verb: "epoll_ctl",
-        errno: e.raw_os_error().unwrap_or(0),
-        message: format!("cannot watch the completion channel: {e}"),
-    })?;
+    tcp.register_fd(cq.fd())
+        .map_err(|e| TransportError::Verbs {
+            rank,
+            peer: None,
+            verb: "epoll_ctl",
+            errno: e.raw_os_error().unwrap_or(0),
+            message: format!("cannot watch the completion channel: {e}"),
+        })?;
     Ok((pd, channel, cq))
 }
 
@@ -263,16 +259,17 @@ fn connect_peers(
     // Exchange endpoints over TCP.
     let others: Vec<usize> = (0..nranks).filter(|&p| p != rank.index()).collect();
     for (p, ep) in others.iter().zip(&mine) {
-        send_control(
-            &mut t.tcp,
+        t.tcp.send_control(
             Rank::from(*p),
-            endpoint_tag(0),
+            Exchange::VerbsEndpoint,
             &ep.encode(),
             deadline,
         )?;
     }
     for &p in &others {
-        let bytes = recv_control(&mut t.tcp, Rank::from(p), endpoint_tag(0), deadline)?;
+        let bytes = t
+            .tcp
+            .recv_control(Rank::from(p), Exchange::VerbsEndpoint, deadline)?;
         let ep = Endpoint::decode(&bytes).ok_or_else(|| TransportError::Bootstrap {
             rank,
             reason: format!("malformed verbs endpoint from {}", Rank::from(p)),
@@ -330,16 +327,12 @@ fn connect_peers(
     }
     // Everyone's receives are posted before anyone writes; then check the path works.
     for &p in &others {
-        send_control(
-            &mut t.tcp,
-            Rank::from(p),
-            endpoint_tag(1),
-            b"ready",
-            deadline,
-        )?;
+        t.tcp
+            .send_control(Rank::from(p), Exchange::VerbsReady, b"ready", deadline)?;
     }
     for &p in &others {
-        recv_control(&mut t.tcp, Rank::from(p), endpoint_tag(1), deadline)?;
+        t.tcp
+            .recv_control(Rank::from(p), Exchange::VerbsReady, deadline)?;
     }
     if t.scoped {
         // Every peer's receives are posted: bind and lend the first windows.
@@ -413,62 +406,4 @@ fn connect_peers(
         "verbs queue pairs connected"
     );
     Ok(())
-}
-
-fn send_control(
-    tcp: &mut TcpTransport,
-    peer: Rank,
-    tag: Tag,
-    data: &[u8],
-    deadline: Instant,
-) -> Result<(), TransportError> {
-    while !tcp.try_send_slice(peer, tag, data)? {
-        if Instant::now() >= deadline {
-            return Err(TransportError::Timeout {
-                rank: tcp.rank(),
-                peer,
-                what: "sending the verbs endpoint".into(),
-                waited: Duration::ZERO,
-            });
-        }
-        tcp.wait(deadline)?;
-    }
-    Ok(())
-}
-
-fn recv_control(
-    tcp: &mut TcpTransport,
-    peer: Rank,
-    tag: Tag,
-    deadline: Instant,
-) -> Result<Vec<u8>, TransportError> {
-    let start = Instant::now();
-    loop {
-        // The length is not known in advance: take whatever arrived under the tag.
-        match tcp.take_any(peer, tag) {
-            Some(p) => return Ok(p.as_bytes().to_vec()),
-            None => {
-                if let Some(e) = tcp.peer_gone(peer) {
-                    return Err(e);
-                }
-            }
-        }
-        if Instant::now() >= deadline {
-            return Err(TransportError::Timeout {
-                rank: tcp.rank(),
-                peer,
-                what: "the peer's verbs endpoint".into(),
-                waited: start.elapsed(),
-            });
-        }
-        tcp.wait(deadline)?;
-    }
-}
-
-impl TcpTransport {
-    /// Takes the message `tag` from `peer` whatever its length (control messages).
-    fn take_any(&mut self, peer: Rank, tag: Tag) -> Option<Payload> {
-        let _ = self.control();
-        self.take_unchecked(peer, tag)
-    }
 }

@@ -1,0 +1,988 @@
+//! Shared memory between the ranks of one host, layered on the transport that carries
+//! the rest of the group (TCP or verbs): per pair, whichever reaches the peer best.
+//!
+//! # Data path
+//!
+//! Every rank owns a segment in `/dev/shm` holding one ring per local peer that sends to
+//! it ([`segment`] has the layout). A message to a local peer is copied once, from the
+//! caller's memory or a payload, into a free slot of that peer's ring; the receiver lends
+//! the slot itself to the engine (a [`Payload`] over the shared bytes: it copies or
+//! reduces straight out of it) and the slot goes back when the payload is dropped,
+//! recycled or forwarded. So a byte crosses memory once between the two ranks, like
+//! Open MPI's copy-in/copy-out path, with no system call on the way while both sides
+//! are awake.
+//!
+//! # Waiting
+//!
+//! A rank that finds nothing spins briefly on the rings' counters, then sets the
+//! `sleeping` flag of its segment, checks once more, and blocks in the transport beneath
+//! (its `wait` wakes on the control connections and on a datagram socket in the abstract
+//! namespace, this rank's doorbell). A peer that publishes a message or gives a slot back
+//! clears the flag and, if it was set, sends the doorbell one byte. Both sides order flag
+//! and counter with sequentially consistent operations, so no wake-up is lost.
+//!
+//! # Setup and cleanup
+//!
+//! After the host map is known ([`crate::hosts`]), each rank creates its segment (mode
+//! 0600, a random name, memory reserved with `posix_fallocate` so a full `/dev/shm` is an
+//! error at setup rather than SIGBUS later), sends each local peer its name over the
+//! control connection, maps theirs, and says so; the segment is unlinked as soon as every
+//! local peer answered, so nothing is left in `/dev/shm` by a rank that crashes later. A
+//! pair that could not map each other's segment falls back to the transport beneath
+//! (or fails the setup, naming the peer, when shared memory was required).
+//!
+//! # Failures
+//!
+//! Liveness is the control plane's: a local peer that dies closes its connection, and a
+//! rank that finds nothing from it (or no room toward it) asks the transport beneath
+//! ([`Transport::control_check`]), at most every millisecond. A stopped peer is found by
+//! the liveness probe when a call stalls ([`Transport::unresponsive`]). A peer that
+//! writes nonsense into its ring (a slot out of range or lent twice, a length past the
+//! slot) is a protocol error naming it.
+
+#[allow(unsafe_code)]
+mod segment;
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::TransportError;
+use crate::hosts::HostMap;
+use crate::tcp::control::Exchange;
+use crate::tcp::TcpTransport;
+use crate::transport::{
+    check_arrival, stale_in, Foreign, Payload, Registered, SendState, Transport,
+};
+use crate::types::{Rank, Tag, TagKey};
+use segment::{InRing, Lease, OutRing, Refused, Segment, Shape};
+
+pub use segment::Shape as SegmentShape;
+
+/// Default slots per ring (messages in flight from one peer).
+pub const DEFAULT_SLOTS: usize = 8;
+
+/// Default bytes of shared memory one rank's segment may take, all rings together: past
+/// it, rings get fewer slots (at least 2).
+pub const DEFAULT_SEGMENT_BUDGET: usize = 64 << 20;
+
+/// Default busy-wait before blocking.
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+/// Bytes of one peer's messages this rank copies out of its ring to free slots while the
+/// engine waits for others; past it the peer waits for slots.
+const HEAP_CAP: usize = 64 << 20;
+
+/// Name prefix of every segment (cleanup scripts and tests look for it).
+pub const PREFIX: &str = "rcoll-";
+
+/// Tunables of the shared-memory backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Largest message (the communicator's segment size).
+    pub slot_bytes: usize,
+    /// Slots per ring (`RCOLL_SHM_SLOTS`); `None`: [`DEFAULT_SLOTS`], fewer when the
+    /// host has so many ranks that the segment would pass [`DEFAULT_SEGMENT_BUDGET`].
+    pub slots: Option<usize>,
+    /// How long a wait spins before blocking (`RCOLL_SHM_SPIN_US`).
+    pub spin: Duration,
+    /// Where segments are created (`RCOLL_SHM_DIR`, default `/dev/shm`).
+    pub dir: PathBuf,
+    /// Whether a pair that cannot share memory fails the setup (`RCOLL_TRANSPORT=shm`)
+    /// rather than fall back to the transport beneath.
+    pub required: bool,
+}
+
+impl Options {
+    /// Defaults for messages up to `slot_bytes`, with the `RCOLL_SHM_*` overrides.
+    pub fn from_env(slot_bytes: usize) -> Result<Options, String> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let slots = match var("RCOLL_SHM_SLOTS") {
+            Some(v) => Some(
+                v.trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (2..=1024).contains(n))
+                    .ok_or_else(|| format!("RCOLL_SHM_SLOTS={v:?} is not a number in 2..=1024"))?,
+            ),
+            None => None,
+        };
+        let spin =
+            match var("RCOLL_SHM_SPIN_US") {
+                Some(v) => Duration::from_micros(v.trim().parse().map_err(|_| {
+                    format!("RCOLL_SHM_SPIN_US={v:?} is not a number of microseconds")
+                })?),
+                None => DEFAULT_SPIN,
+            };
+        Ok(Options {
+            slot_bytes: slot_bytes.max(64),
+            slots,
+            spin,
+            dir: var("RCOLL_SHM_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/dev/shm")),
+            required: false,
+        })
+    }
+
+    /// The shape of a segment for `peers` local peers.
+    fn shape(&self, peers: usize) -> Shape {
+        let per_slot = self.slot_bytes + segment::SLOT_HEADER + segment::LINE;
+        let slots = self.slots.unwrap_or_else(|| {
+            (DEFAULT_SEGMENT_BUDGET / (per_slot * peers.max(1))).clamp(2, DEFAULT_SLOTS)
+        });
+        Shape {
+            rings: peers,
+            slots,
+            slot_bytes: self.slot_bytes,
+        }
+    }
+}
+
+/// This rank's segment and doorbell, made and announced, with its peers' segments mapped:
+/// what [`prepare`] returns and [`Prepared::finish`] layers on the transport beneath.
+pub struct Prepared {
+    rank: Rank,
+    hosts: Arc<HostMap>,
+    opts: Options,
+    mine: Option<Arc<Segment>>,
+    bell: Option<UnixDatagram>,
+    /// Per peer: its segment and doorbell, when the pair shares memory both ways.
+    peers: Vec<Option<PeerSegment>>,
+}
+
+struct PeerSegment {
+    seg: Arc<Segment>,
+    bell: SocketAddr,
+    /// This rank's ring in the peer's segment; the peer's ring in this rank's is at the
+    /// peer's index among this rank's local peers.
+    ring_there: usize,
+    ring_here: usize,
+}
+
+impl Prepared {
+    /// How many local peers this rank shares memory with.
+    pub fn pairs(&self) -> usize {
+        self.peers.iter().flatten().count()
+    }
+
+    /// Layers the shared-memory pairs on `inner`, which carries every other pair and the
+    /// control plane. `inner` must be the transport of the same group (built on the same
+    /// connections as the [`TcpTransport`] given to [`prepare`]).
+    pub fn finish(self, mut inner: Box<dyn Transport>) -> Result<ShmTransport, TransportError> {
+        let me = self.rank;
+        let fail = |what: &str, e: std::io::Error| TransportError::Bootstrap {
+            rank: me,
+            reason: format!("shared memory: {what}: {e}"),
+        };
+        let (Some(mine), Some(bell)) = (self.mine, self.bell) else {
+            return Err(TransportError::Bootstrap {
+                rank: me,
+                reason: "shared memory: no segment to layer".into(),
+            });
+        };
+        let ringer = Arc::new(UnixDatagram::unbound().map_err(|e| fail("a socket", e))?);
+        ringer
+            .set_nonblocking(true)
+            .map_err(|e| fail("a socket", e))?;
+        // Wake-ups come through the transport beneath when it can watch the doorbell;
+        // otherwise waits poll it every millisecond.
+        let bell_watched = inner.watch_fd(bell.as_raw_fd()).is_ok();
+        let mut links: Vec<Option<Link>> = Vec::with_capacity(self.peers.len());
+        for p in self.peers {
+            links.push(p.map(|p| {
+                let peer_seg = Arc::clone(&p.seg);
+                let ringer = Arc::clone(&ringer);
+                let addr = p.bell;
+                let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+                    if peer_seg.sleeping().swap(0, Ordering::SeqCst) == 1 {
+                        // Full or gone: either way nothing more to do (a full queue
+                        // already holds a wake-up; a dead peer is the control plane's).
+                        let _ = ringer.send_to_addr(&[1], &addr);
+                    }
+                });
+                Link {
+                    inbox: InRing::new(Arc::clone(&mine), p.ring_here),
+                    outbox: OutRing::new(p.seg, p.ring_there),
+                    wake,
+                    copied: 0,
+                }
+            }));
+        }
+        let remote = (0..links.len()).any(|r| r != me.index() && links[r].is_none());
+        let name = match (remote, inner.name()) {
+            (false, _) => "shm",
+            (true, "verbs") => "shm+verbs",
+            (true, _) => "shm+tcp",
+        };
+        Ok(ShmTransport {
+            rank: me,
+            nranks: links.len(),
+            slot_bytes: self.opts.slot_bytes,
+            spin: self.opts.spin,
+            hosts: self.hosts,
+            links,
+            mine,
+            bell,
+            bell_watched,
+            arrived: HashMap::new(),
+            seen: 0,
+            broken: None,
+            last_control: Instant::now(),
+            name,
+            inner,
+        })
+    }
+}
+
+/// Makes this rank's segment, exchanges segments with its local peers over `tcp`, and
+/// maps theirs. Every rank of the group must call it (ranks alone on their host too:
+/// they exchange nothing). Segments are unlinked before this returns.
+pub fn prepare(
+    tcp: &mut TcpTransport,
+    hosts: Arc<HostMap>,
+    opts: &Options,
+    deadline: Instant,
+) -> Result<Prepared, TransportError> {
+    let me = tcp.rank();
+    let local: Vec<Rank> = hosts.neighbours(me).collect();
+    let shape = opts.shape(local.len());
+    let mut prepared = Prepared {
+        rank: me,
+        hosts: Arc::clone(&hosts),
+        opts: opts.clone(),
+        mine: None,
+        bell: None,
+        peers: (0..hosts.nranks()).map(|_| None).collect(),
+    };
+    if local.is_empty() {
+        return Ok(prepared);
+    }
+    // This rank's segment and doorbell, or why not (told to the peers in their place).
+    let made = make_segment(&opts.dir, shape).and_then(|(file, path, seg)| {
+        let (bell, bell_name) = make_bell()?;
+        Ok((file, path, seg, bell, bell_name))
+    });
+    let (announce, ours) = match made {
+        Ok((file, path, seg, bell, bell_name)) => (
+            Ok(format!(
+                "{}\n{bell_name}\n{}\n{}\n{}",
+                path.display(),
+                shape.rings,
+                shape.slots,
+                shape.slot_bytes
+            )),
+            Some((file, path, seg, bell)),
+        ),
+        Err(e) => (Err(e.to_string()), None),
+    };
+    let message = match &announce {
+        Ok(a) => format!("ok\n{a}"),
+        Err(e) => format!("error\n{e}"),
+    };
+    // From here on this rank's file must go whatever happens.
+    let unlink = Unlink(ours.as_ref().map(|(_, path, _, _)| path.clone()));
+    let theirs =
+        tcp.exchange_control(&local, Exchange::ShmSegment, message.as_bytes(), deadline)?;
+    // Map each peer's segment: this rank's ring there is its index among the peer's local
+    // peers.
+    let mut mapped: Vec<Result<PeerSegment, String>> = Vec::with_capacity(local.len());
+    for (&p, bytes) in local.iter().zip(theirs) {
+        let ring_there = hosts.neighbours(p).position(|r| r == me).unwrap_or(0);
+        let ring_here = local.iter().position(|&r| r == p).unwrap_or(0);
+        mapped.push(
+            open_peer(&opts.dir, &bytes, ring_there)
+                .map(|(seg, bell)| PeerSegment {
+                    seg,
+                    bell,
+                    ring_there,
+                    ring_here,
+                })
+                .map_err(|e| format!("{p}'s segment: {e}")),
+        );
+    }
+    let answers: Vec<String> = mapped
+        .iter()
+        .map(|m| match m {
+            Ok(_) => "mapped".to_owned(),
+            Err(e) => e.clone(),
+        })
+        .collect();
+    for (&p, answer) in local.iter().zip(&answers) {
+        tcp.send_control(p, Exchange::ShmMapped, answer.as_bytes(), deadline)?;
+    }
+    let mut acks = Vec::with_capacity(local.len());
+    for &p in &local {
+        acks.push(tcp.recv_control(p, Exchange::ShmMapped, deadline)?);
+    }
+    drop(unlink);
+    let mut refused: Vec<String> = Vec::new();
+    if let Err(e) = &announce {
+        refused.push(format!("this rank's segment: {e}"));
+    }
+    for ((&p, m), ack) in local.iter().zip(mapped).zip(acks) {
+        match (m, ack.as_slice()) {
+            (Ok(peer), b"mapped") if ours.is_some() => prepared.peers[p.index()] = Some(peer),
+            (Ok(_), b"mapped") => {}
+            (Ok(_), other) => refused.push(format!(
+                "{p} could not map this rank's segment: {}",
+                String::from_utf8_lossy(other)
+            )),
+            (Err(e), _) => refused.push(e),
+        }
+    }
+    if !refused.is_empty() {
+        let reason = format!(
+            "shared memory with local peers failed: {}{}",
+            refused.join("; "),
+            if opts.dir == Path::new("/dev/shm") {
+                " (a container's /dev/shm is often 64 MiB: `--shm-size`, or fewer slots with \
+                 RCOLL_SHM_SLOTS)"
+            } else {
+                ""
+            }
+        );
+        if opts.required {
+            return Err(TransportError::Bootstrap { rank: me, reason });
+        }
+        tracing::warn!(rank = %me, %reason, "those pairs stay on the network transport");
+    }
+    if let Some((_file, _path, seg, bell)) = ours {
+        seg.prefault();
+        prepared.mine = Some(seg);
+        prepared.bell = Some(bell);
+    }
+    Ok(prepared)
+}
+
+/// Removes a segment's file when dropped.
+struct Unlink(Option<PathBuf>);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn make_segment(dir: &Path, shape: Shape) -> std::io::Result<(File, PathBuf, Arc<Segment>)> {
+    let bytes = shape.bytes().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "segment too large")
+    })?;
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let path = dir.join(format!(
+        "{PREFIX}{}-{:016x}",
+        std::process::id(),
+        u64::from_le_bytes(random)
+    ));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display())))?;
+    let made = (|| {
+        file.set_len(bytes as u64)?;
+        segment::allocate(&file, bytes).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("reserving {bytes} bytes in {}: {e}", dir.display()),
+            )
+        })?;
+        Segment::create(&file, shape)
+    })();
+    match made {
+        Ok(seg) => Ok((file, path, Arc::new(seg))),
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            Err(e)
+        }
+    }
+}
+
+fn make_bell() -> std::io::Result<(UnixDatagram, String)> {
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let name = format!(
+        "{PREFIX}bell-{}-{:016x}",
+        std::process::id(),
+        u64::from_le_bytes(random)
+    );
+    let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
+    let bell = UnixDatagram::bind_addr(&addr)?;
+    bell.set_nonblocking(true)?;
+    Ok((bell, name))
+}
+
+/// Maps the segment a peer announced (`ok`, path, bell, rings, slots, slot bytes), after
+/// checking that it is one: a file of this job's kind in the segment directory, owned by
+/// this user, of exactly the announced shape, with the magic in its header. A peer that
+/// announced a failure is refused with its reason.
+fn open_peer(
+    dir: &Path,
+    announced: &[u8],
+    ring: usize,
+) -> Result<(Arc<Segment>, SocketAddr), String> {
+    let text = std::str::from_utf8(announced).map_err(|_| "not text".to_owned())?;
+    let mut lines = text.lines();
+    match lines.next() {
+        Some("ok") => {}
+        Some("error") => return Err(lines.collect::<Vec<_>>().join(" ")),
+        _ => return Err("a malformed announcement".into()),
+    }
+    let mut field = || {
+        lines
+            .next()
+            .ok_or_else(|| "a truncated announcement".to_owned())
+    };
+    let path = PathBuf::from(field()?);
+    let bell = field()?.to_owned();
+    let mut number = || -> Result<usize, String> {
+        field()?
+            .parse()
+            .map_err(|_| "a malformed announcement".to_owned())
+    };
+    let shape = Shape {
+        rings: number()?,
+        slots: number()?,
+        slot_bytes: number()?,
+    };
+    let named_ok = path.parent() == Some(dir)
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(PREFIX) && !n.contains('/'));
+    if !named_ok {
+        return Err(format!(
+            "{} is not a segment in {}",
+            path.display(),
+            dir.display()
+        ));
+    }
+    if ring >= shape.rings || shape.slots == 0 || shape.slots > 1024 {
+        return Err(format!("an impossible shape {shape:?}"));
+    }
+    let bytes = shape.bytes().ok_or("a shape past the address space")?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    // SAFETY-free check of ownership: a file of another user is not this job's.
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(meta.uid());
+    if !meta.file_type().is_file() || meta.uid() != uid || meta.len() != bytes as u64 {
+        return Err(format!(
+            "{} is not a segment of this user of {bytes} bytes",
+            path.display()
+        ));
+    }
+    let seg = Segment::open(&file, shape).map_err(|e| format!("{}: {e}", path.display()))?;
+    let addr = SocketAddr::from_abstract_name(bell.as_bytes()).map_err(|e| e.to_string())?;
+    Ok((Arc::new(seg), addr))
+}
+
+/// A local peer: its messages in this rank's segment, this rank's in its.
+struct Link {
+    inbox: InRing,
+    outbox: OutRing,
+    /// Wakes the peer if it sleeps (after a message to it, or a slot given back).
+    wake: Arc<dyn Fn() + Send + Sync>,
+    /// Bytes of its messages copied out of the ring and not yet taken.
+    copied: usize,
+}
+
+impl Foreign for Lease {
+    fn bytes(&self) -> &[u8] {
+        Lease::bytes(self)
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        Lease::bytes_mut(self)
+    }
+}
+
+/// A message that arrived: its tag, its bytes, and whether they were copied out of the
+/// ring (counted in the link's `copied`).
+type Arrived = (Payload, bool);
+
+/// One rank's endpoint: shared memory with the ranks of its host, `inner` with the rest.
+/// Built by [`prepare`] and [`Prepared::finish`].
+pub struct ShmTransport {
+    rank: Rank,
+    nranks: usize,
+    /// The transport beneath: other hosts, and the control plane for every peer.
+    inner: Box<dyn Transport>,
+    hosts: Arc<HostMap>,
+    links: Vec<Option<Link>>,
+    mine: Arc<Segment>,
+    bell: UnixDatagram,
+    bell_watched: bool,
+    arrived: HashMap<(Rank, TagKey), (Tag, Arrived)>,
+    /// The rings' counters when this rank last looked and found nothing.
+    seen: u64,
+    broken: Option<TransportError>,
+    last_control: Instant,
+    slot_bytes: usize,
+    spin: Duration,
+    name: &'static str,
+}
+
+fn tag_words(tag: Tag) -> [u64; 5] {
+    [
+        u64::from(tag.collective),
+        u64::from(tag.channel),
+        u64::from(tag.transfer),
+        u64::from(tag.segment),
+        u64::from(tag.schedule),
+    ]
+}
+
+fn tag_of(words: [u64; 5]) -> Option<Tag> {
+    Some(Tag {
+        collective: u32::try_from(words[0]).ok()?,
+        channel: u16::try_from(words[1]).ok()?,
+        transfer: u32::try_from(words[2]).ok()?,
+        segment: u32::try_from(words[3]).ok()?,
+        schedule: u32::try_from(words[4]).ok()?,
+    })
+}
+
+impl ShmTransport {
+    /// The transport beneath (other hosts, control plane).
+    pub fn inner_mut(&mut self) -> &mut dyn Transport {
+        &mut *self.inner
+    }
+
+    /// Whether `peer` is reached through shared memory.
+    pub fn shares_memory_with(&self, peer: Rank) -> bool {
+        matches!(self.links.get(peer.index()), Some(Some(_)))
+    }
+
+    fn check(&self) -> Result<(), TransportError> {
+        match &self.broken {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, e: TransportError) -> TransportError {
+        if self.broken.is_none() {
+            tracing::warn!(error = %e, "shared memory transport failed");
+            self.broken = Some(e.clone());
+        }
+        e
+    }
+
+    /// The control plane's word on `peer`, asked at most every millisecond.
+    fn control(&mut self, peer: Option<Rank>, force: bool) -> Result<(), TransportError> {
+        if force || self.last_control.elapsed() >= Duration::from_millis(1) {
+            self.last_control = Instant::now();
+            self.inner.control_check(peer)?;
+        }
+        Ok(())
+    }
+
+    /// The rings' counters together: they change whenever a message arrives or a slot
+    /// comes back.
+    fn generation(&self) -> u64 {
+        self.links.iter().flatten().fold(0u64, |g, l| {
+            g.wrapping_add(l.inbox.head())
+                .wrapping_add(l.outbox.released())
+        })
+    }
+
+    /// Takes every published message off every ring into the arrival map (the trait's
+    /// promise: credits never depend on the tag this rank waits for). Slots stay lent to
+    /// the payloads, except past half a ring held, where messages are copied out so the
+    /// sender keeps slots; past [`HEAP_CAP`] copied, the sender waits.
+    fn drain(&mut self) -> Result<(), TransportError> {
+        for p in 0..self.links.len() {
+            let Some(link) = self.links[p].as_mut() else {
+                continue;
+            };
+            let half = (self.mine.shape().slots / 2).max(1);
+            loop {
+                if link.inbox.lent() >= half && link.copied >= HEAP_CAP {
+                    break;
+                }
+                let Some(next) = link.inbox.take(Arc::clone(&link.wake)) else {
+                    break;
+                };
+                let peer = Rank::from(p);
+                let (header, lease) = match next {
+                    Ok(m) => m,
+                    Err(why) => {
+                        let reason = match why {
+                            Refused::NoSuchSlot(n) => {
+                                format!("published slot {n}, which does not exist")
+                            }
+                            Refused::SlotLent(n) => {
+                                format!("published slot {n} while this rank still held it")
+                            }
+                            Refused::TooLong(n) => format!(
+                                "wrote a {n}-byte message into a slot of {} bytes",
+                                self.slot_bytes
+                            ),
+                            Refused::Overrun(n) => format!(
+                                "published {n} messages into a ring of {} slots",
+                                self.mine.shape().slots
+                            ),
+                        };
+                        let e = TransportError::Protocol {
+                            rank: self.rank,
+                            peer,
+                            reason,
+                        };
+                        return Err(self.fail(e));
+                    }
+                };
+                let Some(tag) = tag_of(header.tag) else {
+                    let e = TransportError::Protocol {
+                        rank: self.rank,
+                        peer,
+                        reason: format!("wrote a malformed tag {:x?}", header.tag),
+                    };
+                    return Err(self.fail(e));
+                };
+                let copy = link.inbox.lent() > half;
+                let payload = if copy {
+                    link.copied += header.len;
+                    // The slot goes back at once (`lease` drops here).
+                    Payload::reuse(lease.bytes().to_vec(), header.len)
+                } else {
+                    Payload::foreign(Box::new(lease))
+                };
+                if self
+                    .arrived
+                    .insert((peer, tag.key()), (tag, (payload, copy)))
+                    .is_some()
+                {
+                    let e = TransportError::DuplicateTag {
+                        rank: self.rank,
+                        peer,
+                        tag,
+                    };
+                    return Err(self.fail(e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn take(&mut self, peer: Rank, tag: Tag) -> Option<(Tag, Payload)> {
+        let (sent, (payload, copied)) = self.arrived.remove(&(peer, tag.key()))?;
+        if copied {
+            if let Some(Some(l)) = self.links.get_mut(peer.index()) {
+                l.copied = l.copied.saturating_sub(payload.len());
+            }
+        }
+        Some((sent, payload))
+    }
+
+    /// Sends `len` bytes filled by `fill` to local peer `p`; `false` if its ring is full.
+    fn send_local(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        len: usize,
+        fill: &dyn Fn(&mut [u8]),
+    ) -> Result<bool, TransportError> {
+        self.check()?;
+        if len > self.slot_bytes {
+            return Err(TransportError::MessageTooLarge {
+                rank: self.rank,
+                peer,
+                len,
+                max: self.slot_bytes,
+            });
+        }
+        for attempt in 0..2 {
+            let Some(Some(link)) = self.links.get_mut(peer.index()) else {
+                return Err(TransportError::InvalidPeer {
+                    rank: self.rank,
+                    peer,
+                    nranks: self.nranks,
+                });
+            };
+            if link.outbox.send(tag_words(tag), len, fill) {
+                (link.wake)();
+                return Ok(true);
+            }
+            if attempt == 0 {
+                // Counters first, then the check again: a wait after this sleeps only if
+                // nothing changed since.
+                self.seen = self.generation();
+            }
+        }
+        // No room: the peer may be gone for good.
+        self.control(Some(peer), false)?;
+        Ok(false)
+    }
+
+    /// Disposes of a payload this transport is done with.
+    fn dispose(&mut self, payload: Payload) {
+        if payload.is_foreign() {
+            drop(payload);
+        } else {
+            self.inner.recycle(payload);
+        }
+    }
+}
+
+impl Transport for ShmTransport {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    fn nranks(&self) -> usize {
+        self.nranks
+    }
+
+    fn alloc(&mut self, len: usize) -> Payload {
+        self.inner.alloc(len)
+    }
+
+    fn try_send(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        payload: Payload,
+    ) -> Result<Option<Payload>, TransportError> {
+        if !self.shares_memory_with(peer) {
+            self.check()?;
+            return self.inner.try_send(peer, tag, payload);
+        }
+        let bytes = payload.as_bytes();
+        if self.send_local(peer, tag, bytes.len(), &|dst| dst.copy_from_slice(bytes))? {
+            self.dispose(payload);
+            Ok(None)
+        } else {
+            Ok(Some(payload))
+        }
+    }
+
+    fn try_send_slice(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        data: &[u8],
+    ) -> Result<bool, TransportError> {
+        if !self.shares_memory_with(peer) {
+            self.check()?;
+            return self.inner.try_send_slice(peer, tag, data);
+        }
+        self.send_local(peer, tag, data.len(), &|dst| dst.copy_from_slice(data))
+    }
+
+    fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
+        self.inner.alloc_registered(bytes)
+    }
+
+    fn try_send_borrowed(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        data: &[u8],
+    ) -> Result<SendState, TransportError> {
+        if !self.shares_memory_with(peer) {
+            self.check()?;
+            return self.inner.try_send_borrowed(peer, tag, data);
+        }
+        self.try_send_slice(peer, tag, data).map(SendState::sent)
+    }
+
+    fn send_complete(&mut self, token: u64) -> Result<bool, TransportError> {
+        self.inner.send_complete(token)
+    }
+
+    fn zero_copy_sends(&self) -> u64 {
+        self.inner.zero_copy_sends()
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn details(&self) -> String {
+        let me = self.rank;
+        let local = self.hosts.local_size(me);
+        let shape = self.mine.shape();
+        let mut d = format!(
+            "{}; shared memory among the {local} ranks of each host ({} slots of {} KiB per \
+             peer)",
+            self.hosts.describe(),
+            shape.slots,
+            shape.slot_bytes / 1024
+        );
+        if self.name != "shm" {
+            let inner = self.inner.details();
+            d.push_str(&format!(
+                "; across hosts {}{}",
+                self.inner.name(),
+                if inner.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({inner})")
+                }
+            ));
+        }
+        d
+    }
+
+    fn reap_borrowed(&mut self) {
+        self.inner.reap_borrowed();
+    }
+
+    fn unresponsive(&mut self, within: Duration) -> Vec<Rank> {
+        self.inner.unresponsive(within)
+    }
+
+    fn stall_report(&self, peer: Option<Rank>) -> String {
+        let one = |p: usize| {
+            self.links[p].as_ref().map(|l| {
+                format!(
+                    "{} (shared memory): {} of its messages waiting, {} of its slots held \
+                     here, {} bytes of its copied out; its ring for this rank {}",
+                    Rank::from(p),
+                    if l.inbox.pending() { "some" } else { "none" },
+                    l.inbox.lent(),
+                    l.copied,
+                    if l.outbox_room() {
+                        "has room"
+                    } else {
+                        "is full"
+                    }
+                )
+            })
+        };
+        let mut parts: Vec<String> = match peer {
+            Some(p) if self.shares_memory_with(p) => one(p.index()).into_iter().collect(),
+            Some(_) => Vec::new(),
+            None => (0..self.links.len()).filter_map(one).collect(),
+        };
+        let below = self.inner.stall_report(peer);
+        if !below.is_empty() && peer.is_none_or(|p| !self.shares_memory_with(p)) {
+            parts.push(below);
+        }
+        parts.join("; ")
+    }
+
+    fn borrowed_in_flight(&self) -> usize {
+        self.inner.borrowed_in_flight()
+    }
+
+    fn control_check(&mut self, peer: Option<Rank>) -> Result<(), TransportError> {
+        self.check()?;
+        self.inner.control_check(peer)
+    }
+
+    fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        self.inner.watch_fd(fd)
+    }
+
+    fn hosts(&self) -> Option<Arc<HostMap>> {
+        Some(Arc::clone(&self.hosts))
+    }
+
+    fn try_recv(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        len: usize,
+    ) -> Result<Option<Payload>, TransportError> {
+        if !self.shares_memory_with(peer) {
+            self.check()?;
+            return self.inner.try_recv(peer, tag, len);
+        }
+        self.check()?;
+        let mut found = self.take(peer, tag);
+        if found.is_none() {
+            self.drain()?;
+            found = self.take(peer, tag);
+        }
+        if found.is_none() {
+            // Counters first, then look again: a wait after this sleeps only if nothing
+            // arrived since.
+            self.seen = self.generation();
+            self.drain()?;
+            found = self.take(peer, tag);
+        }
+        match found {
+            Some((sent, payload)) => {
+                check_arrival(self.rank, peer, tag, sent, payload, len).map(Some)
+            }
+            None => {
+                self.control(Some(peer), false)?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn recycle(&mut self, payload: Payload) {
+        self.dispose(payload);
+    }
+
+    fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
+        self.check()?;
+        self.control(None, false)?;
+        let spin_until = Instant::now() + self.spin;
+        loop {
+            if self.generation() != self.seen {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= spin_until || now >= deadline {
+                break;
+            }
+            std::thread::yield_now();
+        }
+        let sleeping = self.mine.sleeping();
+        sleeping.store(1, Ordering::SeqCst);
+        if self.generation() != self.seen {
+            sleeping.store(0, Ordering::Relaxed);
+            return Ok(());
+        }
+        let until = if self.bell_watched {
+            deadline
+        } else {
+            deadline.min(Instant::now() + Duration::from_millis(1))
+        };
+        let r = self.inner.wait(until);
+        self.mine.sleeping().store(0, Ordering::Relaxed);
+        let mut sink = [0u8; 64];
+        while self.bell.recv(&mut sink).is_ok() {}
+        r
+    }
+
+    fn stale(&mut self, current: u32) -> Option<(Rank, Tag)> {
+        stale_in(&self.arrived, current).or_else(|| self.inner.stale(current))
+    }
+
+    fn abort(&mut self, reason: &str) {
+        self.inner.abort(reason);
+    }
+}
+
+impl Link {
+    fn outbox_room(&self) -> bool {
+        self.outbox.has_room()
+    }
+}
