@@ -236,33 +236,61 @@ pub fn run_one<T: Element>(
 }
 
 /// Waits for every child (killing all at `limit`); returns (success, output) per rank.
+/// Their output is read as it comes (a rank that prints more than a pipe holds must not
+/// block on it and pass for hung).
 pub fn finish(children: Vec<Child>, limit: Duration) -> Vec<(bool, String)> {
+    use std::io::Read;
     let deadline = Instant::now() + limit;
-    let mut children: Vec<Option<Child>> = children.into_iter().map(Some).collect();
-    let mut results: Vec<Option<(bool, String)>> = children.iter().map(|_| None).collect();
-    while results.iter().any(Option::is_none) {
-        for (i, slot) in children.iter_mut().enumerate() {
-            let Some(child) = slot else { continue };
-            if let Ok(Some(_)) = child.try_wait() {
-                let out = slot
-                    .take()
-                    .expect("child")
-                    .wait_with_output()
-                    .expect("output");
-                let text = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                results[i] = Some((out.status.success(), text));
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut text = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut text);
             }
+            String::from_utf8_lossy(&text).into_owned()
+        })
+    };
+    let mut running: Vec<_> = children
+        .into_iter()
+        .map(|mut c| {
+            let out = drain(c.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+            let err = drain(c.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+            Some((c, out, err))
+        })
+        .collect();
+    let mut results: Vec<Option<(bool, String)>> = running.iter().map(|_| None).collect();
+    let collect = |(mut c, out, err): (
+        Child,
+        std::thread::JoinHandle<String>,
+        std::thread::JoinHandle<String>,
+    ),
+                   hung: bool| {
+        if hung {
+            let _ = c.kill();
         }
-        if Instant::now() > deadline {
-            for (i, slot) in children.iter_mut().enumerate() {
-                if let Some(mut c) = slot.take() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    results[i] = Some((false, "HUNG: killed by the test".into()));
+        let status = c.wait().expect("wait");
+        let text = format!(
+            "{}{}{}",
+            out.join().unwrap_or_default(),
+            err.join().unwrap_or_default(),
+            if hung {
+                "\nHUNG: killed by the test"
+            } else {
+                ""
+            }
+        );
+        (status.success() && !hung, text)
+    };
+    while results.iter().any(Option::is_none) {
+        let late = Instant::now() > deadline;
+        for (i, slot) in running.iter_mut().enumerate() {
+            let exited = match slot {
+                Some((c, _, _)) => matches!(c.try_wait(), Ok(Some(_))),
+                None => continue,
+            };
+            if exited || late {
+                if let Some(child) = slot.take() {
+                    results[i] = Some(collect(child, !exited));
                 }
             }
         }

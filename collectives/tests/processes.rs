@@ -8,6 +8,8 @@
 mod common;
 #[path = "processes/netns.rs"]
 mod netns;
+#[path = "processes/shm.rs"]
+mod shm;
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -63,8 +65,18 @@ fn rank_main() {
         Ok(c) => c,
         Err(e) => panic!("RANK-INIT-ERROR {e}"),
     };
+    if let Ok(want) = std::env::var("RCOLL_TEST_EXPECT_TRANSPORT") {
+        assert_eq!(
+            comm.transport_name(),
+            want,
+            "rank {}: {}",
+            comm.rank(),
+            comm.transport_details()
+        );
+    }
     match scenario.as_str() {
         "sweep" => sweep(&mut comm),
+        "large" => large(&mut comm),
         "killed" => killed(&mut comm),
         "mismatch" => mismatch(&mut comm),
         "soak" => soak(&mut comm),
@@ -179,6 +191,50 @@ fn sweep(comm: &mut Communicator) {
     ring_send_recv(comm, 5000);
 }
 
+/// all_reduce, broadcast, all_gather and reduce_scatter of 64 MiB of f32 and of an odd
+/// size, in place and out, with the default choice of algorithm and with the ring.
+fn large(comm: &mut Communicator) {
+    let n = comm.size();
+    let mut failures = Vec::new();
+    for collective in [
+        Collective::AllReduce,
+        Collective::Broadcast,
+        Collective::AllGather,
+        Collective::ReduceScatter,
+    ] {
+        // Gathers and scatters count per rank.
+        let per_rank = matches!(
+            collective,
+            Collective::AllGather | Collective::ReduceScatter
+        );
+        for total in [16 << 20, 3_000_017] {
+            let count = if per_rank { total / n } else { total };
+            for in_place in [false, true] {
+                let r = common::run_one::<f32>(
+                    comm,
+                    Algorithm::Ring,
+                    collective,
+                    ReduceOp::Sum,
+                    count,
+                    n - 1,
+                    in_place,
+                );
+                if let Err(e) = r {
+                    failures.push(format!(
+                        "{collective} count={count} in_place={in_place}: {e}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "rank {}: {}",
+        comm.rank(),
+        failures.join("\n")
+    );
+}
+
 /// Loops over a large all_reduce until the group fails (one rank is killed); prints the
 /// error for the parent to check and exits successfully if it names the dead rank.
 fn killed(comm: &mut Communicator) {
@@ -223,6 +279,24 @@ fn free_root() -> String {
 
 fn spawn(scenario: &str, n: usize, extra: &[(&str, String)]) -> Vec<Child> {
     spawn_as("rcoll", scenario, n, extra)
+}
+
+/// Like [`spawn`], with each rank's own `extra(r)`.
+fn spawn_each(
+    scenario: &str,
+    n: usize,
+    extra: impl Fn(usize) -> Vec<(&'static str, String)>,
+) -> Vec<Child> {
+    let root = free_root();
+    let secret =
+        rcoll::process::format_unique_id(rcoll::process::random_unique_id().expect("a job secret"));
+    (0..n)
+        .map(|r| {
+            rank_command("rcoll", scenario, (r, n), &root, &secret, &extra(r), None)
+                .spawn()
+                .expect("spawn rank")
+        })
+        .collect()
 }
 
 /// Starts `n` ranks that learn their place the way `launcher` tells them: its rank and

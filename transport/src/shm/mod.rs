@@ -728,7 +728,9 @@ impl ShmTransport {
                 self.seen = self.generation();
             }
         }
-        // No room: the peer may be gone for good.
+        // No room: take what peers sent (they may be blocked the same way), and the
+        // peer may be gone for good.
+        self.drain()?;
         self.control(Some(peer), false)?;
         Ok(false)
     }
@@ -943,6 +945,9 @@ impl Transport for ShmTransport {
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
         self.check()?;
         self.control(None, false)?;
+        // Whatever this rank waits for, its peers' messages come off the rings (copied
+        // out past half a ring), so that a peer blocked on a full ring moves on.
+        self.drain()?;
         let spin_until = Instant::now() + self.spin;
         loop {
             if self.generation() != self.seen {

@@ -1,0 +1,198 @@
+//! Processes of one host over shared memory (`RCOLL_TRANSPORT=shm`), and hosts emulated
+//! with `RCOLL_HOST` (shared memory inside each, TCP across). Part of the `processes` test
+//! binary (`../processes.rs`), whose `rank_main` runs the scenarios.
+
+use std::time::Duration;
+
+use super::common::{finish, signal, StartedDir};
+use super::{spawn, spawn_each};
+
+/// The segments (and nothing else) the ranks with these process ids left in /dev/shm:
+/// none, once they exited. Segment names start with `rcoll-<pid>-`.
+fn leftovers(pids: &[u32]) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| pids.iter().any(|p| n.starts_with(&format!("rcoll-{p}-"))))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `extra` on top of shared memory required (and checked by every rank).
+fn shm(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("RCOLL_TRANSPORT", "shm".to_string()),
+        ("RCOLL_TEST_EXPECT_TRANSPORT", "shm".to_string()),
+    ];
+    env.extend_from_slice(extra);
+    env
+}
+
+fn all_succeed(what: &str, results: &[(bool, String)]) {
+    if results.iter().any(|(ok, _)| !ok) {
+        let all: Vec<String> = results
+            .iter()
+            .enumerate()
+            .map(|(r, (ok, out))| {
+                format!(
+                    "--- rank {r} ({}):\n{out}",
+                    if *ok { "ok" } else { "FAILED" }
+                )
+            })
+            .collect();
+        panic!("{what}: a rank failed\n{}", all.join("\n"));
+    }
+}
+
+/// Every collective x the main algorithms, in place and out, 0 to 10,007 elements, and
+/// point to point, on 2 to 8 ranks of this host over shared memory; nothing left in
+/// /dev/shm afterwards.
+#[test]
+fn every_collective_over_shared_memory_on_2_to_8_ranks() {
+    for n in 2..=8 {
+        let children = spawn("sweep", n, &shm(&[]));
+        let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
+        let results = finish(children, Duration::from_secs(300));
+        all_succeed(&format!("{n} ranks"), &results);
+        assert_eq!(leftovers(&pids), Vec::<String>::new(), "{n} ranks");
+    }
+}
+
+/// The large end: all_reduce, broadcast, all_gather and reduce_scatter of 64 MiB (and
+/// sizes that are not a multiple of the segment), in place and out, checked element by
+/// element, on 2 and 4 ranks.
+#[test]
+fn buffers_up_to_64_mib_over_shared_memory() {
+    for n in [2, 4] {
+        let results = finish(spawn("large", n, &shm(&[])), Duration::from_secs(300));
+        all_succeed(&format!("{n} ranks"), &results);
+    }
+}
+
+/// `kill -9` of a rank in the middle of 4 MiB all_reduces over shared memory: every other
+/// rank fails naming it, within the timeout, and the dead rank's segment is gone.
+#[test]
+fn a_killed_rank_on_shared_memory_fails_the_others_naming_it() {
+    for trial in 0..5u64 {
+        let dead = 2;
+        let joined = StartedDir::new(4);
+        let mut children = spawn(
+            "killed",
+            4,
+            &shm(&[
+                ("RCOLL_TEST_DEAD", dead.to_string()),
+                ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
+            ]),
+        );
+        let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
+        joined.wait(Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(53 * trial));
+        children[dead].kill().expect("kill");
+        let start = std::time::Instant::now();
+        let results = finish(children, Duration::from_secs(60));
+        for (r, (ok, out)) in results.iter().enumerate().filter(|(r, _)| *r != dead) {
+            assert!(
+                *ok && out.contains("RANK-ERROR"),
+                "trial {trial}: rank {r} did not report rank {dead}'s death:\n{out}"
+            );
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "trial {trial}");
+        assert_eq!(leftovers(&pids), Vec::<String>::new(), "trial {trial}");
+    }
+}
+
+/// A rank stopped with SIGSTOP: on shared memory nothing tells the others but the
+/// liveness probe; they fail within the timeout, naming it.
+#[test]
+fn a_stopped_rank_on_shared_memory_fails_the_others_within_the_timeout() {
+    let stopped = 1;
+    let joined = StartedDir::new(3);
+    let mut children = spawn(
+        "killed",
+        3,
+        &shm(&[
+            ("RCOLL_TEST_DEAD", stopped.to_string()),
+            ("RCOLL_TIMEOUT", "3".to_string()),
+            ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
+        ]),
+    );
+    joined.wait(Duration::from_secs(60));
+    let mut frozen = children.remove(stopped);
+    signal(&frozen, "STOP");
+    let start = std::time::Instant::now();
+    let results = finish(children, Duration::from_secs(60));
+    let took = start.elapsed();
+    signal(&frozen, "KILL");
+    let _ = frozen.wait();
+    for (i, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            *ok && out.contains("RANK-ERROR") && out.contains(&format!("rank {stopped}")),
+            "rank {i} did not report the stopped rank {stopped}:\n{out}"
+        );
+    }
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    eprintln!("a stopped rank on shared memory: the others failed {took:?} after SIGSTOP");
+}
+
+/// Hosts emulated with `RCOLL_HOST`: 2 hosts x 2 ranks (blocks) and 3 hosts of 3, 2 and 1
+/// ranks placed cyclically; shared memory inside each host, TCP across; every collective
+/// correct.
+#[test]
+fn every_collective_on_emulated_hosts_shared_memory_inside_tcp_across() {
+    for hosts in [vec!["a", "a", "b", "b"], vec!["a", "b", "c", "a", "b", "a"]] {
+        let n = hosts.len();
+        let children = spawn_each("sweep", n, |r| {
+            // A rank alone on its host has only TCP peers.
+            let alone = hosts.iter().filter(|&&h| h == hosts[r]).count() == 1;
+            vec![
+                ("RCOLL_TRANSPORT", "shm".to_string()),
+                (
+                    "RCOLL_TEST_EXPECT_TRANSPORT",
+                    if alone { "tcp" } else { "shm+tcp" }.to_string(),
+                ),
+                ("RCOLL_HOST", hosts[r].to_string()),
+            ]
+        });
+        let results = finish(children, Duration::from_secs(120));
+        all_succeed(&format!("hosts {hosts:?}"), &results);
+    }
+}
+
+/// Shared memory that cannot be set up (a segment directory that does not exist): with
+/// `RCOLL_TRANSPORT=shm` every rank fails saying why; with `auto` the ranks run over TCP.
+#[test]
+fn shared_memory_that_cannot_be_set_up_is_an_error_or_a_fallback() {
+    let results = finish(
+        spawn(
+            "hello",
+            3,
+            &[
+                ("RCOLL_TRANSPORT", "shm".to_string()),
+                ("RCOLL_SHM_DIR", "/nonexistent-rcoll".to_string()),
+            ],
+        ),
+        Duration::from_secs(60),
+    );
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            !ok && out.contains("shared memory with local peers failed")
+                && out.contains("/nonexistent-rcoll"),
+            "rank {r}:\n{out}"
+        );
+    }
+    let results = finish(
+        spawn(
+            "hello",
+            3,
+            &[
+                ("RCOLL_TRANSPORT", "auto".to_string()),
+                ("RCOLL_SHM_DIR", "/nonexistent-rcoll".to_string()),
+                ("RCOLL_TEST_EXPECT_TRANSPORT", "tcp".to_string()),
+            ],
+        ),
+        Duration::from_secs(60),
+    );
+    all_succeed("auto without shared memory", &results);
+}
