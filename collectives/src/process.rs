@@ -229,16 +229,17 @@ impl Builder {
             bind: self.bind,
             timeout: config.timeout,
             window: self.window,
+            host: rcoll_transport::hosts::local_key().map_err(Error::Config)?,
         };
         tracing::info!(rank = self.rank, size = self.size, root = %self.root, "joining over tcp");
         let deadline = rcoll_transport::deadline_after(config.timeout);
-        let mut tcp = bootstrap::connect(&opts).map_err(|source| {
+        let tcp = bootstrap::connect(&opts).map_err(|source| {
             tracing::warn!(%source, "bootstrap failed");
             Error::Bootstrap { source }
         })?;
-        let key = rcoll_transport::hosts::local_key().map_err(Error::Config)?;
-        let hosts = rcoll_transport::hosts::exchange(&mut tcp, &key, deadline)
-            .map_err(|source| Error::Bootstrap { source })?;
+        let hosts = tcp.hosts().unwrap_or_else(|| {
+            std::sync::Arc::new(rcoll_transport::hosts::HostMap::single(self.size))
+        });
         tracing::info!(rank = self.rank, hosts = %hosts.describe(), "host map");
         let transport = self.choose_transport(tcp, hosts, config.segment_bytes, deadline)?;
         tracing::info!(

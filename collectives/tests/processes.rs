@@ -591,6 +591,7 @@ fn a_stranger_first_at_the_root_cannot_take_a_rank() {
         rank: 1,
         nranks: 3,
         addr: "127.0.0.1:9".into(),
+        host: "localhost".into(),
         mac: [0; 32],
     };
     refused_with(&root, public_id, hello);
@@ -817,10 +818,11 @@ fn a_member_dying_between_rendezvous_and_mesh_is_named_within_the_timeout() {
         rank: 2,
         nranks: 3,
         addr: listener.local_addr().expect("addr").to_string(),
+        host: "localhost".into(),
         mac: [0; 32],
     };
     member.send(&auth::sign_intro(secret, &nonce_c, &nonce_s, hello));
-    assert!(matches!(member.receive(), Message::Table(_)));
+    assert!(matches!(member.receive(), Message::Table { .. }));
     drop(listener);
     drop(member);
     let start = std::time::Instant::now();

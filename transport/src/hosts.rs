@@ -1,17 +1,12 @@
 //! Hosts: which ranks share a machine, learnt at bootstrap.
 //!
-//! Each rank reports a host key: `RCOLL_HOST` if set (containers whose hostnames collide,
+//! Each rank reports a host key in its bootstrap hello, and the root's table gives every
+//! rank all of them ([`crate::tcp::bootstrap`]): `RCOLL_HOST` if set (containers whose hostnames collide,
 //! emulated hosts in network namespaces, tests), else the hostname and the kernel's boot
 //! id (so two machines cloned with one hostname differ, and one machine is one host
 //! whatever the interface each rank used). Ranks with equal keys are one host: they can
 //! share memory. Hosts are numbered by their lowest rank; local ranks by rank order.
 
-use std::sync::Arc;
-use std::time::Instant;
-
-use crate::error::TransportError;
-use crate::tcp::control::Exchange;
-use crate::tcp::TcpTransport;
 use crate::types::Rank;
 
 /// Longest host key accepted (bytes).
@@ -179,41 +174,6 @@ pub fn local_key() -> Result<String, String> {
         _ => hostname,
     };
     Ok(key.chars().take(MAX_KEY).collect())
-}
-
-/// Every rank's host key, exchanged over the group's connections: each rank sends its
-/// key to every peer. A key that is not text of at most [`MAX_KEY`] bytes is an error
-/// naming the rank that sent it. The transport keeps the map ([`Transport::hosts`]).
-///
-/// [`Transport::hosts`]: crate::Transport::hosts
-pub fn exchange(
-    tcp: &mut TcpTransport,
-    key: &str,
-    deadline: Instant,
-) -> Result<Arc<HostMap>, TransportError> {
-    use crate::transport::Transport;
-    let me = tcp.rank();
-    let peers: Vec<Rank> = (0..tcp.nranks())
-        .map(Rank::from)
-        .filter(|&r| r != me)
-        .collect();
-    let theirs = tcp.exchange_control(&peers, Exchange::Host, key.as_bytes(), deadline)?;
-    let mut keys = vec![key.to_owned(); tcp.nranks()];
-    for (&p, bytes) in peers.iter().zip(theirs) {
-        keys[p.index()] = match String::from_utf8(bytes) {
-            Ok(k) if !k.is_empty() && k.len() <= MAX_KEY => k,
-            _ => {
-                return Err(TransportError::Protocol {
-                    rank: me,
-                    peer: p,
-                    reason: format!("sent a host key that is not 1 to {MAX_KEY} bytes of text"),
-                })
-            }
-        };
-    }
-    let map = Arc::new(HostMap::from_keys(&keys));
-    tcp.set_hosts(Arc::clone(&map));
-    Ok(map)
 }
 
 #[cfg(test)]

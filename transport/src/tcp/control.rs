@@ -19,8 +19,6 @@ pub(crate) enum Exchange {
     VerbsReady = 1,
     /// Whether this rank can use RDMA.
     VerbsUsable = 2,
-    /// This rank's host key.
-    Host = 3,
     /// A shared-memory segment's name and shape.
     ShmSegment = 4,
     /// The peer mapped this rank's segment (or why not).

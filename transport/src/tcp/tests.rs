@@ -19,6 +19,7 @@ fn options(rank: usize, nranks: usize, root: SocketAddr) -> Options {
         bind: None,
         timeout: Duration::from_secs(20),
         window: 4,
+        host: "localhost".into(),
     }
 }
 

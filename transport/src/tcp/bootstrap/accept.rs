@@ -279,7 +279,7 @@ fn transient(e: &io::Error) -> bool {
 pub fn kind(m: &Message) -> &'static str {
     match m {
         Message::Hello { .. } => "a hello",
-        Message::Table(_) => "an address table",
+        Message::Table { .. } => "an address table",
         Message::Refuse(_) => "a refusal",
         Message::Handshake { .. } => "a handshake",
         Message::Challenge { .. } => "a challenge",

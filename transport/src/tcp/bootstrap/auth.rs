@@ -55,12 +55,18 @@ fn bound_fields(m: &Message) -> Vec<u8> {
     let mut out = Vec::new();
     match m {
         Message::Hello {
-            rank, nranks, addr, ..
+            rank,
+            nranks,
+            addr,
+            host,
+            ..
         } => {
             out.push(1);
             out.extend_from_slice(&rank.to_le_bytes());
             out.extend_from_slice(&nranks.to_le_bytes());
+            out.extend_from_slice(&(addr.len() as u32).to_le_bytes());
             out.extend_from_slice(addr.as_bytes());
+            out.extend_from_slice(host.as_bytes());
         }
         Message::Handshake { rank, .. } => {
             out.push(4);
@@ -105,11 +111,16 @@ pub fn sign_intro(
         .into();
     match intro {
         Message::Hello {
-            rank, nranks, addr, ..
+            rank,
+            nranks,
+            addr,
+            host,
+            ..
         } => Message::Hello {
             rank,
             nranks,
             addr,
+            host,
             mac,
         },
         Message::Handshake { rank, .. } => Message::Handshake { rank, mac },
@@ -158,6 +169,7 @@ mod tests {
                 rank: 2,
                 nranks: 4,
                 addr: "127.0.0.1:5".into(),
+                host: "a".into(),
                 mac: [0; MAC],
             },
         );
@@ -172,9 +184,19 @@ mod tests {
             rank: 3,
             nranks: 4,
             addr: "127.0.0.1:5".into(),
+            host: "a".into(),
             mac,
         };
         assert!(!intro_ok(k, &c, &s, &forged));
+        // Another host key: bound too.
+        let moved = Message::Hello {
+            rank: 2,
+            nranks: 4,
+            addr: "127.0.0.1:5".into(),
+            host: "b".into(),
+            mac,
+        };
+        assert!(!intro_ok(k, &c, &s, &moved));
         // The acceptor's MAC is not a connector's.
         let as_handshake = Message::Handshake { rank: 2, mac: m };
         assert!(!intro_ok(k, &c, &s, &as_handshake));

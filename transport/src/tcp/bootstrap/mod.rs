@@ -49,6 +49,9 @@ pub struct Options {
     pub timeout: Duration,
     /// Credit window per peer (messages).
     pub window: usize,
+    /// This rank's host key ([`crate::hosts::local_key`]): ranks with equal keys share a
+    /// machine.
+    pub host: String,
 }
 
 impl Options {
@@ -84,8 +87,14 @@ pub fn connect(opts: &Options) -> Result<TcpTransport, TransportError> {
     }
     let deadline = deadline_after(opts.timeout);
     match (opts.nranks, opts.rank) {
-        (1, _) => TcpTransport::new(me, vec![None], opts.window)
-            .map_err(|e| fail(format!("cannot create the poller: {e}"))),
+        (1, _) => {
+            let mut t = TcpTransport::new(me, vec![None], opts.window)
+                .map_err(|e| fail(format!("cannot create the poller: {e}")))?;
+            t.set_hosts(std::sync::Arc::new(crate::hosts::HostMap::from_keys(&[
+                opts.host.as_str(),
+            ])));
+            Ok(t)
+        }
         (_, 0) => root(opts, deadline),
         _ => member(opts, deadline),
     }
@@ -210,10 +219,15 @@ fn connect_until(addr: SocketAddr, deadline: Instant) -> io::Result<TcpStream> {
     }
 }
 
-/// Whether a proven hello joins the group (its address goes into `table`), or why not.
-fn judge(opts: &Options, table: &mut [Option<String>], m: Message) -> Result<(), String> {
+/// Whether a proven hello joins the group (its address and host go into `table`), or why
+/// not.
+fn judge(opts: &Options, table: &mut [Option<(String, String)>], m: Message) -> Result<(), String> {
     let Message::Hello {
-        rank, nranks, addr, ..
+        rank,
+        nranks,
+        addr,
+        host,
+        ..
     } = m
     else {
         return Err(format!("expected a hello, got {}", kind(&m)));
@@ -228,8 +242,13 @@ fn judge(opts: &Options, table: &mut [Option<String>], m: Message) -> Result<(),
         Err(format!("rank {rank} is out of range 1..{}", opts.nranks))
     } else if table[r].is_some() {
         Err(format!("rank {rank} has already joined"))
+    } else if host.is_empty() || host.len() > crate::hosts::MAX_KEY {
+        Err(format!(
+            "rank {rank}'s host key is not 1 to {} bytes",
+            crate::hosts::MAX_KEY
+        ))
     } else {
-        table[r] = Some(addr);
+        table[r] = Some((addr, host));
         Ok(())
     }
 }
@@ -273,19 +292,20 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
         .map_err(|e| io_fail(me, &format!("cannot listen on {}", opts.root), e))?;
     let data = TcpListener::bind((opts.bind.unwrap_or(opts.root.ip()), 0))
         .map_err(|e| io_fail(me, "cannot open the data listener", e))?;
-    let mut table: Vec<Option<String>> = vec![None; opts.nranks];
-    table[0] = Some(
+    let mut table: Vec<Option<(String, String)>> = vec![None; opts.nranks];
+    table[0] = Some((
         data.local_addr()
             .map_err(|e| io_fail(me, "data listener", e))?
             .to_string(),
-    );
+        opts.host.clone(),
+    ));
     let mut acceptor =
         Acceptor::new(listener, opts.unique_id, me).map_err(|e| io_fail(me, "listener", e))?;
     let mut members: Vec<TcpStream> = Vec::new();
     serve(
         &mut acceptor,
         deadline,
-        |table: &Vec<Option<String>>| table.iter().all(Option::is_some),
+        |table: &Vec<Option<(String, String)>>| table.iter().all(Option::is_some),
         &mut table,
         |table| {
             let missing: Vec<String> = table
@@ -314,20 +334,25 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
             Err(reason) => accept::refuse(me, stream, from, &reason),
         },
     )?;
-    let table: Vec<String> = table.into_iter().flatten().collect();
+    let (addrs, hosts): (Vec<String>, Vec<String>) = table.into_iter().flatten().unzip();
     tracing::debug!(
         rank = 0,
-        ?table,
+        ?addrs,
+        ?hosts,
         "every rank arrived; sending the address table"
     );
     let left = deadline.saturating_duration_since(Instant::now());
+    let message = Message::Table {
+        addrs: addrs.clone(),
+        hosts: hosts.clone(),
+    };
     for m in &mut members {
         // A member that stops reading cannot hold the root past the deadline.
         m.set_write_timeout(Some(left.max(Duration::from_millis(1))))
-            .and_then(|()| send(m, &Message::Table(table.clone())))
+            .and_then(|()| send(m, &message))
             .map_err(|e| io_fail(me, "sending the address table", e))?;
     }
-    mesh(opts, me, data, &table, deadline)
+    mesh(opts, me, data, &addrs, &hosts, deadline)
 }
 
 fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportError> {
@@ -345,6 +370,7 @@ fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportEr
         rank: opts.rank as u32,
         nranks: opts.nranks as u32,
         addr,
+        host: opts.host.clone(),
         mac: [0; wire::MAC],
     };
     let fail = |reason: String| TransportError::Bootstrap { rank: me, reason };
@@ -371,8 +397,10 @@ fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportEr
         }
     }
     match receive(&mut s, deadline) {
-        Ok(Message::Table(table)) if table.len() == opts.nranks => {
-            mesh(opts, me, data, &table, deadline)
+        Ok(Message::Table { addrs, hosts })
+            if addrs.len() == opts.nranks && hosts.len() == opts.nranks =>
+        {
+            mesh(opts, me, data, &addrs, &hosts, deadline)
         }
         Ok(Message::Refuse(reason)) => Err(fail(format!(
             "the root at {} refused this rank: {reason}",
@@ -395,6 +423,7 @@ fn mesh(
     me: Rank,
     data: TcpListener,
     table: &[String],
+    hosts: &[String],
     deadline: Instant,
 ) -> Result<TcpTransport, TransportError> {
     let n = opts.nranks;
@@ -475,6 +504,8 @@ fn mesh(
         peers = n - 1,
         "connected to every peer over tcp"
     );
-    TcpTransport::new(me, streams, opts.window)
-        .map_err(|e| io_fail(me, "cannot register the connections", e))
+    let mut t = TcpTransport::new(me, streams, opts.window)
+        .map_err(|e| io_fail(me, "cannot register the connections", e))?;
+    t.set_hosts(std::sync::Arc::new(crate::hosts::HostMap::from_keys(hosts)));
+    Ok(t)
 }

@@ -5,8 +5,9 @@
 //! [`Message::Handshake`] to a peer) carrying its own proof (see [`super::auth`]). The job's
 //! secret never travels: only nonces and MACs do.
 
-/// `"RCB2"`: bootstrap protocol and version (2: mutual proof of the job secret).
-pub const MAGIC: [u8; 4] = *b"RCB2";
+/// `"RCB3"`: bootstrap protocol and version (2: mutual proof of the job secret; 3: host
+/// keys in the hello and the table).
+pub const MAGIC: [u8; 4] = *b"RCB3";
 /// Largest message body accepted: the root's address table for the most ranks a group may
 /// have (a listener takes far less from a connection that has not proven itself:
 /// [`MAX_INTRO`]).
@@ -29,12 +30,19 @@ pub enum Message {
         nranks: u32,
         /// Sender's data listener.
         addr: String,
+        /// Sender's host key (ranks with equal keys share a machine).
+        host: String,
         /// The sender's proof of the job secret over this connection's nonces and the
         /// fields above.
         mac: [u8; MAC],
     },
-    /// The root's answer: every rank's data listener, by rank.
-    Table(Vec<String>),
+    /// The root's answer: every rank's data listener and host key, by rank.
+    Table {
+        /// Data listeners.
+        addrs: Vec<String>,
+        /// Host keys.
+        hosts: Vec<String>,
+    },
     /// The acceptor refuses the connector.
     Refuse(String),
     /// A rank introduces itself on a data connection.
@@ -102,18 +110,25 @@ impl Message {
                 rank,
                 nranks,
                 addr,
+                host,
                 mac,
             } => {
                 body.extend_from_slice(&rank.to_le_bytes());
                 body.extend_from_slice(&nranks.to_le_bytes());
                 put_str(&mut body, addr);
+                put_str(&mut body, host);
                 body.extend_from_slice(mac);
                 1
             }
-            Message::Table(addrs) => {
-                body.extend_from_slice(&(addrs.len() as u32).to_le_bytes());
-                for a in addrs {
+            Message::Table { addrs, hosts } => {
+                // As many hosts as addresses: the shorter list decides.
+                let n = addrs.len().min(hosts.len());
+                body.extend_from_slice(&(n as u32).to_le_bytes());
+                for a in &addrs[..n] {
                     put_str(&mut body, a);
+                }
+                for h in &hosts[..n] {
+                    put_str(&mut body, h);
                 }
                 2
             }
@@ -168,16 +183,21 @@ impl Message {
                 rank: r.u32()?,
                 nranks: r.u32()?,
                 addr: r.string()?,
+                host: r.string()?,
                 mac: r.array()?,
             },
             2 => {
                 let n = r.u32()? as usize;
                 // Each entry takes at least its 2-byte length: no more than the body holds.
-                let mut addrs = Vec::with_capacity(n.min(r.0.len() / 2));
+                let mut addrs = Vec::with_capacity(n.min(r.0.len() / 4));
                 for _ in 0..n {
                     addrs.push(r.string()?);
                 }
-                Message::Table(addrs)
+                let mut hosts = Vec::with_capacity(n.min(r.0.len() / 2));
+                for _ in 0..n {
+                    hosts.push(r.string()?);
+                }
+                Message::Table { addrs, hosts }
             }
             3 => Message::Refuse(r.string()?),
             4 => Message::Handshake {
@@ -252,9 +272,13 @@ mod tests {
                 rank: 3,
                 nranks: 8,
                 addr: "[::1]:4000".into(),
+                host: "node7/5d41402a".into(),
                 mac: [7; MAC],
             },
-            Message::Table(vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()]),
+            Message::Table {
+                addrs: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
+                hosts: vec!["a".into(), "b".into()],
+            },
             Message::Refuse("no".into()),
             Message::Handshake {
                 rank: 1,
