@@ -508,3 +508,177 @@ impl Drop for Lease {
         (self.on_release)();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A segment file of `shape`, mapped twice: as its owner (receiver) and as a peer
+    /// (sender) would, through two mappings of one file.
+    fn pair(shape: Shape) -> (Arc<Segment>, Arc<Segment>) {
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!(
+            "rcoll-segment-test-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .expect("file");
+        std::fs::remove_file(&path).expect("unlink");
+        let bytes = shape.bytes().expect("size");
+        file.set_len(bytes as u64).expect("len");
+        allocate(&file, bytes).expect("allocate");
+        let owner = Segment::create(&file, shape).expect("create");
+        let peer = Segment::open(&file, shape).expect("open");
+        (Arc::new(owner), Arc::new(peer))
+    }
+
+    fn nothing() -> Arc<dyn Fn() + Send + Sync> {
+        Arc::new(|| {})
+    }
+
+    const SHAPE: Shape = Shape {
+        rings: 2,
+        slots: 4,
+        slot_bytes: 100,
+    };
+
+    #[test]
+    fn messages_arrive_in_order_and_slots_come_back_out_of_order() {
+        let (owner, peer) = pair(SHAPE);
+        let mut inbox = InRing::new(Arc::clone(&owner), 1);
+        let mut outbox = OutRing::new(peer, 1);
+        let mut held = Vec::new();
+        // Ten rounds through a ring of four slots, holding some messages across rounds
+        // and giving them back out of order.
+        for i in 0..40u64 {
+            if !outbox.has_room() {
+                // The oldest held message goes back: room again.
+                held.remove(0);
+                assert!(outbox.has_room(), "message {i}");
+            }
+            let len = (i as usize * 7) % 101;
+            assert!(outbox.send([i, 1, 2, 3, 4], len, |b| b.fill(i as u8)));
+            let (h, lease) = inbox.take(nothing()).expect("published").expect("valid");
+            assert_eq!((h.tag[0], h.len), (i, len));
+            assert!(lease.bytes().iter().all(|&b| b == i as u8), "message {i}");
+            if i % 3 == 0 {
+                held.push(lease);
+            }
+            assert!(inbox.take(nothing()).is_none());
+        }
+        assert_eq!(inbox.lent(), held.len());
+        held.clear();
+        assert_eq!(inbox.lent(), 0);
+        // Every slot free again.
+        for i in 0..4 {
+            assert!(outbox.send([i, 0, 0, 0, 0], 1, |b| b[0] = 1));
+        }
+        assert!(
+            !outbox.send([9, 0, 0, 0, 0], 1, |_| {}),
+            "a fifth message in 4 slots"
+        );
+        // The other ring is untouched.
+        assert!(!InRing::new(owner, 0).pending());
+    }
+
+    #[test]
+    fn a_released_slot_counts_and_wakes_its_sender() {
+        let (owner, peer) = pair(SHAPE);
+        let mut inbox = InRing::new(owner, 0);
+        let mut outbox = OutRing::new(peer, 0);
+        let woken = Arc::new(AtomicUsize::new(0));
+        let w = Arc::clone(&woken);
+        let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+            w.fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(outbox.send([0; 5], 3, |b| b.copy_from_slice(b"abc")));
+        let (_, mut lease) = inbox.take(wake).expect("published").expect("valid");
+        lease.bytes_mut()[0] = b'x';
+        assert_eq!(lease.bytes(), b"xbc");
+        let before = outbox.released();
+        drop(lease);
+        assert_eq!(outbox.released(), before + 1);
+        assert_eq!(woken.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_peer_that_writes_nonsense_into_its_ring_is_refused() {
+        let (owner, peer) = pair(SHAPE);
+        let publish = |slot: u32, len: u64| {
+            let h = peer.head(0).load(Ordering::Relaxed);
+            peer.slot_word(0, (slot as usize) % SHAPE.slots, 5)
+                .store(len, Ordering::Relaxed);
+            peer.desc(0, h as usize).store(slot, Ordering::Relaxed);
+            peer.head(0).store(h + 1, Ordering::Release);
+        };
+        let mut inbox = InRing::new(Arc::clone(&owner), 0);
+        // A slot that does not exist.
+        publish(7, 1);
+        assert_eq!(
+            inbox.take(nothing()).map(|r| r.err()),
+            Some(Some(Refused::NoSuchSlot(7)))
+        );
+        // A slot lent already: a second lease would alias the first.
+        publish(1, 10);
+        let first = inbox.take(nothing()).expect("published").expect("valid");
+        publish(1, 10);
+        assert_eq!(
+            inbox.take(nothing()).map(|r| r.err()),
+            Some(Some(Refused::SlotLent(1)))
+        );
+        drop(first);
+        // A length past the slot.
+        publish(2, 101);
+        assert_eq!(
+            inbox.take(nothing()).map(|r| r.err()),
+            Some(Some(Refused::TooLong(101)))
+        );
+        // More published than there are slots.
+        let h = peer.head(0).load(Ordering::Relaxed);
+        peer.head(0).store(h + 5, Ordering::Release);
+        assert_eq!(
+            inbox.take(nothing()).map(|r| r.err()),
+            Some(Some(Refused::Overrun(5)))
+        );
+    }
+
+    #[test]
+    fn a_mapping_checks_the_file_and_its_header() {
+        let (owner, _) = pair(SHAPE);
+        drop(owner);
+        let path =
+            std::env::temp_dir().join(format!("rcoll-segment-test-hdr-{}", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .expect("file");
+        std::fs::remove_file(&path).expect("unlink");
+        // Too short for the layout: refused before anything is mapped.
+        file.set_len(100).expect("len");
+        assert!(Segment::open(&file, SHAPE).is_err());
+        // Long enough but no header: not a segment.
+        file.set_len(SHAPE.bytes().expect("size") as u64)
+            .expect("len");
+        let e = Segment::open(&file, SHAPE).expect_err("no magic");
+        assert!(e.to_string().contains("not an rcoll segment"), "{e}");
+        // A header of another shape.
+        Segment::create(&file, SHAPE).expect("create");
+        let other = Shape { slots: 2, ..SHAPE };
+        assert!(Segment::open(&file, other).is_err());
+        assert!(Shape {
+            rings: usize::MAX,
+            ..SHAPE
+        }
+        .bytes()
+        .is_none());
+    }
+}
