@@ -57,6 +57,11 @@ pub struct Communicator {
     /// that arrives after its call has ended here.
     recent: [(u32, u32); RECENT_CALLS],
     poisoned: Option<String>,
+    /// Where every rank runs (from the transport's bootstrap), if known.
+    hosts: Option<Arc<rcoll_transport::hosts::HostMap>>,
+    /// Rates inside a host: shared memory's when the transport shares it, else the
+    /// network's.
+    local_model: crate::schedule::cost::CostModel,
 }
 
 enum Buffers<'a, T> {
@@ -83,7 +88,15 @@ impl Communicator {
                 rank.0
             )));
         }
+        let hosts = transport.hosts().filter(|h| h.nranks() == nranks);
+        let local_model = if transport.name().starts_with("shm") {
+            crate::schedule::cost::CostModel::shared_memory()
+        } else {
+            config.cost_model
+        };
         Ok(Communicator {
+            hosts,
+            local_model,
             transport,
             rank,
             nranks,
@@ -517,9 +530,21 @@ impl Communicator {
         }
         match self.config.algorithm {
             Some(a) if a.serves(layout.collective) => Ok(a),
-            _ => Ok(self
-                .selector
-                .choose(layout, elem_size, &self.config.cost_model)),
+            _ => {
+                let levels = self
+                    .hosts
+                    .as_deref()
+                    .map(|hosts| crate::schedule::cost::Levels {
+                        hosts,
+                        local: self.local_model,
+                    });
+                Ok(self.selector.choose(
+                    layout,
+                    elem_size,
+                    &self.config.cost_model,
+                    levels.as_ref(),
+                ))
+            }
         }
     }
 
@@ -591,7 +616,7 @@ impl Communicator {
         }
         let rank = self.rank.0;
         let schedule = algorithm
-            .schedule(layout, self.rank)
+            .schedule_on(layout, self.rank, self.hosts.as_deref())
             .map_err(|e| Error::Internal {
                 rank,
                 what: e.to_string(),

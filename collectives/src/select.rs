@@ -11,18 +11,22 @@ use std::collections::HashMap;
 use rcoll_transport::Rank;
 
 use crate::algorithm::Algorithm;
-use crate::schedule::cost::{cost, Cost, CostModel};
+use crate::schedule::cost::{cost_levels, Cost, CostModel, Levels};
 use crate::schedule::{Collective, Layout};
 
 /// Beyond this many ranks the quadratic algorithms are not even priced.
 const QUADRATIC_LIMIT: usize = 64;
 
 /// Every algorithm that serves `layout`, with its cost, cheapest first.
+/// With `levels`, pairs on one host are priced at the local rates and the hierarchical
+/// algorithm competes where the group has two levels.
 pub fn rank_algorithms(
     layout: &Layout,
     elem_size: usize,
     model: &CostModel,
+    levels: Option<&Levels<'_>>,
 ) -> Vec<(Algorithm, Cost)> {
+    let hosts = levels.map(|l| l.hosts);
     let mut priced: Vec<(Algorithm, Cost)> = Algorithm::ALL
         .into_iter()
         .filter(|a| a.serves(layout.collective))
@@ -30,7 +34,14 @@ pub fn rank_algorithms(
             layout.nranks <= QUADRATIC_LIMIT
                 || !matches!(a, Algorithm::Mesh | Algorithm::SingleRoot)
         })
-        .filter_map(|a| Some((a, cost(&a.schedules(layout).ok()?, elem_size, model))))
+        .filter(|a| {
+            *a != Algorithm::Hierarchical
+                || hosts.is_some_and(crate::algorithm::hierarchical::has_levels)
+        })
+        .filter_map(|a| {
+            let schedules = a.schedules_on(layout, hosts).ok()?;
+            Some((a, cost_levels(&schedules, elem_size, model, levels)))
+        })
         .collect();
     priced.sort_by(|x, y| x.1.predicted_us.total_cmp(&y.1.predicted_us));
     priced
@@ -54,7 +65,13 @@ pub struct Selector {
 
 impl Selector {
     /// The algorithm `Auto` picks for `layout`.
-    pub fn choose(&mut self, layout: &Layout, elem_size: usize, model: &CostModel) -> Algorithm {
+    pub fn choose(
+        &mut self,
+        layout: &Layout,
+        elem_size: usize,
+        model: &CostModel,
+        levels: Option<&Levels<'_>>,
+    ) -> Algorithm {
         let bytes = layout.count.saturating_mul(elem_size);
         let bucket_bytes = bytes.checked_next_power_of_two().unwrap_or(usize::MAX);
         let key = Key {
@@ -72,7 +89,7 @@ impl Selector {
             count: bucket_bytes / elem_size.max(1),
             ..*layout
         };
-        let choice = rank_algorithms(&representative, elem_size, model)
+        let choice = rank_algorithms(&representative, elem_size, model, levels)
             .first()
             .map_or(Algorithm::Ring, |(a, _)| *a);
         if self.cache.len() > 1024 {
@@ -101,8 +118,13 @@ mod tests {
     fn latency_bound_and_bandwidth_bound_sizes_choose_differently() {
         let model = CostModel::default();
         let mut s = Selector::default();
-        let small = s.choose(&layout(Collective::AllReduce, 16, 2), 4, &model);
-        let large = s.choose(&layout(Collective::AllReduce, 16, 64 << 20), 4, &model);
+        let small = s.choose(&layout(Collective::AllReduce, 16, 2), 4, &model, None);
+        let large = s.choose(
+            &layout(Collective::AllReduce, 16, 64 << 20),
+            4,
+            &model,
+            None,
+        );
         assert_ne!(small, large);
         assert!(
             matches!(large, Algorithm::Ring | Algorithm::HalvingDoubling),
@@ -116,7 +138,7 @@ mod tests {
         let mut s = Selector::default();
         for c in Collective::SCHEDULED {
             for n in [2, 3, 8] {
-                let a = s.choose(&layout(c, n, 1000), 8, &model);
+                let a = s.choose(&layout(c, n, 1000), 8, &model, None);
                 assert!(a.serves(c), "{a} chosen for {c}");
             }
         }

@@ -171,12 +171,13 @@ fn soak(comm: &mut Communicator) {
     );
 }
 
-const MAIN_ALGORITHMS: [Algorithm; 5] = [
+const MAIN_ALGORITHMS: [Algorithm; 6] = [
     Algorithm::Ring,
     Algorithm::DoubleBinaryTree,
     Algorithm::HalvingDoubling,
     Algorithm::Tree,
     Algorithm::Mesh,
+    Algorithm::Hierarchical,
 ];
 
 fn sweep(comm: &mut Communicator) {

@@ -4,6 +4,7 @@
 use rcoll::schedule::verify::verify;
 use rcoll::schedule::{Collective, Layout};
 use rcoll::{Algorithm, Rank};
+use rcoll_transport::hosts::HostMap;
 
 const COUNTS: [usize; 7] = [0, 1, 2, 7, 100, 1000, 10007];
 
@@ -100,4 +101,77 @@ fn double_binary_tree() {
 #[test]
 fn halving_doubling() {
     sweep(Algorithm::HalvingDoubling);
+}
+
+#[test]
+fn hierarchical_on_one_host() {
+    // No host map: one level, the flat ring.
+    sweep(Algorithm::Hierarchical);
+}
+
+/// Host maps: 1 to 4 hosts of 1 to 4 ranks each, placed in blocks and cyclically, and
+/// uneven ones.
+fn host_maps() -> Vec<HostMap> {
+    let mut maps = Vec::new();
+    for hosts in 1..=4usize {
+        for local in 1..=4usize {
+            maps.push(HostMap::blocks(&vec![local; hosts]));
+            let keys: Vec<String> = (0..hosts * local)
+                .map(|r| format!("h{}", r % hosts))
+                .collect();
+            maps.push(HostMap::from_keys(&keys));
+        }
+    }
+    for sizes in [
+        vec![3, 1],
+        vec![1, 3],
+        vec![2, 3, 1],
+        vec![4, 1, 2, 3],
+        vec![1, 1, 4],
+    ] {
+        maps.push(HostMap::blocks(&sizes));
+    }
+    // Uneven and interleaved: 3 + 2 + 1 placed a, b, c, a, b, a.
+    maps.push(HostMap::from_keys(&["a", "b", "c", "a", "b", "a"]));
+    maps
+}
+
+#[test]
+fn hierarchical_on_every_host_shape() {
+    let mut checked = 0;
+    for hosts in host_maps() {
+        let n = hosts.nranks();
+        for collective in Collective::SCHEDULED
+            .into_iter()
+            .filter(|c| Algorithm::Hierarchical.serves(*c))
+        {
+            let roots: Vec<usize> = if collective.is_rooted() {
+                (0..n).collect()
+            } else {
+                vec![0]
+            };
+            for count in [0, 1, 2, 7, 100, 3 * n + 1] {
+                for &root in &roots {
+                    for in_place in [false, true] {
+                        let layout = Layout {
+                            collective,
+                            nranks: n,
+                            count,
+                            root: Rank::from(root),
+                            in_place,
+                        };
+                        let schedules = Algorithm::Hierarchical
+                            .schedules_on(&layout, Some(&hosts))
+                            .expect("served");
+                        if let Err(e) = verify(&layout, &schedules) {
+                            let s = &schedules[e.rank.index()];
+                            panic!("{} {layout:?}: {e}\n{s}", hosts.describe());
+                        }
+                        checked += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 1000, "{checked}");
 }

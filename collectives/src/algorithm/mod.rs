@@ -13,6 +13,7 @@
 //! | `ring` | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ |
 //! | `double_binary_tree` | ✓ | ✓ | ✓ | | | | | | ✓ |
 //! | `halving_doubling` | ✓ | | | ✓ | ✓ | | | | ✓ |
+//! | `hierarchical` | ✓ | ✓ | ✓ | | | | | | |
 //!
 //! Common to all: with one rank every collective is a local copy (or nothing, in place);
 //! a barrier is the algorithm's all_reduce of zero elements (the engine still sends one
@@ -22,6 +23,7 @@
 pub mod binomial_tree;
 pub mod double_binary_tree;
 pub mod halving_doubling;
+pub mod hierarchical;
 pub mod mesh;
 pub mod naive_ring;
 pub mod ring;
@@ -58,11 +60,14 @@ pub enum Algorithm {
     DoubleBinaryTree,
     /// Recursive halving and doubling (Rabenseifner for all_reduce).
     HalvingDoubling,
+    /// A local level inside each host and a global one across hosts ([`hierarchical`]);
+    /// the flat ring where the group has one level.
+    Hierarchical,
 }
 
 impl Algorithm {
     /// Every algorithm.
-    pub const ALL: [Algorithm; 8] = [
+    pub const ALL: [Algorithm; 9] = [
         Algorithm::Mesh,
         Algorithm::SingleRoot,
         Algorithm::Tree,
@@ -71,6 +76,7 @@ impl Algorithm {
         Algorithm::Ring,
         Algorithm::DoubleBinaryTree,
         Algorithm::HalvingDoubling,
+        Algorithm::Hierarchical,
     ];
 
     /// The snake_case name.
@@ -84,6 +90,7 @@ impl Algorithm {
             Algorithm::Ring => "ring",
             Algorithm::DoubleBinaryTree => "double_binary_tree",
             Algorithm::HalvingDoubling => "halving_doubling",
+            Algorithm::Hierarchical => "hierarchical",
         }
     }
 
@@ -105,11 +112,23 @@ impl Algorithm {
                 collective,
                 C::AllReduce | C::AllGather | C::ReduceScatter | C::Barrier
             ),
+            Algorithm::Hierarchical => hierarchical::serves(collective),
         }
     }
 
-    /// Rank `rank`'s schedule for `layout`.
+    /// Rank `rank`'s schedule for `layout`, all ranks on one host.
     pub fn schedule(self, layout: &Layout, rank: Rank) -> Result<Schedule, ScheduleError> {
+        self.schedule_on(layout, rank, None)
+    }
+
+    /// Rank `rank`'s schedule for `layout` when the ranks run on `hosts` (only
+    /// [`Algorithm::Hierarchical`] looks; `None` is one host).
+    pub fn schedule_on(
+        self,
+        layout: &Layout,
+        rank: Rank,
+        hosts: Option<&rcoll_transport::hosts::HostMap>,
+    ) -> Result<Schedule, ScheduleError> {
         if let Err(reason) = layout.check() {
             return Err(ScheduleError::InvalidLayout {
                 layout: *layout,
@@ -138,33 +157,54 @@ impl Algorithm {
                 in_place: false,
                 ..*layout
             };
-            let mut s = self.generate(&as_all_reduce, rank);
+            let mut s = self.generate(&as_all_reduce, rank, hosts);
             s.layout = *layout;
             return Ok(s);
         }
         if layout.in_place && !self.native_in_place(layout.collective) {
-            return in_place_via_scratch(layout, rank, |l| self.generate(l, rank)).ok_or(
+            return in_place_via_scratch(layout, rank, |l| self.generate(l, rank, hosts)).ok_or(
                 ScheduleError::Unsupported(UnsupportedAlgorithm {
                     algorithm: self,
                     collective: layout.collective,
                 }),
             );
         }
-        Ok(self.generate(layout, rank))
+        Ok(self.generate(layout, rank, hosts))
     }
 
     /// Every rank's schedule for `layout`, `result[r]` for rank `r`.
     pub fn schedules(self, layout: &Layout) -> Result<Vec<Schedule>, ScheduleError> {
+        self.schedules_on(layout, None)
+    }
+
+    /// Every rank's schedule for `layout` on `hosts`, `result[r]` for rank `r`.
+    pub fn schedules_on(
+        self,
+        layout: &Layout,
+        hosts: Option<&rcoll_transport::hosts::HostMap>,
+    ) -> Result<Vec<Schedule>, ScheduleError> {
         (0..layout.nranks)
-            .map(|r| self.schedule(layout, Rank::from(r)))
+            .map(|r| self.schedule_on(layout, Rank::from(r), hosts))
             .collect()
+    }
+
+    /// A level's sub-schedule ([`hierarchical`]): valid by construction, so an error
+    /// (which would be a bug) becomes an empty schedule that the verifier rejects.
+    pub(crate) fn generate_checked(self, layout: &Layout, rank: Rank) -> Schedule {
+        self.schedule(layout, rank)
+            .unwrap_or_else(|_| Schedule::new(*layout, rank))
     }
 
     fn native_in_place(self, collective: Collective) -> bool {
         collective != Collective::AllToAll
     }
 
-    fn generate(self, layout: &Layout, rank: Rank) -> Schedule {
+    fn generate(
+        self,
+        layout: &Layout,
+        rank: Rank,
+        hosts: Option<&rcoll_transport::hosts::HostMap>,
+    ) -> Schedule {
         match self {
             Algorithm::Mesh => mesh::schedule(layout, rank),
             Algorithm::SingleRoot => single_root::schedule(layout, rank),
@@ -174,6 +214,7 @@ impl Algorithm {
             Algorithm::Ring => ring::schedule(layout, rank),
             Algorithm::DoubleBinaryTree => double_binary_tree::schedule(layout, rank),
             Algorithm::HalvingDoubling => halving_doubling::schedule(layout, rank),
+            Algorithm::Hierarchical => hierarchical::schedule(layout, rank, hosts),
         }
     }
 }

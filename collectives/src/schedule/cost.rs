@@ -11,7 +11,36 @@
 //! This is the unpipelined bound of the textbook analysis (and of the seed lecture's table);
 //! the engine pipelines segments within a step and can beat it for chain and tree shapes.
 
+use rcoll_transport::hosts::HostMap;
+
 use super::Schedule;
+
+/// Two levels of network: pairs on one host go at the `local` model's rates, the rest at
+/// the call's model, and every host's traffic to other hosts shares one link (its bytes
+/// per round are summed over its ranks, per direction).
+#[derive(Clone, Copy, Debug)]
+pub struct Levels<'a> {
+    /// Where every rank runs.
+    pub hosts: &'a HostMap,
+    /// Rates inside a host (shared memory, or loopback).
+    pub local: CostModel,
+}
+
+impl CostModel {
+    /// A default for ranks of one host that share memory: a round costs about what the
+    /// engine's bookkeeping does, bytes cross at memory-copy speed.
+    pub fn shared_memory() -> CostModel {
+        CostModel {
+            alpha_us: 1.0,
+            bandwidth_gbps: 50.0,
+            reduce_gbytes_per_s: 10.0,
+        }
+    }
+
+    fn beta(&self) -> f64 {
+        8.0 / (self.bandwidth_gbps * 1e3)
+    }
+}
 
 /// Machine parameters for the alpha-beta-gamma model.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
@@ -54,6 +83,26 @@ pub struct Cost {
 
 /// Prices one collective given every rank's schedule and the element size in bytes.
 pub fn cost(schedules: &[Schedule], elem_size: usize, model: &CostModel) -> Cost {
+    cost_levels(schedules, elem_size, model, None)
+}
+
+/// Like [`cost`], with `levels`: a round then costs the slower of its two levels, the
+/// local one priced per rank, the global one per host link.
+pub fn cost_levels(
+    schedules: &[Schedule],
+    elem_size: usize,
+    model: &CostModel,
+    levels: Option<&Levels<'_>>,
+) -> Cost {
+    let levels = levels.filter(|l| l.hosts.nranks() == schedules.len());
+    let same_host = |a: usize, b: usize| {
+        levels.is_some_and(|l| {
+            l.hosts.same_host(
+                rcoll_transport::Rank::from(a),
+                rcoll_transport::Rank::from(b),
+            )
+        })
+    };
     let n = schedules.len();
     let nsteps = schedules
         .iter()
@@ -62,6 +111,9 @@ pub fn cost(schedules: &[Schedule], elem_size: usize, model: &CostModel) -> Cost
         .unwrap_or(0);
     let mut sent = vec![vec![0u64; n]; nsteps];
     let mut received = vec![vec![0u64; n]; nsteps];
+    // Inside hosts, per rank (only with levels).
+    let mut local_sent = vec![vec![0u64; n]; nsteps];
+    let mut local_received = vec![vec![0u64; n]; nsteps];
     let mut reduced = vec![vec![0u64; n]; nsteps];
     let mut round = vec![false; nsteps];
     let mut total_bytes = 0u64;
@@ -76,8 +128,13 @@ pub fn cost(schedules: &[Schedule], elem_size: usize, model: &CostModel) -> Cost
             }
             for to in p.send_to() {
                 round[s] = true;
-                sent[s][r] += bytes;
-                if let Some(row) = received[s].get_mut(to.index()) {
+                let (tx, rx) = if same_host(r, to.index()) {
+                    (&mut local_sent, &mut local_received)
+                } else {
+                    (&mut sent, &mut received)
+                };
+                tx[s][r] += bytes;
+                if let Some(row) = rx[s].get_mut(to.index()) {
                     *row += bytes;
                 }
                 total_bytes += bytes;
@@ -86,18 +143,44 @@ pub fn cost(schedules: &[Schedule], elem_size: usize, model: &CostModel) -> Cost
             }
         }
     }
-    let beta_us_per_byte = 8.0 / (model.bandwidth_gbps * 1e3);
     let gamma_us_per_byte = 1.0 / (model.reduce_gbytes_per_s * 1e3);
     let mut predicted_us = 0.0;
     let mut max_step = 0u64;
     for s in 0..nsteps {
-        let busiest = (0..n)
-            .map(|r| sent[s][r].max(received[s][r]))
+        // Across hosts: per host link with levels, per rank without.
+        let busiest = match levels {
+            Some(l) => (0..l.hosts.nhosts())
+                .map(|h| {
+                    let m = l.hosts.members(h);
+                    let out: u64 = m.iter().map(|r| sent[s][r.index()]).sum();
+                    let inn: u64 = m.iter().map(|r| received[s][r.index()]).sum();
+                    out.max(inn)
+                })
+                .max()
+                .unwrap_or(0),
+            None => (0..n)
+                .map(|r| sent[s][r].max(received[s][r]))
+                .max()
+                .unwrap_or(0),
+        };
+        let local_busiest = (0..n)
+            .map(|r| local_sent[s][r].max(local_received[s][r]))
             .max()
             .unwrap_or(0);
         if round[s] {
-            predicted_us += model.alpha_us + beta_us_per_byte * busiest as f64;
-            max_step = max_step.max(busiest);
+            let global = if busiest > 0 || levels.is_none() {
+                model.alpha_us + model.beta() * busiest as f64
+            } else {
+                0.0
+            };
+            let local = match levels {
+                Some(l) if local_busiest > 0 => {
+                    l.local.alpha_us + l.local.beta() * local_busiest as f64
+                }
+                _ => 0.0,
+            };
+            predicted_us += global.max(local);
+            max_step = max_step.max(busiest.max(local_busiest));
         }
         let reduce = reduced[s].iter().copied().max().unwrap_or(0);
         predicted_us += gamma_us_per_byte * reduce as f64;

@@ -136,12 +136,19 @@ fn a_stopped_rank_on_shared_memory_fails_the_others_within_the_timeout() {
     eprintln!("a stopped rank on shared memory: the others failed {took:?} after SIGSTOP");
 }
 
-/// Hosts emulated with `RCOLL_HOST`: 2 hosts x 2 ranks (blocks) and 3 hosts of 3, 2 and 1
-/// ranks placed cyclically; shared memory inside each host, TCP across; every collective
-/// correct.
+/// Hosts emulated with `RCOLL_HOST`: 2 hosts x 2 ranks, 3 hosts x 1, 2 (cyclic) and 3
+/// ranks, and 3 hosts of 3, 2 and 1 ranks placed cyclically; shared memory inside each
+/// host, TCP across; every collective correct with every main algorithm, the
+/// hierarchical one included.
 #[test]
 fn every_collective_on_emulated_hosts_shared_memory_inside_tcp_across() {
-    for hosts in [vec!["a", "a", "b", "b"], vec!["a", "b", "c", "a", "b", "a"]] {
+    for hosts in [
+        vec!["a", "a", "b", "b"],
+        vec!["a", "b", "c"],
+        vec!["a", "b", "c", "a", "b", "c"],
+        vec!["a", "a", "a", "b", "b", "b", "c", "c", "c"],
+        vec!["a", "b", "c", "a", "b", "a"],
+    ] {
         let n = hosts.len();
         let children = spawn_each("sweep", n, |r| {
             // A rank alone on its host has only TCP peers.
