@@ -119,10 +119,12 @@ pub struct BenchArgs {
     #[arg(long, default_value = "auto")]
     pub algo: String,
     /// How ranks connect: `tcp` (one process per rank), `verbs` (one process per rank over
-    /// RDMA; fails when a rank has no usable device: see `rcoll-bench doctor`), `local`
-    /// (ranks as threads of this process) or `auto` (rcoll's choice for processes: verbs
-    /// where every rank can use it, else tcp). Default: tcp when --ranks is given or under
-    /// a launcher, local otherwise.
+    /// RDMA; fails when a rank has no usable device: see `rcoll-bench doctor`), `shm`
+    /// (one process per rank, shared memory between the ranks of a host, tcp across
+    /// hosts), `local` (ranks as threads of this process) or `auto` (rcoll's choice for
+    /// processes: shared memory inside each host; across hosts verbs where every rank can
+    /// use it, else tcp). Default: processes with rcoll's choice (RCOLL_TRANSPORT, else
+    /// auto) when --ranks is given or under a launcher, local otherwise.
     #[arg(long, value_parser = transport)]
     pub transport: Option<TransportFlag>,
     /// The network interface ranks accept peer connections on (as RCOLL_SOCKET_IFNAME),
@@ -147,6 +149,8 @@ pub enum TransportFlag {
     Tcp,
     /// One process per rank over RDMA verbs.
     Verbs,
+    /// One process per rank, shared memory inside hosts.
+    Shm,
     /// One process per rank, rcoll chooses the transport.
     Auto,
 }
@@ -411,9 +415,10 @@ fn transport(s: &str) -> Result<TransportFlag, String> {
         "local" => Ok(TransportFlag::Local),
         "tcp" => Ok(TransportFlag::Tcp),
         "verbs" | "ib" | "rdma" => Ok(TransportFlag::Verbs),
+        "shm" | "sm" => Ok(TransportFlag::Shm),
         "auto" => Ok(TransportFlag::Auto),
         other => Err(format!(
-            "unknown transport {other:?} (expected tcp, verbs, local or auto)"
+            "unknown transport {other:?} (expected tcp, verbs, shm, local or auto)"
         )),
     }
 }

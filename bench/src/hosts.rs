@@ -10,8 +10,11 @@ use crate::error::BenchError;
 pub struct RankHost {
     /// Its process id.
     pub pid: u32,
-    /// Its host name (at most [`HOST_BYTES`] bytes of it).
+    /// Its host name (at most [`HOST_BYTES`] bytes of it): the host key's name where
+    /// the communicator knows the host map (`RCOLL_HOST` names emulated hosts).
     pub host: String,
+    /// Which host it is, numbered from 0 (the communicator's host map, else the names).
+    pub host_id: usize,
 }
 
 /// Bytes of a host name exchanged (Linux's HOST_NAME_MAX).
@@ -28,12 +31,38 @@ pub fn exchange(comm: &mut Communicator) -> Result<Vec<RankHost>, BenchError> {
     record[4..4 + name.len()].copy_from_slice(name.as_bytes());
     let mut all = vec![0u8; RECORD * comm.size()];
     comm.all_gather(&record, &mut all)?;
-    Ok(all.chunks_exact(RECORD).map(decode).collect())
+    let mut ranks: Vec<RankHost> = all.chunks_exact(RECORD).map(decode).collect();
+    match comm.hosts() {
+        Some(map) if map.nranks() == ranks.len() => {
+            for (r, rh) in ranks.iter_mut().enumerate() {
+                let h = map.host_of(rcoll::Rank::from(r));
+                rh.host_id = h;
+                let key = map.key(h);
+                rh.host = key.split('/').next().unwrap_or(key).to_owned();
+            }
+        }
+        _ => number_by_name(&mut ranks),
+    }
+    Ok(ranks)
+}
+
+/// Numbers hosts by name, in order of first appearance.
+fn number_by_name(ranks: &mut [RankHost]) {
+    let mut names: Vec<String> = Vec::new();
+    for rh in ranks {
+        rh.host_id = match names.iter().position(|n| *n == rh.host) {
+            Some(i) => i,
+            None => {
+                names.push(rh.host.clone());
+                names.len() - 1
+            }
+        };
+    }
 }
 
 /// Distinct hosts.
 pub fn count(ranks: &[RankHost]) -> usize {
-    let mut hosts: Vec<&str> = ranks.iter().map(|r| r.host.as_str()).collect();
+    let mut hosts: Vec<usize> = ranks.iter().map(|r| r.host_id).collect();
     hosts.sort_unstable();
     hosts.dedup();
     hosts.len()
@@ -46,6 +75,7 @@ fn decode(record: &[u8]) -> RankHost {
     RankHost {
         pid,
         host: String::from_utf8_lossy(&host[..end]).into_owned(),
+        host_id: 0,
     }
 }
 
@@ -82,14 +112,19 @@ mod tests {
             a,
             RankHost {
                 pid: 4242,
-                host: "node1".into()
+                host: "node1".into(),
+                host_id: 0,
             }
         );
         let b = RankHost {
             pid: 7,
             host: "node2".into(),
+            host_id: 0,
         };
-        assert_eq!(count(&[a.clone(), b, a]), 2);
+        let mut ranks = [a.clone(), b, a];
+        number_by_name(&mut ranks);
+        assert_eq!(count(&ranks), 2);
+        assert_eq!(ranks.map(|r| r.host_id), [0, 1, 0]);
         assert_eq!(truncate("héllo", 2), "h");
     }
 }

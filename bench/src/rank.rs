@@ -32,6 +32,7 @@ pub fn run(launch: &LaunchArgs, spec: BenchSpec, spawned: bool) -> Result<(), Be
     match launch.transport {
         Some(TransportFlag::Tcp) => builder = builder.transport(TransportKind::Tcp),
         Some(TransportFlag::Verbs) => builder = builder.transport(TransportKind::Verbs),
+        Some(TransportFlag::Shm) => builder = builder.transport(TransportKind::Shm),
         Some(TransportFlag::Auto) => builder = builder.transport(TransportKind::Auto),
         Some(TransportFlag::Local) | None => {}
     }

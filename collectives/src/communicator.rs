@@ -16,6 +16,7 @@ use crate::engine::memory::Memory;
 use crate::error::{Error, Result};
 use crate::fingerprint::{explain, Call};
 use crate::op::ReduceOp;
+use crate::schedule::cost::CostModel;
 use crate::schedule::plan::Plan;
 use crate::schedule::{BufferLayout, Collective, Extent, Layout, Primitive, Schedule, Slice};
 use crate::select::Selector;
@@ -89,8 +90,15 @@ impl Communicator {
             )));
         }
         let hosts = transport.hosts().filter(|h| h.nranks() == nranks);
-        let local_model = if transport.name().starts_with("shm") {
-            crate::schedule::cost::CostModel::shared_memory()
+        // Default rates follow the transport of each level (a model set by the caller
+        // stays as it is).
+        let mut config = config;
+        let name = transport.name();
+        if config.cost_model == CostModel::default() && name.ends_with("tcp") {
+            config.cost_model = CostModel::tcp();
+        }
+        let local_model = if name.starts_with("shm") {
+            CostModel::shared_memory()
         } else {
             config.cost_model
         };
@@ -111,6 +119,11 @@ impl Communicator {
             recent: [(u32::MAX, 0); RECENT_CALLS],
             poisoned: None,
         })
+    }
+
+    /// Where every rank runs, when the transport learnt it at bootstrap (process groups).
+    pub fn hosts(&self) -> Option<&rcoll_transport::hosts::HostMap> {
+        self.hosts.as_deref()
     }
 
     /// This rank, `0..size()`.

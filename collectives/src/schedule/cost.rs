@@ -37,6 +37,16 @@ impl CostModel {
         }
     }
 
+    /// A default for TCP between hosts: Ethernet rates, and a round costs a system call
+    /// or two each side and a wake-up.
+    pub fn tcp() -> CostModel {
+        CostModel {
+            alpha_us: 20.0,
+            bandwidth_gbps: 10.0,
+            reduce_gbytes_per_s: 10.0,
+        }
+    }
+
     fn beta(&self) -> f64 {
         8.0 / (self.bandwidth_gbps * 1e3)
     }
