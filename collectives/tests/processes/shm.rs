@@ -203,3 +203,69 @@ fn shared_memory_that_cannot_be_set_up_is_an_error_or_a_fallback() {
     );
     all_succeed("auto without shared memory", &results);
 }
+
+/// `ci/multihost.sh` (root): 2 hosts x 2 ranks as network namespaces behind shaped links,
+/// this binary's sweep on each rank (shared memory inside a host, TCP across); every rank
+/// succeeds and the script leaves no namespace or link behind.
+#[test]
+fn the_multihost_script_runs_every_collective_on_2_hosts_x_2_ranks() {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../ci/multihost.sh");
+    let exe = std::env::current_exe().expect("test binary");
+    let out = std::process::Command::new("bash")
+        .args([
+            script,
+            "--hosts",
+            "2",
+            "--ranks-per-host",
+            "2",
+            "--rate",
+            "1gbit",
+        ])
+        .args(["--timeout", "240", "--"])
+        .arg(exe)
+        .args([
+            "rank_main",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "--quiet",
+        ])
+        .env("RCOLL_TEST_SCENARIO", "sweep")
+        .env("RCOLL_TRANSPORT", "shm")
+        .env("RCOLL_TEST_EXPECT_TRANSPORT", "shm+tcp")
+        .env("RCOLL_TIMEOUT", "60")
+        .output()
+        .expect("bash");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    for r in 0..4 {
+        assert!(
+            text.contains(&format!("[rank {r}] test result: ok")),
+            "rank {r}:\n{text}"
+        );
+    }
+    let netns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip");
+    let left = String::from_utf8_lossy(&netns.stdout).into_owned();
+    assert!(
+        !left.lines().any(|l| l.starts_with("rcmh")),
+        "namespaces left: {left}"
+    );
+    eprintln!("{text}");
+}
