@@ -68,10 +68,12 @@ fn rank_main() {
             panic!("RANK-INIT-ERROR {e}");
         }
     };
+    let want = std::env::var("RCOLL_TEST_EXPECT_TRANSPORT").unwrap_or_else(|_| "verbs".into());
     assert_eq!(
         comm.transport_name(),
-        "verbs",
-        "the group must run over verbs"
+        want,
+        "the group must run over {want}: {}",
+        comm.transport_details()
     );
     match scenario.as_str() {
         "sweep" => sweep(&mut comm),
@@ -86,10 +88,12 @@ fn rank_main() {
     }
 }
 
-const ALGORITHMS: [Algorithm; 3] = [
+const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::Ring,
     Algorithm::DoubleBinaryTree,
     Algorithm::HalvingDoubling,
+    // The ring where the group has one host; two levels where it has several.
+    Algorithm::Hierarchical,
 ];
 
 fn check(comm: &mut Communicator, failures: Vec<String>) {
@@ -101,7 +105,8 @@ fn check(comm: &mut Communicator, failures: Vec<String>) {
     );
 }
 
-/// Every collective x ring, double binary tree and halving-doubling (where they serve it),
+/// Every collective x ring, double binary tree, halving-doubling and hierarchical (where
+/// they serve it),
 /// in place and out of place, at 0, 1, 7 and 10007 elements, plus point-to-point.
 fn sweep(comm: &mut Communicator) {
     let failures = sweep_collectives(comm, &ALGORITHMS, &[0, 1, 7, 10_007]);
@@ -256,6 +261,25 @@ fn every_collective_on_rxe_2_3_4_ranks() {
         let results = finish(spawn("sweep", n, |_| vec![]), Duration::from_secs(600));
         all_ok(&format!("{n} ranks"), &results);
     }
+}
+
+/// Two emulated hosts of two ranks (`RCOLL_HOST`; a host's ranks on one device), with
+/// rcoll's own choice: shared memory inside each host, verbs across. Every collective x
+/// the main algorithms (the hierarchical one included) right.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn shared_memory_inside_hosts_and_verbs_across() {
+    let results = finish(
+        spawn("sweep", 4, |r| {
+            vec![
+                ("RCOLL_TRANSPORT".into(), "auto".into()),
+                ("RCOLL_HOST".into(), format!("host{}", r % 2)),
+                ("RCOLL_TEST_EXPECT_TRANSPORT".into(), "shm+verbs".into()),
+            ]
+        }),
+        Duration::from_secs(600),
+    );
+    all_ok("2 hosts x 2 ranks, shm + verbs", &results);
 }
 
 #[test]

@@ -167,8 +167,9 @@ fn every_collective_on_emulated_hosts_shared_memory_inside_tcp_across() {
     }
 }
 
-/// Shared memory that cannot be set up (a segment directory that does not exist): with
-/// `RCOLL_TRANSPORT=shm` every rank fails saying why; with `auto` the ranks run over TCP.
+/// Shared memory that cannot be set up (a segment directory that does not exist, one too
+/// small): with `RCOLL_TRANSPORT=shm` every rank fails saying why; with `auto` the ranks
+/// run over TCP.
 #[test]
 fn shared_memory_that_cannot_be_set_up_is_an_error_or_a_fallback() {
     let results = finish(
@@ -188,6 +189,30 @@ fn shared_memory_that_cannot_be_set_up_is_an_error_or_a_fallback() {
                 && out.contains("/nonexistent-rcoll"),
             "rank {r}:\n{out}"
         );
+    }
+    // A segment directory too small for the rings (a container's 64 MiB /dev/shm, in
+    // miniature): the memory is reserved at setup, so it is ENOSPC there, never SIGBUS
+    // in the middle of a collective.
+    if let Some(small) = SmallTmpfs::mount("256k") {
+        let results = finish(
+            spawn(
+                "hello",
+                3,
+                &[
+                    ("RCOLL_TRANSPORT", "shm".to_string()),
+                    ("RCOLL_SHM_DIR", small.path.clone()),
+                ],
+            ),
+            Duration::from_secs(60),
+        );
+        for (r, (ok, out)) in results.iter().enumerate() {
+            assert!(
+                !ok && out.contains("No space left on device") && out.contains("reserving"),
+                "rank {r}:\n{out}"
+            );
+        }
+        let left = std::fs::read_dir(&small.path).map_or(0, |d| d.count());
+        assert_eq!(left, 0, "segments left in {}", small.path);
     }
     let results = finish(
         spawn(
@@ -268,4 +293,39 @@ fn the_multihost_script_runs_every_collective_on_2_hosts_x_2_ranks() {
         "namespaces left: {left}"
     );
     eprintln!("{text}");
+}
+
+/// A tmpfs of a given size on a fresh directory (root only), unmounted on drop.
+struct SmallTmpfs {
+    path: String,
+}
+
+impl SmallTmpfs {
+    fn mount(size: &str) -> Option<SmallTmpfs> {
+        let path = format!(
+            "{}/rcoll-small-shm-{}",
+            std::env::temp_dir().display(),
+            std::process::id()
+        );
+        std::fs::create_dir_all(&path).ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs", &path])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("skipped the small /dev/shm case: cannot mount a tmpfs (not root?)");
+            let _ = std::fs::remove_dir(&path);
+            return None;
+        }
+        Some(SmallTmpfs { path })
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(&self.path)
+            .status();
+        let _ = std::fs::remove_dir(&self.path);
+    }
 }

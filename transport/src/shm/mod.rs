@@ -202,7 +202,10 @@ impl Prepared {
                 let ringer = Arc::clone(&ringer);
                 let addr = p.bell;
                 let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
-                    if peer_seg.sleeping().swap(0, Ordering::SeqCst) == 1 {
+                    // A load first: the flag's line stays shared while the peer is awake
+                    // (a swap would take it from the peer on every message).
+                    let flag = peer_seg.sleeping();
+                    if flag.load(Ordering::SeqCst) == 1 && flag.swap(0, Ordering::SeqCst) == 1 {
                         // Full or gone: either way nothing more to do (a full queue
                         // already holds a wake-up; a dead peer is the control plane's).
                         let _ = ringer.send_to_addr(&[1], &addr);
