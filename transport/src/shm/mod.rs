@@ -608,20 +608,16 @@ impl ShmTransport {
         })
     }
 
-    /// Takes every published message off every ring into the arrival map (the trait's
-    /// promise: credits never depend on the tag this rank waits for). Slots stay lent to
-    /// the payloads, except past half a ring held, where messages are copied out so the
-    /// sender keeps slots; past [`HEAP_CAP`] copied, the sender waits.
+    /// Takes every published message off every ring into the arrival map, each one's
+    /// slot lent to its payload (the engine reads it in place). Slots a full ring holds
+    /// for messages nobody asked for yet are freed by [`ShmTransport::unpin`] when this
+    /// rank is about to block.
     fn drain(&mut self) -> Result<(), TransportError> {
         for p in 0..self.links.len() {
             let Some(link) = self.links[p].as_mut() else {
                 continue;
             };
-            let half = (self.mine.shape().slots / 2).max(1);
             loop {
-                if link.inbox.lent() >= half && link.copied >= HEAP_CAP {
-                    break;
-                }
                 let Some(next) = link.inbox.take(Arc::clone(&link.wake)) else {
                     break;
                 };
@@ -661,17 +657,10 @@ impl ShmTransport {
                     };
                     return Err(self.fail(e));
                 };
-                let copy = link.inbox.lent() > half;
-                let payload = if copy {
-                    link.copied += header.len;
-                    // The slot goes back at once (`lease` drops here).
-                    Payload::reuse(lease.bytes().to_vec(), header.len)
-                } else {
-                    Payload::foreign(Box::new(lease))
-                };
+                let payload = Payload::foreign(Box::new(lease));
                 if self
                     .arrived
-                    .insert((peer, tag.key()), (tag, (payload, copy)))
+                    .insert((peer, tag.key()), (tag, (payload, false)))
                     .is_some()
                 {
                     let e = TransportError::DuplicateTag {
@@ -684,6 +673,41 @@ impl ShmTransport {
             }
         }
         Ok(())
+    }
+
+    /// Frees the slots of every full ring whose messages wait here unasked for (the
+    /// trait's promise: a sender's credits never depend on the tag this rank waits for):
+    /// they are copied out of the ring, up to [`HEAP_CAP`] bytes per peer; past that the
+    /// peer waits. Rare: only a rank about to block with a peer's whole ring in hand.
+    fn unpin(&mut self) {
+        let slots = self.mine.shape().slots;
+        let full: Vec<usize> = (0..self.links.len())
+            .filter(|&p| {
+                self.links[p]
+                    .as_ref()
+                    .is_some_and(|l| l.inbox.lent() >= slots && l.copied < HEAP_CAP)
+            })
+            .collect();
+        for p in full {
+            let peer = Rank::from(p);
+            let mut copied = 0;
+            for ((from, _), (_, (payload, was_copied))) in self.arrived.iter_mut() {
+                if *from != peer || *was_copied || !payload.is_foreign() {
+                    continue;
+                }
+                let len = payload.len();
+                // The slot goes back as the lease drops.
+                *payload = Payload::reuse(payload.as_bytes().to_vec(), len);
+                *was_copied = true;
+                copied += len;
+                if copied >= HEAP_CAP {
+                    break;
+                }
+            }
+            if let Some(Some(l)) = self.links.get_mut(p) {
+                l.copied += copied;
+            }
+        }
     }
 
     fn take(&mut self, peer: Rank, tag: Tag) -> Option<(Tag, Payload)> {
@@ -948,9 +972,10 @@ impl Transport for ShmTransport {
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
         self.check()?;
         self.control(None, false)?;
-        // Whatever this rank waits for, its peers' messages come off the rings (copied
-        // out past half a ring), so that a peer blocked on a full ring moves on.
+        // Whatever this rank waits for, its peers' messages come off the rings, and a
+        // full ring's slots are freed, so that a peer blocked on it moves on.
         self.drain()?;
+        self.unpin();
         let spin_until = Instant::now() + self.spin;
         loop {
             if self.generation() != self.seen {
