@@ -193,7 +193,7 @@ fn sweep(comm: &mut Communicator) {
 }
 
 /// all_reduce, broadcast, all_gather and reduce_scatter of 64 MiB of f32 and of an odd
-/// size, in place and out, with the default choice of algorithm and with the ring.
+/// size, in place and out, with the ring.
 fn large(comm: &mut Communicator) {
     let n = comm.size();
     let mut failures = Vec::new();
@@ -743,6 +743,15 @@ fn a_stopped_rank_fails_the_others_within_the_timeout_naming_it() {
         ],
     );
     std::thread::sleep(Duration::from_millis(1500));
+    let took = others_fail_naming_the_stopped_rank(children, stopped);
+    // The timeout (3 s) counts from the last progress; the rest is the pipeline draining.
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    eprintln!("a stopped rank: every other rank failed {took:?} after SIGSTOP");
+}
+
+/// Stops rank `stopped` of `children` (SIGSTOP), waits for the others and asserts that
+/// each failed naming it, then kills it: how long the others took after the signal.
+fn others_fail_naming_the_stopped_rank(mut children: Vec<Child>, stopped: usize) -> Duration {
     let mut frozen = children.remove(stopped);
     signal(&frozen, "STOP");
     let start = std::time::Instant::now();
@@ -757,9 +766,7 @@ fn a_stopped_rank_fails_the_others_within_the_timeout_naming_it() {
             "rank {r} did not report the stopped rank {stopped}:\n{out}"
         );
     }
-    // The timeout (3 s) counts from the last progress; the rest is the pipeline draining.
-    assert!(took < Duration::from_secs(15), "took {took:?}");
-    eprintln!("a stopped rank: every other rank failed {took:?} after SIGSTOP");
+    took
 }
 
 /// The root dies while the rendezvous is under way: a rank that reached it learns at

@@ -36,31 +36,46 @@ fn sweep(algorithm: Algorithm) {
                     vec![0]
                 };
                 for root in roots {
-                    for in_place in [false, true] {
-                        let layout = Layout {
-                            collective,
-                            nranks: n,
-                            count,
-                            root: Rank::from(root),
-                            in_place,
-                        };
-                        let schedules = algorithm.schedules(&layout).expect("served");
-                        if let Err(e) = verify(&layout, &schedules) {
-                            let s = &schedules[e.rank.index()];
-                            let shown = if s.primitive_count() < 60 {
-                                s.to_string()
-                            } else {
-                                String::new()
-                            };
-                            panic!("{algorithm} {layout:?}: {e}\n{shown}");
-                        }
-                        checked += 1;
-                    }
+                    checked += check_both_ways(collective, n, count, root, &|layout| {
+                        let schedules = algorithm.schedules(layout).expect("served");
+                        (schedules, algorithm.to_string())
+                    });
                 }
             }
         }
     }
     assert!(checked > 0);
+}
+
+/// Verifies the schedules `make` gives for the layout out of place and in place; the
+/// number of layouts checked.
+fn check_both_ways(
+    collective: Collective,
+    nranks: usize,
+    count: usize,
+    root: usize,
+    make: &dyn Fn(&Layout) -> (Vec<rcoll::schedule::Schedule>, String),
+) -> usize {
+    for in_place in [false, true] {
+        let layout = Layout {
+            collective,
+            nranks,
+            count,
+            root: Rank::from(root),
+            in_place,
+        };
+        let (schedules, what) = make(&layout);
+        if let Err(e) = verify(&layout, &schedules) {
+            let s = &schedules[e.rank.index()];
+            let shown = if s.primitive_count() < 60 {
+                s.to_string()
+            } else {
+                String::new()
+            };
+            panic!("{what} {layout:?}: {e}\n{shown}");
+        }
+    }
+    2
 }
 
 #[test]
@@ -152,23 +167,12 @@ fn hierarchical_on_every_host_shape() {
             };
             for count in [0, 1, 2, 7, 100, 3 * n + 1] {
                 for &root in &roots {
-                    for in_place in [false, true] {
-                        let layout = Layout {
-                            collective,
-                            nranks: n,
-                            count,
-                            root: Rank::from(root),
-                            in_place,
-                        };
+                    checked += check_both_ways(collective, n, count, root, &|layout| {
                         let schedules = Algorithm::Hierarchical
-                            .schedules_on(&layout, Some(&hosts))
+                            .schedules_on(layout, Some(&hosts))
                             .expect("served");
-                        if let Err(e) = verify(&layout, &schedules) {
-                            let s = &schedules[e.rank.index()];
-                            panic!("{} {layout:?}: {e}\n{s}", hosts.describe());
-                        }
-                        checked += 1;
-                    }
+                        (schedules, format!("hierarchical on {}", hosts.describe()))
+                    });
                 }
             }
         }

@@ -291,14 +291,27 @@ fn leaders(hosts: &HostMap, root: Rank) -> Vec<Rank> {
         .collect()
 }
 
+/// What broadcast and reduce start from: this rank's empty schedule, its host, and every
+/// host's leader; `None` when there is nothing to move.
+fn leader_tree(
+    layout: &Layout,
+    rank: Rank,
+    hosts: &HostMap,
+) -> Option<(Schedule, usize, Vec<Rank>)> {
+    (layout.count > 0).then(|| {
+        (
+            Schedule::new(*layout, rank),
+            hosts.host_of(rank),
+            leaders(hosts, layout.root),
+        )
+    })
+}
+
 fn broadcast(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
-    let mut out = Schedule::new(*layout, rank);
+    let Some((mut out, h, leads)) = leader_tree(layout, rank, hosts) else {
+        return Schedule::new(*layout, rank);
+    };
     let c = layout.count;
-    if c == 0 {
-        return out;
-    }
-    let h = hosts.host_of(rank);
-    let leads = leaders(hosts, layout.root);
     let local = hosts.members(h);
     let output = Slice::output(0, c);
     // Only the root reads the input: elsewhere it is empty, and nothing maps to it.
@@ -347,13 +360,10 @@ fn broadcast(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
 }
 
 fn reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
-    let mut out = Schedule::new(*layout, rank);
+    let Some((mut out, h, leads)) = leader_tree(layout, rank, hosts) else {
+        return Schedule::new(*layout, rank);
+    };
     let c = layout.count;
-    if c == 0 {
-        return out;
-    }
-    let h = hosts.host_of(rank);
-    let leads = leaders(hosts, layout.root);
     let local = hosts.members(h);
     let leader_local = hosts.local_rank(leads[h]);
     let input = Slice::input(0, c);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::common::{finish, signal, StartedDir};
+use super::common::{finish, StartedDir};
 use super::{spawn, spawn_each};
 
 /// The segments (and nothing else) the ranks with these process ids left in /dev/shm:
@@ -109,7 +109,7 @@ fn a_killed_rank_on_shared_memory_fails_the_others_naming_it() {
 fn a_stopped_rank_on_shared_memory_fails_the_others_within_the_timeout() {
     let stopped = 1;
     let joined = StartedDir::new(3);
-    let mut children = spawn(
+    let children = spawn(
         "killed",
         3,
         &shm(&[
@@ -119,19 +119,7 @@ fn a_stopped_rank_on_shared_memory_fails_the_others_within_the_timeout() {
         ]),
     );
     joined.wait(Duration::from_secs(60));
-    let mut frozen = children.remove(stopped);
-    signal(&frozen, "STOP");
-    let start = std::time::Instant::now();
-    let results = finish(children, Duration::from_secs(60));
-    let took = start.elapsed();
-    signal(&frozen, "KILL");
-    let _ = frozen.wait();
-    for (i, (ok, out)) in results.iter().enumerate() {
-        assert!(
-            *ok && out.contains("RANK-ERROR") && out.contains(&format!("rank {stopped}")),
-            "rank {i} did not report the stopped rank {stopped}:\n{out}"
-        );
-    }
+    let took = super::others_fail_naming_the_stopped_rank(children, stopped);
     assert!(took < Duration::from_secs(15), "took {took:?}");
     eprintln!("a stopped rank on shared memory: the others failed {took:?} after SIGSTOP");
 }

@@ -515,9 +515,9 @@ mod tests {
 
     /// A segment file of `shape`, mapped twice: as its owner (receiver) and as a peer
     /// (sender) would, through two mappings of one file.
-    fn pair(shape: Shape) -> (Arc<Segment>, Arc<Segment>) {
-        let dir = std::env::temp_dir();
-        let path = dir.join(format!(
+    /// An unlinked file of this test's own.
+    fn scratch_file() -> std::fs::File {
+        let path = std::env::temp_dir().join(format!(
             "rcoll-segment-test-{}-{:?}",
             std::process::id(),
             std::thread::current().id()
@@ -530,6 +530,11 @@ mod tests {
             .open(&path)
             .expect("file");
         std::fs::remove_file(&path).expect("unlink");
+        file
+    }
+
+    fn pair(shape: Shape) -> (Arc<Segment>, Arc<Segment>) {
+        let file = scratch_file();
         let bytes = shape.bytes().expect("size");
         file.set_len(bytes as u64).expect("len");
         allocate(&file, bytes).expect("allocate");
@@ -650,18 +655,7 @@ mod tests {
 
     #[test]
     fn a_mapping_checks_the_file_and_its_header() {
-        let (owner, _) = pair(SHAPE);
-        drop(owner);
-        let path =
-            std::env::temp_dir().join(format!("rcoll-segment-test-hdr-{}", std::process::id()));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .expect("file");
-        std::fs::remove_file(&path).expect("unlink");
+        let file = scratch_file();
         // Too short for the layout: refused before anything is mapped.
         file.set_len(100).expect("len");
         assert!(Segment::open(&file, SHAPE).is_err());
