@@ -734,7 +734,7 @@ fn a_soak_of_ten_thousand_mixed_collectives_stays_correct_and_flat() {
 #[test]
 fn a_stopped_rank_fails_the_others_within_the_timeout_naming_it() {
     let stopped = 2;
-    let mut children = spawn(
+    let children = spawn(
         "killed",
         4,
         &[
