@@ -206,6 +206,18 @@ pub struct PlanArgs {
     /// Plan the in-place variant.
     #[arg(long)]
     pub in_place: bool,
+    /// Spread the ranks over this many hosts, in blocks (the first hosts take one more
+    /// when they do not divide evenly): pairs inside a host are priced at the local
+    /// rates, each host's traffic to the others shares one link, the hierarchical
+    /// algorithm gets two levels, and the table counts the messages that cross hosts.
+    #[arg(long)]
+    pub hosts: Option<usize>,
+    /// Latency per round inside a host in microseconds, with --hosts [default: 1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub local_alpha_us: Option<f64>,
+    /// Bandwidth inside a host in Gbit/s, with --hosts [default: 50].
+    #[arg(long, allow_negative_numbers = true)]
+    pub local_bandwidth_gbps: Option<f64>,
     /// Print a JSON array instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -380,6 +392,37 @@ impl PlanArgs {
                 false,
             )?,
         };
+        let hosts = match self.hosts {
+            None => None,
+            Some(h) if h == 0 || h > self.ranks => {
+                return Err(usage(format!(
+                    "--hosts {h}: 1 to {} hosts for {} ranks",
+                    self.ranks, self.ranks
+                )))
+            }
+            Some(h) => {
+                let sizes: Vec<usize> = (0..h)
+                    .map(|i| self.ranks / h + usize::from(i < self.ranks % h))
+                    .collect();
+                Some(rcoll::transport::hosts::HostMap::blocks(&sizes))
+            }
+        };
+        let local = CostModel::shared_memory();
+        let local_model = CostModel {
+            alpha_us: positive(
+                "--local-alpha-us",
+                self.local_alpha_us,
+                local.alpha_us,
+                true,
+            )?,
+            bandwidth_gbps: positive(
+                "--local-bandwidth-gbps",
+                self.local_bandwidth_gbps,
+                local.bandwidth_gbps,
+                false,
+            )?,
+            reduce_gbytes_per_s: model.reduce_gbytes_per_s,
+        };
         Ok(PlanSpec {
             collective: self.collective,
             nranks: self.ranks,
@@ -388,6 +431,8 @@ impl PlanArgs {
             root: self.root,
             in_place: self.in_place,
             model,
+            hosts,
+            local_model,
         })
     }
 }

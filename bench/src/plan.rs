@@ -3,8 +3,9 @@
 
 use std::fmt::Write as _;
 
-use rcoll::schedule::cost::{cost, Cost, CostModel};
+use rcoll::schedule::cost::{cost_levels, Cost, CostModel, Levels};
 use rcoll::schedule::verify::{verify, MAX_RANKS};
+use rcoll::transport::hosts::HostMap;
 use rcoll::{Algorithm, Collective, DataType, Layout, Rank};
 
 use crate::error::{usage, BenchError};
@@ -28,8 +29,12 @@ pub struct PlanSpec {
     pub root: usize,
     /// Whether to plan the in-place variant.
     pub in_place: bool,
-    /// The machine model.
+    /// The machine model (across hosts, with `hosts`).
     pub model: CostModel,
+    /// Where the ranks run, if planned on several hosts.
+    pub hosts: Option<HostMap>,
+    /// Rates inside a host (with `hosts`).
+    pub local_model: CostModel,
 }
 
 /// One algorithm's plan.
@@ -95,9 +100,13 @@ pub fn plan(spec: &PlanSpec) -> Result<Plan, BenchError> {
         .filter(|a| a.serves(layout.collective))
     {
         let schedules = algorithm
-            .schedules(&layout)
+            .schedules_on(&layout, spec.hosts.as_ref())
             .map_err(|e| usage(e.to_string()))?;
-        let cost = cost(&schedules, elem_size, &spec.model);
+        let levels = spec.hosts.as_ref().map(|hosts| Levels {
+            hosts,
+            local: spec.local_model,
+        });
+        let cost = cost_levels(&schedules, elem_size, &spec.model, levels.as_ref());
         let (verified, verify_error) = if verifiable(&layout, &schedules) {
             match verify(&layout, &schedules) {
                 Ok(()) => (Some(true), None),
@@ -182,6 +191,17 @@ pub fn render_text(spec: &PlanSpec, plan: &Plan) -> String {
         "# model: alpha {} us, bandwidth {} Gbit/s, reduce {} GB/s",
         m.alpha_us, m.bandwidth_gbps, m.reduce_gbytes_per_s
     );
+    if let Some(hosts) = &spec.hosts {
+        let lm = &spec.local_model;
+        let _ = writeln!(
+            out,
+            "# hosts: {}; inside a host: alpha {} us, bandwidth {} Gbit/s; across: the model \
+             above, one link per host",
+            hosts.describe(),
+            lm.alpha_us,
+            lm.bandwidth_gbps
+        );
+    }
     let header = [
         "algorithm",
         "steps",
@@ -189,10 +209,11 @@ pub fn render_text(spec: &PlanSpec, plan: &Plan) -> String {
         "max_step_bytes_per_rank",
         "max_bytes_sent_per_rank",
         "messages",
+        "cross_host_messages",
         "predicted_us",
         "verified",
     ];
-    let cells: Vec<[String; 8]> = plan
+    let cells: Vec<[String; 9]> = plan
         .rows
         .iter()
         .map(|r| {
@@ -203,6 +224,11 @@ pub fn render_text(spec: &PlanSpec, plan: &Plan) -> String {
                 r.cost.max_step_bytes_per_rank.to_string(),
                 r.cost.max_bytes_sent_per_rank.to_string(),
                 r.cost.messages.to_string(),
+                if spec.hosts.is_some() {
+                    r.cost.cross_host_messages.to_string()
+                } else {
+                    "-".into()
+                },
                 format!("{:.2}", r.cost.predicted_us),
                 match r.verified {
                     Some(true) => "yes".into(),
@@ -260,6 +286,8 @@ mod tests {
             root: 0,
             in_place: false,
             model: CostModel::default(),
+            hosts: None,
+            local_model: CostModel::shared_memory(),
         })
         .unwrap()
     }
@@ -302,6 +330,37 @@ mod tests {
         assert_eq!(plan.rows.iter().filter(|r| r.cheapest).count(), 1);
     }
 
+    /// 2 hosts x 2 ranks: the hierarchical all_reduce sends each host's link 2(h-1)/h of
+    /// the vector (half of it here, both ways), the flat ring the whole of it; the mesh
+    /// of 8 bytes crosses hosts 8 times (each rank to the 2 ranks of the other host).
+    #[test]
+    fn on_two_hosts_the_table_counts_what_crosses_them() {
+        let spec = |bytes: usize| PlanSpec {
+            collective: Collective::AllReduce,
+            nranks: 4,
+            bytes,
+            dtype: DataType::F32,
+            root: 0,
+            in_place: false,
+            model: CostModel::tcp(),
+            hosts: Some(HostMap::blocks(&[2, 2])),
+            local_model: CostModel::shared_memory(),
+        };
+        let big = plan(&spec(64 << 20)).unwrap();
+        let d = 64u64 << 20;
+        let hier = &row(&big, Algorithm::Hierarchical).cost;
+        let ring = &row(&big, Algorithm::Ring).cost;
+        assert_eq!(hier.cross_host_bytes, 2 * d, "{hier:?}");
+        // Ranks 1 and 3 send every one of their 6 chunks of d/4 to the other host.
+        assert_eq!(ring.cross_host_bytes, 2 * 6 * (d / 4), "{ring:?}");
+        assert!(hier.predicted_us < ring.predicted_us);
+        assert!(big.rows.iter().all(|r| r.verified != Some(false)));
+        let small = plan(&spec(8)).unwrap();
+        assert_eq!(row(&small, Algorithm::Mesh).cost.cross_host_messages, 8);
+        assert!(small.rows.iter().all(|r| r.verified == Some(true)));
+        assert!(render_text(&spec(8), &small).contains("cross_host_messages"));
+    }
+
     #[test]
     fn per_block_collectives_split_the_whole_buffer() {
         assert_eq!(layout_count(Collective::AllGather, 4000, 4, 5), 200);
@@ -320,6 +379,8 @@ mod tests {
             root: 0,
             in_place: false,
             model: CostModel::default(),
+            hosts: None,
+            local_model: CostModel::shared_memory(),
         })
         .unwrap();
         assert!(plan.rows.iter().all(|r| r.verified.is_none()));

@@ -87,6 +87,10 @@ pub struct Cost {
     pub max_bytes_sent_per_rank: u64,
     /// Messages (before segmentation) sent by all ranks.
     pub messages: u64,
+    /// Of those, the ones between ranks on different hosts (with [`Levels`]; else 0).
+    pub cross_host_messages: u64,
+    /// Their bytes.
+    pub cross_host_bytes: u64,
     /// Predicted time in microseconds.
     pub predicted_us: f64,
 }
@@ -128,6 +132,7 @@ pub fn cost_levels(
     let mut round = vec![false; nsteps];
     let mut total_bytes = 0u64;
     let mut messages = 0u64;
+    let (mut cross_host_messages, mut cross_host_bytes) = (0u64, 0u64);
     let mut per_rank = vec![0u64; n];
     for (r, schedule) in schedules.iter().enumerate() {
         // Channels run concurrently: step s of every channel falls in round s.
@@ -141,6 +146,10 @@ pub fn cost_levels(
                 let (tx, rx) = if same_host(r, to.index()) {
                     (&mut local_sent, &mut local_received)
                 } else {
+                    if levels.is_some() {
+                        cross_host_messages += 1;
+                        cross_host_bytes += bytes;
+                    }
                     (&mut sent, &mut received)
                 };
                 tx[s][r] += bytes;
@@ -201,6 +210,8 @@ pub fn cost_levels(
         max_step_bytes_per_rank: max_step,
         max_bytes_sent_per_rank: per_rank.iter().copied().max().unwrap_or(0),
         messages,
+        cross_host_messages,
+        cross_host_bytes,
         predicted_us,
     }
 }
