@@ -1,0 +1,439 @@
+//! Setting up shared memory: the options, this rank's segment and doorbell, the exchange
+//! with the local peers over the control connections, and the checks on what they
+//! announce. [`Prepared::finish`] layers the result on the transport beneath.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::segment::{self, InRing, OutRing, Segment, Shape};
+use super::{Link, ShmTransport, DEFAULT_SEGMENT_BUDGET, DEFAULT_SLOTS, DEFAULT_SPIN, PREFIX};
+use crate::error::TransportError;
+use crate::hosts::HostMap;
+use crate::tcp::control::Exchange;
+use crate::tcp::TcpTransport;
+use crate::transport::Transport;
+use crate::types::Rank;
+
+/// Tunables of the shared-memory backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Largest message (the communicator's segment size).
+    pub slot_bytes: usize,
+    /// Slots per ring (`RCOLL_SHM_SLOTS`); `None`: [`DEFAULT_SLOTS`], fewer when the
+    /// host has so many ranks that the segment would pass [`DEFAULT_SEGMENT_BUDGET`].
+    pub slots: Option<usize>,
+    /// How long a wait spins before blocking (`RCOLL_SHM_SPIN_US`).
+    pub spin: Duration,
+    /// Where segments are created (`RCOLL_SHM_DIR`, default `/dev/shm`).
+    pub dir: PathBuf,
+    /// Whether a pair that cannot share memory fails the setup (`RCOLL_TRANSPORT=shm`)
+    /// rather than fall back to the transport beneath.
+    pub required: bool,
+}
+
+impl Options {
+    /// Defaults for messages up to `slot_bytes`, with the `RCOLL_SHM_*` overrides.
+    pub fn from_env(slot_bytes: usize) -> Result<Options, String> {
+        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let slots = match var("RCOLL_SHM_SLOTS") {
+            Some(v) => Some(
+                v.trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (2..=1024).contains(n))
+                    .ok_or_else(|| format!("RCOLL_SHM_SLOTS={v:?} is not a number in 2..=1024"))?,
+            ),
+            None => None,
+        };
+        let spin =
+            match var("RCOLL_SHM_SPIN_US") {
+                Some(v) => Duration::from_micros(v.trim().parse().map_err(|_| {
+                    format!("RCOLL_SHM_SPIN_US={v:?} is not a number of microseconds")
+                })?),
+                None => DEFAULT_SPIN,
+            };
+        Ok(Options {
+            slot_bytes: slot_bytes.max(64),
+            slots,
+            spin,
+            dir: var("RCOLL_SHM_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/dev/shm")),
+            required: false,
+        })
+    }
+
+    /// The shape of a segment for `peers` local peers.
+    fn shape(&self, peers: usize) -> Shape {
+        let per_slot = self.slot_bytes + segment::SLOT_HEADER + segment::LINE;
+        let slots = self.slots.unwrap_or_else(|| {
+            (DEFAULT_SEGMENT_BUDGET / (per_slot * peers.max(1))).clamp(2, DEFAULT_SLOTS)
+        });
+        Shape {
+            rings: peers,
+            slots,
+            slot_bytes: self.slot_bytes,
+        }
+    }
+}
+
+/// This rank's segment and doorbell, made and announced, with its peers' segments mapped:
+/// what [`prepare`] returns and [`Prepared::finish`] layers on the transport beneath.
+pub struct Prepared {
+    rank: Rank,
+    hosts: Arc<HostMap>,
+    opts: Options,
+    mine: Option<Arc<Segment>>,
+    bell: Option<UnixDatagram>,
+    /// Per peer: its segment and doorbell, when the pair shares memory both ways.
+    peers: Vec<Option<PeerSegment>>,
+}
+
+struct PeerSegment {
+    seg: Arc<Segment>,
+    bell: SocketAddr,
+    /// This rank's ring in the peer's segment; the peer's ring in this rank's is at the
+    /// peer's index among this rank's local peers.
+    ring_there: usize,
+    ring_here: usize,
+}
+
+impl Prepared {
+    /// How many local peers this rank shares memory with.
+    pub fn pairs(&self) -> usize {
+        self.peers.iter().flatten().count()
+    }
+
+    /// Layers the shared-memory pairs on `inner`, which carries every other pair and the
+    /// control plane. `inner` must be the transport of the same group (built on the same
+    /// connections as the [`TcpTransport`] given to [`prepare`]).
+    pub fn finish(self, mut inner: Box<dyn Transport>) -> Result<ShmTransport, TransportError> {
+        let me = self.rank;
+        let fail = |what: &str, e: std::io::Error| TransportError::Bootstrap {
+            rank: me,
+            reason: format!("shared memory: {what}: {e}"),
+        };
+        let (Some(mine), Some(bell)) = (self.mine, self.bell) else {
+            return Err(TransportError::Bootstrap {
+                rank: me,
+                reason: "shared memory: no segment to layer".into(),
+            });
+        };
+        let ringer = Arc::new(UnixDatagram::unbound().map_err(|e| fail("a socket", e))?);
+        ringer
+            .set_nonblocking(true)
+            .map_err(|e| fail("a socket", e))?;
+        // Wake-ups come through the transport beneath when it can watch the doorbell;
+        // otherwise waits poll it every millisecond.
+        let bell_watched = inner.watch_fd(bell.as_raw_fd()).is_ok();
+        let mut links: Vec<Option<Link>> = Vec::with_capacity(self.peers.len());
+        for p in self.peers {
+            links.push(p.map(|p| {
+                let peer_seg = Arc::clone(&p.seg);
+                let ringer = Arc::clone(&ringer);
+                let addr = p.bell;
+                let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
+                    // A load first: the flag's line stays shared while the peer is awake
+                    // (a swap would take it from the peer on every message).
+                    let flag = peer_seg.sleeping();
+                    if flag.load(Ordering::SeqCst) == 1 && flag.swap(0, Ordering::SeqCst) == 1 {
+                        // Full or gone: either way nothing more to do (a full queue
+                        // already holds a wake-up; a dead peer is the control plane's).
+                        let _ = ringer.send_to_addr(&[1], &addr);
+                    }
+                });
+                Link {
+                    inbox: InRing::new(Arc::clone(&mine), p.ring_here),
+                    outbox: OutRing::new(p.seg, p.ring_there),
+                    wake,
+                    copied: 0,
+                }
+            }));
+        }
+        let remote = (0..links.len()).any(|r| r != me.index() && links[r].is_none());
+        let name = match (remote, inner.name()) {
+            (false, _) => "shm",
+            (true, "verbs") => "shm+verbs",
+            (true, _) => "shm+tcp",
+        };
+        Ok(ShmTransport {
+            rank: me,
+            nranks: links.len(),
+            slot_bytes: self.opts.slot_bytes,
+            spin: self.opts.spin,
+            hosts: self.hosts,
+            links,
+            mine,
+            bell,
+            bell_watched,
+            arrived: HashMap::new(),
+            seen: 0,
+            broken: None,
+            last_control: Instant::now(),
+            unasked: None,
+            name,
+            inner,
+        })
+    }
+}
+
+/// Makes this rank's segment, exchanges segments with its local peers over `tcp`, and
+/// maps theirs. Every rank of the group must call it (ranks alone on their host too:
+/// they exchange nothing). Segments are unlinked before this returns.
+pub fn prepare(
+    tcp: &mut TcpTransport,
+    hosts: Arc<HostMap>,
+    opts: &Options,
+    deadline: Instant,
+) -> Result<Prepared, TransportError> {
+    let me = tcp.rank();
+    let local: Vec<Rank> = hosts.neighbours(me).collect();
+    let shape = opts.shape(local.len());
+    let mut prepared = Prepared {
+        rank: me,
+        hosts: Arc::clone(&hosts),
+        opts: opts.clone(),
+        mine: None,
+        bell: None,
+        peers: (0..hosts.nranks()).map(|_| None).collect(),
+    };
+    if local.is_empty() {
+        return Ok(prepared);
+    }
+    // This rank's segment and doorbell, or why not (told to the peers in their place).
+    let made = make_segment(&opts.dir, shape).and_then(|(file, path, seg)| {
+        let (bell, bell_name) = make_bell()?;
+        Ok((file, path, seg, bell, bell_name))
+    });
+    let (announce, ours) = match made {
+        Ok((file, path, seg, bell, bell_name)) => (
+            Ok(format!(
+                "{}\n{bell_name}\n{}\n{}\n{}",
+                path.display(),
+                shape.rings,
+                shape.slots,
+                shape.slot_bytes
+            )),
+            Some((file, path, seg, bell)),
+        ),
+        Err(e) => (Err(e.to_string()), None),
+    };
+    let message = match &announce {
+        Ok(a) => format!("ok\n{a}"),
+        Err(e) => format!("error\n{e}"),
+    };
+    // From here on this rank's file must go whatever happens.
+    let unlink = Unlink(ours.as_ref().map(|(_, path, _, _)| path.clone()));
+    let theirs =
+        tcp.exchange_control(&local, Exchange::ShmSegment, message.as_bytes(), deadline)?;
+    // Map each peer's segment: this rank's ring there is its index among the peer's local
+    // peers.
+    let mut mapped: Vec<Result<PeerSegment, String>> = Vec::with_capacity(local.len());
+    for (&p, bytes) in local.iter().zip(theirs) {
+        let ring_there = hosts.neighbours(p).position(|r| r == me).unwrap_or(0);
+        let ring_here = local.iter().position(|&r| r == p).unwrap_or(0);
+        mapped.push(
+            open_peer(&opts.dir, &bytes, ring_there)
+                .map(|(seg, bell)| PeerSegment {
+                    seg,
+                    bell,
+                    ring_there,
+                    ring_here,
+                })
+                .map_err(|e| format!("{p}'s segment: {e}")),
+        );
+    }
+    let answers: Vec<String> = mapped
+        .iter()
+        .map(|m| match m {
+            Ok(_) => "mapped".to_owned(),
+            Err(e) => e.clone(),
+        })
+        .collect();
+    for (&p, answer) in local.iter().zip(&answers) {
+        tcp.send_control(p, Exchange::ShmMapped, answer.as_bytes(), deadline)?;
+    }
+    let mut acks = Vec::with_capacity(local.len());
+    for &p in &local {
+        acks.push(tcp.recv_control(p, Exchange::ShmMapped, deadline)?);
+    }
+    drop(unlink);
+    let mut refused: Vec<String> = Vec::new();
+    if let Err(e) = &announce {
+        refused.push(format!("this rank's segment: {e}"));
+    }
+    for ((&p, m), ack) in local.iter().zip(mapped).zip(acks) {
+        match (m, ack.as_slice()) {
+            (Ok(peer), b"mapped") if ours.is_some() => prepared.peers[p.index()] = Some(peer),
+            (Ok(_), b"mapped") => {}
+            (Ok(_), other) => refused.push(format!(
+                "{p} could not map this rank's segment: {}",
+                String::from_utf8_lossy(other)
+            )),
+            (Err(e), _) => refused.push(e),
+        }
+    }
+    if !refused.is_empty() {
+        let reason = format!(
+            "shared memory with local peers failed: {}{}",
+            refused.join("; "),
+            if opts.dir == Path::new("/dev/shm") {
+                " (a container's /dev/shm is often 64 MiB: `--shm-size`, or fewer slots with \
+                 RCOLL_SHM_SLOTS)"
+            } else {
+                ""
+            }
+        );
+        if opts.required {
+            return Err(TransportError::Bootstrap { rank: me, reason });
+        }
+        tracing::warn!(rank = %me, %reason, "those pairs stay on the network transport");
+    }
+    if let Some((_file, _path, seg, bell)) = ours {
+        seg.prefault();
+        prepared.mine = Some(seg);
+        prepared.bell = Some(bell);
+    }
+    Ok(prepared)
+}
+
+/// Removes a segment's file when dropped.
+struct Unlink(Option<PathBuf>);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn make_segment(dir: &Path, shape: Shape) -> std::io::Result<(File, PathBuf, Arc<Segment>)> {
+    let bytes = shape.bytes().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "segment too large")
+    })?;
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let path = dir.join(format!(
+        "{PREFIX}{}-{:016x}",
+        std::process::id(),
+        u64::from_le_bytes(random)
+    ));
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display())))?;
+    let made = (|| {
+        file.set_len(bytes as u64)?;
+        segment::allocate(&file, bytes).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("reserving {bytes} bytes in {}: {e}", dir.display()),
+            )
+        })?;
+        Segment::create(&file, shape)
+    })();
+    match made {
+        Ok(seg) => Ok((file, path, Arc::new(seg))),
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            Err(e)
+        }
+    }
+}
+
+fn make_bell() -> std::io::Result<(UnixDatagram, String)> {
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let name = format!(
+        "{PREFIX}bell-{}-{:016x}",
+        std::process::id(),
+        u64::from_le_bytes(random)
+    );
+    let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
+    let bell = UnixDatagram::bind_addr(&addr)?;
+    bell.set_nonblocking(true)?;
+    Ok((bell, name))
+}
+
+/// Maps the segment a peer announced (`ok`, path, bell, rings, slots, slot bytes), after
+/// checking that it is one: a file of this job's kind in the segment directory, owned by
+/// this user, of exactly the announced shape, with the magic in its header. A peer that
+/// announced a failure is refused with its reason.
+fn open_peer(
+    dir: &Path,
+    announced: &[u8],
+    ring: usize,
+) -> Result<(Arc<Segment>, SocketAddr), String> {
+    let text = std::str::from_utf8(announced).map_err(|_| "not text".to_owned())?;
+    let mut lines = text.lines();
+    match lines.next() {
+        Some("ok") => {}
+        Some("error") => return Err(lines.collect::<Vec<_>>().join(" ")),
+        _ => return Err("a malformed announcement".into()),
+    }
+    let mut field = || {
+        lines
+            .next()
+            .ok_or_else(|| "a truncated announcement".to_owned())
+    };
+    let path = PathBuf::from(field()?);
+    let bell = field()?.to_owned();
+    let mut number = || -> Result<usize, String> {
+        field()?
+            .parse()
+            .map_err(|_| "a malformed announcement".to_owned())
+    };
+    let shape = Shape {
+        rings: number()?,
+        slots: number()?,
+        slot_bytes: number()?,
+    };
+    let named_ok = path.parent() == Some(dir)
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(PREFIX) && !n.contains('/'));
+    if !named_ok {
+        return Err(format!(
+            "{} is not a segment in {}",
+            path.display(),
+            dir.display()
+        ));
+    }
+    if ring >= shape.rings || shape.slots == 0 || shape.slots > 1024 {
+        return Err(format!("an impossible shape {shape:?}"));
+    }
+    let bytes = shape.bytes().ok_or("a shape past the address space")?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    // SAFETY-free check of ownership: a file of another user is not this job's.
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(meta.uid());
+    if !meta.file_type().is_file() || meta.uid() != uid || meta.len() != bytes as u64 {
+        return Err(format!(
+            "{} is not a segment of this user of {bytes} bytes",
+            path.display()
+        ));
+    }
+    let seg = Segment::open(&file, shape).map_err(|e| format!("{}: {e}", path.display()))?;
+    let addr = SocketAddr::from_abstract_name(bell.as_bytes()).map_err(|e| e.to_string())?;
+    Ok((Arc::new(seg), addr))
+}
