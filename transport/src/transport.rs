@@ -442,6 +442,13 @@ pub trait Transport: Send {
         Ok(())
     }
 
+    /// Whether `peer` is known to be gone (its connection closed or broke) from what this
+    /// endpoint has already read: no I/O, so a layer above may ask on every miss, between
+    /// its rate-limited [`Transport::control_check`]s. `None` where nothing says so.
+    fn known_gone(&mut self, _peer: Rank) -> Option<TransportError> {
+        None
+    }
+
     /// Makes [`Transport::wait`] also return when `fd` becomes readable (a layer above
     /// waits for its own events this way). `Unsupported` where the backend does not block
     /// on file descriptors. The fd must stay open while the transport lives.

@@ -119,8 +119,6 @@ pub struct ShmTransport {
     seen: u64,
     broken: Option<TransportError>,
     last_control: Instant,
-    /// The peer whose liveness a rate-limited check skipped (see `control`).
-    unasked: Option<Rank>,
     slot_bytes: usize,
     spin: Duration,
     name: &'static str,
@@ -172,17 +170,17 @@ impl ShmTransport {
         e
     }
 
-    /// The control plane's word on `peer`, asked at most every millisecond. A peer not
-    /// asked about for that reason is remembered: [`Transport::wait`] asks before it
-    /// blocks (that peer's death may already have been read off its connection, and no
-    /// further event would wake this rank).
+    /// The control plane's word on `peer`: whether it is known to be gone, on every call
+    /// (no I/O: its death may already have been read off its connection by another check,
+    /// and then no event would wake this rank), and the full check (reading the
+    /// connections) at most every millisecond.
     fn control(&mut self, peer: Option<Rank>, force: bool) -> Result<(), TransportError> {
+        if let Some(e) = peer.and_then(|p| self.inner.known_gone(p)) {
+            return Err(e);
+        }
         if force || self.last_control.elapsed() >= Duration::from_millis(1) {
             self.last_control = Instant::now();
-            self.unasked = None;
             self.inner.control_check(peer)?;
-        } else if peer.is_some() {
-            self.unasked = peer;
         }
         Ok(())
     }
@@ -559,8 +557,7 @@ impl Transport for ShmTransport {
 
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
         self.check()?;
-        let unasked = self.unasked.take();
-        self.control(unasked, unasked.is_some())?;
+        self.control(None, false)?;
         // Whatever this rank waits for, its peers' messages come off the rings, and a
         // full ring's slots are freed, so that a peer blocked on it moves on.
         self.drain()?;

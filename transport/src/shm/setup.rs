@@ -178,7 +178,6 @@ impl Prepared {
             seen: 0,
             broken: None,
             last_control: Instant::now(),
-            unasked: None,
             name,
             inner,
         })

@@ -472,6 +472,10 @@ impl Transport for TcpTransport {
         }
     }
 
+    fn known_gone(&mut self, peer: Rank) -> Option<TransportError> {
+        self.peer_gone(peer)
+    }
+
     fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> io::Result<()> {
         self.register_fd(fd)
     }

@@ -247,6 +247,10 @@ impl Transport for VerbsTransport {
         }
     }
 
+    fn known_gone(&mut self, peer: Rank) -> Option<TransportError> {
+        self.tcp.peer_gone(peer)
+    }
+
     fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
         self.tcp.register_fd(fd)
     }
