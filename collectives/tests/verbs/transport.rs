@@ -238,7 +238,14 @@ pub fn faulty() {
         }
     };
     let slot = 1 << 20;
+    let raw = matches!(fault.as_str(), "garbage" | "oversized" | "beyond");
     if t.rank().index() == 0 {
+        if raw {
+            // Rank 1 says it has finished its setup first: a raw write that lands while rank 1
+            // still sets up fails its setup instead (named too, but before it can say so here).
+            let ready = recv(&mut t, 1, 8).expect("rank 1 ready");
+            t.recycle(ready);
+        }
         let injected = match fault.as_str() {
             "stale" => {
                 send(&mut t, 0, 0xab, 4096);
@@ -288,6 +295,7 @@ pub fn faulty() {
         intact();
         println!("RANK-ERROR {e}");
     } else {
+        send(&mut t, 1, 1, 8);
         match recv(&mut t, 0, slot) {
             Ok(p) => panic!("rank 1 took {} bytes of rank 0's {fault}", p.len()),
             Err(e) => println!("RANK-ERROR {e}"),
