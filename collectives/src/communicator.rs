@@ -63,6 +63,9 @@ pub struct Communicator {
     /// Rates inside a host: shared memory's when the transport shares it, else the
     /// network's.
     local_model: crate::schedule::cost::CostModel,
+    /// How a process group was built, for [`split`](Communicator::split) (`None` for
+    /// in-process groups and bare transports).
+    pub(crate) origin: Option<crate::process::Builder>,
 }
 
 enum Buffers<'a, T> {
@@ -118,6 +121,7 @@ impl Communicator {
             next_algorithm: None,
             recent: [(u32::MAX, 0); RECENT_CALLS],
             poisoned: None,
+            origin: None,
         })
     }
 

@@ -92,6 +92,7 @@
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
+pub mod background;
 pub mod buffer;
 pub mod communicator;
 pub mod config;
@@ -105,8 +106,10 @@ pub mod op;
 pub mod process;
 pub mod schedule;
 pub mod select;
+mod split;
 
 pub use algorithm::Algorithm;
+pub use background::{Background, Request};
 pub use buffer::Buffer;
 pub use communicator::{Communicator, WithAlgorithm};
 pub use config::Config;

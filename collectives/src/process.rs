@@ -192,8 +192,32 @@ impl Builder {
     /// Connects to the group and returns this rank's communicator.
     pub fn build(self) -> Result<Communicator> {
         let config = self.overrides.resolve()?;
-        let transport = self.connect(&config)?;
-        Communicator::new(transport, config)
+        let (transport, ip) = self.connect(&config)?;
+        let mut comm = Communicator::new(transport, config)?;
+        // What `split` needs to build a subgroup the same way: every setting of this one,
+        // and the address the other ranks reach this rank at.
+        let mut origin = self;
+        origin.bind = Some(ip);
+        comm.origin = Some(origin);
+        Ok(comm)
+    }
+
+    /// This group's builder for a subgroup: rank `rank` of `size`, meeting at `root` with
+    /// the secret `unique_id`; every other setting (transport, interface, timeouts,
+    /// overrides) stays.
+    pub(crate) fn subgroup(&self, rank: usize, size: usize, root: SocketAddr, id: u128) -> Builder {
+        let mut b = self.clone();
+        b.rank = rank;
+        b.size = size;
+        b.root = root;
+        b.unique_id = Some(id);
+        b.insecure_id = false;
+        b
+    }
+
+    /// The address this rank accepts connections on (set once built).
+    pub(crate) fn bound_ip(&self) -> IpAddr {
+        self.bind.unwrap_or(self.root.ip())
     }
 
     /// Connects to the group and returns this rank's transport alone (TCP or verbs, as
@@ -201,10 +225,11 @@ impl Builder {
     /// for testing a transport under the engine's feet.
     pub fn build_transport(self) -> Result<Box<dyn Transport>> {
         let config = self.overrides.resolve()?;
-        self.connect(&config)
+        Ok(self.connect(&config)?.0)
     }
 
-    fn connect(&self, config: &Config) -> Result<Box<dyn Transport>> {
+    /// The transport, and the address this rank is reached at.
+    fn connect(&self, config: &Config) -> Result<(Box<dyn Transport>, IpAddr)> {
         let unique_id = match (self.unique_id, self.insecure_id) {
             (Some(id), _) => id,
             (None, true) => bootstrap::Options::default_unique_id(self.root, self.size),
@@ -237,6 +262,7 @@ impl Builder {
             tracing::warn!(%source, "bootstrap failed");
             Error::Bootstrap { source }
         })?;
+        let ip = tcp.local_ip().or(self.bind).unwrap_or(self.root.ip());
         let hosts = tcp.hosts().unwrap_or_else(|| {
             std::sync::Arc::new(rcoll_transport::hosts::HostMap::single(self.size))
         });
@@ -249,7 +275,7 @@ impl Builder {
             details = %transport.details(),
             "communicator ready"
         );
-        Ok(transport)
+        Ok((transport, ip))
     }
 
     /// TCP; verbs everywhere when asked for (an error if any rank cannot); shared memory

@@ -10,6 +10,8 @@ mod common;
 mod netns;
 #[path = "processes/shm.rs"]
 mod shm;
+#[path = "processes/split.rs"]
+mod split;
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -80,6 +82,8 @@ fn rank_main() {
         "killed" => killed(&mut comm),
         "mismatch" => mismatch(&mut comm),
         "soak" => soak(&mut comm),
+        "split" => split::split(&mut comm),
+        "background" => split::background(comm),
         "hello" => {
             let mut v = vec![1u32; 10];
             comm.all_reduce_in_place(&mut v, ReduceOp::Sum)

@@ -416,7 +416,7 @@ impl TcpTransport {
     }
 
     /// The local address of the connections (the address peers know this rank by).
-    pub(crate) fn local_ip(&self) -> Option<std::net::IpAddr> {
+    pub fn local_ip(&self) -> Option<std::net::IpAddr> {
         self.peers
             .iter()
             .flatten()

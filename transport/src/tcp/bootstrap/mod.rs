@@ -286,10 +286,38 @@ fn serve<S>(
     Ok(())
 }
 
+/// Root listeners bound ahead of their group by [`listen_root`], by address.
+static RESERVED: std::sync::Mutex<Vec<(SocketAddr, TcpListener)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Binds a rendezvous listener on `ip` at a port the system picks and keeps it for the
+/// rank 0 of this process that will [`connect`] with that address as its root: the
+/// address can be handed to the other ranks before rank 0 joins (as a unique id does),
+/// and no other process can take the port in between. Returns the address.
+pub fn listen_root(ip: IpAddr) -> io::Result<SocketAddr> {
+    let listener = TcpListener::bind((ip, 0))?;
+    let addr = listener.local_addr()?;
+    RESERVED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((addr, listener));
+    Ok(addr)
+}
+
+/// The listener [`listen_root`] reserved for `addr`, if any (taken: one group uses it).
+fn reserved(addr: SocketAddr) -> Option<TcpListener> {
+    let mut held = RESERVED.lock().unwrap_or_else(|p| p.into_inner());
+    let at = held.iter().position(|(a, _)| *a == addr)?;
+    Some(held.swap_remove(at).1)
+}
+
 fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportError> {
     let me = Rank(0);
-    let listener = TcpListener::bind(opts.root)
-        .map_err(|e| io_fail(me, &format!("cannot listen on {}", opts.root), e))?;
+    let listener = match reserved(opts.root) {
+        Some(l) => l,
+        None => TcpListener::bind(opts.root)
+            .map_err(|e| io_fail(me, &format!("cannot listen on {}", opts.root), e))?,
+    };
     let data = TcpListener::bind((opts.bind.unwrap_or(opts.root.ip()), 0))
         .map_err(|e| io_fail(me, "cannot open the data listener", e))?;
     let mut table: Vec<Option<(String, String)>> = vec![None; opts.nranks];

@@ -1,0 +1,302 @@
+//! Nonblocking collectives: a communicator driven by a progress thread.
+//!
+//! [`Background`] owns a [`Communicator`] and one progress thread. Nonblocking calls
+//! ([`Background::all_reduce`], [`Background::submit`], ...) queue their work and return a
+//! [`Request`] at once; the progress thread runs the queue in issue order, so computation on
+//! the calling thread overlaps communication. Blocking calls ([`Background::run`]) wait for
+//! the queue to empty and then run on the calling thread itself, so they cost no thread
+//! switch and keep the issue order too.
+//!
+//! ```
+//! use rcoll::{local, Background, ReduceOp};
+//!
+//! let comms = local::group(2)?;
+//! let sums: Vec<rcoll::Result<Vec<f32>>> = std::thread::scope(|s| {
+//!     let ranks: Vec<_> = comms
+//!         .into_iter()
+//!         .map(|comm| {
+//!             s.spawn(move || {
+//!                 let comm = Background::new(comm)?;
+//!                 let pending = comm.all_reduce(vec![1.0f32; 1 << 16], ReduceOp::Sum);
+//!                 let busy: f64 = (0..10_000).map(|i| (i as f64).sqrt()).sum(); // overlaps
+//!                 assert!(busy > 0.0);
+//!                 pending.wait()
+//!             })
+//!         })
+//!         .collect();
+//!     ranks.into_iter().map(|r| r.join().expect("rank")).collect()
+//! });
+//! for sum in sums {
+//!     assert!(sum?.iter().all(|&x| x == 2.0));
+//! }
+//! # Ok::<(), rcoll::Error>(())
+//! ```
+
+use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use crate::communicator::Communicator;
+use crate::element::Element;
+use crate::error::{Error, Result};
+use crate::op::ReduceOp;
+
+type Job = Box<dyn FnOnce(&mut Communicator) + Send>;
+
+struct State {
+    queue: VecDeque<Job>,
+    /// A job (the progress thread's or a blocking caller's) holds the communicator.
+    busy: bool,
+    closing: bool,
+}
+
+struct Shared {
+    /// `None` only once [`Background::into_inner`] took it.
+    comm: Mutex<Option<Communicator>>,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Jobs run under catch_unwind: a poisoned lock only means a panic elsewhere in the
+    // caller's program, and the data it guards stays consistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A communicator whose collectives can run on a progress thread (see the
+/// [module](self)). `Sync`: any thread may queue work or wait for it.
+pub struct Background {
+    shared: Arc<Shared>,
+    worker: Option<JoinHandle<()>>,
+    rank: usize,
+    size: usize,
+}
+
+/// A queued call: [`test`](Request::test) whether it is done, [`wait`](Request::wait) for
+/// its result. Dropping it does not cancel the call (which still runs in its turn).
+#[must_use = "a request's result says whether the collective succeeded"]
+pub struct Request<R> {
+    done: Arc<Completion<R>>,
+}
+
+struct Completion<R> {
+    result: Mutex<Option<Result<R>>>,
+    ready: Condvar,
+}
+
+impl<R> Request<R> {
+    /// Whether the call has finished (successfully or not); never blocks.
+    pub fn test(&self) -> bool {
+        lock(&self.done.result).is_some()
+    }
+
+    /// Blocks until the call has finished and returns its result. Every collective ends
+    /// within the communicator's timeout of its last progress, so this returns once the
+    /// calls queued before it have too.
+    pub fn wait(self) -> Result<R> {
+        let mut slot = lock(&self.done.result);
+        loop {
+            if let Some(r) = slot.take() {
+                return r;
+            }
+            slot = self
+                .done
+                .ready
+                .wait(slot)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+impl Background {
+    /// Takes `comm` and starts its progress thread.
+    pub fn new(comm: Communicator) -> Result<Background> {
+        let (rank, size) = (comm.rank(), comm.size());
+        let shared = Arc::new(Shared {
+            comm: Mutex::new(Some(comm)),
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                busy: false,
+                closing: false,
+            }),
+            changed: Condvar::new(),
+        });
+        let s = Arc::clone(&shared);
+        let worker = std::thread::Builder::new()
+            .name(format!("rcoll-progress-{rank}"))
+            .spawn(move || progress(&s))
+            .map_err(|e| Error::Internal {
+                rank: rank as u32,
+                what: format!("cannot start the progress thread: {e}"),
+            })?;
+        Ok(Background {
+            shared,
+            worker: Some(worker),
+            rank,
+            size,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Queues `f`, to run on the progress thread after every call queued before it.
+    pub fn submit<R, F>(&self, f: F) -> Request<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut Communicator) -> Result<R> + Send + 'static,
+    {
+        let done = Arc::new(Completion {
+            result: Mutex::new(None),
+            ready: Condvar::new(),
+        });
+        let theirs = Arc::clone(&done);
+        let job: Job = Box::new(move |comm| {
+            let r = guarded(comm, f);
+            *lock(&theirs.result) = Some(r);
+            theirs.ready.notify_all();
+        });
+        let mut st = lock(&self.shared.state);
+        st.queue.push_back(job);
+        drop(st);
+        self.shared.changed.notify_all();
+        Request { done }
+    }
+
+    /// Runs `f` on the calling thread once every queued call has finished (a blocking
+    /// call in issue order).
+    pub fn run<R>(&self, f: impl FnOnce(&mut Communicator) -> Result<R>) -> Result<R> {
+        let mut st = lock(&self.shared.state);
+        while st.busy || !st.queue.is_empty() {
+            st = self
+                .shared
+                .changed
+                .wait(st)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        st.busy = true;
+        drop(st);
+        let r = with_comm(&self.shared, f);
+        lock(&self.shared.state).busy = false;
+        self.shared.changed.notify_all();
+        r
+    }
+
+    /// Nonblocking in-place AllReduce of `buf` (see [`Communicator::all_reduce_in_place`]).
+    pub fn all_reduce<T: Element>(&self, mut buf: Vec<T>, op: ReduceOp) -> Request<Vec<T>> {
+        self.submit(move |c| c.all_reduce_in_place(&mut buf, op).map(|()| buf))
+    }
+
+    /// Nonblocking in-place Broadcast of `buf` from `root`.
+    pub fn broadcast<T: Element>(&self, mut buf: Vec<T>, root: usize) -> Request<Vec<T>> {
+        self.submit(move |c| c.broadcast_in_place(&mut buf, root).map(|()| buf))
+    }
+
+    /// Nonblocking AllGather: the result holds every rank's `send`, in rank order.
+    pub fn all_gather<T: Element>(&self, send: Vec<T>) -> Request<Vec<T>> {
+        self.submit(move |c| {
+            let mut recv = vec![T::zeroed(); send.len().saturating_mul(c.size())];
+            c.all_gather(&send, &mut recv).map(|()| recv)
+        })
+    }
+
+    /// Nonblocking ReduceScatter: the result is this rank's block of the reduction of
+    /// every rank's `send` (whose length is a multiple of the group size).
+    pub fn reduce_scatter<T: Element>(&self, send: Vec<T>, op: ReduceOp) -> Request<Vec<T>> {
+        self.submit(move |c| {
+            let mut recv = vec![T::zeroed(); send.len() / c.size()];
+            c.reduce_scatter(&send, &mut recv, op).map(|()| recv)
+        })
+    }
+
+    /// Waits for every queued call, stops the progress thread and gives the communicator
+    /// back.
+    pub fn into_inner(mut self) -> Communicator {
+        self.stop();
+        match lock(&self.shared.comm).take() {
+            Some(c) => c,
+            None => unreachable!("only into_inner takes the communicator, and it consumes self"),
+        }
+    }
+
+    fn stop(&mut self) {
+        lock(&self.shared.state).closing = true;
+        self.shared.changed.notify_all();
+        if let Some(w) = self.worker.take() {
+            // The thread catches every job's panic; a join error cannot carry one.
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Background {
+    /// Runs what is queued to its end (every call ends within the timeout), then stops.
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs `f`; a panic inside it aborts the group (its state is unknown) and becomes an
+/// error instead of unwinding into the progress thread.
+fn guarded<R>(comm: &mut Communicator, f: impl FnOnce(&mut Communicator) -> Result<R>) -> Result<R> {
+    match catch_unwind(AssertUnwindSafe(|| f(comm))) {
+        Ok(r) => r,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".into());
+            let what = format!("a queued call panicked: {what}");
+            comm.abort(&what);
+            Err(Error::Internal {
+                rank: comm.rank() as u32,
+                what,
+            })
+        }
+    }
+}
+
+/// Runs `f` on the communicator (there while `self` lives: see `Shared::comm`).
+fn with_comm<R>(shared: &Shared, f: impl FnOnce(&mut Communicator) -> Result<R>) -> Result<R> {
+    match lock(&shared.comm).as_mut() {
+        Some(c) => guarded(c, f),
+        None => Err(Error::Internal {
+            rank: u32::MAX,
+            what: "the communicator was taken from its progress thread".into(),
+        }),
+    }
+}
+
+fn progress(shared: &Shared) {
+    loop {
+        let mut st = lock(&shared.state);
+        let job = loop {
+            if !st.busy {
+                if let Some(job) = st.queue.pop_front() {
+                    break job;
+                }
+                if st.closing {
+                    return;
+                }
+            }
+            st = shared.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+        };
+        st.busy = true;
+        drop(st);
+        let _ = with_comm(shared, |c| {
+            job(c);
+            Ok(())
+        });
+        lock(&shared.state).busy = false;
+        shared.changed.notify_all();
+    }
+}
