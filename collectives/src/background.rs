@@ -49,6 +49,8 @@ struct State {
     /// A job (the progress thread's or a blocking caller's) holds the communicator.
     busy: bool,
     closing: bool,
+    /// [`Background::abort`]'s reason, until the communicator is aborted with it.
+    abort: Option<String>,
 }
 
 struct Shared {
@@ -119,6 +121,7 @@ impl Background {
                 queue: VecDeque::new(),
                 busy: false,
                 closing: false,
+                abort: None,
             }),
             changed: Condvar::new(),
         });
@@ -188,6 +191,23 @@ impl Background {
         lock(&self.shared.state).busy = false;
         self.shared.changed.notify_all();
         r
+    }
+
+    /// Aborts the group: the other ranks' calls fail at once naming this rank, and every
+    /// call queued here, or made later, fails. A call running on the progress thread
+    /// ends at its next failure or timeout (a transport cannot be interrupted from
+    /// another thread); the abort then applies before anything else runs.
+    pub fn abort(&self, reason: &str) {
+        let mut st = lock(&self.shared.state);
+        st.abort = Some(reason.to_string());
+        if st.busy {
+            return;
+        }
+        st.busy = true;
+        drop(st);
+        let _ = with_comm(&self.shared, |_| Ok(()));
+        lock(&self.shared.state).busy = false;
+        self.shared.changed.notify_all();
     }
 
     /// Nonblocking in-place AllReduce of `buf` (see [`Communicator::all_reduce_in_place`]).
@@ -267,8 +287,14 @@ fn guarded<R>(comm: &mut Communicator, f: impl FnOnce(&mut Communicator) -> Resu
 
 /// Runs `f` on the communicator (there while `self` lives: see `Shared::comm`).
 fn with_comm<R>(shared: &Shared, f: impl FnOnce(&mut Communicator) -> Result<R>) -> Result<R> {
+    let abort = lock(&shared.state).abort.take();
     match lock(&shared.comm).as_mut() {
-        Some(c) => guarded(c, f),
+        Some(c) => {
+            if let Some(reason) = abort {
+                c.abort(&reason);
+            }
+            guarded(c, f)
+        }
         None => Err(Error::Internal {
             rank: u32::MAX,
             what: "the communicator was taken from its progress thread".into(),

@@ -121,15 +121,29 @@ impl Builder {
         let mut b = Builder::new(placement.rank, placement.size, placement.root);
         b.unique_id = placement.unique_id;
         b.insecure_id = placement.insecure_id;
+        b.env_settings()
+    }
+
+    /// Rank `rank` of `size` in the group that `id` names ([`UniqueId`]: its rendezvous
+    /// and secret), with the transport and interface from the environment
+    /// (`RCOLL_TRANSPORT`, `RCOLL_SOCKET_IFNAME`), as `ncclCommInitRank` takes them.
+    pub fn from_unique_id(id: &UniqueId, rank: usize, size: usize) -> Result<Builder> {
+        let mut b = Builder::new(rank, size, id.root);
+        b.unique_id = Some(id.secret);
+        b.env_settings()
+    }
+
+    /// `RCOLL_TRANSPORT` and `RCOLL_SOCKET_IFNAME`.
+    fn env_settings(mut self) -> Result<Builder> {
         if let Ok(t) = std::env::var("RCOLL_TRANSPORT") {
-            b.transport = t.parse()?;
+            self.transport = t.parse()?;
         }
         if let Ok(name) = std::env::var("RCOLL_SOCKET_IFNAME") {
-            let ip = rcoll_transport::interface::address_of(&name, placement.root.ip())
+            let ip = rcoll_transport::interface::address_of(&name, self.root.ip())
                 .map_err(Error::Config)?;
-            b.bind = Some(ip);
+            self.bind = Some(ip);
         }
-        Ok(b)
+        Ok(self)
     }
 
     /// The job's secret id, which every rank must be given: connections prove knowledge of
@@ -352,5 +366,164 @@ impl Builder {
                 Ok(Box::new(tcp))
             }
         }
+    }
+}
+
+/// What the ranks of one group need to find each other, made by one of them (its rank 0)
+/// and handed to the others by any means (an MPI broadcast, a file): the rendezvous
+/// address, where this process already listens, and a fresh job secret. The same as
+/// `ncclUniqueId`; [`to_bytes`](UniqueId::to_bytes) gives the 128 bytes of
+/// `rcollUniqueId`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct UniqueId {
+    root: SocketAddr,
+    secret: u128,
+}
+
+impl std::fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The secret stays out of logs.
+        f.debug_struct("UniqueId").field("root", &self.root).finish_non_exhaustive()
+    }
+}
+
+/// Bytes of a [`UniqueId`] (`RCOLL_UNIQUE_ID_BYTES`).
+pub const UNIQUE_ID_BYTES: usize = 128;
+
+const UNIQUE_ID_MAGIC: &[u8; 4] = b"RCI1";
+
+impl UniqueId {
+    /// Starts a rendezvous on this process, which must then be the group's rank 0: listens
+    /// on the address of `RCOLL_SOCKET_IFNAME`, else on the host's first non-loopback
+    /// address (loopback if it has none), at a port the system picks.
+    pub fn new() -> Result<UniqueId> {
+        let ip = match std::env::var("RCOLL_SOCKET_IFNAME") {
+            Ok(name) => rcoll_transport::interface::address_of(
+                &name,
+                IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            )
+            .map_err(Error::Config)?,
+            Err(_) => rcoll_transport::interface::default_address(),
+        };
+        let fail = |what: &str, e: std::io::Error| Error::Config(format!("{what}: {e}"));
+        let root = bootstrap::listen_root(ip)
+            .map_err(|e| fail(&format!("cannot listen for the rendezvous on {ip}"), e))?;
+        let secret =
+            bootstrap::auth::random_secret().map_err(|e| fail("no random job secret", e))?;
+        Ok(UniqueId { root, secret })
+    }
+
+    /// Where rank 0 listens.
+    pub fn root(&self) -> SocketAddr {
+        self.root
+    }
+
+    /// The 128 bytes that carry it: `RCI1`, the address family (4 or 6), the port
+    /// (big-endian), the address (16 bytes, IPv4 mapped), the secret (16 bytes), zeros.
+    pub fn to_bytes(&self) -> [u8; UNIQUE_ID_BYTES] {
+        let mut b = [0u8; UNIQUE_ID_BYTES];
+        b[..4].copy_from_slice(UNIQUE_ID_MAGIC);
+        let (family, ip) = match self.root.ip() {
+            IpAddr::V4(v4) => (4, v4.to_ipv6_mapped()),
+            IpAddr::V6(v6) => (6, v6),
+        };
+        b[4] = family;
+        b[6..8].copy_from_slice(&self.root.port().to_be_bytes());
+        b[8..24].copy_from_slice(&ip.octets());
+        b[24..40].copy_from_slice(&self.secret.to_le_bytes());
+        b
+    }
+
+    /// Reads [`to_bytes`](Self::to_bytes)' form; anything else is an error.
+    pub fn from_bytes(b: &[u8; UNIQUE_ID_BYTES]) -> Result<UniqueId> {
+        let bad = |why: &str| Error::Config(format!("not an rcoll unique id: {why}"));
+        if &b[..4] != UNIQUE_ID_MAGIC {
+            return Err(bad("wrong magic (was it made by rcollGetUniqueId and passed whole?)"));
+        }
+        if b[5] != 0 || b[40..].iter().any(|&x| x != 0) {
+            return Err(bad("reserved bytes are set"));
+        }
+        let mut octets = [0u8; 16];
+        octets.copy_from_slice(&b[8..24]);
+        let v6 = std::net::Ipv6Addr::from(octets);
+        let ip = match b[4] {
+            4 => IpAddr::V4(v6.to_ipv4_mapped().ok_or_else(|| bad("IPv4 not mapped"))?),
+            6 => IpAddr::V6(v6),
+            _ => return Err(bad("unknown address family")),
+        };
+        let port = u16::from_be_bytes([b[6], b[7]]);
+        if port == 0 {
+            return Err(bad("port 0"));
+        }
+        let mut s = [0u8; 16];
+        s.copy_from_slice(&b[24..40]);
+        Ok(UniqueId {
+            root: SocketAddr::new(ip, port),
+            secret: u128::from_le_bytes(s),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_unique_id_survives_its_bytes_and_garbage_is_refused() {
+        let id = UniqueId::new().expect("unique id");
+        let b = id.to_bytes();
+        assert_eq!(UniqueId::from_bytes(&b).expect("decoded"), id);
+        assert!(!format!("{id:?}").contains(&format!("{:x}", id.secret)));
+        let mut wrong = b;
+        wrong[0] = b'X';
+        assert!(UniqueId::from_bytes(&wrong).is_err());
+        let mut wrong = b;
+        wrong[100] = 1;
+        assert!(UniqueId::from_bytes(&wrong).is_err());
+        assert!(UniqueId::from_bytes(&[0; UNIQUE_ID_BYTES]).is_err());
+    }
+
+    /// Two ranks (threads) meet through a unique id: rank 0 on the listener the id
+    /// reserved, rank 1 at its address; a rank given another id's secret is refused.
+    #[test]
+    fn ranks_meet_through_a_unique_id() {
+        let id = UniqueId::new().expect("unique id");
+        let sums: Vec<Result<Vec<u32>>> = std::thread::scope(|s| {
+            let ranks: Vec<_> = (0..2)
+                .map(|r| {
+                    s.spawn(move || {
+                        let mut comm = Builder::from_unique_id(&id, r, 2)?
+                            .transport(TransportKind::Tcp)
+                            .build()?;
+                        let mut v = vec![r as u32 + 1; 4];
+                        comm.all_reduce_in_place(&mut v, crate::ReduceOp::Sum)?;
+                        Ok(v)
+                    })
+                })
+                .collect();
+            ranks.into_iter().map(|h| h.join().expect("rank")).collect()
+        });
+        for s in sums {
+            assert_eq!(s.expect("rank"), vec![3; 4]);
+        }
+        let id = UniqueId::new().expect("unique id");
+        let mut other = UniqueId::from_bytes(&id.to_bytes()).expect("copy");
+        other.secret ^= 1;
+        let results: Vec<Result<Communicator>> = std::thread::scope(|s| {
+            let a = s.spawn(|| {
+                Builder::from_unique_id(&id, 0, 2)?
+                    .transport(TransportKind::Tcp)
+                    .timeout(Duration::from_secs(2))
+                    .build()
+            });
+            let b = s.spawn(|| {
+                Builder::from_unique_id(&other, 1, 2)?
+                    .transport(TransportKind::Tcp)
+                    .timeout(Duration::from_secs(2))
+                    .build()
+            });
+            vec![a.join().expect("0"), b.join().expect("1")]
+        });
+        assert!(results.iter().all(|r| r.is_err()), "a rank of another id joined");
     }
 }

@@ -33,6 +33,24 @@ pub fn address_of(name: &str, like: IpAddr) -> Result<IpAddr, String> {
     Ok(candidates[0])
 }
 
+/// The first address of an interface that is not loopback (IPv4 first, no link-local
+/// IPv6), else 127.0.0.1: where other hosts can reach this one, for a rendezvous that has
+/// no address given.
+pub fn default_address() -> IpAddr {
+    let mut found: Vec<IpAddr> = if_addrs::get_if_addrs()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|i| !i.is_loopback())
+        .map(|i| i.ip())
+        .filter(|ip| !matches!(ip, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80))
+        .collect();
+    found.sort_by_key(|ip| !ip.is_ipv4());
+    found
+        .first()
+        .copied()
+        .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
