@@ -7,6 +7,9 @@ packages=(
   fonts-dejavu-core  # rcoll-bench --plot and `rcoll-bench plot`: DejaVuSans.ttf for the chart's text
   g++                # ci/fuzz.sh: libfuzzer-sys compiles libFuzzer
   iproute2           # the blackholed-link test: a network namespace and a veth pair
+  libopenmpi-dev     # capi tests: mpicc for the MPI example (checks rcoll against MPI)
+  openmpi-bin        # capi tests: mpirun with 2, 3 and 4 ranks
+  pkg-config         # capi tests: `pkg-config --cflags --libs rcoll` after capi/install.sh
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -64,6 +64,8 @@ pub struct Raw {
     pub dtype: i32,
     pub op: i32,
     pub root: i32,
+    /// The `rcollI*` form.
+    pub nonblocking: bool,
 }
 
 /// The C datatype code's type.
@@ -99,6 +101,8 @@ impl Raw {
     /// and the argument.
     pub fn check(&self, rank: usize, size: usize) -> Result<Call, String> {
         let name = self.kind.name();
+        let i = if self.nonblocking { "I" } else { "" };
+        let name = format!("{}{i}{}", &name[..5], &name[5..]);
         let fail = |what: String| Err(format!("rank {rank}: {name}: {what}"));
         let dtype = match self.kind {
             Kind::Barrier => DataType::U8,
@@ -107,7 +111,10 @@ impl Raw {
                 None => return fail(format!("datatype {} is not an rcollDataType_t", self.dtype)),
             },
         };
-        let reduces = matches!(self.kind, Kind::AllReduce | Kind::Reduce | Kind::ReduceScatter);
+        let reduces = matches!(
+            self.kind,
+            Kind::AllReduce | Kind::Reduce | Kind::ReduceScatter
+        );
         let op = if reduces {
             match reduce_op(self.op) {
                 Some(op) => op,
@@ -127,9 +134,9 @@ impl Raw {
                 Ok(r) if r < size && !(p2p && r == rank) => r,
                 _ => {
                     return fail(format!(
-                        "{what} {} is not {}a rank of this {size}-rank communicator",
+                        "{what} {} is not {} of this {size}-rank communicator",
                         self.root,
-                        if p2p { "another " } else { "" }
+                        if p2p { "another rank" } else { "a rank" }
                     ))
                 }
             }
@@ -137,7 +144,11 @@ impl Raw {
             0
         };
         let es = dtype.size();
-        let count = if self.kind == Kind::Barrier { 0 } else { self.count };
+        let count = if self.kind == Kind::Barrier {
+            0
+        } else {
+            self.count
+        };
         // Every length in bytes must fit an isize (Rust's limit on one object).
         let all = match count.checked_mul(size) {
             Some(a) if a.checked_mul(es).is_some_and(|b| b <= isize::MAX as usize) => a,
@@ -191,7 +202,11 @@ impl Raw {
                 Kind::Scatter => s.checked_add(root * count * es) == Some(r),
                 _ => false,
             };
-        if !in_place && send_len > 0 && recv_len > 0 && s < r + recv_len * es && r < s + send_len * es
+        if !in_place
+            && send_len > 0
+            && recv_len > 0
+            && s < r + recv_len * es
+            && r < s + send_len * es
         {
             return fail(
                 "sendbuff and recvbuff overlap without being the in-place form".to_string(),
@@ -226,20 +241,22 @@ impl Call {
     /// for reads, the receive buffer for reads and writes) and not used by anyone else
     /// until this returns: the C API's contract.
     pub unsafe fn run(&self, comm: &mut Communicator) -> rcoll::Result<()> {
-        // SAFETY: the caller's contract, passed on.
-        match self.dtype {
-            DataType::I8 => unsafe { self.typed::<i8>(comm) },
-            DataType::U8 => unsafe { self.typed::<u8>(comm) },
-            DataType::I32 => unsafe { self.typed::<i32>(comm) },
-            DataType::U32 => unsafe { self.typed::<u32>(comm) },
-            DataType::I64 => unsafe { self.typed::<i64>(comm) },
-            DataType::U64 => unsafe { self.typed::<u64>(comm) },
-            DataType::F16 => unsafe { self.typed::<half::f16>(comm) },
-            DataType::Bf16 => unsafe { self.typed::<half::bf16>(comm) },
-            DataType::F32 => unsafe { self.typed::<f32>(comm) },
-            DataType::F64 => unsafe { self.typed::<f64>(comm) },
-            other => Err(rcoll::Error::Config(format!("{other} has no C type"))),
-        }
+        type Typed = unsafe fn(&Call, &mut Communicator) -> rcoll::Result<()>;
+        let typed: Typed = match self.dtype {
+            DataType::I8 => Call::typed::<i8>,
+            DataType::U8 => Call::typed::<u8>,
+            DataType::I32 => Call::typed::<i32>,
+            DataType::U32 => Call::typed::<u32>,
+            DataType::I64 => Call::typed::<i64>,
+            DataType::U64 => Call::typed::<u64>,
+            DataType::F16 => Call::typed::<half::f16>,
+            DataType::Bf16 => Call::typed::<half::bf16>,
+            DataType::F32 => Call::typed::<f32>,
+            DataType::F64 => Call::typed::<f64>,
+            other => return Err(rcoll::Error::Config(format!("{other} has no C type"))),
+        };
+        // SAFETY: the caller's contract, passed on; `typed` matches the call's data type.
+        unsafe { typed(self, comm) }
     }
 
     /// # Safety

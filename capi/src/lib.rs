@@ -338,11 +338,14 @@ pub unsafe extern "C" fn rcollCommInitRank(
             .ok()
             .filter(|&n| n > 0)
             .ok_or_else(|| invalid(format!("rcollCommInitRank: nranks {nranks} < 1")))?;
-        let r = usize::try_from(rank).ok().filter(|&r| r < n).ok_or_else(|| {
-            invalid(format!(
-                "rcollCommInitRank: rank {rank} is not in a group of {nranks}"
-            ))
-        })?;
+        let r = usize::try_from(rank)
+            .ok()
+            .filter(|&r| r < n)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "rcollCommInitRank: rank {rank} is not in a group of {nranks}"
+                ))
+            })?;
         if comm.is_null() {
             return Err(invalid("rcollCommInitRank: comm is NULL".into()));
         }
@@ -415,12 +418,15 @@ pub unsafe extern "C" fn rcollCommSplit(
 /// `comm` is a live handle; `count` is NULL (an error) or valid for writing an int.
 #[no_mangle]
 pub unsafe extern "C" fn rcollCommCount(comm: rcollComm_t, count: *mut c_int) -> rcollResult_t {
-    entry(None, || {
-        // SAFETY: the caller's contract.
-        let c = unsafe { comm_ref(comm, "rcollCommCount") }?;
+    // SAFETY: the caller's contract.
+    let c = match unsafe { comm_ref(comm, "rcollCommCount") } {
+        Ok(c) => c,
+        Err(f) => return entry(None, || Err(f)),
+    };
+    entry(Some(&c.error), || {
         let n = c_int::try_from(c.bg.size()).unwrap_or(c_int::MAX);
         // SAFETY: the caller's contract.
-        unsafe { put(count, n, "count") }
+        unsafe { put(count, n, "rcollCommCount: count") }
     })
 }
 
@@ -430,12 +436,15 @@ pub unsafe extern "C" fn rcollCommCount(comm: rcollComm_t, count: *mut c_int) ->
 /// `comm` is a live handle; `rank` is NULL (an error) or valid for writing an int.
 #[no_mangle]
 pub unsafe extern "C" fn rcollCommUserRank(comm: rcollComm_t, rank: *mut c_int) -> rcollResult_t {
-    entry(None, || {
-        // SAFETY: the caller's contract.
-        let c = unsafe { comm_ref(comm, "rcollCommUserRank") }?;
+    // SAFETY: the caller's contract.
+    let c = match unsafe { comm_ref(comm, "rcollCommUserRank") } {
+        Ok(c) => c,
+        Err(f) => return entry(None, || Err(f)),
+    };
+    entry(Some(&c.error), || {
         let r = c_int::try_from(c.bg.rank()).unwrap_or(c_int::MAX);
         // SAFETY: the caller's contract.
-        unsafe { put(rank, r, "rank") }
+        unsafe { put(rank, r, "rcollCommUserRank: rank") }
     })
 }
 
@@ -508,8 +517,15 @@ unsafe fn nonblocking(comm: rcollComm_t, raw: Raw, request: *mut rcollRequest_t)
     };
     entry(Some(&c.error), || {
         if request.is_null() {
-            return Err(invalid(format!("rank {}: request is NULL", c.bg.rank())));
+            return Err(invalid(format!(
+                "rank {}: a nonblocking collective: request is NULL",
+                c.bg.rank()
+            )));
         }
+        let raw = Raw {
+            nonblocking: true,
+            ..raw
+        };
         let call = raw.check(c.bg.rank(), c.bg.size()).map_err(invalid)?;
         // SAFETY: the buffers stay valid until the request completes (the caller's
         // contract for nonblocking calls); the job runs before it completes.
@@ -532,6 +548,7 @@ fn raw(kind: Kind, send: *const c_void, recv: *const c_void, count: usize) -> Ra
         dtype: 0,
         op: 0,
         root: 0,
+        nonblocking: false,
     }
 }
 

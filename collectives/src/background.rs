@@ -266,7 +266,10 @@ impl Drop for Background {
 
 /// Runs `f`; a panic inside it aborts the group (its state is unknown) and becomes an
 /// error instead of unwinding into the progress thread.
-fn guarded<R>(comm: &mut Communicator, f: impl FnOnce(&mut Communicator) -> Result<R>) -> Result<R> {
+fn guarded<R>(
+    comm: &mut Communicator,
+    f: impl FnOnce(&mut Communicator) -> Result<R>,
+) -> Result<R> {
     match catch_unwind(AssertUnwindSafe(|| f(comm))) {
         Ok(r) => r,
         Err(panic) => {

@@ -383,7 +383,9 @@ pub struct UniqueId {
 impl std::fmt::Debug for UniqueId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The secret stays out of logs.
-        f.debug_struct("UniqueId").field("root", &self.root).finish_non_exhaustive()
+        f.debug_struct("UniqueId")
+            .field("root", &self.root)
+            .finish_non_exhaustive()
     }
 }
 
@@ -438,7 +440,9 @@ impl UniqueId {
     pub fn from_bytes(b: &[u8; UNIQUE_ID_BYTES]) -> Result<UniqueId> {
         let bad = |why: &str| Error::Config(format!("not an rcoll unique id: {why}"));
         if &b[..4] != UNIQUE_ID_MAGIC {
-            return Err(bad("wrong magic (was it made by rcollGetUniqueId and passed whole?)"));
+            return Err(bad(
+                "wrong magic (was it made by rcollGetUniqueId and passed whole?)",
+            ));
         }
         if b[5] != 0 || b[40..].iter().any(|&x| x != 0) {
             return Err(bad("reserved bytes are set"));
@@ -524,6 +528,9 @@ mod tests {
             });
             vec![a.join().expect("0"), b.join().expect("1")]
         });
-        assert!(results.iter().all(|r| r.is_err()), "a rank of another id joined");
+        assert!(
+            results.iter().all(|r| r.is_err()),
+            "a rank of another id joined"
+        );
     }
 }

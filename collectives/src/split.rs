@@ -56,7 +56,11 @@ impl Communicator {
         if leads {
             match rendezvous(origin.bound_ip()) {
                 Ok((addr, secret)) => record = encode(addr, secret),
-                Err(e) => trouble = Some(format!("rank {me} cannot open the subgroup's rendezvous: {e}")),
+                Err(e) => {
+                    trouble = Some(format!(
+                        "rank {me} cannot open the subgroup's rendezvous: {e}"
+                    ))
+                }
             }
         }
         let mut records = vec![0u64; RECORD * n];
@@ -88,7 +92,10 @@ impl Communicator {
 }
 
 fn rendezvous(ip: IpAddr) -> std::io::Result<(SocketAddr, u128)> {
-    Ok((bootstrap::listen_root(ip)?, bootstrap::auth::random_secret()?))
+    Ok((
+        bootstrap::listen_root(ip)?,
+        bootstrap::auth::random_secret()?,
+    ))
 }
 
 fn encode(addr: SocketAddr, secret: u128) -> [u64; RECORD] {

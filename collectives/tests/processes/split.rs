@@ -27,7 +27,10 @@ pub fn split(comm: &mut Communicator) {
     let color = (!(n > 4 && r == n - 1)).then_some((r % 2) as u32);
     let child = comm.split(color, -(r as i64)).expect("split");
     let Some(mut child) = child else {
-        assert!(color.is_none(), "rank {r}: no communicator for color {color:?}");
+        assert!(
+            color.is_none(),
+            "rank {r}: no communicator for color {color:?}"
+        );
         parent_rounds(comm);
         println!("RANK-SPLIT none");
         return;
@@ -44,7 +47,9 @@ pub fn split(comm: &mut Communicator) {
             for i in 0..40u64 {
                 let len = 1000 + 37 * i as usize;
                 let mut v = vec![(r as u64 + 1) * (i + 1); len];
-                child.all_reduce_in_place(&mut v, ReduceOp::Sum).expect("child all_reduce");
+                child
+                    .all_reduce_in_place(&mut v, ReduceOp::Sum)
+                    .expect("child all_reduce");
                 let want: u64 = m.iter().map(|&q| (q as u64 + 1) * (i + 1)).sum();
                 assert!(v.iter().all(|&x| x == want), "rank {r}: child round {i}");
             }
@@ -59,7 +64,9 @@ pub fn split(comm: &mut Communicator) {
         .expect("color 7");
     assert_eq!(grandchild.rank(), child.rank());
     let mut v = vec![1u32; 5];
-    grandchild.all_reduce_in_place(&mut v, ReduceOp::Sum).expect("grandchild");
+    grandchild
+        .all_reduce_in_place(&mut v, ReduceOp::Sum)
+        .expect("grandchild");
     assert_eq!(v, vec![m.len() as u32; 5]);
     println!("RANK-SPLIT {} of {}", child.rank(), child.size());
 }
@@ -68,7 +75,8 @@ fn parent_rounds(comm: &mut Communicator) {
     let (r, n) = (comm.rank(), comm.size());
     for i in 0..40u32 {
         let mut v = vec![r as u32 + i; 3000];
-        comm.all_reduce_in_place(&mut v, ReduceOp::Sum).expect("parent all_reduce");
+        comm.all_reduce_in_place(&mut v, ReduceOp::Sum)
+            .expect("parent all_reduce");
         let want: u32 = (0..n as u32).map(|q| q + i).sum();
         assert!(v.iter().all(|&x| x == want), "rank {r}: parent round {i}");
     }
@@ -91,9 +99,17 @@ pub fn background(comm: Communicator) {
             std::thread::sleep(Duration::from_secs(60));
         }
         let sums: Vec<_> = (0..4u64)
-            .map(|k| bg.all_reduce(vec![r as u64 + k + round; 10_000 + k as usize], ReduceOp::Sum))
+            .map(|k| {
+                bg.all_reduce(
+                    vec![r as u64 + k + round; 10_000 + k as usize],
+                    ReduceOp::Sum,
+                )
+            })
             .collect();
-        let cast = bg.broadcast(vec![(r as u8).wrapping_add(round as u8); 70_001], (round as usize) % n);
+        let cast = bg.broadcast(
+            vec![(r as u8).wrapping_add(round as u8); 70_001],
+            (round as usize) % n,
+        );
         let gathered = bg.all_gather(vec![r as u32; 1000]);
         let started = Instant::now();
         // Out of order: the last first.
@@ -102,27 +118,47 @@ pub fn background(comm: Communicator) {
             let e = g.expect_err("a collective with a killed rank succeeded");
             let named = format!("rank {}", n - 1);
             assert!(e.to_string().contains(&named), "rank {r}: {e}");
-            assert!(started.elapsed() < Duration::from_secs(25), "rank {r}: {:?}", started.elapsed());
+            assert!(
+                started.elapsed() < Duration::from_secs(25),
+                "rank {r}: {:?}",
+                started.elapsed()
+            );
             println!("RANK-ERROR {e}");
             return;
         }
         let g = g.expect("all_gather");
-        assert!(g.chunks(1000).enumerate().all(|(q, c)| c.iter().all(|&x| x == q as u32)));
+        assert!(g
+            .chunks(1000)
+            .enumerate()
+            .all(|(q, c)| c.iter().all(|&x| x == q as u32)));
         let b = cast.wait().expect("broadcast");
         let root = (round as usize) % n;
-        assert!(b.iter().all(|&x| x == (root as u8).wrapping_add(round as u8)));
+        assert!(b
+            .iter()
+            .all(|&x| x == (root as u8).wrapping_add(round as u8)));
         for (k, s) in sums.into_iter().enumerate().rev() {
             let v = s.wait().expect("all_reduce");
             let want: u64 = (0..n as u64).map(|q| q + k as u64 + round).sum();
-            assert!(v.len() == 10_000 + k && v.iter().all(|&x| x == want), "round {round} k {k}");
+            assert!(
+                v.len() == 10_000 + k && v.iter().all(|&x| x == want),
+                "round {round} k {k}"
+            );
         }
         // A blocking call between queued ones keeps the issue order.
         let pending = bg.all_reduce(vec![1i32; 100], ReduceOp::Sum);
         let mut v = vec![2i32; 100];
-        bg.run(|c| c.all_reduce_in_place(&mut v, ReduceOp::Sum)).expect("blocking");
+        bg.run(|c| c.all_reduce_in_place(&mut v, ReduceOp::Sum))
+            .expect("blocking");
         assert!(v.iter().all(|&x| x == 2 * n as i32));
-        assert!(pending.test(), "a blocking call ran before the call queued ahead of it");
-        assert!(pending.wait().expect("queued").iter().all(|&x| x == n as i32));
+        assert!(
+            pending.test(),
+            "a blocking call ran before the call queued ahead of it"
+        );
+        assert!(pending
+            .wait()
+            .expect("queued")
+            .iter()
+            .all(|&x| x == n as i32));
     }
     let mut comm = bg.into_inner();
     comm.barrier().expect("barrier after the progress thread");
@@ -146,7 +182,10 @@ fn split_groups_run_independently_and_concurrently_with_the_parent() {
         );
         all_succeed(&format!("{n} ranks on {transport}"), &results);
         for (r, (_, out)) in results.iter().enumerate() {
-            assert!(out.contains("RANK-SPLIT"), "{n}/{transport} rank {r}:\n{out}");
+            assert!(
+                out.contains("RANK-SPLIT"),
+                "{n}/{transport} rank {r}:\n{out}"
+            );
         }
     }
 }

@@ -1,0 +1,319 @@
+//! The C ABI from C and C++ programs: built against `capi/include/rcoll.h` and librcoll
+//! (shared, static, and through pkg-config after `capi/install.sh`), run as real
+//! processes — by the environment launcher and under Open MPI's mpirun with 2, 3 and 4
+//! ranks — each checking its own results (`capi/examples/`).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+}
+
+fn scratch() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi");
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// Builds librcoll.so and librcoll.a (the dev profile, next to this test binary) once.
+fn lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["build", "-p", "rcoll-capi"])
+            .current_dir(repo())
+            .output()
+            .expect("cargo");
+        assert!(
+            out.status.success(),
+            "cargo build -p rcoll-capi:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // target/<profile>/deps/<this test> -> target/<profile>
+        let exe = std::env::current_exe().expect("test binary");
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target dir")
+            .to_path_buf();
+        for lib in ["librcoll.so", "librcoll.a"] {
+            assert!(
+                dir.join(lib).exists(),
+                "{} missing",
+                dir.join(lib).display()
+            );
+        }
+        dir
+    })
+}
+
+/// Compiles `example` (in capi/examples) with `compiler` into `out`, against the shared
+/// library unless `flags` say otherwise.
+fn compile(compiler: &str, example: &str, out: &str, flags: &[String]) -> PathBuf {
+    let bin = scratch().join(out);
+    let src = repo().join("capi/examples").join(example);
+    let mut cmd = Command::new(compiler);
+    cmd.arg("-Wall").arg("-Wextra").arg("-Werror").arg("-O2");
+    if compiler.contains("++") {
+        cmd.arg("-std=c++17");
+    }
+    cmd.arg(&src).arg("-o").arg(&bin).args(flags);
+    let o = cmd.output().unwrap_or_else(|e| panic!("{compiler}: {e}"));
+    assert!(
+        o.status.success(),
+        "{compiler} {example}:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    bin
+}
+
+fn shared_flags() -> Vec<String> {
+    let lib = lib_dir().display().to_string();
+    vec![
+        format!("-I{}", repo().join("capi/include").display()),
+        format!("-L{lib}"),
+        "-lrcoll".into(),
+        format!("-Wl,-rpath,{lib}"),
+    ]
+}
+
+/// Runs the commands to their end (killing them at `limit`): each one's exit code (None:
+/// killed by a signal or the limit) and its stdout + stderr.
+fn run_all(cmds: Vec<Command>, limit: Duration) -> Vec<(Option<i32>, String)> {
+    let deadline = Instant::now() + limit;
+    let mut running: Vec<_> = cmds
+        .into_iter()
+        .map(|mut c| {
+            let mut child = c
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn");
+            let pipes: Vec<Box<dyn Read + Send>> = vec![
+                Box::new(child.stdout.take().expect("stdout")),
+                Box::new(child.stderr.take().expect("stderr")),
+            ];
+            let readers: Vec<_> = pipes
+                .into_iter()
+                .map(|mut p| {
+                    std::thread::spawn(move || {
+                        let mut s = String::new();
+                        let _ = p.read_to_string(&mut s);
+                        s
+                    })
+                })
+                .collect();
+            (child, readers)
+        })
+        .collect();
+    let mut codes = vec![None; running.len()];
+    let mut done = vec![false; running.len()];
+    while done.iter().any(|d| !d) {
+        for (i, (child, _)) in running.iter_mut().enumerate() {
+            if !done[i] {
+                if let Some(status) = child.try_wait().expect("wait") {
+                    codes[i] = status.code();
+                    done[i] = true;
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            for (i, (child, _)) in running.iter_mut().enumerate() {
+                if !done[i] {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    done[i] = true;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    running
+        .into_iter()
+        .zip(codes)
+        .map(|((_, readers), code)| {
+            let text: Vec<String> = readers
+                .into_iter()
+                .map(|r| r.join().expect("reader"))
+                .collect();
+            (code, text.concat())
+        })
+        .collect()
+}
+
+/// `n` copies of `bin args`, ranks of one group by the environment launcher.
+fn env_ranks(bin: &Path, args: &[&str], n: usize) -> Vec<Command> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let secret = rcoll::process::format_unique_id(rcoll::process::random_unique_id().expect("id"));
+    (0..n)
+        .map(|r| {
+            let mut c = Command::new(bin);
+            c.args(args)
+                .env("RCOLL_RANK", r.to_string())
+                .env("RCOLL_WORLD_SIZE", n.to_string())
+                .env("RCOLL_ROOT_ADDR", format!("127.0.0.1:{port}"))
+                .env("RCOLL_UNIQUE_ID", &secret)
+                .env("RCOLL_TIMEOUT", "20");
+            c
+        })
+        .collect()
+}
+
+fn all_print(results: &[(Option<i32>, String)], what: &str) {
+    for (r, (code, out)) in results.iter().enumerate() {
+        assert!(
+            *code == Some(0) && out.contains(what),
+            "rank {r} exited {code:?} without {what:?}:\n{out}"
+        );
+    }
+}
+
+/// `cargo build -p rcoll-capi` gives librcoll.so and librcoll.a; `capi/install.sh`
+/// installs them with rcoll.h and rcoll.pc, and `pkg-config --cflags --libs rcoll` builds
+/// a C program that 3 ranks run; the static library links and runs too.
+#[test]
+fn pkg_config_after_install_and_static_linking_both_work() {
+    lib_dir();
+    let prefix = scratch().join("prefix");
+    let _ = std::fs::remove_dir_all(&prefix);
+    let o = Command::new(repo().join("capi/install.sh"))
+        .arg(&prefix)
+        .env("RCOLL_PROFILE", "debug")
+        .output()
+        .expect("install.sh");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pc = |args: &[&str]| -> Vec<String> {
+        let o = Command::new("pkg-config")
+            .args(args)
+            .arg("rcoll")
+            .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+            .output()
+            .expect("pkg-config");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    let mut flags = pc(&["--cflags", "--libs"]);
+    assert!(flags.iter().any(|f| f == "-lrcoll"), "{flags:?}");
+    flags.push(format!("-Wl,-rpath,{}", prefix.join("lib").display()));
+    let bin = compile("cc", "hello.c", "hello_pc", &flags);
+    all_print(
+        &run_all(env_ranks(&bin, &[], 3), Duration::from_secs(120)),
+        "HELLO-OK",
+    );
+
+    let mut flags = pc(&["--cflags"]);
+    flags.push(prefix.join("lib/librcoll.a").display().to_string());
+    flags.extend(
+        pc(&["--static", "--libs-only-l"])
+            .into_iter()
+            .filter(|f| f != "-lrcoll"),
+    );
+    let bin = compile("cc", "hello.c", "hello_static", &flags);
+    let ldd = Command::new("ldd").arg(&bin).output().expect("ldd");
+    assert!(
+        !String::from_utf8_lossy(&ldd.stdout).contains("librcoll"),
+        "the static build loads librcoll.so"
+    );
+    all_print(
+        &run_all(env_ranks(&bin, &[], 2), Duration::from_secs(120)),
+        "HELLO-OK",
+    );
+}
+
+/// The C++ example (a RAII wrapper, exceptions, std::vector, split) on 4 ranks.
+#[test]
+fn the_cpp_example_runs_on_4_ranks() {
+    let bin = compile("c++", "hello.cpp", "hello_cpp", &shared_flags());
+    let results = run_all(env_ranks(&bin, &[], 4), Duration::from_secs(120));
+    all_print(&results, "HELLO-CPP-OK");
+    assert!(results[0].1.contains("group of 2"), "{}", results[0].1);
+}
+
+/// An MPI program gets the unique id by MPI_Bcast and checks every collective, split and
+/// an overlapped rcollIAllReduce against MPI, under mpirun with 2, 3 and 4 ranks.
+#[test]
+fn an_mpi_program_checks_every_collective_against_mpi_on_2_3_4_ranks() {
+    let bin = compile("mpicc", "mpi_check.c", "mpi_check", &shared_flags());
+    for n in [2, 3, 4] {
+        let mut mpirun = Command::new("mpirun");
+        mpirun
+            .args(["--oversubscribe", "-np", &n.to_string()])
+            // MPI's own traffic on loopback (tcp: works in every container).
+            .args([
+                "--mca",
+                "btl",
+                "self,tcp",
+                "--mca",
+                "btl_tcp_if_include",
+                "lo",
+            ])
+            .args(["--mca", "oob_tcp_if_include", "lo"])
+            .arg(&bin)
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("RCOLL_SOCKET_IFNAME", "lo");
+        let results = run_all(vec![mpirun], Duration::from_secs(300));
+        let (code, out) = &results[0];
+        assert_eq!(*code, Some(0), "mpirun -np {n}:\n{out}");
+        for r in 0..n {
+            assert!(
+                out.contains(&format!("MPI-CHECK-OK {r} {n}")),
+                "mpirun -np {n}: rank {r}:\n{out}"
+            );
+        }
+    }
+}
+
+/// NULL and misaligned pointers, bad datatypes and ops, overflowing counts, overlapping
+/// buffers, bad roots and peers: rcollInvalidArgument with a message naming the rank and
+/// the argument, before any communication — the communicator then works.
+#[test]
+fn bad_arguments_are_refused_and_the_communicator_stays_usable() {
+    let bin = compile("cc", "errors.c", "errors", &shared_flags());
+    let results = run_all(env_ranks(&bin, &["args"], 3), Duration::from_secs(120));
+    all_print(&results, "ERRORS-ARGS-OK");
+}
+
+/// A rank killed by SIGKILL: the others' next call returns rcollRemoteError naming it,
+/// within the timeout, and the host process goes on (no abort).
+#[test]
+fn a_killed_rank_is_a_remote_error_naming_it() {
+    let bin = compile("cc", "errors.c", "errors", &shared_flags());
+    let started = Instant::now();
+    let results = run_all(env_ranks(&bin, &["killed"], 3), Duration::from_secs(120));
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        results[2].0, None,
+        "rank 2 was to die by SIGKILL:\n{}",
+        results[2].1
+    );
+    for (r, (code, out)) in results.iter().enumerate().take(2) {
+        let seen = out
+            .lines()
+            .find(|l| l.starts_with("KILLED-SEEN"))
+            .unwrap_or_else(|| panic!("rank {r} exited {code:?}:\n{out}"));
+        assert_eq!(*code, Some(0), "rank {r}:\n{out}");
+        assert!(
+            seen.starts_with("KILLED-SEEN 6 ") && seen.contains("rank 2"),
+            "rank {r}: not rcollRemoteError (6) naming rank 2: {seen}"
+        );
+    }
+}
