@@ -89,6 +89,20 @@ static int args(void) {
       return 1;
     }
   }
+  /* The 16-bit floats, as bit patterns: 1.0 summed over 1 to 4 ranks. */
+  static const uint16_t f16_one = 0x3C00, f16_sum[] = {0, 0x3C00, 0x4000, 0x4200, 0x4400};
+  static const uint16_t bf16_one = 0x3F80, bf16_sum[] = {0, 0x3F80, 0x4000, 0x4040, 0x4080};
+  uint16_t h[7];
+  for (int k = 0; k < 2 && nranks <= 4; k++) {
+    for (int i = 0; i < 7; i++) h[i] = k ? bf16_one : f16_one;
+    CHECK(rcollAllReduce(h, h, 7, k ? rcollBfloat16 : rcollFloat16, rcollSum, comm));
+    for (int i = 0; i < 7; i++) {
+      if (h[i] != (k ? bf16_sum : f16_sum)[nranks]) {
+        fprintf(stderr, "rank %d: %s sum %#x\n", rank, k ? "bf16" : "f16", h[i]);
+        return 1;
+      }
+    }
+  }
   CHECK(rcollIAllReduce(buf, buf, 64, rcollFloat32, rcollMax, comm, &req));
   CHECK(rcollWait(req));
   if (rcollGetVersion(&x) != rcollSuccess || x < 0) return 1;

@@ -100,10 +100,10 @@ impl Raw {
     /// Checks every argument for rank `rank` of `size`; the error names the rank, the call
     /// and the argument.
     pub fn check(&self, rank: usize, size: usize) -> Result<Call, String> {
-        let name = self.kind.name();
-        let i = if self.nonblocking { "I" } else { "" };
-        let name = format!("{}{i}{}", &name[..5], &name[5..]);
-        let fail = |what: String| Err(format!("rank {rank}: {name}: {what}"));
+        let fail = |what: String| {
+            let (name, i) = (self.kind.name(), if self.nonblocking { "I" } else { "" });
+            Err(format!("rank {rank}: {}{i}{}: {what}", &name[..5], &name[5..]))
+        };
         let dtype = match self.kind {
             Kind::Barrier => DataType::U8,
             _ => match data_type(self.dtype) {

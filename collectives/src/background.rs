@@ -49,6 +49,10 @@ struct State {
     /// A job (the progress thread's or a blocking caller's) holds the communicator.
     busy: bool,
     closing: bool,
+    /// The progress thread sleeps on `Shared::work`.
+    worker_waiting: bool,
+    /// Blocking callers sleeping on `Shared::idle`.
+    callers_waiting: usize,
     /// [`Background::abort`]'s reason, until the communicator is aborted with it.
     abort: Option<String>,
 }
@@ -57,7 +61,11 @@ struct Shared {
     /// `None` only once [`Background::into_inner`] took it.
     comm: Mutex<Option<Communicator>>,
     state: Mutex<State>,
-    changed: Condvar,
+    /// Wakes the progress thread: work queued (or closing). Signalled only when it sleeps,
+    /// so that a blocking call costs no system call.
+    work: Condvar,
+    /// Wakes blocking callers: the communicator is free and nothing is queued.
+    idle: Condvar,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -121,9 +129,12 @@ impl Background {
                 queue: VecDeque::new(),
                 busy: false,
                 closing: false,
+                worker_waiting: false,
+                callers_waiting: 0,
                 abort: None,
             }),
-            changed: Condvar::new(),
+            work: Condvar::new(),
+            idle: Condvar::new(),
         });
         let s = Arc::clone(&shared);
         let worker = std::thread::Builder::new()
@@ -169,8 +180,11 @@ impl Background {
         });
         let mut st = lock(&self.shared.state);
         st.queue.push_back(job);
+        let wake = st.worker_waiting && !st.busy;
         drop(st);
-        self.shared.changed.notify_all();
+        if wake {
+            self.shared.work.notify_one();
+        }
         Request { done }
     }
 
@@ -179,17 +193,19 @@ impl Background {
     pub fn run<R>(&self, f: impl FnOnce(&mut Communicator) -> Result<R>) -> Result<R> {
         let mut st = lock(&self.shared.state);
         while st.busy || !st.queue.is_empty() {
+            st.callers_waiting += 1;
             st = self
                 .shared
-                .changed
+                .idle
                 .wait(st)
                 .unwrap_or_else(|p| p.into_inner());
+            st.callers_waiting -= 1;
         }
         st.busy = true;
+        let abort = st.abort.take();
         drop(st);
-        let r = with_comm(&self.shared, f);
-        lock(&self.shared.state).busy = false;
-        self.shared.changed.notify_all();
+        let r = with_comm(&self.shared, abort, f);
+        release(&self.shared);
         r
     }
 
@@ -204,10 +220,10 @@ impl Background {
             return;
         }
         st.busy = true;
+        let abort = st.abort.take();
         drop(st);
-        let _ = with_comm(&self.shared, |_| Ok(()));
-        lock(&self.shared.state).busy = false;
-        self.shared.changed.notify_all();
+        let _ = with_comm(&self.shared, abort, |_| Ok(()));
+        release(&self.shared);
     }
 
     /// Nonblocking in-place AllReduce of `buf` (see [`Communicator::all_reduce_in_place`]).
@@ -249,7 +265,7 @@ impl Background {
 
     fn stop(&mut self) {
         lock(&self.shared.state).closing = true;
-        self.shared.changed.notify_all();
+        self.shared.work.notify_all();
         if let Some(w) = self.worker.take() {
             // The thread catches every job's panic; a join error cannot carry one.
             let _ = w.join();
@@ -289,8 +305,13 @@ fn guarded<R>(
 }
 
 /// Runs `f` on the communicator (there while `self` lives: see `Shared::comm`).
-fn with_comm<R>(shared: &Shared, f: impl FnOnce(&mut Communicator) -> Result<R>) -> Result<R> {
-    let abort = lock(&shared.state).abort.take();
+///
+/// The caller holds `busy`, and took any pending abort under the same lock.
+fn with_comm<R>(
+    shared: &Shared,
+    abort: Option<String>,
+    f: impl FnOnce(&mut Communicator) -> Result<R>,
+) -> Result<R> {
     match lock(&shared.comm).as_mut() {
         Some(c) => {
             if let Some(reason) = abort {
@@ -317,15 +338,32 @@ fn progress(shared: &Shared) {
                     return;
                 }
             }
-            st = shared.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.worker_waiting = true;
+            st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.worker_waiting = false;
         };
         st.busy = true;
+        let abort = st.abort.take();
         drop(st);
-        let _ = with_comm(shared, |c| {
+        let _ = with_comm(shared, abort, |c| {
             job(c);
             Ok(())
         });
-        lock(&shared.state).busy = false;
-        shared.changed.notify_all();
+        release(shared);
+    }
+}
+
+/// Frees the communicator, waking whoever waits for it.
+fn release(shared: &Shared) {
+    let mut st = lock(&shared.state);
+    st.busy = false;
+    let worker = st.worker_waiting && (!st.queue.is_empty() || st.closing);
+    let callers = st.callers_waiting > 0 && st.queue.is_empty();
+    drop(st);
+    if worker {
+        shared.work.notify_one();
+    }
+    if callers {
+        shared.idle.notify_all();
     }
 }
