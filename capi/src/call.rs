@@ -102,7 +102,11 @@ impl Raw {
     pub fn check(&self, rank: usize, size: usize) -> Result<Call, String> {
         let fail = |what: String| {
             let (name, i) = (self.kind.name(), if self.nonblocking { "I" } else { "" });
-            Err(format!("rank {rank}: {}{i}{}: {what}", &name[..5], &name[5..]))
+            Err(format!(
+                "rank {rank}: {}{i}{}: {what}",
+                &name[..5],
+                &name[5..]
+            ))
         };
         let dtype = match self.kind {
             Kind::Barrier => DataType::U8,

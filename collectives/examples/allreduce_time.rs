@@ -7,11 +7,8 @@ use std::time::Instant;
 
 fn main() -> rcoll::Result<()> {
     let args: Vec<String> = std::env::args().collect();
-    let arg = |i: usize, default: usize| {
-        args.get(i)
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(default)
-    };
+    let arg =
+        |i: usize, default: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
     let (bytes, iters) = (arg(1, 8), arg(2, 100));
     let mut comm = rcoll::process::init()?;
     let mut v = vec![0f32; bytes / 4];

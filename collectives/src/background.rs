@@ -194,11 +194,7 @@ impl Background {
         let mut st = lock(&self.shared.state);
         while st.busy || !st.queue.is_empty() {
             st.callers_waiting += 1;
-            st = self
-                .shared
-                .idle
-                .wait(st)
-                .unwrap_or_else(|p| p.into_inner());
+            st = self.shared.idle.wait(st).unwrap_or_else(|p| p.into_inner());
             st.callers_waiting -= 1;
         }
         st.busy = true;
