@@ -97,6 +97,28 @@ fn reduce_op(code: i32) -> Option<ReduceOp> {
 }
 
 impl Raw {
+    /// A blocking call's arguments (`op` and `root` 0 where the call has none).
+    pub fn new(
+        kind: Kind,
+        send: *const std::ffi::c_void,
+        recv: *const std::ffi::c_void,
+        count: usize,
+        dtype: i32,
+        op: i32,
+        root: i32,
+    ) -> Raw {
+        Raw {
+            kind,
+            send,
+            recv,
+            count,
+            dtype,
+            op,
+            root,
+            nonblocking: false,
+        }
+    }
+
     /// Checks every argument for rank `rank` of `size`; the error names the rank, the call
     /// and the argument.
     pub fn check(&self, rank: usize, size: usize) -> Result<Call, String> {

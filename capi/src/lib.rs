@@ -539,19 +539,6 @@ unsafe fn nonblocking(comm: rcollComm_t, raw: Raw, request: *mut rcollRequest_t)
     })
 }
 
-fn raw(kind: Kind, send: *const c_void, recv: *const c_void, count: usize) -> Raw {
-    Raw {
-        kind,
-        send,
-        recv,
-        count,
-        dtype: 0,
-        op: 0,
-        root: 0,
-        nonblocking: false,
-    }
-}
-
 /// AllReduce: every rank's `recvbuff` becomes the reduction of all ranks' `sendbuff`
 /// (`count` elements). In place: `sendbuff == recvbuff`.
 ///
@@ -566,13 +553,21 @@ pub unsafe extern "C" fn rcollAllReduce(
     op: RedOpArg,
     comm: rcollComm_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        op: op.0,
-        ..raw(Kind::AllReduce, sendbuff, recvbuff, count)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { blocking(comm, r) }
+    unsafe {
+        blocking(
+            comm,
+            Raw::new(
+                Kind::AllReduce,
+                sendbuff,
+                recvbuff,
+                count,
+                datatype.0,
+                op.0,
+                0,
+            ),
+        )
+    }
 }
 
 /// Broadcast: every rank's `recvbuff` becomes the root's `sendbuff` (`count` elements;
@@ -589,13 +584,21 @@ pub unsafe extern "C" fn rcollBroadcast(
     root: c_int,
     comm: rcollComm_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        root,
-        ..raw(Kind::Broadcast, sendbuff, recvbuff, count)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { blocking(comm, r) }
+    unsafe {
+        blocking(
+            comm,
+            Raw::new(
+                Kind::Broadcast,
+                sendbuff,
+                recvbuff,
+                count,
+                datatype.0,
+                0,
+                root,
+            ),
+        )
+    }
 }
 
 /// Reduce: the root's `recvbuff` becomes the reduction of all ranks' `sendbuff`
@@ -613,14 +616,21 @@ pub unsafe extern "C" fn rcollReduce(
     root: c_int,
     comm: rcollComm_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        op: op.0,
-        root,
-        ..raw(Kind::Reduce, sendbuff, recvbuff, count)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { blocking(comm, r) }
+    unsafe {
+        blocking(
+            comm,
+            Raw::new(
+                Kind::Reduce,
+                sendbuff,
+                recvbuff,
+                count,
+                datatype.0,
+                op.0,
+                root,
+            ),
+        )
+    }
 }
 
 /// AllGather: `recvbuff` (nranks * `sendcount` elements) becomes every rank's
@@ -636,12 +646,21 @@ pub unsafe extern "C" fn rcollAllGather(
     datatype: DataTypeArg,
     comm: rcollComm_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        ..raw(Kind::AllGather, sendbuff, recvbuff, sendcount)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { blocking(comm, r) }
+    unsafe {
+        blocking(
+            comm,
+            Raw::new(
+                Kind::AllGather,
+                sendbuff,
+                recvbuff,
+                sendcount,
+                datatype.0,
+                0,
+                0,
+            ),
+        )
+    }
 }
 
 /// ReduceScatter: rank r's `recvbuff` (`recvcount` elements) becomes block r of the
@@ -659,13 +678,21 @@ pub unsafe extern "C" fn rcollReduceScatter(
     op: RedOpArg,
     comm: rcollComm_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        op: op.0,
-        ..raw(Kind::ReduceScatter, sendbuff, recvbuff, recvcount)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { blocking(comm, r) }
+    unsafe {
+        blocking(
+            comm,
+            Raw::new(
+                Kind::ReduceScatter,
+                sendbuff,
+                recvbuff,
+                recvcount,
+                datatype.0,
+                op.0,
+                0,
+            ),
+        )
+    }
 }
 
 /// AllToAll: block j (`count` elements) of rank i's `sendbuff` becomes block i of rank
@@ -681,12 +708,13 @@ pub unsafe extern "C" fn rcollAllToAll(
     datatype: DataTypeArg,
     comm: rcollComm_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        ..raw(Kind::AllToAll, sendbuff, recvbuff, count)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { blocking(comm, r) }
+    unsafe {
+        blocking(
+            comm,
+            Raw::new(Kind::AllToAll, sendbuff, recvbuff, count, datatype.0, 0, 0),
+        )
+    }
 }
 
 /// Gather: the root's `recvbuff` (nranks * `sendcount`) becomes every rank's `sendbuff`
@@ -703,13 +731,21 @@ pub unsafe extern "C" fn rcollGather(
     root: c_int,
     comm: rcollComm_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        root,
-        ..raw(Kind::Gather, sendbuff, recvbuff, sendcount)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { blocking(comm, r) }
+    unsafe {
+        blocking(
+            comm,
+            Raw::new(
+                Kind::Gather,
+                sendbuff,
+                recvbuff,
+                sendcount,
+                datatype.0,
+                0,
+                root,
+            ),
+        )
+    }
 }
 
 /// Scatter: rank r's `recvbuff` (`recvcount`) becomes block r of the root's `sendbuff`
@@ -727,13 +763,21 @@ pub unsafe extern "C" fn rcollScatter(
     root: c_int,
     comm: rcollComm_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        root,
-        ..raw(Kind::Scatter, sendbuff, recvbuff, recvcount)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { blocking(comm, r) }
+    unsafe {
+        blocking(
+            comm,
+            Raw::new(
+                Kind::Scatter,
+                sendbuff,
+                recvbuff,
+                recvcount,
+                datatype.0,
+                0,
+                root,
+            ),
+        )
+    }
 }
 
 /// Barrier: returns once every rank has entered it.
@@ -742,7 +786,15 @@ pub unsafe extern "C" fn rcollScatter(
 /// `comm` is a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn rcollBarrier(comm: rcollComm_t) -> rcollResult_t {
-    let r = raw(Kind::Barrier, std::ptr::null(), std::ptr::null(), 0);
+    let r = Raw::new(
+        Kind::Barrier,
+        std::ptr::null(),
+        std::ptr::null(),
+        0,
+        0,
+        0,
+        0,
+    );
     // SAFETY: the caller's contract, passed on.
     unsafe { blocking(comm, r) }
 }
@@ -760,13 +812,21 @@ pub unsafe extern "C" fn rcollSend(
     peer: c_int,
     comm: rcollComm_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        root: peer,
-        ..raw(Kind::Send, sendbuff, std::ptr::null(), count)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { blocking(comm, r) }
+    unsafe {
+        blocking(
+            comm,
+            Raw::new(
+                Kind::Send,
+                sendbuff,
+                std::ptr::null(),
+                count,
+                datatype.0,
+                0,
+                peer,
+            ),
+        )
+    }
 }
 
 /// Receives `count` elements from `peer` (see rcollSend).
@@ -781,13 +841,21 @@ pub unsafe extern "C" fn rcollRecv(
     peer: c_int,
     comm: rcollComm_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        root: peer,
-        ..raw(Kind::Recv, std::ptr::null(), recvbuff, count)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { blocking(comm, r) }
+    unsafe {
+        blocking(
+            comm,
+            Raw::new(
+                Kind::Recv,
+                std::ptr::null(),
+                recvbuff,
+                count,
+                datatype.0,
+                0,
+                peer,
+            ),
+        )
+    }
 }
 
 /// Nonblocking rcollAllReduce.
@@ -805,13 +873,22 @@ pub unsafe extern "C" fn rcollIAllReduce(
     comm: rcollComm_t,
     request: *mut rcollRequest_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        op: op.0,
-        ..raw(Kind::AllReduce, sendbuff, recvbuff, count)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { nonblocking(comm, r, request) }
+    unsafe {
+        nonblocking(
+            comm,
+            Raw::new(
+                Kind::AllReduce,
+                sendbuff,
+                recvbuff,
+                count,
+                datatype.0,
+                op.0,
+                0,
+            ),
+            request,
+        )
+    }
 }
 
 /// Nonblocking rcollBroadcast.
@@ -829,13 +906,22 @@ pub unsafe extern "C" fn rcollIBroadcast(
     comm: rcollComm_t,
     request: *mut rcollRequest_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        root,
-        ..raw(Kind::Broadcast, sendbuff, recvbuff, count)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { nonblocking(comm, r, request) }
+    unsafe {
+        nonblocking(
+            comm,
+            Raw::new(
+                Kind::Broadcast,
+                sendbuff,
+                recvbuff,
+                count,
+                datatype.0,
+                0,
+                root,
+            ),
+            request,
+        )
+    }
 }
 
 /// Nonblocking rcollAllGather.
@@ -852,12 +938,22 @@ pub unsafe extern "C" fn rcollIAllGather(
     comm: rcollComm_t,
     request: *mut rcollRequest_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        ..raw(Kind::AllGather, sendbuff, recvbuff, sendcount)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { nonblocking(comm, r, request) }
+    unsafe {
+        nonblocking(
+            comm,
+            Raw::new(
+                Kind::AllGather,
+                sendbuff,
+                recvbuff,
+                sendcount,
+                datatype.0,
+                0,
+                0,
+            ),
+            request,
+        )
+    }
 }
 
 /// Nonblocking rcollReduceScatter.
@@ -875,13 +971,22 @@ pub unsafe extern "C" fn rcollIReduceScatter(
     comm: rcollComm_t,
     request: *mut rcollRequest_t,
 ) -> rcollResult_t {
-    let r = Raw {
-        dtype: datatype.0,
-        op: op.0,
-        ..raw(Kind::ReduceScatter, sendbuff, recvbuff, recvcount)
-    };
     // SAFETY: the caller's contract, passed on.
-    unsafe { nonblocking(comm, r, request) }
+    unsafe {
+        nonblocking(
+            comm,
+            Raw::new(
+                Kind::ReduceScatter,
+                sendbuff,
+                recvbuff,
+                recvcount,
+                datatype.0,
+                op.0,
+                0,
+            ),
+            request,
+        )
+    }
 }
 
 /// Sets `*done` to 1 and frees `request` if its call has finished (returning the call's
