@@ -10,6 +10,9 @@ packages=(
   libopenmpi-dev     # capi tests: mpicc for the MPI example (checks rcoll against MPI)
   openmpi-bin        # capi tests: mpirun with 2, 3 and 4 ranks
   pkg-config         # capi tests: `pkg-config --cflags --libs rcoll` after capi/install.sh
+  libhwloc-dev       # the `hwloc` feature's tests (hwloc and rcoll read topologies alike)
+  libudev-dev        # ... which links hwloc statically as its build script asks (-ludev)
+  hwloc              # lstopo: transport/tests/topologies/make.py reads its files back
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -8,8 +8,10 @@
 # links and bridge however it ends. Needs root and iproute2.
 #
 # Usage: ci/multihost.sh [--hosts H] [--ranks-per-host M] [--rate RATE] [--delay DELAY]
-#                        [--timeout SECONDS] -- COMMAND [ARGS...]
+#                        [--cyclic] [--timeout SECONDS] -- COMMAND [ARGS...]
 #   --hosts 2 --ranks-per-host 2    (defaults)
+#   --cyclic                        rank r on host r % hosts (as many launchers place them),
+#                                   instead of in blocks
 #   --rate 1gbit                    tc rate of each host's link, each way (0: unshaped)
 #   --delay 100us                   one-way delay on each host's link (needs sch_netem;
 #                                   without it the script says so and goes on undelayed)
@@ -21,7 +23,7 @@
 #       target/release/rcoll-bench all_reduce -b 64M -e 64M
 set -euo pipefail
 
-hosts=2 per_host=2 rate=1gbit delay="" limit=600
+hosts=2 per_host=2 rate=1gbit delay="" limit=600 cyclic=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --hosts) hosts=$2; shift 2 ;;
@@ -29,8 +31,9 @@ while [ $# -gt 0 ]; do
         --rate) rate=$2; shift 2 ;;
         --delay) delay=$2; shift 2 ;;
         --timeout) limit=$2; shift 2 ;;
+        --cyclic) cyclic=1; shift ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
         *) echo "multihost: unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -91,9 +94,9 @@ done
 n=$(( hosts * per_host ))
 root="$net.1:$(( 20000 + id ))"
 secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-echo "multihost: $hosts hosts x $per_host ranks, links ${rate} each way${delay:+, ${delay} delay}, root $root" >&2
+echo "multihost: $hosts hosts x $per_host ranks$([ "$cyclic" = 1 ] && echo ' (cyclic)'), links ${rate} each way${delay:+, ${delay} delay}, root $root" >&2
 for r in $(seq 0 $(( n - 1 ))); do
-    h=$(( r / per_host ))
+    h=$(( cyclic ? r % hosts : r / per_host ))
     ip netns exec "rcmh$id-$h" env \
         RCOLL_RANK=$r RCOLL_WORLD_SIZE=$n RCOLL_ROOT_ADDR="$root" \
         RCOLL_HOST="emulated-host-$h" RCOLL_UNIQUE_ID="$secret" \

@@ -9,6 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# The topology through hwloc itself (the optional `hwloc` feature): it must read the test
+# machines' XML files and this host as rcoll's own readers do.
+cargo test -p rcoll-transport --features hwloc --lib --test topology
 
 # The verbs suite's binary, built on the host (the VM runs host binaries unchanged).
 # (Captured, then shown: `tee /dev/stderr` would reopen — and truncate — a log file.)

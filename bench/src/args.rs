@@ -53,6 +53,9 @@ pub enum Command {
     /// Check whether this host can run rcoll over RDMA verbs, and explain what is missing
     /// (exit status 0: ready, 1: not).
     Doctor(DoctorArgs),
+    /// What this host has — NUMA nodes, cores, RDMA devices and interfaces with their NUMA
+    /// node — and the NUMA node, CPUs and device each local rank would get.
+    Topo(TopoArgs),
     /// One rank of `doctor`'s connectivity check (started by `doctor` itself).
     #[command(hide = true)]
     DoctorRank,
@@ -212,6 +215,18 @@ pub struct PlanArgs {
     /// algorithm gets two levels, and the table counts the messages that cross hosts.
     #[arg(long)]
     pub hosts: Option<usize>,
+    /// With --hosts: place the ranks cyclically (rank r on host r % hosts), as many
+    /// launchers do, instead of in blocks.
+    #[arg(long)]
+    pub cyclic: bool,
+    /// With --hosts: group the hosts into this many racks (in blocks of hosts), a level of
+    /// the network above them.
+    #[arg(long)]
+    pub racks: Option<usize>,
+    /// Order of the ranks on rings: `topology` (rack by rack, host by host: each level is
+    /// crossed the fewest times) or `rank` (RCOLL_RING_ORDER).
+    #[arg(long, default_value = "topology", value_parser = ["topology", "rank"])]
+    pub ring_order: String,
     /// Latency per round inside a host in microseconds, with --hosts [default: 1].
     #[arg(long, allow_negative_numbers = true)]
     pub local_alpha_us: Option<f64>,
@@ -219,6 +234,27 @@ pub struct PlanArgs {
     #[arg(long, allow_negative_numbers = true)]
     pub local_bandwidth_gbps: Option<f64>,
     /// Print a JSON array instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `rcoll-bench topo`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+The topology comes from RCOLL_TOPO_FILE (an hwloc XML file) or --input, else from this machine \
+(Linux sysfs). RCOLL_TOPO_DUMP_FILE=PATH also writes the report as JSON there (as ranks do at \
+setup).")]
+pub struct TopoArgs {
+    /// Ranks on this host [default: the larger of the NUMA node and RDMA device counts].
+    #[arg(long)]
+    pub ranks_per_host: Option<usize>,
+    /// none, numa or core [default: RCOLL_BIND, else numa].
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Read this hwloc XML file instead of the machine.
+    #[arg(long)]
+    pub input: Option<std::path::PathBuf>,
+    /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -401,12 +437,36 @@ impl PlanArgs {
                 )))
             }
             Some(h) => {
-                let sizes: Vec<usize> = (0..h)
-                    .map(|i| self.ranks / h + usize::from(i < self.ranks % h))
-                    .collect();
-                Some(rcoll::transport::hosts::HostMap::blocks(&sizes))
+                use rcoll::transport::hosts::HostMap;
+                let map = if self.cyclic {
+                    HostMap::cyclic(self.ranks, h)
+                } else {
+                    let sizes: Vec<usize> = (0..h)
+                        .map(|i| self.ranks / h + usize::from(i < self.ranks % h))
+                        .collect();
+                    HostMap::blocks(&sizes)
+                };
+                let map = match self.racks {
+                    None => map,
+                    Some(r) if r == 0 || r > h => {
+                        return Err(usage(format!("--racks {r}: 1 to {h} racks for {h} hosts")))
+                    }
+                    Some(r) => map.with_racks(|key| {
+                        let host: usize = key.trim_start_matches("host").parse().ok()?;
+                        // Hosts in blocks: rack i holds hosts [i*h/r, (i+1)*h/r).
+                        Some(format!("rack{}", host * r / h))
+                    }),
+                };
+                Some(if self.ring_order == "rank" {
+                    map.with_rank_order()
+                } else {
+                    map
+                })
             }
         };
+        if self.hosts.is_none() && (self.cyclic || self.racks.is_some()) {
+            return Err(usage("--cyclic and --racks need --hosts"));
+        }
         let local = CostModel::shared_memory();
         let local_model = CostModel {
             alpha_us: positive(

@@ -30,6 +30,7 @@ mod run;
 mod spawn;
 mod sweep;
 mod threads;
+mod topo;
 
 use std::process::ExitCode;
 
@@ -47,6 +48,7 @@ fn main() -> ExitCode {
         Some(Command::Plan(args)) => plan(args),
         Some(Command::Plot(args)) => plot::files_chart(&args),
         Some(Command::Doctor(args)) => return doctor::run(&args),
+        Some(Command::Topo(args)) => topo::run(&args),
         Some(Command::DoctorRank) => doctor::connect::rank(),
         None => bench(cli.bench),
     };

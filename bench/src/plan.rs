@@ -201,6 +201,23 @@ pub fn render_text(spec: &PlanSpec, plan: &Plan) -> String {
             lm.alpha_us,
             lm.bandwidth_gbps
         );
+        let order: Vec<String> = hosts.ring_order().iter().map(|r| r.0.to_string()).collect();
+        let (host_hops, rack_hops) = hosts.ring_crossings();
+        let racks = if hosts.nracks() > 1 {
+            format!(", {rack_hops} between racks ({} racks)", hosts.nracks())
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "# ring order ({}): {}; a trip around it crosses hosts {host_hops} times{racks}",
+            if hosts.ring_is_rank_order() {
+                "rank order"
+            } else {
+                "by network"
+            },
+            order.join(" "),
+        );
     }
     let header = [
         "algorithm",

@@ -66,6 +66,8 @@ pub struct Communicator {
     /// How a process group was built, for [`split`](Communicator::split) (`None` for
     /// in-process groups and bare transports).
     pub(crate) origin: Option<crate::process::Builder>,
+    /// Where this rank runs on its host (process groups).
+    pub(crate) placement: Option<rcoll_transport::topology::Placement>,
 }
 
 enum Buffers<'a, T> {
@@ -92,7 +94,10 @@ impl Communicator {
                 rank.0
             )));
         }
-        let hosts = transport.hosts().filter(|h| h.nranks() == nranks);
+        let hosts = match transport.hosts().filter(|h| h.nranks() == nranks) {
+            Some(h) => Some(Arc::new(config.network(&h)?)),
+            None => None,
+        };
         // Default rates follow the transport of each level (a model set by the caller
         // stays as it is).
         let mut config = config;
@@ -122,7 +127,41 @@ impl Communicator {
             recent: [(u32::MAX, 0); RECENT_CALLS],
             poisoned: None,
             origin: None,
+            placement: None,
         })
+    }
+
+    /// Where this rank runs on its host — NUMA node, CPUs, device — and what was not ideal
+    /// (process groups).
+    pub fn placement(&self) -> Option<&rcoll_transport::topology::Placement> {
+        self.placement.as_ref()
+    }
+
+    /// Checks that every rank orders its rings alike: they must, and they could differ
+    /// only by settings read on each rank (`RCOLL_NET_FILE`, `RCOLL_RING_ORDER`).
+    pub(crate) fn check_network(&mut self) -> Result<()> {
+        let configured = self.config.net_file.is_some()
+            || self.config.ring_order != crate::config::RingOrder::Topology;
+        let Some(order) = self.hosts.as_ref().map(|h| h.ring_order().to_vec()) else {
+            return Ok(());
+        };
+        if !configured || self.nranks < 2 {
+            return Ok(());
+        }
+        // FNV-1a over the order.
+        let mine = order.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, r| {
+            (h ^ u64::from(r.0)).wrapping_mul(0x0100_0000_01b3)
+        });
+        let mut all = vec![0u64; self.nranks];
+        self.all_gather(&[mine], &mut all)?;
+        match all.iter().position(|&x| x != all[0]) {
+            None => Ok(()),
+            Some(r) => Err(Error::Config(format!(
+                "rank {}: rank {r} orders its rings unlike rank 0: RCOLL_NET_FILE (the same \
+                 content) and RCOLL_RING_ORDER must be the same on every rank",
+                self.rank.0
+            ))),
+        }
     }
 
     /// Where every rank runs, when the transport learnt it at bootstrap (process groups).

@@ -34,6 +34,21 @@ pub struct Config {
     pub segment_bytes: usize,
     /// The machine model used to choose algorithms.
     pub cost_model: CostModel,
+    /// The order ranks stand in on rings (`RCOLL_RING_ORDER`).
+    pub ring_order: RingOrder,
+    /// Racks or switches above the hosts: a file of `<host> <rack>` lines, `#` comments
+    /// (`RCOLL_NET_FILE`); a host is named by its key or its hostname part.
+    pub net_file: Option<std::path::PathBuf>,
+}
+
+/// The order ranks stand in on rings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RingOrder {
+    /// Rack by rack, host by host, local rank within a host: each level of the network is
+    /// crossed the fewest times (`topology`, the default).
+    Topology,
+    /// Rank order (`rank`), whatever the placement.
+    Rank,
 }
 
 impl Default for Config {
@@ -43,6 +58,8 @@ impl Default for Config {
             timeout: DEFAULT_TIMEOUT,
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             cost_model: CostModel::default(),
+            ring_order: RingOrder::Topology,
+            net_file: None,
         }
     }
 }
@@ -76,8 +93,64 @@ impl Config {
                 Error::Config(format!("RCOLL_SEGMENT_BYTES={v:?} is not a positive size"))
             })?;
         }
+        if let Some(v) = var("RCOLL_RING_ORDER") {
+            self.ring_order = match v.trim().to_ascii_lowercase().as_str() {
+                "topology" | "network" | "auto" => RingOrder::Topology,
+                "rank" => RingOrder::Rank,
+                _ => {
+                    return Err(Error::Config(format!(
+                        "RCOLL_RING_ORDER={v:?}: topology or rank"
+                    )))
+                }
+            };
+        }
+        if let Some(v) = var("RCOLL_NET_FILE").filter(|v| !v.trim().is_empty()) {
+            self.net_file = Some(v.trim().into());
+        }
         self.check()?;
         Ok(self)
+    }
+
+    /// `hosts` with the racks of [`Config::net_file`] and the ring order of
+    /// [`Config::ring_order`].
+    pub fn network(
+        &self,
+        hosts: &rcoll_transport::hosts::HostMap,
+    ) -> Result<rcoll_transport::hosts::HostMap> {
+        let mut map = hosts.clone();
+        if let Some(path) = &self.net_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Error::Config(format!("RCOLL_NET_FILE {}: {e}", path.display())))?;
+            let mut racks: Vec<(String, String)> = Vec::new();
+            for (i, line) in text.lines().enumerate() {
+                let line = line.split('#').next().unwrap_or("").trim();
+                if line.is_empty() {
+                    continue;
+                }
+                let mut words = line.split_whitespace();
+                match (words.next(), words.next(), words.next()) {
+                    (Some(h), Some(r), None) => racks.push((h.to_string(), r.to_string())),
+                    _ => {
+                        return Err(Error::Config(format!(
+                            "RCOLL_NET_FILE {} line {}: {line:?} is not `<host> <rack>`",
+                            path.display(),
+                            i + 1
+                        )))
+                    }
+                }
+            }
+            map = map.with_racks(|key| {
+                let short = key.split('/').next().unwrap_or(key);
+                racks
+                    .iter()
+                    .find(|(h, _)| h == key || h == short)
+                    .map(|(_, r)| r.clone())
+            });
+        }
+        if self.ring_order == RingOrder::Rank {
+            map = map.with_rank_order();
+        }
+        Ok(map)
     }
 
     /// The limits every setting must respect, whatever set it.

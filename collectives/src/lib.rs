@@ -112,7 +112,7 @@ pub use algorithm::Algorithm;
 pub use background::{Background, Request};
 pub use buffer::Buffer;
 pub use communicator::{Communicator, WithAlgorithm};
-pub use config::Config;
+pub use config::{Config, RingOrder};
 pub use element::{DataType, Element};
 pub use error::{Error, Result};
 pub use op::ReduceOp;

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use rcoll_transport::launcher::Placement;
 use rcoll_transport::tcp::{self, bootstrap};
+use rcoll_transport::topology;
 use rcoll_transport::Transport;
 
 use crate::algorithm::Algorithm;
@@ -206,8 +207,10 @@ impl Builder {
     /// Connects to the group and returns this rank's communicator.
     pub fn build(self) -> Result<Communicator> {
         let config = self.overrides.resolve()?;
-        let (transport, ip) = self.connect(&config)?;
+        let (transport, ip, placement) = self.connect(&config)?;
         let mut comm = Communicator::new(transport, config)?;
+        comm.placement = placement;
+        comm.check_network()?;
         // What `split` needs to build a subgroup the same way: every setting of this one,
         // and the address the other ranks reach this rank at.
         let mut origin = self;
@@ -242,8 +245,11 @@ impl Builder {
         Ok(self.connect(&config)?.0)
     }
 
-    /// The transport, and the address this rank is reached at.
-    fn connect(&self, config: &Config) -> Result<(Box<dyn Transport>, IpAddr)> {
+    /// The transport, the address this rank is reached at, and where it runs on its host.
+    fn connect(
+        &self,
+        config: &Config,
+    ) -> Result<(Box<dyn Transport>, IpAddr, Option<topology::Placement>)> {
         let unique_id = match (self.unique_id, self.insecure_id) {
             (Some(id), _) => id,
             (None, true) => bootstrap::Options::default_unique_id(self.root, self.size),
@@ -281,7 +287,15 @@ impl Builder {
             std::sync::Arc::new(rcoll_transport::hosts::HostMap::single(self.size))
         });
         tracing::info!(rank = self.rank, hosts = %hosts.describe(), "host map");
-        let transport = self.choose_transport(tcp, hosts, config.segment_bytes, deadline)?;
+        let placement = self.place(&hosts)?;
+        let device = placement.as_ref().and_then(|p| p.device.clone());
+        let transport = self.choose_transport(
+            tcp,
+            hosts,
+            config.segment_bytes,
+            device.as_deref(),
+            deadline,
+        )?;
         tracing::info!(
             rank = self.rank,
             size = self.size,
@@ -289,7 +303,53 @@ impl Builder {
             details = %transport.details(),
             "communicator ready"
         );
-        Ok((transport, ip))
+        Ok((transport, ip, placement))
+    }
+
+    /// This rank's place on its host ([`topology::place`]): bound as `RCOLL_BIND` says,
+    /// with the device it should drive. A topology that cannot be read leaves the rank
+    /// where it is (logged); a bad `RCOLL_BIND` is an error.
+    fn place(
+        &self,
+        hosts: &rcoll_transport::hosts::HostMap,
+    ) -> Result<Option<topology::Placement>> {
+        let bind = topology::Bind::from_env().map_err(Error::Config)?;
+        let topo = match topology::discover() {
+            Ok(t) => t,
+            Err(why) => {
+                tracing::warn!(rank = self.rank, %why, "no topology: the rank stays where it is");
+                return Ok(None);
+            }
+        };
+        let me = rcoll_transport::Rank::from(self.rank);
+        let allowed = topology::bind::current_affinity().unwrap_or_default();
+        let (local, size) = (hosts.local_rank(me), hosts.local_size(me));
+        if let Ok(path) = std::env::var("RCOLL_TOPO_DUMP_FILE") {
+            if local == 0 {
+                let report = topology::Report::new(topo.clone(), size, bind, &allowed);
+                if let Err(e) = std::fs::write(&path, report.to_json()) {
+                    tracing::warn!(rank = self.rank, %path, %e, "cannot write RCOLL_TOPO_DUMP_FILE");
+                }
+            }
+        }
+        let mut p = topology::place(&topo, local, size, &allowed, bind);
+        if let Err(why) = topology::bind::apply(&p) {
+            tracing::warn!(rank = self.rank, %why, "binding failed: the rank stays where it is");
+            p.notes.push(format!("not bound: {why}"));
+            p.bind = false;
+            p.cpus = allowed;
+        }
+        tracing::info!(
+            rank = self.rank,
+            numa = ?p.numa,
+            cpus = %p.cpus,
+            bound = p.bind,
+            device = ?p.device,
+            notes = %p.notes.join("; "),
+            "placement ({})",
+            topo.source
+        );
+        Ok(Some(p))
     }
 
     /// TCP; verbs everywhere when asked for (an error if any rank cannot); shared memory
@@ -300,13 +360,14 @@ impl Builder {
         mut tcp: tcp::TcpTransport,
         hosts: std::sync::Arc<rcoll_transport::hosts::HostMap>,
         segment_bytes: usize,
+        device: Option<&str>,
         deadline: std::time::Instant,
     ) -> Result<Box<dyn Transport>> {
         use rcoll_transport::shm;
         let bootstrap = |source| Error::Bootstrap { source };
         let prepared = match self.transport {
             TransportKind::Tcp => return Ok(Box::new(tcp)),
-            TransportKind::Verbs => return self.upgrade(tcp, segment_bytes, deadline),
+            TransportKind::Verbs => return self.upgrade(tcp, segment_bytes, device, deadline),
             TransportKind::Shm | TransportKind::Auto => {
                 let mut sopts = shm::Options::from_env(segment_bytes).map_err(Error::Config)?;
                 sopts.required = self.transport == TransportKind::Shm;
@@ -316,7 +377,7 @@ impl Builder {
         let inner: Box<dyn Transport> = if self.transport == TransportKind::Shm {
             Box::new(tcp)
         } else {
-            self.upgrade(tcp, segment_bytes, deadline)?
+            self.upgrade(tcp, segment_bytes, device, deadline)?
         };
         if prepared.pairs() == 0 {
             return Ok(inner);
@@ -328,12 +389,34 @@ impl Builder {
         &self,
         mut tcp: tcp::TcpTransport,
         segment_bytes: usize,
+        device: Option<&str>,
         deadline: std::time::Instant,
     ) -> Result<Box<dyn Transport>> {
         use rcoll_transport::verbs;
         let bootstrap = |source| Error::Bootstrap { source };
-        let vopts = verbs::Options::from_env(segment_bytes).map_err(Error::Config)?;
-        let selection = verbs::choose_for(&tcp, self.bind, &vopts);
+        let mut vopts = verbs::Options::from_env(segment_bytes).map_err(Error::Config)?;
+        // The device near this rank (topology) unless RCOLL_IB_HCA names one; if it has no
+        // usable port, the choice by address.
+        let near = match (&vopts.hca, device) {
+            (None, Some(d)) => {
+                let mut o = vopts.clone();
+                o.hca = Some(d.to_string());
+                verbs::choose_for(&tcp, self.bind, &o)
+                    .inspect_err(|why| {
+                        tracing::info!(rank = self.rank, device = d, %why, "the device near this rank is unusable")
+                    })
+                    .ok()
+                    .map(|sel| (o, sel))
+            }
+            _ => None,
+        };
+        let selection = match near {
+            Some((o, sel)) => {
+                vopts = o;
+                Ok(sel)
+            }
+            None => verbs::choose_for(&tcp, self.bind, &vopts),
+        };
         if let Err(why) = &selection {
             tracing::info!(rank = self.rank, %why, "no usable RDMA device");
         }

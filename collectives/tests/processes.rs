@@ -76,6 +76,13 @@ fn rank_main() {
             comm.transport_details()
         );
     }
+    if let Ok(want) = std::env::var("RCOLL_TEST_EXPECT_RING") {
+        let order: Vec<String> = comm
+            .hosts()
+            .map(|h| h.ring_order().iter().map(|r| r.0.to_string()).collect())
+            .unwrap_or_default();
+        assert_eq!(order.join(" "), want, "rank {}: ring order", comm.rank());
+    }
     match scenario.as_str() {
         "sweep" => sweep(&mut comm),
         "large" => large(&mut comm),

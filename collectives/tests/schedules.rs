@@ -151,6 +151,73 @@ fn host_maps() -> Vec<HostMap> {
     maps
 }
 
+/// The ring in the network's order (host by host, rack by rack) on every host shape — in
+/// blocks, cyclic, uneven, under racks: every collective it serves stays correct, and on
+/// the cyclic shapes each step crosses hosts only where the order moves to another host.
+#[test]
+fn ring_in_network_order_on_every_host_shape() {
+    let mut maps = host_maps();
+    maps.push(HostMap::cyclic(8, 4).with_racks(|k| {
+        Some(
+            if k == "host0" || k == "host2" {
+                "A"
+            } else {
+                "B"
+            }
+            .into(),
+        )
+    }));
+    let mut checked = 0;
+    for hosts in maps {
+        let n = hosts.nranks();
+        for collective in Collective::SCHEDULED
+            .into_iter()
+            .filter(|c| Algorithm::Ring.serves(*c))
+        {
+            let roots: Vec<usize> = if collective.is_rooted() {
+                (0..n).collect()
+            } else {
+                vec![0]
+            };
+            for count in [0, 1, 7, 3 * n + 1] {
+                for &root in &roots {
+                    checked += check_both_ways(collective, n, count, root, &|layout| {
+                        let schedules = Algorithm::Ring
+                            .schedules_on(layout, Some(&hosts))
+                            .expect("served");
+                        (schedules, format!("ring on {}", hosts.describe()))
+                    });
+                }
+            }
+        }
+        // Sends of an all_reduce that leave the host: as many per step as the ring
+        // crosses hosts, not one per rank.
+        let layout = Layout {
+            collective: Collective::AllReduce,
+            nranks: n,
+            count: 4 * n,
+            root: Rank(0),
+            in_place: false,
+        };
+        let schedules = Algorithm::Ring.schedules_on(&layout, Some(&hosts)).unwrap();
+        let crossing: usize = schedules
+            .iter()
+            .map(|s| {
+                s.channels
+                    .iter()
+                    .flat_map(|c| c.steps.iter())
+                    .flat_map(|st| st.iter())
+                    .flat_map(|p| p.send_to().to_vec())
+                    .filter(|&to| !hosts.same_host(s.rank, to))
+                    .count()
+            })
+            .sum();
+        let (host_hops, _) = hosts.ring_crossings();
+        assert_eq!(crossing, host_hops * 2 * (n - 1), "{}", hosts.describe());
+    }
+    assert!(checked > 1000, "{checked}");
+}
+
 #[test]
 fn hierarchical_on_every_host_shape() {
     let mut checked = 0;

@@ -12,13 +12,28 @@ use crate::types::Rank;
 /// Longest host key accepted (bytes).
 pub const MAX_KEY: usize = 255;
 
-/// Where every rank of a group runs.
+/// Where every rank of a group runs, the racks (or switches) above the hosts, and the order
+/// ranks stand in on rings.
+///
+/// The ring order lists the ranks rack by rack, host by host, by local rank within a host,
+/// so that a ring crosses each level of the network the fewest times: with H hosts it
+/// enters and leaves each host once per round (H host crossings), whatever order the
+/// launcher numbered the ranks in (cyclic placement, rank r on host r % H, would cross
+/// hosts at every one of the n hops in rank order). [`HostMap::with_rank_order`] keeps
+/// rank order instead (`RCOLL_RING_ORDER=rank`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostMap {
     /// Each host's key and members (ascending), hosts by lowest member.
     hosts: Vec<(String, Vec<Rank>)>,
     /// Rank -> (host, local rank).
     place: Vec<(usize, usize)>,
+    /// Host -> rack (an index into `racks`); all 0 when no racks are known.
+    rack_of: Vec<usize>,
+    /// Rack names, in order of first appearance among the hosts.
+    racks: Vec<String>,
+    /// The ring order, and each rank's position in it.
+    ring: Vec<Rank>,
+    ring_pos: Vec<usize>,
 }
 
 impl HostMap {
@@ -38,7 +53,117 @@ impl HostMap {
             place.push((h, hosts[h].1.len()));
             hosts[h].1.push(Rank::from(r));
         }
-        HostMap { hosts, place }
+        let nhosts = hosts.len();
+        let mut m = HostMap {
+            hosts,
+            place,
+            rack_of: vec![0; nhosts],
+            racks: vec![String::new()],
+            ring: Vec::new(),
+            ring_pos: Vec::new(),
+        };
+        m.order_ring();
+        m
+    }
+
+    /// Ranks placed cyclically on `nhosts` hosts (rank r on host r % nhosts), as many
+    /// launchers place them.
+    pub fn cyclic(nranks: usize, nhosts: usize) -> HostMap {
+        let keys: Vec<String> = (0..nranks)
+            .map(|r| format!("host{}", r % nhosts.max(1)))
+            .collect();
+        HostMap::from_keys(&keys)
+    }
+
+    /// The same hosts under racks: `rack(key)` names a host's rack (or switch); hosts it
+    /// does not know form a rack of their own. The ring is ordered again, rack by rack.
+    pub fn with_racks(mut self, rack: impl Fn(&str) -> Option<String>) -> HostMap {
+        let mut names: Vec<String> = Vec::new();
+        let mut of = Vec::with_capacity(self.hosts.len());
+        for (key, _) in &self.hosts {
+            let name = rack(key).unwrap_or_else(|| format!("({})", short(key)));
+            let i = match names.iter().position(|n| *n == name) {
+                Some(i) => i,
+                None => {
+                    names.push(name);
+                    names.len() - 1
+                }
+            };
+            of.push(i);
+        }
+        self.rack_of = of;
+        self.racks = names;
+        self.order_ring();
+        self
+    }
+
+    /// The same hosts with rings in rank order (`RCOLL_RING_ORDER=rank`).
+    pub fn with_rank_order(mut self) -> HostMap {
+        self.ring = (0..self.nranks()).map(Rank::from).collect();
+        self.ring_pos = (0..self.nranks()).collect();
+        self
+    }
+
+    fn order_ring(&mut self) {
+        let mut ring: Vec<Rank> = (0..self.nranks()).map(Rank::from).collect();
+        ring.sort_by_key(|&r| {
+            let (h, l) = self.place[r.index()];
+            (self.rack_of[h], h, l)
+        });
+        let mut pos = vec![0; ring.len()];
+        for (i, r) in ring.iter().enumerate() {
+            pos[r.index()] = i;
+        }
+        self.ring = ring;
+        self.ring_pos = pos;
+    }
+
+    /// The order ranks stand in on rings.
+    pub fn ring_order(&self) -> &[Rank] {
+        &self.ring
+    }
+
+    /// Whether rings run in rank order.
+    pub fn ring_is_rank_order(&self) -> bool {
+        self.ring.iter().enumerate().all(|(i, r)| r.index() == i)
+    }
+
+    /// The rank `delta` places after `r` on the ring (before, for negative `delta`).
+    pub fn ring_peer(&self, r: Rank, delta: isize) -> Rank {
+        let n = self.ring.len() as isize;
+        self.ring[(self.ring_pos[r.index()] as isize + delta).rem_euclid(n) as usize]
+    }
+
+    /// How many hops of one trip around the ring cross hosts, and racks.
+    pub fn ring_crossings(&self) -> (usize, usize) {
+        let n = self.ring.len();
+        if n < 2 {
+            return (0, 0);
+        }
+        let mut hosts = 0;
+        let mut racks = 0;
+        for i in 0..n {
+            let (a, b) = (self.ring[i], self.ring[(i + 1) % n]);
+            let (ha, hb) = (self.host_of(a), self.host_of(b));
+            hosts += usize::from(ha != hb);
+            racks += usize::from(self.rack_of[ha] != self.rack_of[hb]);
+        }
+        (hosts, racks)
+    }
+
+    /// Number of racks (1 when none are known).
+    pub fn nracks(&self) -> usize {
+        self.racks.len()
+    }
+
+    /// The rack of host `h` (an index; its name: [`HostMap::rack_name`]).
+    pub fn rack_of_host(&self, h: usize) -> usize {
+        self.rack_of[h]
+    }
+
+    /// Rack `i`'s name (empty when no racks are known).
+    pub fn rack_name(&self, i: usize) -> &str {
+        &self.racks[i]
     }
 
     /// `n` ranks on one host.
@@ -207,6 +332,37 @@ mod tests {
         assert_eq!(
             HostMap::single(1).describe(),
             "1 host x 1 rank: localhost (0)"
+        );
+    }
+
+    #[test]
+    fn rings_follow_hosts_then_racks_and_cross_each_level_the_fewest_times() {
+        let m = HostMap::cyclic(4, 2);
+        assert_eq!(m.ring_order(), &[Rank(0), Rank(2), Rank(1), Rank(3)]);
+        assert_eq!(m.ring_crossings(), (2, 0));
+        assert_eq!(m.ring_peer(Rank(2), 1), Rank(1));
+        assert_eq!(m.ring_peer(Rank(0), -1), Rank(3));
+        let plain = m.clone().with_rank_order();
+        assert!(plain.ring_is_rank_order() && !m.ring_is_rank_order());
+        assert_eq!(plain.ring_crossings(), (4, 0));
+        // 8 ranks on 4 hosts cyclically, hosts 0 and 2 in rack A, 1 and 3 in rack B.
+        let racked = HostMap::cyclic(8, 4).with_racks(|k| {
+            Some(
+                if k == "host0" || k == "host2" {
+                    "A"
+                } else {
+                    "B"
+                }
+                .into(),
+            )
+        });
+        assert_eq!(racked.nracks(), 2);
+        assert_eq!(racked.ring_crossings(), (4, 2));
+        let order: Vec<u32> = racked.ring_order().iter().map(|r| r.0).collect();
+        assert_eq!(order, vec![0, 4, 2, 6, 1, 5, 3, 7]);
+        assert_eq!(
+            HostMap::cyclic(8, 4).with_rank_order().ring_crossings(),
+            (8, 0)
         );
     }
 }

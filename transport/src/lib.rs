@@ -54,6 +54,7 @@ pub mod launcher;
 pub mod local;
 pub mod shm;
 pub mod tcp;
+pub mod topology;
 pub mod transport;
 pub mod types;
 #[allow(unsafe_code)]

@@ -68,13 +68,14 @@ pub fn has_levels(hosts: &HostMap) -> bool {
 pub fn schedule(layout: &Layout, rank: Rank, hosts: Option<&HostMap>) -> Schedule {
     let hosts = match hosts {
         Some(h) if h.nranks() == layout.nranks && has_levels(h) => h,
-        _ => return super::ring::schedule(layout, rank),
+        _ => return super::ring::schedule(layout, rank, hosts),
     };
     match layout.collective {
         Collective::AllReduce => all_reduce(layout, rank, hosts),
         Collective::Broadcast => broadcast(layout, rank, hosts),
         Collective::Reduce => reduce(layout, rank, hosts),
-        _ => super::ring::schedule(layout, rank),
+        // The flat ring in host order.
+        _ => super::ring::schedule(layout, rank, Some(hosts)),
     }
 }
 

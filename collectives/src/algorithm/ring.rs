@@ -24,38 +24,81 @@
 //! - all_to_all: p-1 rounds of pairwise exchange in ring order (round s: send to r+s,
 //!   receive from r-s), the classic pairwise algorithm; not neighbour-only.
 
+use rcoll_transport::hosts::HostMap;
 use rcoll_transport::Rank;
 
 use super::{partition, ring_peer};
 use crate::schedule::{Collective, Layout, Primitive, Schedule, Slice};
 
-/// Rank `rank`'s schedule.
-pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
+/// The order ranks stand in on the ring: the host map's (host by host, so that the ring
+/// crosses each level of the network the fewest times), or rank order without one. Blocks
+/// stay where their rank's are in the buffers; only who passes to whom changes.
+struct Ring<'a> {
+    hosts: Option<&'a HostMap>,
+    n: usize,
+}
+
+impl Ring<'_> {
+    /// The rank `delta` places after `r`.
+    fn peer(&self, r: Rank, delta: isize) -> Rank {
+        match self.hosts {
+            Some(h) => h.ring_peer(r, delta),
+            None => ring_peer(r, delta, self.n),
+        }
+    }
+
+    /// `r`'s position on the ring.
+    fn pos(&self, r: Rank) -> usize {
+        match self.hosts {
+            Some(h) => h
+                .ring_order()
+                .iter()
+                .position(|&x| x == r)
+                .unwrap_or(r.index()),
+            None => r.index(),
+        }
+    }
+
+    /// The rank at position `i`.
+    fn at(&self, i: usize) -> Rank {
+        match self.hosts {
+            Some(h) => h.ring_order()[i % self.n],
+            None => Rank::from(i % self.n),
+        }
+    }
+}
+
+/// Rank `rank`'s schedule, on the ring order of `hosts` (rank order without).
+pub fn schedule(layout: &Layout, rank: Rank, hosts: Option<&HostMap>) -> Schedule {
     let mut s = Schedule::new(*layout, rank);
+    let ring = Ring {
+        hosts: hosts.filter(|h| h.nranks() == layout.nranks && !h.ring_is_rank_order()),
+        n: layout.nranks,
+    };
+    let ring = &ring;
     match layout.collective {
-        Collective::AllReduce | Collective::Barrier => all_reduce(&mut s),
-        Collective::ReduceScatter => reduce_scatter(&mut s),
-        Collective::AllGather => all_gather(&mut s),
-        Collective::Broadcast => broadcast(&mut s),
-        Collective::Reduce => reduce(&mut s),
-        Collective::Gather => gather(&mut s),
-        Collective::Scatter => scatter(&mut s),
-        Collective::AllToAll => all_to_all(&mut s),
+        Collective::AllReduce | Collective::Barrier => all_reduce(&mut s, ring),
+        Collective::ReduceScatter => reduce_scatter(&mut s, ring),
+        Collective::AllGather => all_gather(&mut s, ring),
+        Collective::Broadcast => broadcast(&mut s, ring),
+        Collective::Reduce => reduce(&mut s, ring),
+        Collective::Gather => gather(&mut s, ring),
+        Collective::Scatter => scatter(&mut s, ring),
+        Collective::AllToAll => all_to_all(&mut s, ring),
         Collective::SendRecv => {}
     }
     s
 }
 
-fn neighbours(s: &Schedule) -> (Rank, Rank) {
-    let n = s.layout.nranks;
-    (ring_peer(s.rank, -1, n), ring_peer(s.rank, 1, n))
+fn neighbours(s: &Schedule, ring: &Ring) -> (Rank, Rank) {
+    (ring.peer(s.rank, -1), ring.peer(s.rank, 1))
 }
 
-fn all_reduce(s: &mut Schedule) {
+fn all_reduce(s: &mut Schedule, ring: &Ring) {
     let (n, c, r) = (s.layout.nranks, s.layout.count, s.rank);
-    let (left, right) = neighbours(s);
+    let (left, right) = neighbours(s, ring);
     let chunks = partition(c, n);
-    let chunk = |delta: isize| chunks[ring_peer(r, delta, n).index()];
+    let chunk = |delta: isize| chunks[ring.peer(r, delta).index()];
     let input = |delta: isize| Slice::input(chunk(delta).offset, chunk(delta).len);
     let output = |delta: isize| Slice::output(chunk(delta).offset, chunk(delta).len);
     s.push(
@@ -105,11 +148,11 @@ fn all_reduce(s: &mut Schedule) {
     );
 }
 
-fn reduce_scatter(s: &mut Schedule) {
+fn reduce_scatter(s: &mut Schedule, ring: &Ring) {
     let (n, c, r) = (s.layout.nranks, s.layout.count, s.rank);
-    let (left, right) = neighbours(s);
+    let (left, right) = neighbours(s, ring);
     // Rank r starts with block r-1 so that block r completes at rank r.
-    let block = |delta: isize| Slice::input(ring_peer(r, delta, n).index() * c, c);
+    let block = |delta: isize| Slice::input(ring.peer(r, delta).index() * c, c);
     s.push(
         0,
         Primitive::Send {
@@ -138,10 +181,10 @@ fn reduce_scatter(s: &mut Schedule) {
     );
 }
 
-fn all_gather(s: &mut Schedule) {
+fn all_gather(s: &mut Schedule, ring: &Ring) {
     let (n, c, r) = (s.layout.nranks, s.layout.count, s.rank);
-    let (left, right) = neighbours(s);
-    let block = |delta: isize| Slice::output(ring_peer(r, delta, n).index() * c, c);
+    let (left, right) = neighbours(s, ring);
+    let block = |delta: isize| Slice::output(ring.peer(r, delta).index() * c, c);
     s.push(
         0,
         Primitive::Send {
@@ -178,15 +221,15 @@ fn all_gather(s: &mut Schedule) {
 }
 
 /// Position of this rank on the chain that starts right after the root and ends at it.
-fn position_towards_root(s: &Schedule) -> usize {
+fn position_towards_root(s: &Schedule, ring: &Ring) -> usize {
     let n = s.layout.nranks;
-    (s.rank.index() + 2 * n - s.layout.root.index() - 1) % n
+    (ring.pos(s.rank) + 2 * n - ring.pos(s.layout.root) - 1) % n
 }
 
-fn broadcast(s: &mut Schedule) {
+fn broadcast(s: &mut Schedule, ring: &Ring) {
     let (n, c) = (s.layout.nranks, s.layout.count);
-    let (left, right) = neighbours(s);
-    let d = (position_towards_root(s) + 1) % n; // distance from the root along the ring
+    let (left, right) = neighbours(s, ring);
+    let d = (position_towards_root(s, ring) + 1) % n; // distance from the root along the ring
     let chunks = partition(c, n);
     if d == 0 && !s.layout.in_place {
         s.push(
@@ -218,10 +261,10 @@ fn broadcast(s: &mut Schedule) {
     }
 }
 
-fn reduce(s: &mut Schedule) {
+fn reduce(s: &mut Schedule, ring: &Ring) {
     let (n, c) = (s.layout.nranks, s.layout.count);
-    let (left, right) = neighbours(s);
-    let p = position_towards_root(s);
+    let (left, right) = neighbours(s, ring);
+    let p = position_towards_root(s, ring);
     let chunks = partition(c, n);
     for (j, e) in chunks.iter().enumerate() {
         let (src, dst) = (
@@ -248,12 +291,12 @@ fn reduce(s: &mut Schedule) {
     }
 }
 
-fn gather(s: &mut Schedule) {
+fn gather(s: &mut Schedule, ring: &Ring) {
     let (n, c) = (s.layout.nranks, s.layout.count);
-    let (left, right) = neighbours(s);
-    let p = position_towards_root(s);
-    let root = s.layout.root.index();
-    let rank_at = |pos: usize| (root + 1 + pos) % n;
+    let (left, right) = neighbours(s, ring);
+    let p = position_towards_root(s, ring);
+    let root_pos = ring.pos(s.layout.root);
+    let rank_at = |pos: usize| ring.at(root_pos + 1 + pos).index();
     if p == n - 1 {
         if !s.layout.in_place {
             let own = Slice::output(s.rank.index() * c, c);
@@ -297,12 +340,13 @@ fn gather(s: &mut Schedule) {
     }
 }
 
-fn scatter(s: &mut Schedule) {
+fn scatter(s: &mut Schedule, ring: &Ring) {
     let (n, c) = (s.layout.nranks, s.layout.count);
-    let (left, right) = neighbours(s);
-    let p = position_towards_root(s);
+    let (left, right) = neighbours(s, ring);
+    let p = position_towards_root(s, ring);
     let root = s.layout.root.index();
-    let rank_at = |pos: usize| (root + 1 + pos) % n;
+    let root_pos = ring.pos(s.layout.root);
+    let rank_at = |pos: usize| ring.at(root_pos + 1 + pos).index();
     if p == n - 1 {
         if !s.layout.in_place {
             s.push(
@@ -346,7 +390,7 @@ fn scatter(s: &mut Schedule) {
     );
 }
 
-fn all_to_all(s: &mut Schedule) {
+fn all_to_all(s: &mut Schedule, ring: &Ring) {
     let (n, c, r) = (s.layout.nranks, s.layout.count, s.rank);
     let me = r.index();
     s.push(
@@ -357,8 +401,8 @@ fn all_to_all(s: &mut Schedule) {
         },
     );
     for step in 1..n {
-        let to = ring_peer(r, step as isize, n);
-        let from = ring_peer(r, -(step as isize), n);
+        let to = ring.peer(r, step as isize);
+        let from = ring.peer(r, -(step as isize));
         s.push(
             step,
             Primitive::Send {

@@ -217,6 +217,67 @@ fn shared_memory_that_cannot_be_set_up_is_an_error_or_a_fallback() {
     all_succeed("auto without shared memory", &results);
 }
 
+/// `ci/multihost.sh --cyclic` (root): ranks 0 and 2 on one emulated host, 1 and 3 on the
+/// other; every rank orders its rings host by host (0 2 1 3) and the forced ring runs every
+/// collective correctly in that order.
+#[test]
+fn cyclic_ranks_on_emulated_hosts_ring_host_by_host() {
+    if !is_root() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../ci/multihost.sh");
+    let exe = std::env::current_exe().expect("test binary");
+    let out = std::process::Command::new("bash")
+        .args([
+            script,
+            "--hosts",
+            "2",
+            "--ranks-per-host",
+            "2",
+            "--cyclic",
+            "--rate",
+            "0",
+        ])
+        .args(["--timeout", "240", "--"])
+        .arg(exe)
+        .args([
+            "rank_main",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "--quiet",
+        ])
+        .env("RCOLL_TEST_SCENARIO", "sweep")
+        .env("RCOLL_TRANSPORT", "shm")
+        .env("RCOLL_ALGO", "ring")
+        .env("RCOLL_TEST_EXPECT_RING", "0 2 1 3")
+        .env("RCOLL_TIMEOUT", "60")
+        .output()
+        .expect("bash");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    for r in 0..4 {
+        assert!(
+            text.contains(&format!("[rank {r}] test result: ok")),
+            "rank {r}:\n{text}"
+        );
+    }
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
 /// `ci/multihost.sh` (root): 2 hosts x 2 ranks as network namespaces behind shaped links,
 /// this binary's sweep on each rank (shared memory inside a host, TCP across); every rank
 /// succeeds and the script leaves no namespace or link behind.

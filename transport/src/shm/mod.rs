@@ -78,6 +78,9 @@ const HEAP_CAP: usize = 64 << 20;
 /// Name prefix of every segment (cleanup scripts and tests look for it).
 pub const PREFIX: &str = "rcoll-";
 
+/// The longest a wait sleeps before it looks at the rings again (see `wait`).
+const WAKE_CHECK: Duration = Duration::from_millis(10);
+
 /// A local peer: its messages in this rank's segment, this rank's in its.
 struct Link {
     inbox: InRing,
@@ -114,6 +117,8 @@ pub struct ShmTransport {
     mine: Arc<Segment>,
     bell: UnixDatagram,
     bell_watched: bool,
+    /// Sleeps that ended at their cap with a ring moved and no bell (a lost wake-up).
+    pub(crate) late_wakeups: u64,
     arrived: HashMap<(Rank, TagKey), (Tag, Arrived)>,
     /// The rings' counters when this rank last looked and found nothing.
     seen: u64,
@@ -493,6 +498,10 @@ impl Transport for ShmTransport {
             Some(_) => Vec::new(),
             None => (0..self.links.len()).filter_map(one).collect(),
         };
+        parts.push(format!(
+            "late wake-ups (shared memory) {}",
+            self.late_wakeups
+        ));
         let below = self.inner.stall_report(peer);
         if !below.is_empty() && peer.is_none_or(|p| !self.shares_memory_with(p)) {
             parts.push(below);
@@ -579,15 +588,29 @@ impl Transport for ShmTransport {
             sleeping.store(0, Ordering::Relaxed);
             return Ok(());
         }
+        // Unwatched, the bell is polled every millisecond; watched, the rings are looked
+        // at again every WAKE_CHECK whatever the bell says, so a lost ring costs that much,
+        // never the whole timeout (and is counted for the stall report).
         let until = if self.bell_watched {
-            deadline
+            deadline.min(Instant::now() + WAKE_CHECK)
         } else {
             deadline.min(Instant::now() + Duration::from_millis(1))
         };
         let r = self.inner.wait(until);
         self.mine.sleeping().store(0, Ordering::Relaxed);
         let mut sink = [0u8; 64];
-        while self.bell.recv(&mut sink).is_ok() {}
+        let mut rung = false;
+        while self.bell.recv(&mut sink).is_ok() {
+            rung = true;
+        }
+        if self.bell_watched
+            && !rung
+            && until < deadline
+            && Instant::now() >= until
+            && self.generation() != self.seen
+        {
+            self.late_wakeups += 1;
+        }
         r
     }
 

@@ -174,6 +174,7 @@ impl Prepared {
             mine,
             bell,
             bell_watched,
+            late_wakeups: 0,
             arrived: HashMap::new(),
             seen: 0,
             broken: None,

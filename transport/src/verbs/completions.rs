@@ -318,9 +318,16 @@ impl VerbsTransport {
         if (self.arrived.len(), self.free.len(), self.inflight.len()) != before {
             return Ok(());
         }
-        self.tcp.wait(deadline)?;
+        let cap = deadline.min(Instant::now() + super::WAKE_CHECK);
+        self.tcp.wait(cap)?;
         self.cq.drain_events();
         self.progress();
+        if cap < deadline
+            && Instant::now() >= cap
+            && (self.arrived.len(), self.free.len(), self.inflight.len()) != before
+        {
+            self.late_wakeups += 1;
+        }
         Ok(())
     }
 }

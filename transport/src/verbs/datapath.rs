@@ -299,10 +299,11 @@ impl Transport for VerbsTransport {
         }
         let mut parts: Vec<String> = order.into_iter().filter_map(one).collect();
         parts.push(format!(
-            "{} buffers free, {} sends in flight, slots due: {}",
+            "{} buffers free, {} sends in flight, slots due: {}, late wake-ups {}",
             self.free.len(),
             self.inflight.len(),
-            self.replenish_due
+            self.replenish_due,
+            self.late_wakeups
         ));
         parts.join("; ")
     }

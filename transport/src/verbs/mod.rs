@@ -221,6 +221,10 @@ struct Peer {
     hello: bool,
 }
 
+/// The longest a wait sleeps before it looks at the completion queue again, whatever
+/// events say: a lost event costs this much, never the whole timeout.
+pub(crate) const WAKE_CHECK: Duration = Duration::from_millis(10);
+
 /// One rank's endpoint of a verbs group. Built by [`connect`] or [`upgrade`].
 pub struct VerbsTransport {
     rank: Rank,
@@ -255,6 +259,9 @@ pub struct VerbsTransport {
     last_control: Instant,
     /// How long `wait` busy-polls before blocking on the completion channel.
     spin: Duration,
+    /// Sleeps that ended at their cap with work waiting (a completion whose event never
+    /// woke this rank): healed within [`WAKE_CHECK`], counted for the stall report.
+    late_wakeups: u64,
     /// Slots advertised to each peer.
     window: usize,
     /// Caller memory registered by `alloc_registered`: start address -> (end, lkey).

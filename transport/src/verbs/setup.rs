@@ -131,6 +131,7 @@ pub fn upgrade(
         selection: sel.clone(),
         last_control: Instant::now(),
         spin: opts.spin,
+        late_wakeups: 0,
         window,
         registry: Registry::default(),
         zero_copy: 0,

@@ -1,0 +1,109 @@
+//! Applying a [`Placement`]: every thread of the process onto its CPUs (threads started
+//! later inherit it), and the calling thread's memory policy to its NUMA node (`preferred`:
+//! pages go there while it has room; threads started later inherit it too), so that the
+//! slots and buffers a transport allocates afterwards are local.
+//!
+//! The CPU affinity goes through `nix`; the memory policy is one system call
+//! (`set_mempolicy`), the only `unsafe` here.
+
+use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet as NixSet};
+use nix::unistd::Pid;
+
+use super::{CpuSet, Placement};
+
+/// The calling thread's CPU affinity.
+pub fn current_affinity() -> Result<CpuSet, String> {
+    let set = sched_getaffinity(Pid::from_raw(0)).map_err(|e| format!("sched_getaffinity: {e}"))?;
+    Ok(CpuSet::of(
+        (0..NixSet::count() as u32).filter(|&c| set.is_set(c as usize).unwrap_or(false)),
+    ))
+}
+
+/// Binds as `p` says (nothing when `p.bind` is false).
+pub fn apply(p: &Placement) -> Result<(), String> {
+    if !p.bind {
+        return Ok(());
+    }
+    let mut set = NixSet::new();
+    for &c in p.cpus.ids() {
+        set.set(c as usize)
+            .map_err(|e| format!("CPU {c} is beyond what sched_setaffinity takes: {e}"))?;
+    }
+    // Every thread of the process: /proc/self/task lists them.
+    let tasks =
+        std::fs::read_dir("/proc/self/task").map_err(|e| format!("/proc/self/task: {e}"))?;
+    for t in tasks.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        match sched_setaffinity(Pid::from_raw(tid), &set) {
+            Ok(()) => {}
+            // A thread that ended meanwhile.
+            Err(nix::errno::Errno::ESRCH) => {}
+            Err(e) => {
+                return Err(format!(
+                    "sched_setaffinity({}) on thread {tid}: {e}",
+                    p.cpus
+                ))
+            }
+        }
+    }
+    if let Some(node) = p.numa {
+        prefer_node(node)?;
+    }
+    Ok(())
+}
+
+/// `set_mempolicy(MPOL_PREFERRED, {node})` for the calling thread.
+fn prefer_node(node: u32) -> Result<(), String> {
+    const MPOL_PREFERRED: libc::c_long = 1;
+    let bits = 8 * std::mem::size_of::<libc::c_ulong>();
+    let mut mask = vec![0 as libc::c_ulong; node as usize / bits + 1];
+    mask[node as usize / bits] |= 1 << (node as usize % bits);
+    let maxnode = (mask.len() * bits) as libc::c_ulong;
+    // SAFETY: set_mempolicy reads `maxnode` bits from `mask`, which holds exactly that many
+    // and lives across the call; it changes only this thread's policy, no memory of ours.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_set_mempolicy,
+            MPOL_PREFERRED,
+            mask.as_ptr(),
+            maxnode,
+        )
+    };
+    if r != 0 {
+        return Err(format!(
+            "set_mempolicy(preferred, node {node}): {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Binding to the CPUs this process already has changes nothing but succeeds, and the
+    /// affinity reads back; node 0 exists everywhere.
+    #[test]
+    fn binding_to_what_we_have_reads_back() {
+        let mine = current_affinity().unwrap();
+        assert!(!mine.is_empty());
+        let p = Placement {
+            local_rank: 0,
+            numa: Some(0),
+            cpus: mine.clone(),
+            bind: true,
+            device: None,
+            notes: vec![],
+        };
+        apply(&p).unwrap();
+        assert_eq!(current_affinity().unwrap(), mine);
+        let far = Placement {
+            numa: Some(4095),
+            ..p
+        };
+        assert!(apply(&far).unwrap_err().contains("set_mempolicy"));
+    }
+}

@@ -1,0 +1,307 @@
+//! What a host has — packages, NUMA nodes, cores and their PUs, and every RDMA device and
+//! network interface with the NUMA node and CPUs it is attached to — and where a rank should
+//! run on it ([`place`]).
+//!
+//! Sources, in order:
+//! 1. `RCOLL_TOPO_FILE`: an hwloc XML file ([`xml`]), to plan for other machines and to test
+//!    multi-socket, multi-NIC shapes on any host;
+//! 2. the running machine: with the `hwloc` feature, hwloc itself (the `hwlocality` crate);
+//!    by default Linux sysfs ([`sysfs`]), which needs no library at build or run time.
+//!
+//! The sysfs path is the default so that a fresh machine builds and runs with nothing but
+//! Rust (hwloc would need `libhwloc-dev` at build time): what rcoll uses from the topology —
+//! NUMA nodes, cores, PUs and the NUMA node of each device — is what the kernel exports
+//! there, and the hwloc path and the XML reader give the same [`Topology`] (the tests
+//! compare them on the same files when the feature is on).
+//!
+//! Soft-RoCE devices (rxe) have no PCI parent: they take the locality of the interface they
+//! run over, and count as "anywhere" when that has none either.
+
+// The memory policy is one system call: the only unsafe code of the topology.
+#[allow(unsafe_code)]
+pub mod bind;
+pub mod cpuset;
+pub mod place;
+pub mod sysfs;
+pub mod xml;
+
+pub use cpuset::CpuSet;
+pub use place::{place, Bind, Placement};
+
+/// A host's hardware as rcoll uses it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Topology {
+    /// Where it was read from (`sysfs`, `hwloc`, `XML file <path>`).
+    pub source: String,
+    /// Processor packages (sockets).
+    pub packages: Vec<Package>,
+    /// NUMA nodes, by OS index.
+    pub numa: Vec<NumaNode>,
+    /// Cores, each with its PUs (hardware threads).
+    pub cores: Vec<Core>,
+    /// RDMA devices and network interfaces.
+    pub devices: Vec<Device>,
+}
+
+/// A processor package.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Package {
+    /// OS index.
+    pub os_index: u32,
+    /// Its PUs.
+    pub cpus: CpuSet,
+}
+
+/// A NUMA node.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NumaNode {
+    /// OS index (as `numactl` and `set_mempolicy` name it).
+    pub os_index: u32,
+    /// The PUs local to it.
+    pub cpus: CpuSet,
+}
+
+/// A core.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Core {
+    /// The package it is in.
+    pub package: u32,
+    /// Its PUs (one per hardware thread).
+    pub cpus: CpuSet,
+}
+
+/// What a device is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// An RDMA device (`/sys/class/infiniband`, hwloc's OpenFabrics).
+    Rdma,
+    /// A network interface.
+    Network,
+}
+
+/// An RDMA device or network interface and where it is attached.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Device {
+    /// Its name (`mlx5_0`, `rxe0`, `eth0`).
+    pub name: String,
+    /// RDMA device or network interface.
+    pub kind: DeviceKind,
+    /// The NUMA node it is attached to; `None`: no locality known ("anywhere": a virtual
+    /// device such as Soft-RoCE over an interface without one).
+    pub numa: Option<u32>,
+    /// The CPUs local to it, when known.
+    pub cpus: Option<CpuSet>,
+    /// For an RDMA device, the network interface it runs over (RoCE), when known.
+    pub netdev: Option<String>,
+}
+
+impl Topology {
+    /// Every PU.
+    pub fn cpus(&self) -> CpuSet {
+        self.numa
+            .iter()
+            .fold(CpuSet::new(), |all, n| all.union(&n.cpus))
+            .union(
+                &self
+                    .cores
+                    .iter()
+                    .fold(CpuSet::new(), |a, c| a.union(&c.cpus)),
+            )
+    }
+
+    /// The RDMA devices.
+    pub fn rdma(&self) -> impl Iterator<Item = &Device> {
+        self.devices.iter().filter(|d| d.kind == DeviceKind::Rdma)
+    }
+
+    /// The NUMA node whose CPUs contain most of `cpus` (the lowest on a tie).
+    pub fn numa_of(&self, cpus: &CpuSet) -> Option<u32> {
+        self.numa
+            .iter()
+            .map(|n| {
+                (
+                    n.cpus.intersection(cpus).len(),
+                    std::cmp::Reverse(n.os_index),
+                )
+            })
+            .filter(|(k, _)| *k > 0)
+            .max()
+            .map(|(_, std::cmp::Reverse(i))| i)
+    }
+
+    /// Gives RDMA devices without a locality of their own the one of their network
+    /// interface (Soft-RoCE).
+    pub(crate) fn inherit_locality(&mut self) {
+        let nets: Vec<(String, Option<u32>, Option<CpuSet>)> = self
+            .devices
+            .iter()
+            .filter(|d| d.kind == DeviceKind::Network)
+            .map(|d| (d.name.clone(), d.numa, d.cpus.clone()))
+            .collect();
+        for d in self
+            .devices
+            .iter_mut()
+            .filter(|d| d.kind == DeviceKind::Rdma)
+        {
+            if d.numa.is_some() {
+                continue;
+            }
+            if let Some((_, numa, cpus)) =
+                nets.iter().find(|(n, _, _)| Some(n) == d.netdev.as_ref())
+            {
+                d.numa = *numa;
+                d.cpus = cpus.clone();
+            }
+        }
+    }
+
+    /// A compact picture, one line per NUMA node with its cores and devices (like a
+    /// small `lstopo`).
+    pub fn describe(&self) -> String {
+        let mut out = format!(
+            "topology ({}): {} package(s), {} NUMA node(s), {} core(s), {} PU(s)\n",
+            self.source,
+            self.packages.len().max(1),
+            self.numa.len(),
+            self.cores.len(),
+            self.cpus().len()
+        );
+        for n in &self.numa {
+            let cores = self
+                .cores
+                .iter()
+                .filter(|c| c.cpus.is_subset(&n.cpus))
+                .count();
+            let devs: Vec<String> = self
+                .devices
+                .iter()
+                .filter(|d| d.numa == Some(n.os_index))
+                .map(Device::label)
+                .collect();
+            out += &format!(
+                "  NUMA node {}: cpus {} ({} cores); devices: {}\n",
+                n.os_index,
+                n.cpus,
+                cores,
+                if devs.is_empty() {
+                    "none".into()
+                } else {
+                    devs.join(", ")
+                }
+            );
+        }
+        let anywhere: Vec<String> = self
+            .devices
+            .iter()
+            .filter(|d| d.numa.is_none())
+            .map(Device::label)
+            .collect();
+        if !anywhere.is_empty() {
+            out += &format!("  no NUMA locality: {}\n", anywhere.join(", "));
+        }
+        out
+    }
+}
+
+impl Device {
+    fn label(&self) -> String {
+        match (self.kind, &self.netdev) {
+            (DeviceKind::Rdma, Some(n)) => format!("{} (rdma over {n})", self.name),
+            (DeviceKind::Rdma, None) => format!("{} (rdma)", self.name),
+            (DeviceKind::Network, _) => self.name.clone(),
+        }
+    }
+}
+
+/// What `rcoll-bench topo` shows and `RCOLL_TOPO_DUMP_FILE` holds: a host's topology and
+/// where each of its local ranks would run.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Report {
+    /// The host.
+    pub topology: Topology,
+    /// `RCOLL_BIND`.
+    pub bind: Bind,
+    /// Local rank i's placement, `placements[i]`.
+    pub placements: Vec<Placement>,
+}
+
+impl Report {
+    /// Places `local_size` ranks on `topology` (each with CPU affinity `allowed`).
+    pub fn new(topology: Topology, local_size: usize, bind: Bind, allowed: &CpuSet) -> Report {
+        let placements = (0..local_size)
+            .map(|r| place(&topology, r, local_size, allowed, bind))
+            .collect();
+        Report {
+            topology,
+            bind,
+            placements,
+        }
+    }
+
+    /// The topology, then one line per local rank: NUMA node, CPUs, device, notes.
+    pub fn describe(&self) -> String {
+        let mut out = self.topology.describe();
+        out += &format!(
+            "placement of {} local rank(s), RCOLL_BIND={}:\n",
+            self.placements.len(),
+            match self.bind {
+                Bind::None => "none",
+                Bind::Numa => "numa",
+                Bind::Core => "core",
+            }
+        );
+        for p in &self.placements {
+            out += &format!(
+                "  local rank {}: NUMA node {}, cpus {}{}, device {}{}\n",
+                p.local_rank,
+                p.numa.map_or("-".into(), |n| n.to_string()),
+                p.cpus,
+                if p.bind { "" } else { " (not bound)" },
+                p.device.as_deref().unwrap_or("by address"),
+                if p.notes.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", p.notes.join("; "))
+                }
+            );
+        }
+        out
+    }
+
+    /// As JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+}
+
+/// This host's topology: `RCOLL_TOPO_FILE` if set, else the running machine (hwloc with
+/// the `hwloc` feature, sysfs otherwise).
+pub fn discover() -> Result<Topology, String> {
+    if let Ok(path) = std::env::var("RCOLL_TOPO_FILE") {
+        return load_xml(std::path::Path::new(&path));
+    }
+    #[cfg(feature = "hwloc")]
+    {
+        hwloc::discover()
+    }
+    #[cfg(not(feature = "hwloc"))]
+    {
+        sysfs::discover(std::path::Path::new("/sys"))
+    }
+}
+
+/// An hwloc XML file (with hwloc itself under the `hwloc` feature).
+pub fn load_xml(path: &std::path::Path) -> Result<Topology, String> {
+    #[cfg(feature = "hwloc")]
+    {
+        hwloc::load_xml(path)
+    }
+    #[cfg(not(feature = "hwloc"))]
+    {
+        xml::load(path)
+    }
+}
+
+#[cfg(feature = "hwloc")]
+pub mod hwloc;

@@ -1,0 +1,269 @@
+//! Where local rank i of a host runs: its NUMA node, the CPUs it binds to and the RDMA
+//! device it drives.
+//!
+//! - Without an affinity from the launcher, the local ranks are spread over the NUMA nodes
+//!   that have CPUs in blocks (ranks 0..k on the first node, ...), as evenly as their
+//!   number allows. With one (mpirun's `--bind-to`, srun's `--cpu-bind`, `taskset`), it is
+//!   kept, and the node is the one holding most of those CPUs.
+//! - `RCOLL_BIND`: `numa` (the default) binds the rank to its node's CPUs, `core` to one
+//!   core of it (the rank's index among the node's ranks), `none` leaves it.
+//! - The device is an RDMA device on the rank's node, the node's ranks spread round-robin
+//!   over all of them (every rail used). With none there (devices on other nodes only, or
+//!   without locality, as Soft-RoCE's), the transport chooses by address as it would
+//!   without a topology, and the placement says so.
+
+use super::{CpuSet, Topology};
+
+/// `RCOLL_BIND`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Bind {
+    /// Leave the CPUs and memory policy alone.
+    None,
+    /// The NUMA node's CPUs, memory preferred there.
+    Numa,
+    /// One core of the NUMA node, memory preferred there.
+    Core,
+}
+
+impl std::str::FromStr for Bind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Bind, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" | "no" | "0" => Ok(Bind::None),
+            "numa" => Ok(Bind::Numa),
+            "core" => Ok(Bind::Core),
+            other => Err(format!("RCOLL_BIND={other:?}: none, numa or core")),
+        }
+    }
+}
+
+impl Bind {
+    /// `RCOLL_BIND`, `numa` when unset.
+    pub fn from_env() -> Result<Bind, String> {
+        std::env::var("RCOLL_BIND").map_or(Ok(Bind::Numa), |v| v.parse())
+    }
+}
+
+/// One local rank's place.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Placement {
+    /// The local rank.
+    pub local_rank: usize,
+    /// Its NUMA node.
+    pub numa: Option<u32>,
+    /// The CPUs it runs on (after binding).
+    pub cpus: CpuSet,
+    /// Whether rcoll binds it (`false`: `RCOLL_BIND=none`, or the launcher's affinity kept).
+    pub bind: bool,
+    /// The RDMA device it should drive: one on its NUMA node (`None` when its node has
+    /// none: the transport then chooses by address, as without a topology).
+    pub device: Option<String>,
+    /// What was not ideal, in words (empty when every rank got a device on its node).
+    pub notes: Vec<String>,
+}
+
+/// Places local rank `local_rank` of `local_size` on `topo`; `allowed` is the rank's
+/// current CPU affinity (a strict subset of the machine's CPUs means the launcher bound
+/// it).
+pub fn place(
+    topo: &Topology,
+    local_rank: usize,
+    local_size: usize,
+    allowed: &CpuSet,
+    bind: Bind,
+) -> Placement {
+    let mut notes = Vec::new();
+    let all = topo.cpus();
+    let nodes: Vec<&super::NumaNode> = topo.numa.iter().filter(|n| !n.cpus.is_empty()).collect();
+    let launcher_bound = !allowed.is_empty() && !all.is_subset(allowed);
+    let size = local_size.max(1);
+    let local_rank = local_rank.min(size - 1);
+    // The node, and this rank's index among the node's ranks.
+    let (node, index, peers) = if launcher_bound {
+        let node = topo.numa_of(allowed);
+        notes.push(format!("CPU affinity {allowed} set by the launcher: kept"));
+        (node, local_rank, size)
+    } else if nodes.is_empty() {
+        (None, local_rank, size)
+    } else {
+        let k = nodes.len();
+        let i = local_rank * k / size;
+        // Ranks r with r * k / size == i: from ceil(i * size / k).
+        let first = (i * size).div_ceil(k);
+        let next = ((i + 1) * size).div_ceil(k);
+        (Some(nodes[i].os_index), local_rank - first, next - first)
+    };
+    let node_cpus = node
+        .and_then(|n| topo.numa.iter().find(|x| x.os_index == n))
+        .map(|n| n.cpus.clone())
+        .unwrap_or_else(|| all.clone());
+    let (cpus, binds) = match (launcher_bound, bind) {
+        (true, _) | (false, Bind::None) => (
+            if allowed.is_empty() {
+                all.clone()
+            } else {
+                allowed.clone()
+            },
+            false,
+        ),
+        (false, Bind::Numa) => (node_cpus.clone(), true),
+        (false, Bind::Core) => {
+            let cores: Vec<&super::Core> = topo
+                .cores
+                .iter()
+                .filter(|c| c.cpus.is_subset(&node_cpus))
+                .collect();
+            if cores.is_empty() {
+                (node_cpus.clone(), true)
+            } else {
+                if peers > cores.len() {
+                    notes.push(format!(
+                        "{peers} ranks on NUMA node {} share its {} cores",
+                        node.map_or("-".into(), |n| n.to_string()),
+                        cores.len()
+                    ));
+                }
+                (cores[index % cores.len()].cpus.clone(), true)
+            }
+        }
+    };
+    let rdma: Vec<&super::Device> = topo.rdma().collect();
+    let here: Vec<&&super::Device> = rdma
+        .iter()
+        .filter(|d| node.is_some() && d.numa == node)
+        .collect();
+    let anywhere: Vec<&&super::Device> = rdma.iter().filter(|d| d.numa.is_none()).collect();
+    // A device near the rank when there is one; otherwise the transport chooses by the
+    // address the rank's connections use, as without a topology.
+    let device = if !here.is_empty() {
+        Some(here[index % here.len()].name.clone())
+    } else {
+        let node = node.map_or("-".into(), |n| n.to_string());
+        if rdma.is_empty() {
+            notes.push("no RDMA device".into());
+        } else if !anywhere.is_empty() {
+            let names: Vec<&str> = anywhere.iter().map(|d| d.name.as_str()).collect();
+            notes.push(format!(
+                "no RDMA device on NUMA node {node}; {} without locality (virtual, such as \
+                 Soft-RoCE): the device is chosen by address",
+                names.join(", ")
+            ));
+        } else {
+            let far: Vec<String> = rdma
+                .iter()
+                .map(|d| {
+                    format!(
+                        "{} on node {}",
+                        d.name,
+                        d.numa.map_or("-".into(), |n| n.to_string())
+                    )
+                })
+                .collect();
+            notes.push(format!(
+                "no RDMA device on NUMA node {node} ({}): the device is chosen by address and \
+                 its traffic crosses the sockets",
+                far.join(", ")
+            ));
+        }
+        None
+    };
+    Placement {
+        local_rank,
+        numa: node,
+        cpus,
+        bind: binds,
+        device,
+        notes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Core, Device, DeviceKind, NumaNode};
+    use super::*;
+
+    /// `nodes` NUMA nodes of 4 cores each; RDMA devices `(name, node)`.
+    fn machine(nodes: u32, devices: &[(&str, Option<u32>)]) -> Topology {
+        Topology {
+            source: "test".into(),
+            packages: vec![],
+            numa: (0..nodes)
+                .map(|n| NumaNode {
+                    os_index: n,
+                    cpus: CpuSet::of(n * 4..n * 4 + 4),
+                })
+                .collect(),
+            cores: (0..nodes * 4)
+                .map(|c| Core {
+                    package: c / 4,
+                    cpus: CpuSet::of([c]),
+                })
+                .collect(),
+            devices: devices
+                .iter()
+                .map(|(name, numa)| Device {
+                    name: name.to_string(),
+                    kind: DeviceKind::Rdma,
+                    numa: *numa,
+                    cpus: None,
+                    netdev: None,
+                })
+                .collect(),
+        }
+    }
+
+    fn all(t: &Topology, size: usize, bind: Bind) -> Vec<Placement> {
+        (0..size)
+            .map(|r| place(t, r, size, &t.cpus(), bind))
+            .collect()
+    }
+
+    #[test]
+    fn ranks_spread_over_nodes_and_the_nics_of_their_node() {
+        let t = machine(4, &[("mlx5_0", Some(1)), ("mlx5_1", Some(1))]);
+        let p = all(&t, 8, Bind::Numa);
+        let nodes: Vec<u32> = p.iter().map(|p| p.numa.unwrap()).collect();
+        assert_eq!(nodes, vec![0, 0, 1, 1, 2, 2, 3, 3]);
+        assert_eq!(p[2].device.as_deref(), Some("mlx5_0"));
+        assert_eq!(
+            p[3].device.as_deref(),
+            Some("mlx5_1"),
+            "both rails of node 1"
+        );
+        assert!(p[2].notes.is_empty() && p[3].notes.is_empty());
+        assert_eq!(p[0].device, None);
+        assert!(
+            p[0].notes[0].contains("crosses the sockets"),
+            "{:?}",
+            p[0].notes
+        );
+        assert_eq!(p[5].cpus.to_string(), "8-11");
+        let c = all(&t, 8, Bind::Core);
+        assert_eq!(c[4].cpus.to_string(), "8");
+        assert_eq!(c[5].cpus.to_string(), "9");
+        let uneven = all(&t, 3, Bind::Numa);
+        let nodes: Vec<u32> = uneven.iter().map(|p| p.numa.unwrap()).collect();
+        assert_eq!(nodes, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_launchers_affinity_is_kept_and_soft_roce_is_anywhere() {
+        let t = machine(2, &[("rxe0", None)]);
+        let p = place(&t, 0, 2, &CpuSet::of([5]), Bind::Numa);
+        assert_eq!(
+            (p.numa, p.bind, p.cpus.to_string()),
+            (Some(1), false, "5".into())
+        );
+        assert!(p.notes.iter().any(|n| n.contains("launcher")));
+        assert_eq!(p.device, None);
+        assert!(
+            p.notes.iter().any(|n| n.contains("rxe0 without locality")),
+            "{:?}",
+            p.notes
+        );
+        let none = place(&machine(1, &[]), 0, 1, &CpuSet::of(0..4), Bind::None);
+        assert_eq!((none.bind, none.device.is_none()), (false, true));
+        assert!(none.notes.iter().any(|n| n == "no RDMA device"));
+    }
+}
