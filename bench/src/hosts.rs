@@ -15,12 +15,16 @@ pub struct RankHost {
     pub host: String,
     /// Which host it is, numbered from 0 (the communicator's host map, else the names).
     pub host_id: usize,
+    /// Where it runs on its host (`numa 0 cpus 0-7 mlx5_0`), if known.
+    pub place: String,
 }
 
 /// Bytes of a host name exchanged (Linux's HOST_NAME_MAX).
 const HOST_BYTES: usize = 64;
-/// Bytes per rank: the pid, little-endian, then the zero-padded host name.
-const RECORD: usize = 4 + HOST_BYTES;
+/// Bytes of a placement summary exchanged.
+const PLACE_BYTES: usize = 64;
+/// Bytes per rank: the pid, little-endian, then the zero-padded host name and placement.
+const RECORD: usize = 4 + HOST_BYTES + PLACE_BYTES;
 
 /// Every rank's [`RankHost`], known on every rank (an all_gather).
 pub fn exchange(comm: &mut Communicator) -> Result<Vec<RankHost>, BenchError> {
@@ -29,6 +33,20 @@ pub fn exchange(comm: &mut Communicator) -> Result<Vec<RankHost>, BenchError> {
     let name = host_name();
     let name = truncate(&name, HOST_BYTES);
     record[4..4 + name.len()].copy_from_slice(name.as_bytes());
+    let place = comm
+        .placement()
+        .map(|p| {
+            format!(
+                "numa {} cpus {}{} {}",
+                p.numa.map_or("-".into(), |n| n.to_string()),
+                p.cpus,
+                if p.bind { "" } else { " (unbound)" },
+                p.device.as_deref().unwrap_or("")
+            )
+        })
+        .unwrap_or_default();
+    let place = truncate(place.trim_end(), PLACE_BYTES);
+    record[4 + HOST_BYTES..4 + HOST_BYTES + place.len()].copy_from_slice(place.as_bytes());
     let mut all = vec![0u8; RECORD * comm.size()];
     comm.all_gather(&record, &mut all)?;
     let mut ranks: Vec<RankHost> = all.chunks_exact(RECORD).map(decode).collect();
@@ -69,13 +87,18 @@ pub fn count(ranks: &[RankHost]) -> usize {
 }
 
 fn decode(record: &[u8]) -> RankHost {
-    let (pid, host) = record.split_at(4);
+    let (pid, rest) = record.split_at(4);
+    let (host, place) = rest.split_at(HOST_BYTES.min(rest.len()));
     let pid = u32::from_le_bytes([pid[0], pid[1], pid[2], pid[3]]);
-    let end = host.iter().position(|&b| b == 0).unwrap_or(host.len());
+    let text = |b: &[u8]| {
+        let end = b.iter().position(|&x| x == 0).unwrap_or(b.len());
+        String::from_utf8_lossy(&b[..end]).into_owned()
+    };
     RankHost {
         pid,
-        host: String::from_utf8_lossy(&host[..end]).into_owned(),
+        host: text(host),
         host_id: 0,
+        place: text(place),
     }
 }
 
@@ -114,12 +137,14 @@ mod tests {
                 pid: 4242,
                 host: "node1".into(),
                 host_id: 0,
+                place: String::new(),
             }
         );
         let b = RankHost {
             pid: 7,
             host: "node2".into(),
             host_id: 0,
+            place: String::new(),
         };
         let mut ranks = [a.clone(), b, a];
         number_by_name(&mut ranks);

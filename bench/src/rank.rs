@@ -42,6 +42,24 @@ pub fn run(launch: &LaunchArgs, spec: BenchSpec, spawned: bool) -> Result<(), Be
         let mut spec = spec.with_ranks(comm.size())?;
         spec.transport = comm.transport_name();
         spec.transport_details = comm.transport_details();
+        if let Some(h) = comm.hosts().filter(|h| h.nhosts() > 1) {
+            let order: Vec<String> = h.ring_order().iter().map(|r| r.0.to_string()).collect();
+            spec.transport_details += &format!(
+                "{}rings {}: {}, crossing hosts {} times a round",
+                if spec.transport_details.is_empty() {
+                    ""
+                } else {
+                    "; "
+                },
+                if h.ring_is_rank_order() {
+                    "in rank order"
+                } else {
+                    "host by host"
+                },
+                order.join(" "),
+                h.ring_crossings().0
+            );
+        }
         let json = if rank == 0 {
             output::open(&spec)?
         } else {

@@ -143,6 +143,9 @@ pub fn header(spec: &BenchSpec, ranks: &[RankHost]) -> String {
     let _ = writeln!(s, "# Using ranks");
     for (rank, r) in ranks.iter().enumerate() {
         let _ = write!(s, "#  Rank {rank:>2} Pid {:>7} on {}", r.pid, r.host);
+        if !r.place.is_empty() {
+            let _ = write!(s, " {}", r.place);
+        }
         // With one device the first line says it; with several, each rank's own.
         match spec.device_of(rank) {
             Some(device) if spec.devices.len() > 1 => {

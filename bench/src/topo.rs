@@ -22,7 +22,7 @@ pub fn run(args: &TopoArgs) -> Result<(), BenchError> {
         .ranks_per_host
         .unwrap_or_else(|| topo.numa.len().max(topo.rdma().count()).max(1));
     // The affinity ranks would inherit from this process (the launcher's, if any).
-    let allowed = bind::current_affinity().unwrap_or_default();
+    let allowed = bind::launcher_affinity();
     let report = Report::new(topo, local, bind, &allowed);
     if let Ok(path) = std::env::var("RCOLL_TOPO_DUMP_FILE") {
         std::fs::write(&path, report.to_json())

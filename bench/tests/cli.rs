@@ -705,3 +705,93 @@ fn device_names_the_interface_or_lists_the_real_ones() {
         "{stderr}"
     );
 }
+
+/// `rcoll-bench topo` on an hwloc XML file of four NUMA nodes with two NICs on node 2: the
+/// picture, each local rank's node, CPUs and NIC, and the same as JSON in
+/// RCOLL_TOPO_DUMP_FILE; on this machine it runs whatever it has.
+#[test]
+fn topo_shows_the_machine_and_where_each_local_rank_runs() {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../transport/tests/topologies/four-numa-two-nics.xml"
+    );
+    let dump = temp_path("topo", "json");
+    let out = output(
+        bench()
+            .args(["topo", "--input", file, "--ranks-per-host", "8"])
+            .env("RCOLL_TOPO_DUMP_FILE", &dump),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for want in [
+        "4 NUMA node(s), 8 core(s), 16 PU(s)",
+        "NUMA node 2: cpus 8-11 (2 cores); devices: ens3f0, mlx5_0 (rdma over ens3f0)",
+        "local rank 4: NUMA node 2, cpus 8-11, device mlx5_0",
+        "local rank 5: NUMA node 2, cpus 8-11, device mlx5_1",
+        "local rank 0: NUMA node 0, cpus 0-3, device by address (no RDMA device on NUMA node 0",
+    ] {
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&dump).expect("dump")).expect("json");
+    std::fs::remove_file(&dump).ok();
+    assert_eq!(json["placements"][5]["device"], "mlx5_1");
+    assert_eq!(json["topology"]["numa"].as_array().map(Vec::len), Some(4));
+    let here = output(bench().args(["topo"]));
+    assert!(
+        here.status.success(),
+        "{}",
+        String::from_utf8_lossy(&here.stderr)
+    );
+    assert!(String::from_utf8_lossy(&here.stdout).contains("local rank 0: NUMA node"));
+}
+
+/// `rcoll-bench plan --hosts 2 --cyclic`: ranks 0 and 2 on one host, 1 and 3 on the other;
+/// the ring runs host by host (0 2 1 3), crossing hosts twice a round, half the crossing
+/// messages of rank order.
+#[test]
+fn plan_prints_the_ring_order_and_its_crossings() {
+    let plan = |order: &str| {
+        let out = output(bench().args([
+            "plan",
+            "all_reduce",
+            "--ranks",
+            "4",
+            "--hosts",
+            "2",
+            "--cyclic",
+            "--bytes",
+            "64M",
+            "--ring-order",
+            order,
+        ]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let by_network = plan("topology");
+    assert!(
+        by_network
+            .contains("# ring order (by network): 0 2 1 3; a trip around it crosses hosts 2 times"),
+        "{by_network}"
+    );
+    let by_rank = plan("rank");
+    assert!(
+        by_rank
+            .contains("# ring order (rank order): 0 1 2 3; a trip around it crosses hosts 4 times"),
+        "{by_rank}"
+    );
+    let crossing = |text: &str| -> u64 {
+        // The cheapest row starts with `*`.
+        let ring: Vec<&str> = rows(text)
+            .into_iter()
+            .map(|r| r.into_iter().filter(|c| *c != "*").collect::<Vec<&str>>())
+            .find(|r| r.first() == Some(&"ring"))
+            .expect("a ring row");
+        ring[6].parse().expect("cross_host_messages")
+    };
+    assert_eq!(crossing(&by_rank), 2 * crossing(&by_network));
+}

@@ -322,7 +322,7 @@ impl Builder {
             }
         };
         let me = rcoll_transport::Rank::from(self.rank);
-        let allowed = topology::bind::current_affinity().unwrap_or_default();
+        let allowed = topology::bind::launcher_affinity();
         let (local, size) = (hosts.local_rank(me), hosts.local_size(me));
         if let Ok(path) = std::env::var("RCOLL_TOPO_DUMP_FILE") {
             if local == 0 {
@@ -337,7 +337,7 @@ impl Builder {
             tracing::warn!(rank = self.rank, %why, "binding failed: the rank stays where it is");
             p.notes.push(format!("not bound: {why}"));
             p.bind = false;
-            p.cpus = allowed;
+            p.cpus = topology::bind::current_affinity().unwrap_or(allowed);
         }
         tracing::info!(
             rank = self.rank,

@@ -19,6 +19,19 @@ pub fn current_affinity() -> Result<CpuSet, String> {
     ))
 }
 
+/// The CPU affinity a launcher gave this process (mpirun's `--bind-to`, srun's
+/// `--cpu-bind`, `taskset`): the current one when it is a strict subset of the machine's
+/// online CPUs, else the empty set (nothing to respect), as [`super::place`] takes it.
+pub fn launcher_affinity() -> CpuSet {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| CpuSet::parse_list(&s).ok());
+    match (current_affinity(), online) {
+        (Ok(mine), Some(online)) if !online.is_subset(&mine) => mine,
+        _ => CpuSet::new(),
+    }
+}
+
 /// Binds as `p` says (nothing when `p.bind` is false).
 pub fn apply(p: &Placement) -> Result<(), String> {
     if !p.bind {

@@ -63,9 +63,8 @@ pub struct Placement {
     pub notes: Vec<String>,
 }
 
-/// Places local rank `local_rank` of `local_size` on `topo`; `allowed` is the rank's
-/// current CPU affinity (a strict subset of the machine's CPUs means the launcher bound
-/// it).
+/// Places local rank `local_rank` of `local_size` on `topo`; `allowed` is the CPU
+/// affinity a launcher gave the rank ([`super::bind::launcher_affinity`]; empty: none).
 pub fn place(
     topo: &Topology,
     local_rank: usize,
