@@ -42,9 +42,10 @@
 //! Dropping an endpoint closes it: peers waiting for it get
 //! [`TransportError::PeerClosed`] instead of hanging.
 
-// `unsafe` is allowed in the verbs module (libibverbs, loaded at run time) and in the
-// shared-memory segment module (`shm::segment`: the mappings) alone, each block with a
-// SAFETY comment; everything else, and the public API, is safe.
+// `unsafe` is allowed in the verbs module (libibverbs, loaded at run time), in the
+// shared-memory segment module (`shm::segment`: the mappings) and in `topology::bind` (one
+// `set_mempolicy` system call) alone, each block with a SAFETY comment; everything else,
+// and the public API, is safe.
 #![deny(unsafe_code)]
 
 pub mod error;
