@@ -66,6 +66,16 @@ static int args(void) {
   REFUSED(rcollIAllReduce(buf, buf, 4, (rcollDataType_t)10, rcollSum, comm, &req),
           "rcollIAllReduce: datatype 10");
   REFUSED(rcollCommSplit(comm, 0, 0, NULL), "newcomm is NULL");
+  /* A misaligned request: refused before anything is queued (a queued call would put this
+   * rank one collective ahead of the others, and the sums below would hang or differ). */
+  REFUSED(rcollIAllReduce(buf, buf, 4, rcollFloat32, rcollSum, comm,
+                          (rcollRequest_t *)(void *)(bytes + 1)),
+          "request is misaligned");
+  if (strcmp(rcollGetErrorString((rcollResult_t)42), "unknown result code")) {
+    fprintf(stderr, "rank %d: rcollGetErrorString(42) = %s\n", rank,
+            rcollGetErrorString((rcollResult_t)42));
+    return 1;
+  }
   REFUSED(rcollCommCount(comm, NULL), "count is NULL");
   REFUSED(rcollCommUserRank(comm, NULL), "rank is NULL");
   REFUSED_NC(rcollAllReduce(buf, buf, 4, rcollFloat32, rcollSum, NULL), "comm is NULL");

@@ -107,7 +107,8 @@ const char *rcollGetErrorString(rcollResult_t result);
 
 // The text of the last error on `comm` (NULL: of the last call on this thread that had
 // no communicator, such as a failed rcollCommInitRank), naming the ranks involved; ""
-// if none. Valid until the next failing call on the same communicator (or thread).
+// if none. The text is copied for this thread: the pointer stays valid until this
+// thread calls rcollGetLastError again, whatever other threads do.
 //
 // # Safety
 // `comm` is NULL or a live handle.

@@ -15,8 +15,8 @@
 //! - **Nonblocking calls** (`rcollI*`) are queued and run on the communicator's progress
 //!   thread in issue order, so the caller's computation overlaps them; blocking calls run
 //!   on the calling thread once the queued ones are done. The buffers of a nonblocking call
-//!   must stay valid, and the receive buffer untouched, until [`rcollTest`] says it is done
-//!   or [`rcollWait`] returns.
+//!   must stay valid, and neither be written, until [`rcollTest`] says it is done or
+//!   [`rcollWait`] returns.
 //! - A communicator may be used from several threads (calls are serialised in the order
 //!   they arrive); its last error is one per communicator.
 //!
@@ -120,6 +120,11 @@ pub struct DataTypeArg(c_int);
 #[derive(Clone, Copy, Debug)]
 pub struct RedOpArg(c_int);
 
+/// A result code as C passes it back (any int). Declared as `rcollResult_t`.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug)]
+pub struct ResultArg(c_int);
+
 /// Everything ranks need to find each other: the rendezvous address and a job secret.
 /// Made by [`rcollGetUniqueId`] on rank 0, copied whole to the others.
 #[repr(C)]
@@ -153,12 +158,9 @@ struct Fail(rcollResult_t, String);
 impl From<Error> for Fail {
     fn from(e: Error) -> Fail {
         use rcollResult_t::*;
+        // Arguments are checked here before any communication ([`Raw::check`]); what the
+        // library itself refuses past that has aborted the group: invalid usage.
         let code = match &e {
-            Error::BufferLength { .. }
-            | Error::RootOutOfRange { .. }
-            | Error::PeerOutOfRange { .. }
-            | Error::UnsupportedOp { .. }
-            | Error::CountOverflow { .. } => rcollInvalidArgument,
             Error::Timeout { .. } => rcollTimeout,
             Error::Transport { .. } | Error::Bootstrap { .. } => rcollRemoteError,
             Error::Registration { .. } => rcollSystemError,
@@ -178,6 +180,8 @@ fn invalid(what: String) -> Fail {
 thread_local! {
     /// The last error of a call that had no communicator (or failed to make one).
     static LAST: RefCell<CString> = RefCell::new(CString::default());
+    /// What rcollGetLastError last returned on this thread (its pointer points here).
+    static SHOWN: RefCell<CString> = RefCell::new(CString::default());
 }
 
 fn c_text(s: &str) -> CString {
@@ -209,7 +213,9 @@ fn entry(error: Option<&Mutex<CString>>, f: impl FnOnce() -> Result<(), Fail>) -
 fn record(error: Option<&Mutex<CString>>, text: &str) {
     match error {
         Some(e) => *e.lock().unwrap_or_else(|p| p.into_inner()) = c_text(text),
-        None => LAST.with(|l| *l.borrow_mut() = c_text(text)),
+        None => {
+            let _ = LAST.try_with(|l| *l.borrow_mut() = c_text(text));
+        }
     }
 }
 
@@ -230,17 +236,24 @@ fn wrap(comm: Communicator) -> Result<rcollComm_t, Fail> {
     })))
 }
 
-/// Writes `value` to `out`, or fails for NULL.
-///
-/// # Safety
-/// `out` is NULL or valid for a write of `T`.
-unsafe fn put<T>(out: *mut T, value: T, what: &str) -> Result<(), Fail> {
+/// Whether `out` can take a `T`: not NULL, aligned. Checked before any work, so that a
+/// bad out-pointer fails the call with nothing done.
+fn check_out<T>(out: *mut T, what: &str) -> Result<(), Fail> {
     if out.is_null() {
         return Err(invalid(format!("{what} is NULL")));
     }
     if out as usize % std::mem::align_of::<T>() != 0 {
         return Err(invalid(format!("{what} is misaligned")));
     }
+    Ok(())
+}
+
+/// Writes `value` to `out`, or fails for NULL or misaligned (see [`check_out`]).
+///
+/// # Safety
+/// `out` is NULL or valid for a write of `T`.
+unsafe fn put<T>(out: *mut T, value: T, what: &str) -> Result<(), Fail> {
+    check_out(out, what)?;
     // SAFETY: non-null and aligned (checked), valid for writes (the caller's contract).
     unsafe { out.write(value) };
     Ok(())
@@ -264,8 +277,8 @@ pub unsafe extern "C" fn rcollGetVersion(version: *mut c_int) -> rcollResult_t {
 
 /// A static description of a result code.
 #[no_mangle]
-pub extern "C" fn rcollGetErrorString(result: rcollResult_t) -> *const c_char {
-    let text: &'static CStr = match result as c_int {
+pub extern "C" fn rcollGetErrorString(result: ResultArg) -> *const c_char {
+    let text: &'static CStr = match result.0 {
         0 => c"success",
         2 => c"system error (a socket, memory or thread the system refused)",
         3 => c"internal error (a bug in rcoll)",
@@ -281,18 +294,24 @@ pub extern "C" fn rcollGetErrorString(result: rcollResult_t) -> *const c_char {
 
 /// The text of the last error on `comm` (NULL: of the last call on this thread that had
 /// no communicator, such as a failed rcollCommInitRank), naming the ranks involved; ""
-/// if none. Valid until the next failing call on the same communicator (or thread).
+/// if none. The text is copied for this thread: the pointer stays valid until this
+/// thread calls rcollGetLastError again, whatever other threads do.
 ///
 /// # Safety
 /// `comm` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn rcollGetLastError(comm: rcollComm_t) -> *const c_char {
     // SAFETY: the caller's contract.
-    match unsafe { comm.as_ref() } {
-        // The string stays in the communicator until the next error replaces it.
-        Some(c) => c.error.lock().unwrap_or_else(|p| p.into_inner()).as_ptr(),
-        None => LAST.with(|l| l.borrow().as_ptr()),
-    }
+    let text = match unsafe { comm.as_ref() } {
+        Some(c) => c.error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        None => LAST.try_with(|l| l.borrow().clone()).unwrap_or_default(),
+    };
+    SHOWN
+        .try_with(|s| {
+            *s.borrow_mut() = text;
+            s.borrow().as_ptr()
+        })
+        .unwrap_or(c"".as_ptr())
 }
 
 /// Starts a rendezvous on this process, which must be rank 0 of the new group, and
@@ -304,9 +323,7 @@ pub unsafe extern "C" fn rcollGetLastError(comm: rcollComm_t) -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn rcollGetUniqueId(id: *mut rcollUniqueId) -> rcollResult_t {
     entry(None, || {
-        if id.is_null() {
-            return Err(invalid("rcollGetUniqueId: id is NULL".into()));
-        }
+        check_out(id, "rcollGetUniqueId: id")?;
         let made = UniqueId::new()?;
         let bytes = made.to_bytes();
         let mut out = rcollUniqueId {
@@ -346,9 +363,7 @@ pub unsafe extern "C" fn rcollCommInitRank(
                     "rcollCommInitRank: rank {rank} is not in a group of {nranks}"
                 ))
             })?;
-        if comm.is_null() {
-            return Err(invalid("rcollCommInitRank: comm is NULL".into()));
-        }
+        check_out(comm, "rcollCommInitRank: comm")?;
         let bytes: [u8; UNIQUE_ID_BYTES] = id.internal.map(|c| c as u8);
         let id = UniqueId::from_bytes(&bytes)
             .map_err(|e| invalid(format!("rcollCommInitRank: rank {rank}: {e}")))?;
@@ -368,9 +383,7 @@ pub unsafe extern "C" fn rcollCommInitRank(
 #[no_mangle]
 pub unsafe extern "C" fn rcollCommInitFromEnv(comm: *mut rcollComm_t) -> rcollResult_t {
     entry(None, || {
-        if comm.is_null() {
-            return Err(invalid("rcollCommInitFromEnv: comm is NULL".into()));
-        }
+        check_out(comm, "rcollCommInitFromEnv: comm")?;
         let handle = wrap(rcoll::process::init()?)?;
         // SAFETY: the caller's contract, passed on.
         unsafe { put(comm, handle, "comm") }
@@ -395,12 +408,10 @@ pub unsafe extern "C" fn rcollCommSplit(
         return entry(None, || Err(invalid("rcollCommSplit: comm is NULL".into())));
     };
     entry(Some(&c.error), || {
-        if newcomm.is_null() {
-            return Err(invalid(format!(
-                "rank {}: rcollCommSplit: newcomm is NULL",
-                c.bg.rank()
-            )));
-        }
+        check_out(
+            newcomm,
+            &format!("rank {}: rcollCommSplit: newcomm", c.bg.rank()),
+        )?;
         let color = u32::try_from(color).ok();
         let made = c.bg.run(|parent| parent.split(color, i64::from(key)))?;
         let handle = match made {
@@ -516,12 +527,10 @@ unsafe fn nonblocking(comm: rcollComm_t, raw: Raw, request: *mut rcollRequest_t)
         Err(f) => return entry(None, || Err(f)),
     };
     entry(Some(&c.error), || {
-        if request.is_null() {
-            return Err(invalid(format!(
-                "rank {}: a nonblocking collective: request is NULL",
-                c.bg.rank()
-            )));
-        }
+        check_out(
+            request,
+            &format!("rank {}: a nonblocking collective: request", c.bg.rank()),
+        )?;
         let raw = Raw {
             nonblocking: true,
             ..raw

@@ -189,7 +189,8 @@ impl Background {
     }
 
     /// Runs `f` on the calling thread once every queued call has finished (a blocking
-    /// call in issue order).
+    /// call in issue order; with several threads calling, a blocking call also waits for
+    /// calls other threads queued while it waited).
     pub fn run<R>(&self, f: impl FnOnce(&mut Communicator) -> Result<R>) -> Result<R> {
         let mut st = lock(&self.shared.state);
         while st.busy || !st.queue.is_empty() {
@@ -265,6 +266,12 @@ impl Background {
         if let Some(w) = self.worker.take() {
             // The thread catches every job's panic; a join error cannot carry one.
             let _ = w.join();
+        }
+        // An abort made while a call ran, with nothing queued after it: applied now, so
+        // that the other ranks hear of it.
+        let abort = lock(&self.shared.state).abort.take();
+        if abort.is_some() {
+            let _ = with_comm(&self.shared, abort, |_| Ok(()));
         }
     }
 }

@@ -63,12 +63,24 @@ impl Communicator {
                 }
             }
         }
+        let mine = (record[0] >> 24 == 1).then(|| decode(&record)).flatten();
+        // The listener reserved here, if any, closed on every way out but its use.
+        let release = || {
+            if let Some((addr, _)) = mine {
+                bootstrap::release_root(addr);
+            }
+        };
         let mut records = vec![0u64; RECORD * n];
-        self.all_gather(&record, &mut records)?;
+        if let Err(e) = self.all_gather(&record, &mut records) {
+            release();
+            return Err(e);
+        }
         if let Some(why) = trouble {
+            release();
             return Err(Error::Config(why));
         }
         let Some(rank) = members.iter().position(|&r| r == me) else {
+            release();
             return Ok(None);
         };
         let leader = members[0];
@@ -84,10 +96,14 @@ impl Communicator {
             })?
         };
         tracing::info!(rank = me, color = ?color, new_rank = rank, size = members.len(), %root, "split");
-        origin
+        let built = origin
             .subgroup(rank, members.len(), root, secret)
             .build()
-            .map(Some)
+            .map(Some);
+        // Taken by the group's rank 0 (this rank, if it leads) when it formed; a failure
+        // before that leaves it reserved.
+        release();
+        built
     }
 }
 

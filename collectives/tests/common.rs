@@ -235,6 +235,25 @@ pub fn run_one<T: Element>(
     }
 }
 
+/// Every rank succeeded; otherwise a panic with every rank's output (a stall is often a
+/// third rank's).
+pub fn all_succeed(what: &str, results: &[(bool, String)]) {
+    if results.iter().all(|(ok, _)| *ok) {
+        return;
+    }
+    let all: Vec<String> = results
+        .iter()
+        .enumerate()
+        .map(|(r, (ok, out))| {
+            format!(
+                "--- rank {r} ({}):\n{out}",
+                if *ok { "ok" } else { "FAILED" }
+            )
+        })
+        .collect();
+    panic!("{what}: a rank failed\n{}", all.join("\n"));
+}
+
 /// Waits for every child (killing all at `limit`); returns (success, output) per rank.
 /// Their output is read as it comes (a rank that prints more than a pipe holds must not
 /// block on it and pass for hung).

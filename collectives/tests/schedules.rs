@@ -151,7 +151,7 @@ fn host_maps() -> Vec<HostMap> {
     maps
 }
 
-/// The ring in the network's order (host by host, rack by rack) on every host shape — in
+/// The rings (ring, naive ring) in the network's order (host by host, rack by rack) on every host shape — in
 /// blocks, cyclic, uneven, under racks: every collective it serves stays correct, and on
 /// the cyclic shapes each step crosses hosts only where the order moves to another host.
 #[test]
@@ -170,23 +170,25 @@ fn ring_in_network_order_on_every_host_shape() {
     let mut checked = 0;
     for hosts in maps {
         let n = hosts.nranks();
-        for collective in Collective::SCHEDULED
-            .into_iter()
-            .filter(|c| Algorithm::Ring.serves(*c))
-        {
-            let roots: Vec<usize> = if collective.is_rooted() {
-                (0..n).collect()
-            } else {
-                vec![0]
-            };
-            for count in [0, 1, 7, 3 * n + 1] {
-                for &root in &roots {
-                    checked += check_both_ways(collective, n, count, root, &|layout| {
-                        let schedules = Algorithm::Ring
-                            .schedules_on(layout, Some(&hosts))
-                            .expect("served");
-                        (schedules, format!("ring on {}", hosts.describe()))
-                    });
+        for algorithm in [Algorithm::Ring, Algorithm::NaiveRing] {
+            for collective in Collective::SCHEDULED
+                .into_iter()
+                .filter(|c| algorithm.serves(*c))
+            {
+                let roots: Vec<usize> = if collective.is_rooted() {
+                    (0..n).collect()
+                } else {
+                    vec![0]
+                };
+                for count in [0, 1, 7, 3 * n + 1] {
+                    for &root in &roots {
+                        checked += check_both_ways(collective, n, count, root, &|layout| {
+                            let schedules = algorithm
+                                .schedules_on(layout, Some(&hosts))
+                                .expect("served");
+                            (schedules, format!("{algorithm} on {}", hosts.describe()))
+                        });
+                    }
                 }
             }
         }

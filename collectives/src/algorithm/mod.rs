@@ -210,7 +210,7 @@ impl Algorithm {
             Algorithm::SingleRoot => single_root::schedule(layout, rank),
             Algorithm::Tree => tree::schedule(layout, rank),
             Algorithm::BinomialTree => binomial_tree::schedule(layout, rank),
-            Algorithm::NaiveRing => naive_ring::schedule(layout, rank),
+            Algorithm::NaiveRing => naive_ring::schedule(layout, rank, hosts),
             Algorithm::Ring => ring::schedule(layout, rank, hosts),
             Algorithm::DoubleBinaryTree => double_binary_tree::schedule(layout, rank),
             Algorithm::HalvingDoubling => halving_doubling::schedule(layout, rank),

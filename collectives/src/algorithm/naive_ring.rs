@@ -12,6 +12,7 @@
 //! bandwidth, but the latency term grows with p. Gather and scatter run along the same
 //! chains.
 
+use rcoll_transport::hosts::HostMap;
 use rcoll_transport::Rank;
 
 use super::trees::{compose, Tree};
@@ -27,13 +28,22 @@ pub fn chain_from(n: usize, root: Rank) -> Tree {
     Tree::rooted_at(n, root, |v| (v != 0).then(|| v - 1))
 }
 
-/// Rank `rank`'s schedule.
-pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
+/// Rank `rank`'s schedule: chains in the ring order of `hosts` (host by host), rank order
+/// without.
+pub fn schedule(layout: &Layout, rank: Rank, hosts: Option<&HostMap>) -> Schedule {
     let root = if layout.collective.is_rooted() {
         layout.root
     } else {
         Rank(0)
     };
     let n = layout.nranks;
-    compose(layout, rank, &chain_to(n, root), &chain_from(n, root))
+    match hosts.filter(|h| h.nranks() == n && !h.ring_is_rank_order()) {
+        Some(h) => {
+            let order = h.ring_order();
+            let to = Tree::rooted_at_order(order, root, |v| (v != 0).then(|| (v + 1) % n));
+            let from = Tree::rooted_at_order(order, root, |v| (v != 0).then(|| v - 1));
+            compose(layout, rank, &to, &from)
+        }
+        None => compose(layout, rank, &chain_to(n, root), &chain_from(n, root)),
+    }
 }

@@ -61,6 +61,24 @@ impl Tree {
         Tree::new(n, |r| virtual_parent(virt(r)).map(real))
     }
 
+    /// Like [`Tree::rooted_at`] over the ranks in `order` (a permutation): virtual rank `v`
+    /// is the rank `v` places after `root` in `order`.
+    pub fn rooted_at_order(
+        order: &[Rank],
+        root: Rank,
+        virtual_parent: impl Fn(usize) -> Option<usize>,
+    ) -> Tree {
+        let n = order.len();
+        let mut pos = vec![0; n];
+        for (i, r) in order.iter().enumerate() {
+            pos[r.index()] = i;
+        }
+        let base = pos[root.index()];
+        let real = |v: usize| order[(base + v) % n].index();
+        let virt = |r: usize| (pos[r] + n - base) % n;
+        Tree::new(n, |r| virtual_parent(virt(r)).map(real))
+    }
+
     /// Reorders every rank's children with `key` (ascending).
     pub fn sort_children_by_key<K: Ord>(mut self, key: impl Fn(Rank) -> K) -> Tree {
         for c in &mut self.children {

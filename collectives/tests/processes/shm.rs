@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::common::{finish, StartedDir};
+use super::common::{all_succeed, finish, StartedDir};
 use super::{spawn, spawn_each};
 
 /// The segments (and nothing else) the ranks with these process ids left in /dev/shm:
@@ -28,22 +28,6 @@ fn shm(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
     ];
     env.extend_from_slice(extra);
     env
-}
-
-fn all_succeed(what: &str, results: &[(bool, String)]) {
-    if results.iter().any(|(ok, _)| !ok) {
-        let all: Vec<String> = results
-            .iter()
-            .enumerate()
-            .map(|(r, (ok, out))| {
-                format!(
-                    "--- rank {r} ({}):\n{out}",
-                    if *ok { "ok" } else { "FAILED" }
-                )
-            })
-            .collect();
-        panic!("{what}: a rank failed\n{}", all.join("\n"));
-    }
 }
 
 /// Every collective x the main algorithms, in place and out, 0 to 10,007 elements, and
@@ -217,28 +201,14 @@ fn shared_memory_that_cannot_be_set_up_is_an_error_or_a_fallback() {
     all_succeed("auto without shared memory", &results);
 }
 
-/// `ci/multihost.sh --cyclic` (root): ranks 0 and 2 on one emulated host, 1 and 3 on the
-/// other; every rank orders its rings host by host (0 2 1 3) and the forced ring runs every
-/// collective correctly in that order.
-#[test]
-fn cyclic_ranks_on_emulated_hosts_ring_host_by_host() {
-    if !is_root() {
-        eprintln!("skipped: network namespaces need root");
-        return;
-    }
+/// Runs this binary's `sweep` on 2 emulated hosts x 2 ranks (`ci/multihost.sh` with
+/// `flags`, as root) with `env` on every rank; every rank must pass. The script's output.
+fn sweep_on_emulated_hosts(flags: &[&str], env: &[(&str, &str)]) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../ci/multihost.sh");
     let exe = std::env::current_exe().expect("test binary");
     let out = std::process::Command::new("bash")
-        .args([
-            script,
-            "--hosts",
-            "2",
-            "--ranks-per-host",
-            "2",
-            "--cyclic",
-            "--rate",
-            "0",
-        ])
+        .args([script, "--hosts", "2", "--ranks-per-host", "2"])
+        .args(flags)
         .args(["--timeout", "240", "--"])
         .arg(exe)
         .args([
@@ -250,9 +220,8 @@ fn cyclic_ranks_on_emulated_hosts_ring_host_by_host() {
         ])
         .env("RCOLL_TEST_SCENARIO", "sweep")
         .env("RCOLL_TRANSPORT", "shm")
-        .env("RCOLL_ALGO", "ring")
-        .env("RCOLL_TEST_EXPECT_RING", "0 2 1 3")
         .env("RCOLL_TIMEOUT", "60")
+        .envs(env.iter().copied())
         .output()
         .expect("bash");
     let text = format!(
@@ -267,6 +236,7 @@ fn cyclic_ranks_on_emulated_hosts_ring_host_by_host() {
             "rank {r}:\n{text}"
         );
     }
+    text
 }
 
 fn is_root() -> bool {
@@ -278,60 +248,34 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// `ci/multihost.sh --cyclic` (root): ranks 0 and 2 on one emulated host, 1 and 3 on the
+/// other; every rank orders its rings host by host (0 2 1 3) and every collective of the
+/// main algorithms (the rings among them) is right in that order.
+#[test]
+fn cyclic_ranks_on_emulated_hosts_ring_host_by_host() {
+    if !is_root() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    sweep_on_emulated_hosts(
+        &["--cyclic", "--rate", "0"],
+        &[("RCOLL_TEST_EXPECT_RING", "0 2 1 3")],
+    );
+}
+
 /// `ci/multihost.sh` (root): 2 hosts x 2 ranks as network namespaces behind shaped links,
 /// this binary's sweep on each rank (shared memory inside a host, TCP across); every rank
 /// succeeds and the script leaves no namespace or link behind.
 #[test]
 fn the_multihost_script_runs_every_collective_on_2_hosts_x_2_ranks() {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !root {
+    if !is_root() {
         eprintln!("skipped: network namespaces need root");
         return;
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../ci/multihost.sh");
-    let exe = std::env::current_exe().expect("test binary");
-    let out = std::process::Command::new("bash")
-        .args([
-            script,
-            "--hosts",
-            "2",
-            "--ranks-per-host",
-            "2",
-            "--rate",
-            "1gbit",
-        ])
-        .args(["--timeout", "240", "--"])
-        .arg(exe)
-        .args([
-            "rank_main",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "--quiet",
-        ])
-        .env("RCOLL_TEST_SCENARIO", "sweep")
-        .env("RCOLL_TRANSPORT", "shm")
-        .env("RCOLL_TEST_EXPECT_TRANSPORT", "shm+tcp")
-        .env("RCOLL_TIMEOUT", "60")
-        .output()
-        .expect("bash");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let text = sweep_on_emulated_hosts(
+        &["--rate", "1gbit"],
+        &[("RCOLL_TEST_EXPECT_TRANSPORT", "shm+tcp")],
     );
-    assert!(out.status.success(), "{text}");
-    for r in 0..4 {
-        assert!(
-            text.contains(&format!("[rank {r}] test result: ok")),
-            "rank {r}:\n{text}"
-        );
-    }
     let netns = std::process::Command::new("ip")
         .args(["netns", "list"])
         .output()

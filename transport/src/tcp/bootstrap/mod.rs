@@ -304,6 +304,12 @@ pub fn listen_root(ip: IpAddr) -> io::Result<SocketAddr> {
     Ok(addr)
 }
 
+/// Closes the listener [`listen_root`] reserved for `addr`, if no group took it (a
+/// rendezvous given up).
+pub fn release_root(addr: SocketAddr) {
+    drop(reserved(addr));
+}
+
 /// The listener [`listen_root`] reserved for `addr`, if any (taken: one group uses it).
 fn reserved(addr: SocketAddr) -> Option<TcpListener> {
     let mut held = RESERVED.lock().unwrap_or_else(|p| p.into_inner());

@@ -1,0 +1,541 @@
+//! How a [`Communicator`] carries out a call: the arguments checked against the layout,
+//! the algorithm chosen and its plan cached, the engine run, and a failure explained.
+
+use std::sync::Arc;
+
+use rcoll_transport::{Rank, TransportError};
+
+use crate::algorithm::Algorithm;
+use crate::element::Element;
+use crate::engine::core::{ExecError, Position};
+use crate::engine::driver::{run, RunError};
+use crate::engine::memory::Memory;
+use crate::error::{Error, Result};
+use crate::fingerprint::{explain, Call};
+use crate::op::ReduceOp;
+use crate::schedule::plan::Plan;
+use crate::schedule::{BufferLayout, Collective, Extent, Layout, Primitive, Schedule, Slice};
+
+use super::{Buffers, Communicator, Request, P2P_BIT, PLAN_CACHE_LIMIT, RECENT_CALLS};
+
+impl Communicator {
+    pub(super) fn call<T: Element>(
+        &mut self,
+        collective: Collective,
+        count: usize,
+        root: usize,
+        op: ReduceOp,
+        buffers: Buffers<'_, T>,
+    ) -> Result<()> {
+        self.execute(Request {
+            collective,
+            count,
+            root,
+            op,
+            buffers,
+        })
+    }
+
+    pub(super) fn layout(
+        &self,
+        collective: Collective,
+        count: usize,
+        root: usize,
+        in_place: bool,
+    ) -> Layout {
+        Layout {
+            collective,
+            nranks: self.nranks,
+            count,
+            root: Rank::from(root),
+            in_place,
+        }
+    }
+
+    pub(super) fn block_count(&mut self, collective: Collective, len: usize) -> Result<usize> {
+        if len % self.nranks == 0 {
+            return Ok(len / self.nranks);
+        }
+        let expected = len.div_ceil(self.nranks) * self.nranks;
+        let buffer = "in-place or send";
+        Err(self.fail(Error::BufferLength {
+            rank: self.rank.0,
+            collective,
+            buffer,
+            expected,
+            got: len,
+        }))
+    }
+
+    /// Records `err` as fatal: aborts the group so that the other ranks fail too.
+    pub(super) fn fail(&mut self, err: Error) -> Error {
+        if self.poisoned.is_none() {
+            tracing::warn!(rank = self.rank.0, error = %err, "aborting the group");
+            self.transport.abort(&err.to_string());
+            self.poisoned = Some(err.to_string());
+        }
+        err
+    }
+
+    pub(super) fn choose(
+        &mut self,
+        layout: &Layout,
+        elem_size: usize,
+        forced: Option<Algorithm>,
+    ) -> Result<Algorithm> {
+        if let Some(a) = forced {
+            if !a.serves(layout.collective) {
+                return Err(Error::UnsupportedAlgorithm {
+                    rank: self.rank.0,
+                    algorithm: a,
+                    collective: layout.collective,
+                });
+            }
+            return Ok(a);
+        }
+        match self.config.algorithm {
+            Some(a) if a.serves(layout.collective) => Ok(a),
+            _ => {
+                let levels = self
+                    .hosts
+                    .as_deref()
+                    .map(|hosts| crate::schedule::cost::Levels {
+                        hosts,
+                        local: self.local_model,
+                    });
+                Ok(self.selector.choose(
+                    layout,
+                    elem_size,
+                    &self.config.cost_model,
+                    levels.as_ref(),
+                ))
+            }
+        }
+    }
+
+    pub(super) fn validate<T: Element>(&self, req: &Request<'_, T>) -> Result<Layout> {
+        let rank = self.rank.0;
+        let collective = req.collective;
+        if collective.is_rooted() && req.root >= self.nranks {
+            return Err(Error::RootOutOfRange {
+                rank,
+                collective,
+                root: req.root,
+                nranks: self.nranks,
+            });
+        }
+        if collective.reduces() && !T::DTYPE.supports(req.op) {
+            return Err(Error::UnsupportedOp {
+                rank,
+                collective,
+                op: req.op,
+                dtype: T::DTYPE,
+            });
+        }
+        if req
+            .count
+            .checked_mul(self.nranks)
+            .is_none_or(|b| b.checked_mul(std::mem::size_of::<T>()).is_none())
+        {
+            return Err(Error::CountOverflow {
+                rank,
+                collective,
+                count: req.count,
+                nranks: self.nranks,
+            });
+        }
+        let in_place = matches!(req.buffers, Buffers::InPlace(_));
+        let layout = self.layout(collective, req.count, req.root, in_place);
+        let expect = layout.buffers(self.rank);
+        let check = |buffer: &'static str, expected: usize, got: usize| {
+            if expected == got {
+                Ok(())
+            } else {
+                Err(Error::BufferLength {
+                    rank,
+                    collective,
+                    buffer,
+                    expected,
+                    got,
+                })
+            }
+        };
+        match &req.buffers {
+            Buffers::InPlace(buf) => check("in-place", expect.storage_len, buf.len())?,
+            Buffers::Separate(send, recv) => {
+                // Zero-length extents are the insignificant buffers: ignored.
+                if expect.input.len > 0 || collective == Collective::AllReduce {
+                    check("send", expect.input.len, send.len())?;
+                }
+                if expect.output.len > 0 || collective == Collective::AllReduce {
+                    check("recv", expect.output.len, recv.len())?;
+                }
+            }
+        }
+        Ok(layout)
+    }
+
+    pub(super) fn plan(&mut self, layout: &Layout, algorithm: Algorithm) -> Result<Arc<Plan>> {
+        if let Some(p) = self.plans.get(&(*layout, algorithm)) {
+            return Ok(Arc::clone(p));
+        }
+        let rank = self.rank.0;
+        let schedule = algorithm
+            .schedule_on(layout, self.rank, self.hosts.as_deref())
+            .map_err(|e| Error::Internal {
+                rank,
+                what: e.to_string(),
+            })?;
+        let plan =
+            Plan::new(&schedule, &layout.buffers(self.rank)).map_err(|e| Error::Internal {
+                rank,
+                what: format!("{algorithm} schedule: {}", e.reason),
+            })?;
+        let plan = Arc::new(plan);
+        if self.plans.len() >= PLAN_CACHE_LIMIT {
+            self.plans.clear();
+        }
+        self.plans.insert((*layout, algorithm), Arc::clone(&plan));
+        Ok(plan)
+    }
+
+    pub(super) fn execute<T: Element>(&mut self, req: Request<'_, T>) -> Result<()> {
+        let forced = self.next_algorithm.take();
+        if let Some(first) = &self.poisoned {
+            return Err(Error::Poisoned {
+                rank: self.rank.0,
+                first: first.clone(),
+            });
+        }
+        let layout = match self.validate(&req) {
+            Ok(l) => l,
+            Err(e) => return Err(self.fail(e)),
+        };
+        let elem = std::mem::size_of::<T>();
+        let algorithm = match self.choose(&layout, elem, forced) {
+            Ok(a) => a,
+            Err(e) => return Err(self.fail(e)),
+        };
+        let plan = match self.plan(&layout, algorithm) {
+            Ok(p) => p,
+            Err(e) => return Err(self.fail(e)),
+        };
+        let seq = self.seq;
+        self.seq = (self.seq + 1) & !P2P_BIT;
+        tracing::debug!(
+            rank = self.rank.0,
+            collective = %req.collective,
+            seq,
+            count = req.count,
+            dtype = %T::DTYPE,
+            algorithm = %algorithm,
+            transport = self.transport.name(),
+            "call"
+        );
+        let expect = layout.buffers(self.rank);
+        let (input, output): (&[T], &mut [T]) = match req.buffers {
+            Buffers::InPlace(buf) => (&[], buf),
+            Buffers::Separate(send, recv) => {
+                let send = if expect.input.len > 0 { send } else { &[] };
+                let recv = if expect.output.len > 0 { recv } else { &mut [] };
+                (send, recv)
+            }
+        };
+        let scratch_len = plan.scratch_len;
+        let words = (scratch_len * elem).div_ceil(16);
+        // Lent out for the call: the engine borrows it while `run_plan` borrows `self`.
+        let mut scratch_words = std::mem::take(&mut self.scratch);
+        if scratch_words.len() < words {
+            scratch_words.resize(words, 0);
+        }
+        let scratch: &mut [T] = bytemuck::cast_slice_mut(&mut scratch_words[..words]);
+        let mut mem = Memory {
+            input,
+            output,
+            scratch: &mut scratch[..scratch_len],
+        };
+        let longest = mem.input.len().max(mem.output.len()).max(scratch_len);
+        let call = Call {
+            collective: req.collective,
+            dtype: T::DTYPE,
+            op: req.op,
+            algorithm: Some(algorithm),
+            count: req.count,
+            root: if req.collective.is_rooted() {
+                req.root
+            } else {
+                0
+            },
+            segment_elems: 0,
+        };
+        let result = self.run_plan(&plan, seq, call, &mut mem, longest);
+        if result.is_ok() && req.op == ReduceOp::Avg && req.collective.reduces() {
+            let out = expect.output;
+            if let Some(reduced) = mem.output.get_mut(out.offset..out.end()) {
+                T::average(reduced, self.nranks);
+            }
+        }
+        self.scratch = scratch_words;
+        result
+    }
+
+    pub(super) fn point_to_point<T: Element>(
+        &mut self,
+        send: Option<(&[T], usize)>,
+        recv: Option<(&mut [T], usize)>,
+    ) -> Result<()> {
+        self.next_algorithm = None;
+        if let Some(first) = &self.poisoned {
+            return Err(Error::Poisoned {
+                rank: self.rank.0,
+                first: first.clone(),
+            });
+        }
+        let (rank, nranks) = (self.rank.0, self.nranks);
+        for (what, peer) in [
+            ("send", send.as_ref().map(|s| s.1)),
+            ("recv", recv.as_ref().map(|r| r.1)),
+        ] {
+            if let Some(peer) = peer.filter(|&p| p >= nranks || p == self.rank()) {
+                return Err(self.fail(Error::PeerOutOfRange {
+                    rank,
+                    what,
+                    peer,
+                    nranks,
+                }));
+            }
+        }
+        // One step with a Send and/or a Recv. Point-to-point messages carry the reserved
+        // sequence number P2P_BIT and are numbered per peer and direction, so they match in
+        // call order and never collide with collectives.
+        let layout = Layout {
+            collective: Collective::SendRecv,
+            nranks,
+            count: 0,
+            root: self.rank,
+            in_place: false,
+        };
+        let mut schedule = Schedule::new(layout, self.rank);
+        let input: &[T] = match send {
+            Some((buf, to)) => {
+                schedule.push(
+                    0,
+                    Primitive::Send {
+                        to: vec![Rank::from(to)],
+                        src: Slice::input(0, buf.len()),
+                    },
+                );
+                buf
+            }
+            None => &[],
+        };
+        let output: &mut [T] = match recv {
+            Some((buf, from)) => {
+                schedule.push(
+                    0,
+                    Primitive::Recv {
+                        from: Rank::from(from),
+                        dst: Slice::output(0, buf.len()),
+                    },
+                );
+                buf
+            }
+            None => &mut [],
+        };
+        let buffers = BufferLayout {
+            input: Extent::new(0, input.len()),
+            output: Extent::new(0, output.len()),
+            storage_len: 0,
+            in_place: false,
+        };
+        let mut plan = match Plan::new(&schedule, &buffers) {
+            Ok(plan) => plan,
+            Err(e) => {
+                return Err(self.fail(Error::Internal {
+                    rank,
+                    what: e.reason,
+                }))
+            }
+        };
+        for p in plan.channels.iter_mut().flat_map(|c| c.ops.iter_mut()) {
+            if let Some(&to) = p.prim.send_to().first() {
+                p.send_transfers = vec![self.p2p_sent[to.index()]];
+                self.p2p_sent[to.index()] = self.p2p_sent[to.index()].wrapping_add(1);
+            }
+            if let Some(from) = p.prim.recv_from() {
+                p.recv_transfer = Some(self.p2p_received[from.index()]);
+                self.p2p_received[from.index()] = self.p2p_received[from.index()].wrapping_add(1);
+            }
+        }
+        let mut mem = Memory {
+            input,
+            output,
+            scratch: &mut [],
+        };
+        let longest = mem.input.len().max(mem.output.len());
+        // Lengths are checked per message; the two directions of a send_recv may differ.
+        let call = Call {
+            collective: Collective::SendRecv,
+            dtype: T::DTYPE,
+            op: ReduceOp::Sum,
+            algorithm: None,
+            count: 0,
+            root: 0,
+            segment_elems: 0,
+        };
+        self.run_plan(&plan, P2P_BIT, call, &mut mem, longest)
+    }
+
+    /// Runs `plan` on `mem` for `call` and turns a failure into an [`Error`] that aborts
+    /// the group. `longest` bounds the length of a transfer.
+    pub(super) fn run_plan<T: Element>(
+        &mut self,
+        plan: &Plan,
+        seq: u32,
+        mut call: Call,
+        mem: &mut Memory<'_, T>,
+        longest: usize,
+    ) -> Result<()> {
+        let rank = self.rank.0;
+        call.segment_elems = (self.config.segment_bytes / std::mem::size_of::<T>()).max(1);
+        // Segment indices travel as u32 in tags.
+        if longest.div_ceil(call.segment_elems) > u32::MAX as usize {
+            let (collective, count, nranks) = (call.collective, longest, self.nranks);
+            return Err(self.fail(Error::CountOverflow {
+                rank,
+                collective,
+                count,
+                nranks,
+            }));
+        }
+        let timeout = self.config.timeout;
+        let io = self.transport.as_mut();
+        run(
+            plan,
+            seq,
+            call.fingerprint(),
+            call.segment_elems,
+            call.op,
+            mem,
+            io,
+            timeout,
+        )
+        .map_err(|e| {
+            let err = self.describe(e, call.collective, seq, call.algorithm);
+            self.fail(err)
+        })?;
+        // A message of this (or an earlier) collective that nobody took: its sender ran a
+        // different call, which this rank's part did not need to notice (another root).
+        if seq & P2P_BIT == 0 {
+            self.recent[seq as usize % RECENT_CALLS] = (seq, call.fingerprint());
+            if let Some((peer, tag)) = self.transport.stale(seq) {
+                let old = tag.collective;
+                let ours = self.recent.iter().find(|(s, _)| *s == old).map(|(_, f)| *f);
+                let what = match ours {
+                    Some(f) => format!(
+                        "it sent collective #{old} a message this rank's call did not expect ({})",
+                        explain(f, tag.schedule)
+                    ),
+                    None => format!(
+                        "it sent a message for collective #{old} that no call here expected"
+                    ),
+                };
+                let (peer, collective) = (peer.0, call.collective);
+                let err = Error::Mismatch {
+                    rank,
+                    peer,
+                    collective,
+                    seq,
+                    what,
+                };
+                return Err(self.fail(err));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn describe(
+        &self,
+        e: RunError,
+        collective: Collective,
+        seq: u32,
+        algorithm: Option<Algorithm>,
+    ) -> Error {
+        let rank = self.rank.0;
+        let algorithm = algorithm.map_or_else(|| "p2p".to_owned(), |a| a.to_string());
+        // Point-to-point calls share one reserved sequence number; show none.
+        let seq = if seq == P2P_BIT { 0 } else { seq };
+        let transport = |at: Option<Position>, source| {
+            let at = at.unwrap_or_else(|| Position {
+                channel: 0,
+                step: 0,
+                primitive: String::new(),
+            });
+            Error::Transport {
+                rank,
+                collective,
+                seq,
+                algorithm: algorithm.clone(),
+                channel: at.channel,
+                step: at.step,
+                primitive: at.primitive,
+                source,
+            }
+        };
+        match e {
+            RunError::Exec(ExecError::Transport(
+                _,
+                TransportError::ScheduleMismatch {
+                    peer,
+                    expected,
+                    got,
+                    ..
+                },
+            )) => Error::Mismatch {
+                rank,
+                peer: peer.0,
+                collective,
+                seq,
+                what: explain(expected, got),
+            },
+            RunError::Exec(ExecError::Transport(at, source)) => transport(Some(at), source),
+            RunError::Wait(blocked_on, source) => transport(blocked_on.map(|(_, at)| at), source),
+            RunError::Exec(ExecError::Memory(at, loc)) => Error::Internal {
+                rank,
+                what: format!(
+                    "{algorithm} channel {} step {} {}: buffers do not match the plan at {:?}",
+                    at.channel, at.step, at.primitive, loc.0
+                ),
+            },
+            RunError::Exec(ExecError::InconsistentPlan(at)) => Error::Internal {
+                rank,
+                what: format!(
+                    "{algorithm} channel {} step {} {}: inconsistent plan",
+                    at.channel, at.step, at.primitive
+                ),
+            },
+            RunError::Stalled {
+                waited,
+                blocked_on,
+                unresponsive,
+                transport: state,
+            } => Error::Timeout {
+                transport: state,
+                unresponsive: unresponsive.iter().map(|r| r.0).collect(),
+                rank,
+                collective,
+                seq,
+                algorithm: algorithm.clone(),
+                peer: blocked_on.as_ref().map(|(p, _)| p.0),
+                waiting_for: match blocked_on {
+                    Some((peer, at)) => format!(
+                        "rank {} (channel {} step {}: {})",
+                        peer.0, at.channel, at.step, at.primitive
+                    ),
+                    None => "nothing identifiable".into(),
+                },
+                waited,
+            },
+        }
+    }
+}
