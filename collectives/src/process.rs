@@ -395,6 +395,11 @@ impl Builder {
         use rcoll_transport::verbs;
         let bootstrap = |source| Error::Bootstrap { source };
         let mut vopts = verbs::Options::from_env(segment_bytes).map_err(Error::Config)?;
+        // A list in RCOLL_IB_HCA: the local ranks of a host dealt over it.
+        let local = tcp
+            .hosts()
+            .map_or(0, |h| h.local_rank(rcoll_transport::Rank::from(self.rank)));
+        vopts.hca = vopts.hca.as_deref().and_then(|l| deal(l, local));
         // The device near this rank (topology) unless RCOLL_IB_HCA names one; if it has no
         // usable port, the choice by address.
         let near = match (&vopts.hca, device) {
@@ -450,6 +455,17 @@ impl Builder {
             }
         }
     }
+}
+
+/// Entry `local % n` of a comma-separated list of `n` devices (`RCOLL_IB_HCA=mlx5_0,mlx5_1`:
+/// a host's local ranks dealt over them); a single name as it is.
+fn deal(list: &str, local: usize) -> Option<String> {
+    let entries: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    (!entries.is_empty()).then(|| entries[local % entries.len()].to_string())
 }
 
 /// What the ranks of one group need to find each other, made by one of them (its rank 0)
@@ -554,6 +570,14 @@ impl UniqueId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_list_is_dealt_over_the_local_ranks() {
+        assert_eq!(deal("mlx5_0", 3).as_deref(), Some("mlx5_0"));
+        assert_eq!(deal("mlx5_0:1, mlx5_1:1", 0).as_deref(), Some("mlx5_0:1"));
+        assert_eq!(deal("mlx5_0:1, mlx5_1:1", 3).as_deref(), Some("mlx5_1:1"));
+        assert_eq!(deal(" , ", 0), None);
+    }
 
     #[test]
     fn a_unique_id_survives_its_bytes_and_garbage_is_refused() {
