@@ -243,37 +243,68 @@ fn the_cpp_example_runs_on_4_ranks() {
     assert!(results[0].1.contains("group of 2"), "{}", results[0].1);
 }
 
+/// `mpirun -np n bin` (as root too), MPI's own traffic on loopback; rcoll's variables
+/// passed to every rank with `-x`. Its exit code and output.
+fn mpirun(bin: &Path, n: usize, rcoll_env: &[(&str, String)]) -> (Option<i32>, String) {
+    let mut mpirun = Command::new("mpirun");
+    mpirun
+        .args(["--oversubscribe", "-np", &n.to_string()])
+        // tcp over loopback works in every container.
+        .args([
+            "--mca",
+            "btl",
+            "self,tcp",
+            "--mca",
+            "btl_tcp_if_include",
+            "lo",
+        ])
+        .args(["--mca", "oob_tcp_if_include", "lo"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("RCOLL_SOCKET_IFNAME", "lo");
+    for (k, v) in rcoll_env {
+        mpirun.env(k, v).args(["-x", k]);
+    }
+    mpirun.arg(bin);
+    run_all(vec![mpirun], Duration::from_secs(300)).remove(0)
+}
+
 /// An MPI program gets the unique id by MPI_Bcast and checks every collective, split and
-/// an overlapped rcollIAllReduce against MPI, under mpirun with 2, 3 and 4 ranks.
+/// an overlapped rcollIAllReduce against MPI, under mpirun with 2, 3 and 4 ranks; the C
+/// and C++ examples run under mpirun too (rank and size from Open MPI's environment,
+/// `rcollCommInitFromEnv`).
 #[test]
 fn an_mpi_program_checks_every_collective_against_mpi_on_2_3_4_ranks() {
     let bin = compile("mpicc", "mpi_check.c", "mpi_check", &shared_flags());
+    let hello = compile("cc", "hello.c", "hello_mpirun", &shared_flags());
+    let hello_cpp = compile("c++", "hello.cpp", "hello_cpp_mpirun", &shared_flags());
     for n in [2, 3, 4] {
-        let mut mpirun = Command::new("mpirun");
-        mpirun
-            .args(["--oversubscribe", "-np", &n.to_string()])
-            // MPI's own traffic on loopback (tcp: works in every container).
-            .args([
-                "--mca",
-                "btl",
-                "self,tcp",
-                "--mca",
-                "btl_tcp_if_include",
-                "lo",
-            ])
-            .args(["--mca", "oob_tcp_if_include", "lo"])
-            .arg(&bin)
-            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-            .env("RCOLL_SOCKET_IFNAME", "lo");
-        let results = run_all(vec![mpirun], Duration::from_secs(300));
-        let (code, out) = &results[0];
-        assert_eq!(*code, Some(0), "mpirun -np {n}:\n{out}");
+        let (code, out) = mpirun(&bin, n, &[]);
+        assert_eq!(code, Some(0), "mpirun -np {n}:\n{out}");
         for r in 0..n {
             assert!(
                 out.contains(&format!("MPI-CHECK-OK {r} {n}")),
                 "mpirun -np {n}: rank {r}:\n{out}"
             );
+        }
+        for (example, ok) in [(&hello, "HELLO-OK"), (&hello_cpp, "HELLO-CPP-OK")] {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let secret = rcoll::process::random_unique_id().expect("id");
+            let env = [
+                ("RCOLL_ROOT_ADDR", format!("127.0.0.1:{port}")),
+                ("RCOLL_UNIQUE_ID", rcoll::process::format_unique_id(secret)),
+            ];
+            let (code, out) = mpirun(example, n, &env);
+            assert_eq!(
+                code,
+                Some(0),
+                "mpirun -np {n} {}:\n{out}",
+                example.display()
+            );
+            assert_eq!(out.matches(ok).count(), n, "mpirun -np {n}:\n{out}");
         }
     }
 }

@@ -1,0 +1,241 @@
+//! The bootstrap against strangers and scarcity, with real processes: a job without a
+//! secret, strangers first at the root or at a member's listener (driven by hand with
+//! [`RawRank`]), a root out of file descriptors. Part of the `processes` test binary
+//! (`../processes.rs`), whose `rank_main` runs the scenarios.
+
+use std::time::Duration;
+
+use rcoll_transport::tcp::bootstrap::{auth, wire::Message, Options};
+
+use super::common::finish;
+use super::{free_root, spawn};
+
+/// One end of a bootstrap connection driven by hand, as a stranger or a departing member
+/// would.
+pub(super) struct RawRank {
+    stream: std::net::TcpStream,
+    got: Vec<u8>,
+}
+
+impl RawRank {
+    /// Connects to `root`, retrying while it does not listen yet.
+    pub(super) fn connect(root: &str) -> RawRank {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let stream = loop {
+            match std::net::TcpStream::connect(root) {
+                Ok(s) => break s,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                Err(e) => panic!("the root never listened: {e}"),
+            }
+        };
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("timeout");
+        RawRank {
+            stream,
+            got: Vec::new(),
+        }
+    }
+
+    pub(super) fn send(&mut self, m: &Message) {
+        use std::io::Write;
+        self.stream.write_all(&m.encode()).expect("send");
+    }
+
+    pub(super) fn receive(&mut self) -> Message {
+        use std::io::Read;
+        loop {
+            if let Some((m, used)) = Message::split(&self.got).expect("a bootstrap message") {
+                self.got.drain(..used);
+                return m;
+            }
+            let mut b = [0u8; 4096];
+            let n = self.stream.read(&mut b).expect("read");
+            assert!(n > 0, "the root closed without a word");
+            self.got.extend_from_slice(&b[..n]);
+        }
+    }
+
+    /// Challenges the acceptor: our nonce and its.
+    pub(super) fn challenge(&mut self) -> ([u8; 16], [u8; 16]) {
+        let nonce_c = auth::nonce().expect("nonce");
+        self.send(&Message::Challenge { nonce: nonce_c });
+        let Message::Proof { nonce, .. } = self.receive() else {
+            panic!("no proof from the root");
+        };
+        (nonce_c, nonce)
+    }
+}
+
+#[test]
+fn a_job_without_a_secret_is_refused_unless_explicitly_insecure() {
+    let no_secret = [("RCOLL_UNIQUE_ID", String::new())];
+    let results = finish(spawn("hello", 2, &no_secret), Duration::from_secs(60));
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(!ok, "rank {r} ran without a secret:\n{out}");
+        assert!(
+            out.contains("no job secret") && out.contains("RCOLL_UNIQUE_ID"),
+            "rank {r}:\n{out}"
+        );
+    }
+    let insecure = [
+        ("RCOLL_UNIQUE_ID", String::new()),
+        ("RCOLL_INSECURE_ID", "1".to_string()),
+    ];
+    let results = finish(spawn("hello", 2, &insecure), Duration::from_secs(60));
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{out}");
+    }
+}
+
+/// A stranger at `listener` introduces itself with `intro` signed with `id` (not the
+/// job's secret): it must be refused for not proving the secret.
+fn refused_with(listener: &str, id: u128, intro: Message) {
+    let mut stranger = RawRank::connect(listener);
+    let (nonce_c, nonce_s) = stranger.challenge();
+    stranger.send(&auth::sign_intro(id, &nonce_c, &nonce_s, intro));
+    match stranger.receive() {
+        Message::Refuse(reason) => assert!(
+            reason.contains("does not prove this job's secret"),
+            "{reason}"
+        ),
+        other => panic!("the stranger was answered with {other:?}"),
+    }
+}
+
+/// A stranger reaches the root first and claims rank 1 with the id anyone can compute from
+/// the root address and size (the old default): it cannot prove the job's secret, is
+/// refused, and the real rank 1 takes its place.
+#[test]
+fn a_stranger_first_at_the_root_cannot_take_a_rank() {
+    let root = free_root();
+    let extra = [
+        ("RCOLL_ROOT_ADDR", root.clone()),
+        // Ranks 1 and 2 come late: the stranger is first.
+        ("RCOLL_TEST_DELAY_MS", "700".to_string()),
+    ];
+    let children = spawn("hello", 3, &extra);
+    let public_id = Options::default_unique_id(root.parse().expect("addr"), 3);
+    let hello = Message::Hello {
+        rank: 1,
+        nranks: 3,
+        addr: "127.0.0.1:9".into(),
+        host: "localhost".into(),
+        mac: [0; 32],
+    };
+    refused_with(&root, public_id, hello);
+    let results = finish(children, Duration::from_secs(60));
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{out}");
+    }
+    assert!(
+        results[0].1.contains("refused connection from"),
+        "the root logs the stranger:\n{}",
+        results[0].1
+    );
+}
+
+/// The root runs out of file descriptors while ranks arrive (a limit of what it has open
+/// plus 3): accept(2) fails with EMFILE, which it retries rather than abort on; when the
+/// limit never lets it take everyone, every rank fails within the timeout and the root
+/// says why.
+#[test]
+fn a_root_out_of_file_descriptors_fails_within_the_timeout_saying_so() {
+    let root = free_root();
+    let extra = [
+        ("RCOLL_ROOT_ADDR", root.clone()),
+        ("RCOLL_TIMEOUT", "3".to_string()),
+        ("RCOLL_TEST_NOFILE_SLACK", "3".to_string()),
+    ];
+    let start = std::time::Instant::now();
+    let results = finish(spawn("hello", 6, &extra), Duration::from_secs(60));
+    let took = start.elapsed();
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            !ok && out.contains("RANK-INIT-ERROR"),
+            "rank {r} should fail its setup:\n{out}"
+        );
+    }
+    assert!(
+        results[0].1.contains("Too many open files") && results[0].1.contains("ulimit -n"),
+        "the root should name the cause:\n{}",
+        results[0].1
+    );
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+}
+
+/// The TCP port process `pid` listens on (its only listening socket), once it does.
+fn listening_port(pid: u32, within: Duration) -> u16 {
+    let until = std::time::Instant::now() + within;
+    loop {
+        let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| std::fs::read_link(e.path()).ok())
+                    .filter_map(|l| {
+                        let l = l.to_string_lossy().into_owned();
+                        Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let tables = ["/proc/net/tcp", "/proc/net/tcp6"]
+            .map(|t| std::fs::read_to_string(t).unwrap_or_default());
+        // sl local_address rem_address st ... inode: the port is hex after the colon,
+        // state 0A is LISTEN, the inode is the tenth field.
+        let port = tables
+            .iter()
+            .flat_map(|t| t.lines().skip(1))
+            .find_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                (f.len() > 9 && f[3] == "0A" && inodes.iter().any(|i| i == f[9]))
+                    .then(|| u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok())
+                    .flatten()
+            });
+        if let Some(port) = port {
+            return port;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "process {pid} never listened"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Strangers at a member's data listener, while the rank it waits for comes late: one
+/// that proves an id anyone can compute is refused, one that connects and says nothing
+/// only holds a connection of its own. The group forms regardless.
+#[test]
+fn strangers_at_a_members_listener_cannot_take_a_rank() {
+    let root = free_root();
+    let extra = [
+        ("RCOLL_ROOT_ADDR", root.clone()),
+        // Rank 2 (whom rank 1 accepts) comes late: the strangers are first.
+        ("RCOLL_TEST_DELAY_MS", "0,0,1500".to_string()),
+    ];
+    let children = spawn("hello", 3, &extra);
+    let member = format!(
+        "127.0.0.1:{}",
+        listening_port(children[1].id(), Duration::from_secs(10))
+    );
+    let silent = std::net::TcpStream::connect(&member).expect("connect silently");
+    let public_id = Options::default_unique_id(root.parse().expect("addr"), 3);
+    let handshake = Message::Handshake {
+        rank: 2,
+        mac: [0; 32],
+    };
+    refused_with(&member, public_id, handshake);
+    let results = finish(children, Duration::from_secs(60));
+    drop(silent);
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{out}");
+    }
+    assert!(
+        results[1].1.contains("refused connection from"),
+        "rank 1 logs the stranger:\n{}",
+        results[1].1
+    );
+}
