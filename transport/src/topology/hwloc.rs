@@ -97,18 +97,7 @@ fn convert(t: &hwlocality::Topology) -> Topology {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let local = o.first_non_io_ancestor().map(cpus);
-        let numa = local.as_ref().and_then(|c| {
-            let touching: Vec<u32> = topo
-                .numa
-                .iter()
-                .filter(|n| !n.cpus.intersection(c).is_empty())
-                .map(|n| n.os_index)
-                .collect();
-            match touching.as_slice() {
-                [one] => Some(*one),
-                _ => None,
-            }
-        });
+        let numa = local.as_ref().and_then(|c| topo.node_of_attachment(c));
         let netdev = match kind {
             DeviceKind::Rdma => o
                 .parent()

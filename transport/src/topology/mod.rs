@@ -130,6 +130,19 @@ impl Topology {
             .map(|(_, std::cmp::Reverse(i))| i)
     }
 
+    /// The NUMA node of a device attached where `cpus` are: the one node those CPUs
+    /// touch, or none when they span several (attached to the whole machine).
+    pub(crate) fn node_of_attachment(&self, cpus: &CpuSet) -> Option<u32> {
+        let mut touching = self
+            .numa
+            .iter()
+            .filter(|n| !n.cpus.intersection(cpus).is_empty());
+        match (touching.next(), touching.next()) {
+            (Some(one), None) => Some(one.os_index),
+            _ => None,
+        }
+    }
+
     /// Gives RDMA devices without a locality of their own the one of their network
     /// interface (Soft-RoCE).
     pub(crate) fn inherit_locality(&mut self) {

@@ -123,18 +123,7 @@ pub fn parse(text: &str) -> Result<Topology, String> {
             .ancestors()
             .find(|a| a.is_element() && !kind(a).is_empty() && !is_io(kind(a)));
         let local = anchor.map(|a| cpus(&a)).transpose()?;
-        let numa = local.as_ref().and_then(|c| {
-            let touching: Vec<u32> = t
-                .numa
-                .iter()
-                .filter(|node| !node.cpus.intersection(c).is_empty())
-                .map(|node| node.os_index)
-                .collect();
-            match touching.as_slice() {
-                [one] => Some(*one),
-                _ => None,
-            }
-        });
+        let numa = local.as_ref().and_then(|c| t.node_of_attachment(c));
         // The network interface of the same PCI function (RoCE).
         let netdev = match dkind {
             DeviceKind::Rdma => n
