@@ -1,7 +1,7 @@
-//! Applying a [`Placement`]: every thread of the process onto its CPUs (threads started
-//! later inherit it), and the calling thread's memory policy to its NUMA node (`preferred`:
-//! pages go there while it has room; threads started later inherit it too), so that the
-//! slots and buffers a transport allocates afterwards are local.
+//! Applying a [`Placement`]: the calling thread onto its CPUs and its memory policy to its
+//! NUMA node (`preferred`: pages go there while it has room). Threads it starts afterwards
+//! inherit both, so the slots and buffers a transport allocates afterwards are local, and
+//! threads the application had already placed keep their own placement.
 //!
 //! The CPU affinity goes through `nix`; the memory policy is one system call
 //! (`set_mempolicy`), the only `unsafe` here.
@@ -42,25 +42,11 @@ pub fn apply(p: &Placement) -> Result<(), String> {
         set.set(c as usize)
             .map_err(|e| format!("CPU {c} is beyond what sched_setaffinity takes: {e}"))?;
     }
-    // Every thread of the process: /proc/self/task lists them.
-    let tasks =
-        std::fs::read_dir("/proc/self/task").map_err(|e| format!("/proc/self/task: {e}"))?;
-    for t in tasks.flatten() {
-        let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        match sched_setaffinity(Pid::from_raw(tid), &set) {
-            Ok(()) => {}
-            // A thread that ended meanwhile.
-            Err(nix::errno::Errno::ESRCH) => {}
-            Err(e) => {
-                return Err(format!(
-                    "sched_setaffinity({}) on thread {tid}: {e}",
-                    p.cpus
-                ))
-            }
-        }
-    }
+    // The calling thread only: threads it starts afterwards (the progress thread, the
+    // application's workers) inherit it, and threads the application placed already keep
+    // their own placement.
+    sched_setaffinity(Pid::from_raw(0), &set)
+        .map_err(|e| format!("sched_setaffinity({}): {e}", p.cpus))?;
     if let Some(node) = p.numa {
         prefer_node(node)?;
     }
