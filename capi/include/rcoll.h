@@ -82,15 +82,15 @@ typedef struct rcollRequest rcollRequest;
 // A communicator handle.
 typedef rcollComm *rcollComm_t;
 
+// A nonblocking call's handle: freed by [`rcollTest`] once done, or by [`rcollWait`].
+typedef rcollRequest *rcollRequest_t;
+
 // Everything ranks need to find each other: the rendezvous address and a job secret.
 // Made by [`rcollGetUniqueId`] on rank 0, copied whole to the others.
 typedef struct {
   // Opaque.
   char internal[RCOLL_UNIQUE_ID_BYTES];
 } rcollUniqueId;
-
-// A nonblocking call's handle: freed by [`rcollTest`] once done, or by [`rcollWait`].
-typedef rcollRequest *rcollRequest_t;
 
 #ifdef __cplusplus
 extern "C" {
@@ -113,64 +113,6 @@ const char *rcollGetErrorString(rcollResult_t result);
 // # Safety
 // `comm` is NULL or a live handle.
 const char *rcollGetLastError(rcollComm_t comm);
-
-// Starts a rendezvous on this process, which must be rank 0 of the new group, and
-// describes it in `id` (its address, on `RCOLL_SOCKET_IFNAME` or the host's first
-// non-loopback interface, and a fresh secret). Hand `id` to every rank.
-//
-// # Safety
-// `id` is NULL (an error) or valid for writing an rcollUniqueId.
-rcollResult_t rcollGetUniqueId(rcollUniqueId *id);
-
-// Joins the group of `nranks` that `id` names as rank `rank` (transport and interface
-// from `RCOLL_TRANSPORT` and `RCOLL_SOCKET_IFNAME`). Blocks until every rank has joined
-// or `RCOLL_TIMEOUT` passes.
-//
-// # Safety
-// `comm` is NULL (an error) or valid for writing a handle.
-rcollResult_t rcollCommInitRank(rcollComm_t *comm, int nranks, rcollUniqueId id, int rank);
-
-// Joins the group the environment describes: `mpirun` (Open MPI), `srun`, `torchrun`
-// or `RCOLL_RANK`/`RCOLL_WORLD_SIZE`/`RCOLL_ROOT_ADDR`, with the job secret in
-// `RCOLL_UNIQUE_ID` (see the README).
-//
-// # Safety
-// `comm` is NULL (an error) or valid for writing a handle.
-rcollResult_t rcollCommInitFromEnv(rcollComm_t *comm);
-
-// Splits `comm`: ranks with the same `color` form `*newcomm`, ranked by `key` and then
-// by rank in `comm`; `color` RCOLL_SPLIT_NOCOLOR (any negative) gives NULL. Every rank of
-// `comm` must call it; `comm` stays usable.
-//
-// # Safety
-// `comm` is a live handle; `newcomm` is NULL (an error) or valid for writing a handle.
-rcollResult_t rcollCommSplit(rcollComm_t comm, int color, int key, rcollComm_t *newcomm);
-
-// The number of ranks.
-//
-// # Safety
-// `comm` is a live handle; `count` is NULL (an error) or valid for writing an int.
-rcollResult_t rcollCommCount(rcollComm_t comm, int *count);
-
-// This rank.
-//
-// # Safety
-// `comm` is a live handle; `rank` is NULL (an error) or valid for writing an int.
-rcollResult_t rcollCommUserRank(rcollComm_t comm, int *rank);
-
-// Aborts the group (the other ranks' calls fail at once, naming this rank) and frees
-// `comm`; queued nonblocking calls fail. A collective already running on the progress
-// thread ends first, at its next failure or timeout.
-//
-// # Safety
-// `comm` is NULL (an error) or a live handle, not used again.
-rcollResult_t rcollCommAbort(rcollComm_t comm);
-
-// Frees `comm` once its queued calls have finished.
-//
-// # Safety
-// `comm` is NULL (an error) or a live handle, not used again.
-rcollResult_t rcollCommDestroy(rcollComm_t comm);
 
 // AllReduce: every rank's `recvbuff` becomes the reduction of all ranks' `sendbuff`
 // (`count` elements). In place: `sendbuff == recvbuff`.
@@ -360,6 +302,64 @@ rcollResult_t rcollTest(rcollRequest_t request, int *done);
 // # Safety
 // `request` is NULL (an error) or a live request, not used again.
 rcollResult_t rcollWait(rcollRequest_t request);
+
+// Starts a rendezvous on this process, which must be rank 0 of the new group, and
+// describes it in `id` (its address, on `RCOLL_SOCKET_IFNAME` or the host's first
+// non-loopback interface, and a fresh secret). Hand `id` to every rank.
+//
+// # Safety
+// `id` is NULL (an error) or valid for writing an rcollUniqueId.
+rcollResult_t rcollGetUniqueId(rcollUniqueId *id);
+
+// Joins the group of `nranks` that `id` names as rank `rank` (transport and interface
+// from `RCOLL_TRANSPORT` and `RCOLL_SOCKET_IFNAME`). Blocks until every rank has joined
+// or `RCOLL_TIMEOUT` passes.
+//
+// # Safety
+// `comm` is NULL (an error) or valid for writing a handle.
+rcollResult_t rcollCommInitRank(rcollComm_t *comm, int nranks, rcollUniqueId id, int rank);
+
+// Joins the group the environment describes: `mpirun` (Open MPI), `srun`, `torchrun`
+// or `RCOLL_RANK`/`RCOLL_WORLD_SIZE`/`RCOLL_ROOT_ADDR`, with the job secret in
+// `RCOLL_UNIQUE_ID` (see the README).
+//
+// # Safety
+// `comm` is NULL (an error) or valid for writing a handle.
+rcollResult_t rcollCommInitFromEnv(rcollComm_t *comm);
+
+// Splits `comm`: ranks with the same `color` form `*newcomm`, ranked by `key` and then
+// by rank in `comm`; `color` RCOLL_SPLIT_NOCOLOR (any negative) gives NULL. Every rank of
+// `comm` must call it; `comm` stays usable.
+//
+// # Safety
+// `comm` is a live handle; `newcomm` is NULL (an error) or valid for writing a handle.
+rcollResult_t rcollCommSplit(rcollComm_t comm, int color, int key, rcollComm_t *newcomm);
+
+// The number of ranks.
+//
+// # Safety
+// `comm` is a live handle; `count` is NULL (an error) or valid for writing an int.
+rcollResult_t rcollCommCount(rcollComm_t comm, int *count);
+
+// This rank.
+//
+// # Safety
+// `comm` is a live handle; `rank` is NULL (an error) or valid for writing an int.
+rcollResult_t rcollCommUserRank(rcollComm_t comm, int *rank);
+
+// Aborts the group (the other ranks' calls fail at once, naming this rank) and frees
+// `comm`; queued nonblocking calls fail. A collective already running on the progress
+// thread ends first, at its next failure or timeout.
+//
+// # Safety
+// `comm` is NULL (an error) or a live handle, not used again.
+rcollResult_t rcollCommAbort(rcollComm_t comm);
+
+// Frees `comm` once its queued calls have finished.
+//
+// # Safety
+// `comm` is NULL (an error) or a live handle, not used again.
+rcollResult_t rcollCommDestroy(rcollComm_t comm);
 
 #ifdef __cplusplus
 }  // extern "C"
