@@ -56,6 +56,14 @@ pub enum Command {
     /// What this host has — NUMA nodes, cores, RDMA devices and interfaces with their NUMA
     /// node — and the NUMA node, CPUs and device each local rank would get.
     Topo(TopoArgs),
+    /// Price every algorithm's real schedules from 2 to 65,536 ranks on a two-level
+    /// network (hosts x ranks per host): a table of small-message time and large-message
+    /// bus bandwidth per rank count, and a PNG with --plot.
+    Simulate(SimulateArgs),
+    /// Measure this machine: `--algo all` for each rank count and collective, then write
+    /// a tuning file (the fastest algorithm per size, and alpha/beta/gamma fitted to every
+    /// time) that RCOLL_TUNING_FILE loads.
+    Calibrate(CalibrateArgs),
     /// One rank of `doctor`'s connectivity check (started by `doctor` itself).
     #[command(hide = true)]
     DoctorRank,
@@ -117,8 +125,10 @@ pub struct BenchArgs {
     /// (mpirun, srun, torchrun, RCOLL_RANK) leave it out: the launcher's ranks are used.
     #[arg(long)]
     pub ranks: Option<usize>,
-    /// `auto` (the cost model chooses per size) or an algorithm name (mesh, single_root,
-    /// tree, binomial_tree, naive_ring, ring, double_binary_tree, halving_doubling).
+    /// `auto` (the cost model chooses per size), an algorithm name (mesh, single_root,
+    /// tree, binomial_tree, naive_ring, ring, double_binary_tree, halving_doubling,
+    /// hierarchical), or `all`: every algorithm that serves the collective and auto,
+    /// interleaved at each size (out of place), with auto's regret (its time over the best).
     #[arg(long, default_value = "auto")]
     pub algo: String,
     /// How ranks connect: `tcp` (one process per rank), `verbs` (one process per rank over
@@ -259,6 +269,106 @@ pub struct TopoArgs {
     pub json: bool,
 }
 
+/// Flags of `rcoll-bench simulate`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+The model is plan's alpha-beta-gamma model with two levels: a round costs the slower of its \
+network part (alpha + bytes through the busiest host link / bandwidth) and its part inside \
+hosts (the same at the local rates); reductions cost bytes / reduce rate. Schedules are the \
+ones ranks run, generated one rank at a time; when a job has too many primitives to visit \
+(--budget), a spread sample of hosts is priced and the row is marked *.")]
+pub struct SimulateArgs {
+    /// The collective.
+    #[arg(value_parser = collective, default_value = "all_reduce")]
+    pub collective: Collective,
+    /// Fewest ranks.
+    #[arg(long, default_value_t = 2)]
+    pub min_ranks: usize,
+    /// Most ranks (counts double from --min-ranks up to it).
+    #[arg(long, default_value_t = 65536)]
+    pub max_ranks: usize,
+    /// Ranks per host.
+    #[arg(long, default_value_t = 8)]
+    pub ranks_per_host: usize,
+    /// The latency figure's size in bytes (K, M, G suffixes).
+    #[arg(long, default_value = "8", value_parser = bytes)]
+    pub small: usize,
+    /// The bandwidth figure's size in bytes.
+    #[arg(long, default_value = "64M", value_parser = bytes)]
+    pub large: usize,
+    /// Element type.
+    #[arg(long, default_value = "f32", value_parser = data_type)]
+    pub dtype: DataType,
+    /// Comma-separated algorithms [default: every one that serves the collective].
+    #[arg(long)]
+    pub algo: Option<String>,
+    /// Latency per round across hosts, microseconds [default: 2].
+    #[arg(long, allow_negative_numbers = true)]
+    pub alpha_us: Option<f64>,
+    /// Bandwidth of each host's network link, Gbit/s [default: 100].
+    #[arg(long, allow_negative_numbers = true)]
+    pub bandwidth_gbps: Option<f64>,
+    /// Reduction throughput, GB/s [default: 10].
+    #[arg(long, allow_negative_numbers = true)]
+    pub reduce_gbps: Option<f64>,
+    /// Latency per round inside a host, microseconds [default: 1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub local_alpha_us: Option<f64>,
+    /// Bandwidth between two ranks of a host, Gbit/s [default: 50].
+    #[arg(long, allow_negative_numbers = true)]
+    pub local_bandwidth_gbps: Option<f64>,
+    /// Primitives visited per pricing before hosts are sampled [default: 10000000].
+    #[arg(long)]
+    pub budget: Option<usize>,
+    /// Also draw the table as a PNG.
+    #[arg(long, value_name = "FILE.png")]
+    pub plot: Option<PathBuf>,
+    /// Also write the table as JSON.
+    #[arg(short = 'J', long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// Flags of `rcoll-bench calibrate`.
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// Where to write the tuning file.
+    #[arg(short = 'o', long, value_name = "FILE.json")]
+    pub output: PathBuf,
+    /// Comma-separated rank counts.
+    #[arg(long, default_value = "2,3,4")]
+    pub ranks: String,
+    /// The transport, as the benchmark's --transport.
+    #[arg(long, default_value = "tcp")]
+    pub transport: String,
+    /// Comma-separated collectives.
+    #[arg(
+        long,
+        default_value = "all_reduce,broadcast,reduce,all_gather,reduce_scatter"
+    )]
+    pub collectives: String,
+    /// Smallest size in bytes.
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = bytes)]
+    pub minbytes: usize,
+    /// Largest size in bytes.
+    #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = bytes)]
+    pub maxbytes: usize,
+    /// Size factor between measurements.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
+    pub stepfactor: usize,
+    /// Timed iterations per size and algorithm.
+    #[arg(short = 'n', long = "iters", default_value_t = 10)]
+    pub iters: usize,
+    /// Warmup iterations per size and algorithm.
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 2)]
+    pub warmup_iters: usize,
+    /// Keep what the file already holds for other transports and rank counts.
+    #[arg(long)]
+    pub merge: bool,
+    /// Write only the fitted rates, no per-size rules (auto then chooses by the model).
+    #[arg(long)]
+    pub no_rules: bool,
+}
+
 /// Flags of `rcoll-bench doctor`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
@@ -334,8 +444,17 @@ impl BenchArgs {
                 self.op, self.datatype
             )));
         }
-        let algorithm = rcoll::config::parse_algorithm(&self.algo)
-            .map_err(|e| usage(format!("--algo: {e}")))?;
+        let compare = self.algo.eq_ignore_ascii_case("all");
+        let algorithm = if compare {
+            None
+        } else {
+            rcoll::config::parse_algorithm(&self.algo).map_err(|e| usage(format!("--algo: {e}")))?
+        };
+        if compare && collective == Collective::SendRecv {
+            return Err(usage(
+                "--algo all: sendrecv is point-to-point, no algorithm to compare",
+            ));
+        }
         if let Some(a) = algorithm.filter(|a| !a.serves(collective)) {
             return Err(usage(format!(
                 "--algo {a} does not implement {collective}; it serves: {}",
@@ -362,6 +481,7 @@ impl BenchArgs {
             dtype: self.datatype,
             root: self.root,
             algorithm,
+            compare,
             transport: "local",
             transport_details: String::new(),
             devices: device_list(self.device.as_deref())?,

@@ -10,11 +10,16 @@
 //! rcoll-bench plot tcp.json local.json -o both.png             # one line per file
 //! rcoll-bench all_reduce --transport verbs --device veth0,veth1  # RDMA, ranks on 2 NICs
 //! rcoll-bench doctor                                           # can verbs work here?
+//! rcoll-bench simulate all_reduce --plot scale.png              # 2..65,536 ranks, priced
+//! rcoll-bench all_reduce --ranks 4 --algo all                  # every algorithm, auto's regret
+//! rcoll-bench calibrate -o tuning.json && export RCOLL_TUNING_FILE=tuning.json
 //! ```
 #![forbid(unsafe_code)]
 
 mod args;
 mod busbw;
+mod calibrate;
+mod compare;
 mod data;
 mod doctor;
 mod error;
@@ -27,6 +32,7 @@ mod progress;
 mod rank;
 mod report;
 mod run;
+mod simulate;
 mod spawn;
 mod sweep;
 mod threads;
@@ -49,6 +55,8 @@ fn main() -> ExitCode {
         Some(Command::Plot(args)) => plot::files_chart(&args),
         Some(Command::Doctor(args)) => return doctor::run(&args),
         Some(Command::Topo(args)) => topo::run(&args),
+        Some(Command::Simulate(args)) => simulate::run(args),
+        Some(Command::Calibrate(args)) => calibrate::run(args),
         Some(Command::DoctorRank) => doctor::connect::rank(),
         None => bench(cli.bench),
     };

@@ -29,7 +29,7 @@ const FONT_ENV: &str = "RCOLL_BENCH_FONT";
 pub const SIZE: (u32, u32) = (1200, 720);
 
 /// Tableau 10: distinct for lines next to each other, and legible on white.
-const COLOURS: [RGBColor; 10] = [
+pub const COLOURS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -283,7 +283,7 @@ fn size_labels(lo: f64, hi: f64) -> usize {
 }
 
 /// `log2(bytes)` as "8", "512", "4K", "64M", "1G"; nothing between powers of two.
-fn bytes_label(log2: f64) -> String {
+pub fn bytes_label(log2: f64) -> String {
     if (log2 - log2.round()).abs() > 1e-6 {
         return String::new();
     }

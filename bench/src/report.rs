@@ -35,6 +35,18 @@ pub struct SizeReport {
     pub oop: ModeReport,
     /// In place (`None` for sendrecv, which has no in-place form in rcoll's API).
     pub ip: Option<ModeReport>,
+    /// `--algo all`: auto and every algorithm, their median times out of place.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compared: Option<Vec<VariantTime>>,
+}
+
+/// One variant of an `--algo all` comparison.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct VariantTime {
+    /// `auto` or an algorithm's name.
+    pub algorithm: String,
+    /// Median microseconds of the slowest rank; `None` when a result was wrong.
+    pub time_us: Option<f64>,
 }
 
 /// Timings of one mode of one size.

@@ -13,6 +13,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use rcoll::schedule::BufferLayout;
 use rcoll::{Algorithm, Collective, Communicator, DataType, Element, Layout, Rank, ReduceOp};
 
 use crate::data::Reference;
@@ -21,6 +22,28 @@ use crate::hosts;
 use crate::plan::layout_count;
 use crate::report::{self, ModeReport, SizeReport};
 use crate::sweep::Step;
+
+/// Calls `f::<T>(args...)` for the element type of `dtype`.
+macro_rules! dispatch {
+    ($dtype:expr, [$($f:tt)+], $($arg:expr),*) => {{
+        use half::{bf16, f16};
+        match $dtype {
+            DataType::I8 => $($f)+::<i8>($($arg),*),
+            DataType::U8 => $($f)+::<u8>($($arg),*),
+            DataType::I32 => $($f)+::<i32>($($arg),*),
+            DataType::U32 => $($f)+::<u32>($($arg),*),
+            DataType::I64 => $($f)+::<i64>($($arg),*),
+            DataType::U64 => $($f)+::<u64>($($arg),*),
+            DataType::F16 => $($f)+::<f16>($($arg),*),
+            DataType::Bf16 => $($f)+::<bf16>($($arg),*),
+            DataType::F32 => $($f)+::<f32>($($arg),*),
+            DataType::F64 => $($f)+::<f64>($($arg),*),
+            other => Err(BenchError::Usage(format!(
+                "-d {other} is not supported by rcoll-bench yet"
+            ))),
+        }
+    }};
+}
 
 /// Everything a rank needs to know to run the benchmark.
 #[derive(Clone, Debug)]
@@ -51,6 +74,8 @@ pub struct BenchSpec {
     pub root: usize,
     /// The forced algorithm, `None` for the cost model.
     pub algorithm: Option<Algorithm>,
+    /// `--algo all`: every serving algorithm and auto at each size ([`crate::compare`]).
+    pub compare: bool,
     /// The transport's name.
     pub transport: &'static str,
     /// What it runs on ([`rcoll::Communicator::transport_details`]).
@@ -87,24 +112,12 @@ pub fn run_rank(
     if comm.rank() == 0 {
         print(&report::header(spec, &ranks));
     }
+    if spec.compare {
+        return dispatch!(spec.dtype, [crate::compare::run_typed], comm, spec, print);
+    }
     let mut on_row = |r: &SizeReport| print(&format!("{}\n", report::row(r)));
     let on_row = &mut on_row;
-    use half::{bf16, f16};
-    match spec.dtype {
-        DataType::I8 => run_typed::<i8>(comm, spec, on_row),
-        DataType::U8 => run_typed::<u8>(comm, spec, on_row),
-        DataType::I32 => run_typed::<i32>(comm, spec, on_row),
-        DataType::U32 => run_typed::<u32>(comm, spec, on_row),
-        DataType::I64 => run_typed::<i64>(comm, spec, on_row),
-        DataType::U64 => run_typed::<u64>(comm, spec, on_row),
-        DataType::F16 => run_typed::<f16>(comm, spec, on_row),
-        DataType::Bf16 => run_typed::<bf16>(comm, spec, on_row),
-        DataType::F32 => run_typed::<f32>(comm, spec, on_row),
-        DataType::F64 => run_typed::<f64>(comm, spec, on_row),
-        other => Err(BenchError::Usage(format!(
-            "-d {other} is not supported by rcoll-bench yet"
-        ))),
-    }
+    dispatch!(spec.dtype, [run_typed], comm, spec, on_row)
 }
 
 /// `RCOLL_BENCH_CORRUPT=<rank>`: that rank damages one element of every checked output
@@ -176,7 +189,12 @@ fn run_typed<T: Element>(
 
 /// The bytes a size stands for once rounded down to whole elements (and whole blocks):
 /// what nccl-tests prints and divides by the time.
-fn size_bytes(collective: Collective, count: usize, elem: usize, nranks: usize) -> usize {
+pub(crate) fn size_bytes(
+    collective: Collective,
+    count: usize,
+    elem: usize,
+    nranks: usize,
+) -> usize {
     match collective {
         Collective::AllGather
         | Collective::ReduceScatter
@@ -230,18 +248,62 @@ fn summarise(
         transport: spec.transport.to_owned(),
         oop: mode(0),
         ip: (per_rank_len >= 2 * record).then(|| mode(1)),
+        compared: None,
     }
 }
 
 /// A rank's buffers for one call, allocated through the communicator
 /// ([`Communicator::alloc`]): registered with the device on verbs, so that sends go
 /// zero-copy, as an application that allocates its buffers that way gets.
-enum Buffers<T: Element> {
+pub(crate) enum Buffers<T: Element> {
     Separate {
         send: rcoll::Buffer<T>,
         recv: rcoll::Buffer<T>,
     },
     InPlace(rcoll::Buffer<T>),
+}
+
+impl<T: Element> Buffers<T> {
+    /// Buffers for `extents`, one in place or two.
+    pub(crate) fn new(
+        comm: &mut Communicator,
+        extents: &BufferLayout,
+        in_place: bool,
+    ) -> Result<Buffers<T>, BenchError> {
+        Ok(if in_place {
+            Buffers::InPlace(comm.alloc(extents.storage_len)?)
+        } else {
+            Buffers::Separate {
+                send: comm.alloc(extents.input.len)?,
+                recv: comm.alloc(extents.output.len)?,
+            }
+        })
+    }
+
+    /// The reference input where the call reads it, the sentinel everywhere else.
+    pub(crate) fn fill(&mut self, reference: &Reference<T>, rank: usize, extents: &BufferLayout) {
+        let sentinel = reference.sentinel();
+        match self {
+            Buffers::Separate { send, recv } => {
+                reference.fill_input(rank, send);
+                recv.fill(sentinel);
+            }
+            Buffers::InPlace(buf) => {
+                buf.fill(sentinel);
+                if let Some(input) = buf.get_mut(extents.input.offset..extents.input.end()) {
+                    reference.fill_input(rank, input);
+                }
+            }
+        }
+    }
+
+    /// The call's output.
+    pub(crate) fn output(&self, extents: &BufferLayout) -> Option<&[T]> {
+        match self {
+            Buffers::Separate { recv, .. } => recv.get(..extents.output.len),
+            Buffers::InPlace(buf) => buf.get(extents.output.offset..extents.output.end()),
+        }
+    }
 }
 
 /// Warmup, timed iterations and the checked iteration of one mode of one size
@@ -264,26 +326,8 @@ fn measure<T: Element>(
     };
     let extents = layout.buffers(Rank::from(rank));
     let sentinel = reference.sentinel();
-    let mut buffers = if in_place {
-        Buffers::InPlace(comm.alloc(extents.storage_len)?)
-    } else {
-        Buffers::Separate {
-            send: comm.alloc(extents.input.len)?,
-            recv: comm.alloc(extents.output.len)?,
-        }
-    };
-    let fill = |buffers: &mut Buffers<T>| match buffers {
-        Buffers::Separate { send, recv } => {
-            reference.fill_input(rank, send);
-            recv.fill(sentinel);
-        }
-        Buffers::InPlace(buf) => {
-            buf.fill(sentinel);
-            if let Some(input) = buf.get_mut(extents.input.offset..extents.input.end()) {
-                reference.fill_input(rank, input);
-            }
-        }
-    };
+    let mut buffers = Buffers::new(comm, &extents, in_place)?;
+    let fill = |buffers: &mut Buffers<T>| buffers.fill(reference, rank, &extents);
     fill(&mut buffers);
     comm.barrier()?;
     for _ in 0..spec.warmup {
@@ -313,19 +357,17 @@ fn measure<T: Element>(
                 };
             }
         }
-        let out = match &buffers {
-            Buffers::Separate { recv, .. } => recv.get(..extents.output.len),
-            Buffers::InPlace(buf) => buf.get(extents.output.offset..extents.output.end()),
-        };
-        wrong = out.map_or(extents.output.len as u64, |out| {
-            reference.count_wrong(spec.collective, n, rank, spec.root, count, out)
-        });
+        wrong = buffers
+            .output(&extents)
+            .map_or(extents.output.len as u64, |out| {
+                reference.count_wrong(spec.collective, n, rank, spec.root, count, out)
+            });
     }
     Ok(Sample { times_us, wrong })
 }
 
 /// One call of the collective on `buffers`.
-fn call<T: Element>(
+pub(crate) fn call<T: Element>(
     comm: &mut Communicator,
     spec: &BenchSpec,
     buffers: &mut Buffers<T>,

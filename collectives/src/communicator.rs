@@ -96,15 +96,21 @@ impl Communicator {
             Some(h) => Some(Arc::new(config.network(&h)?)),
             None => None,
         };
-        // Default rates follow the transport of each level (a model set by the caller
-        // stays as it is).
+        // Default rates follow the transport of each level, measured ones
+        // (`RCOLL_TUNING_FILE`) first (a model set by the caller stays as it is).
         let mut config = config;
         let name = transport.name();
-        if config.cost_model == CostModel::default() && name.ends_with("tcp") {
-            config.cost_model = CostModel::tcp();
+        let across = name.rsplit('+').next().unwrap_or(name);
+        let measured = |kind: &str| config.tuning.as_ref().and_then(|t| t.model(kind));
+        if config.cost_model == CostModel::default() {
+            if let Some(m) = measured(across) {
+                config.cost_model = m;
+            } else if across == "tcp" {
+                config.cost_model = CostModel::tcp();
+            }
         }
         let local_model = if name.starts_with("shm") {
-            CostModel::shared_memory()
+            measured("shm").unwrap_or_else(CostModel::shared_memory)
         } else {
             config.cost_model
         };

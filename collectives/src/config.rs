@@ -39,6 +39,9 @@ pub struct Config {
     /// Racks or switches above the hosts: a file of `<host> <rack>` lines, `#` comments
     /// (`RCOLL_NET_FILE`); a host is named by its key or its hostname part.
     pub net_file: Option<std::path::PathBuf>,
+    /// Measured rates and choices (`RCOLL_TUNING_FILE`, written by `rcoll-bench
+    /// calibrate`); see [`crate::tuning`].
+    pub tuning: Option<std::sync::Arc<crate::tuning::Tuning>>,
 }
 
 /// The order ranks stand in on rings.
@@ -60,6 +63,7 @@ impl Default for Config {
             cost_model: CostModel::default(),
             ring_order: RingOrder::Topology,
             net_file: None,
+            tuning: None,
         }
     }
 }
@@ -106,6 +110,11 @@ impl Config {
         }
         if let Some(v) = var("RCOLL_NET_FILE").filter(|v| !v.trim().is_empty()) {
             self.net_file = Some(v.trim().into());
+        }
+        if let Some(v) = var("RCOLL_TUNING_FILE").filter(|v| !v.trim().is_empty()) {
+            let tuning = crate::tuning::Tuning::load(std::path::Path::new(v.trim()))
+                .map_err(|e| Error::Config(format!("RCOLL_TUNING_FILE: {e}")))?;
+            self.tuning = Some(std::sync::Arc::new(tuning));
         }
         self.check()?;
         Ok(self)

@@ -106,7 +106,9 @@ pub mod op;
 pub mod process;
 pub mod schedule;
 pub mod select;
+pub mod simulate;
 mod split;
+pub mod tuning;
 
 pub use algorithm::Algorithm;
 pub use background::{Background, Request};

@@ -40,16 +40,15 @@ impl HostMap {
     /// The map of ranks whose host keys are `keys` (rank `r` has `keys[r]`).
     pub fn from_keys<S: AsRef<str>>(keys: &[S]) -> HostMap {
         let mut hosts: Vec<(String, Vec<Rank>)> = Vec::new();
+        // Key -> host index: tens of thousands of ranks (simulations) in linear time.
+        let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
         let mut place = Vec::with_capacity(keys.len());
         for (r, key) in keys.iter().enumerate() {
             let key = key.as_ref();
-            let h = match hosts.iter().position(|(k, _)| k == key) {
-                Some(h) => h,
-                None => {
-                    hosts.push((key.to_owned(), Vec::new()));
-                    hosts.len() - 1
-                }
-            };
+            let h = *index.entry(key).or_insert_with(|| {
+                hosts.push((key.to_owned(), Vec::new()));
+                hosts.len() - 1
+            });
             place.push((h, hosts[h].1.len()));
             hosts[h].1.push(Rank::from(r));
         }

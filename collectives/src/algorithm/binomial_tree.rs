@@ -18,7 +18,7 @@
 
 use rcoll_transport::Rank;
 
-use super::trees::{compose, Tree};
+use super::trees::{compose, memo, Tree};
 use crate::schedule::{Layout, Schedule};
 
 /// The binomial tree rooted at `root`; each rank lists its largest subtree first.
@@ -35,6 +35,8 @@ pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
     } else {
         Rank(0)
     };
-    let t = binomial(layout.nranks, root);
+    let t = memo(("binomial", layout.nranks, root), || {
+        binomial(layout.nranks, root)
+    });
     compose(layout, rank, &t, &t)
 }

@@ -33,7 +33,7 @@
 use rcoll_transport::Rank;
 
 use super::partition;
-use super::trees::{broadcast_down, reduce_up, Tree};
+use super::trees::{broadcast_down, memo, reduce_up, Tree};
 use crate::schedule::{Collective, Extent, Layout, Primitive, Schedule, Slice};
 
 /// Parent of position `x` in NCCL's in-order binary tree over `n` positions.
@@ -71,7 +71,8 @@ pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
     } else {
         Rank(0)
     };
-    let (a, b) = trees(n, root);
+    let a = memo(("double_binary_a", n, root), || trees(n, root).0);
+    let b = memo(("double_binary_b", n, root), || trees(n, root).1);
     let halves = partition(c, 2);
     let half = |e: Extent| {
         (

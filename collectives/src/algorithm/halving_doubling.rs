@@ -24,7 +24,7 @@
 
 use rcoll_transport::Rank;
 
-use super::partition;
+use super::partition_shared;
 use crate::schedule::{Collective, Extent, Layout, Primitive, Schedule, Slice};
 
 /// The participant structure of one call.
@@ -222,7 +222,7 @@ fn all_reduce(s: &mut Schedule, g: &Group) {
             },
         );
     }
-    let parts = partition(c, g.p2);
+    let parts = partition_shared(c, g.p2);
     halve(
         s,
         g,

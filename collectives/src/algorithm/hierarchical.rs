@@ -145,8 +145,19 @@ fn map_peers(p: Primitive, f: impl Fn(Rank) -> Rank) -> Primitive {
     }
 }
 
+thread_local! {
+    /// [`steps_of`]'s recent answers: every rank of a call asks the same few questions,
+    /// each of which generates every virtual rank's schedule of a level.
+    static STEPS: std::cell::RefCell<super::recent::Recent<Layout, usize>> =
+        const { std::cell::RefCell::new(super::recent::Recent::new(64)) };
+}
+
 /// Steps the sub-layout takes: the most any of its virtual ranks uses.
 fn steps_of(sub: &Layout) -> usize {
+    super::recent::recall(&STEPS, *sub, || count_steps(sub))
+}
+
+fn count_steps(sub: &Layout) -> usize {
     (0..sub.nranks)
         .map(|v| {
             LEVEL

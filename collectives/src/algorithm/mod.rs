@@ -26,6 +26,7 @@ pub mod halving_doubling;
 pub mod hierarchical;
 pub mod mesh;
 pub mod naive_ring;
+mod recent;
 pub mod ring;
 pub mod single_root;
 pub mod tree;
@@ -307,6 +308,22 @@ pub fn partition(count: usize, parts: usize) -> Vec<Extent> {
             e
         })
         .collect()
+}
+
+/// Memory of [`partition_shared`].
+type Partitions = recent::Recent<(usize, usize), std::rc::Rc<Vec<Extent>>>;
+
+thread_local! {
+    static PARTITIONS: std::cell::RefCell<Partitions> =
+        const { std::cell::RefCell::new(recent::Recent::new(4)) };
+}
+
+/// [`partition`], shared with the calls made just before on this thread (every rank of a
+/// layout cuts the vector the same way: see [`recent`]).
+pub(crate) fn partition_shared(count: usize, parts: usize) -> std::rc::Rc<Vec<Extent>> {
+    recent::recall(&PARTITIONS, (count, parts), || {
+        std::rc::Rc::new(partition(count, parts))
+    })
 }
 
 /// `(rank + delta) mod n` for a signed `delta`.

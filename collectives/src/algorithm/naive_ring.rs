@@ -15,7 +15,7 @@
 use rcoll_transport::hosts::HostMap;
 use rcoll_transport::Rank;
 
-use super::trees::{compose, Tree};
+use super::trees::{compose, memo, Tree};
 use crate::schedule::{Layout, Schedule};
 
 /// The chain ending at `root`: rank `root+1` first, each rank passing to the next.
@@ -44,6 +44,10 @@ pub fn schedule(layout: &Layout, rank: Rank, hosts: Option<&HostMap>) -> Schedul
             let from = Tree::rooted_at_order(order, root, |v| (v != 0).then(|| v - 1));
             compose(layout, rank, &to, &from)
         }
-        None => compose(layout, rank, &chain_to(n, root), &chain_from(n, root)),
+        None => {
+            let to = memo(("chain_to", n, root), || chain_to(n, root));
+            let from = memo(("chain_from", n, root), || chain_from(n, root));
+            compose(layout, rank, &to, &from)
+        }
     }
 }

@@ -16,7 +16,7 @@
 
 use rcoll_transport::Rank;
 
-use super::trees::{compose, Tree};
+use super::trees::{compose, memo, Tree};
 use crate::schedule::{Layout, Schedule};
 
 /// The binary tree rooted at `root`.
@@ -31,6 +31,8 @@ pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
     } else {
         Rank(0)
     };
-    let t = binary(layout.nranks, root);
+    let t = memo(("binary", layout.nranks, root), || {
+        binary(layout.nranks, root)
+    });
     compose(layout, rank, &t, &t)
 }

@@ -23,6 +23,22 @@ pub struct Tree {
     children: Vec<Vec<Rank>>,
     height: Vec<usize>,
     depth: Vec<usize>,
+    /// [`Tree::phase_steps`], measured once.
+    phase_steps: usize,
+}
+
+/// Which tree [`memo`] keeps: its shape's name, ranks and root.
+pub(crate) type TreeKey = (&'static str, usize, Rank);
+
+thread_local! {
+    static BUILT: std::cell::RefCell<super::recent::Recent<TreeKey, std::rc::Rc<Tree>>> =
+        const { std::cell::RefCell::new(super::recent::Recent::new(8)) };
+}
+
+/// The tree `key` names, built by `build` unless this thread built it recently (every
+/// rank of a layout builds the same one: see [`super::recent`]).
+pub(crate) fn memo(key: TreeKey, build: impl FnOnce() -> Tree) -> std::rc::Rc<Tree> {
+    super::recent::recall(&BUILT, key, || std::rc::Rc::new(build()))
 }
 
 impl Tree {
@@ -44,6 +60,7 @@ impl Tree {
             children,
             height: vec![0; n],
             depth: vec![0; n],
+            phase_steps: 0,
         };
         t.measure();
         t
@@ -102,6 +119,10 @@ impl Tree {
                 .unwrap_or(0);
             self.height[r.index()] = h;
         }
+        self.phase_steps = self
+            .max_height()
+            .max(self.depth.iter().copied().max().unwrap_or(0))
+            + 1;
     }
 
     /// The root.
@@ -152,9 +173,7 @@ impl Tree {
 
     /// Number of steps a phase over this tree uses (up and down take the same).
     pub fn phase_steps(&self) -> usize {
-        self.max_height()
-            .max(self.depth.iter().copied().max().unwrap_or(0))
-            + 1
+        self.phase_steps
     }
 }
 

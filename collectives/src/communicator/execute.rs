@@ -96,6 +96,13 @@ impl Communicator {
         match self.config.algorithm {
             Some(a) if a.serves(layout.collective) => Ok(a),
             _ => {
+                let bytes = layout.count.saturating_mul(elem_size);
+                let measured = self.config.tuning.as_ref().and_then(|t| {
+                    t.rule(self.transport.name(), layout.collective, self.nranks, bytes)
+                });
+                if let Some(a) = measured.filter(|a| a.serves(layout.collective)) {
+                    return Ok(a);
+                }
                 let levels = self
                     .hosts
                     .as_deref()

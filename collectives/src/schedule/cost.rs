@@ -53,7 +53,7 @@ impl CostModel {
 }
 
 /// Machine parameters for the alpha-beta-gamma model.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CostModel {
     /// Per-round latency in microseconds (alpha).
     pub alpha_us: f64,
@@ -130,6 +130,8 @@ pub fn cost_levels(
     let mut local_received = vec![vec![0u64; n]; nsteps];
     let mut reduced = vec![vec![0u64; n]; nsteps];
     let mut round = vec![false; nsteps];
+    let mut global_messages = vec![false; nsteps];
+    let mut local_messages = vec![false; nsteps];
     let mut total_bytes = 0u64;
     let mut messages = 0u64;
     let (mut cross_host_messages, mut cross_host_bytes) = (0u64, 0u64);
@@ -144,8 +146,10 @@ pub fn cost_levels(
             for to in p.send_to() {
                 round[s] = true;
                 let (tx, rx) = if same_host(r, to.index()) {
+                    local_messages[s] = true;
                     (&mut local_sent, &mut local_received)
                 } else {
+                    global_messages[s] = true;
                     if levels.is_some() {
                         cross_host_messages += 1;
                         cross_host_bytes += bytes;
@@ -162,48 +166,35 @@ pub fn cost_levels(
             }
         }
     }
-    let gamma_us_per_byte = 1.0 / (model.reduce_gbytes_per_s * 1e3);
-    let mut predicted_us = 0.0;
-    let mut max_step = 0u64;
-    for s in 0..nsteps {
-        // Across hosts: per host link with levels, per rank without.
-        let busiest = match levels {
-            Some(l) => (0..l.hosts.nhosts())
-                .map(|h| {
-                    let m = l.hosts.members(h);
-                    let out: u64 = m.iter().map(|r| sent[s][r.index()]).sum();
-                    let inn: u64 = m.iter().map(|r| received[s][r.index()]).sum();
-                    out.max(inn)
-                })
+    let rounds: Vec<Round> = (0..nsteps)
+        .map(|s| Round {
+            sends: round[s],
+            global_messages: global_messages[s],
+            local_messages: local_messages[s],
+            // Across hosts: per host link with levels, per rank without.
+            global: match levels {
+                Some(l) => (0..l.hosts.nhosts())
+                    .map(|h| {
+                        let m = l.hosts.members(h);
+                        let out: u64 = m.iter().map(|r| sent[s][r.index()]).sum();
+                        let inn: u64 = m.iter().map(|r| received[s][r.index()]).sum();
+                        out.max(inn)
+                    })
+                    .max()
+                    .unwrap_or(0),
+                None => (0..n)
+                    .map(|r| sent[s][r].max(received[s][r]))
+                    .max()
+                    .unwrap_or(0),
+            },
+            local: (0..n)
+                .map(|r| local_sent[s][r].max(local_received[s][r]))
                 .max()
                 .unwrap_or(0),
-            None => (0..n)
-                .map(|r| sent[s][r].max(received[s][r]))
-                .max()
-                .unwrap_or(0),
-        };
-        let local_busiest = (0..n)
-            .map(|r| local_sent[s][r].max(local_received[s][r]))
-            .max()
-            .unwrap_or(0);
-        if round[s] {
-            let global = if busiest > 0 || levels.is_none() {
-                model.alpha_us + model.beta() * busiest as f64
-            } else {
-                0.0
-            };
-            let local = match levels {
-                Some(l) if local_busiest > 0 => {
-                    l.local.alpha_us + l.local.beta() * local_busiest as f64
-                }
-                _ => 0.0,
-            };
-            predicted_us += global.max(local);
-            max_step = max_step.max(busiest.max(local_busiest));
-        }
-        let reduce = reduced[s].iter().copied().max().unwrap_or(0);
-        predicted_us += gamma_us_per_byte * reduce as f64;
-    }
+            reduced: reduced[s].iter().copied().max().unwrap_or(0),
+        })
+        .collect();
+    let (predicted_us, max_step) = price_rounds(&rounds, model, levels.map(|l| &l.local));
     Cost {
         steps: round.iter().filter(|r| **r).count(),
         total_bytes,
@@ -214,4 +205,51 @@ pub fn cost_levels(
         cross_host_bytes,
         predicted_us,
     }
+}
+
+/// One round's busiest loads, the inputs of the model's sum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Round {
+    /// Whether any rank sends in it.
+    pub sends: bool,
+    /// Whether a message crosses hosts in it (any message, without levels).
+    pub global_messages: bool,
+    /// Whether a message stays inside a host in it (with levels).
+    pub local_messages: bool,
+    /// Bytes over the busiest network link, one direction (per host link with levels).
+    pub global: u64,
+    /// Bytes over the busiest rank's connections inside its host, one direction.
+    pub local: u64,
+    /// Bytes the busiest rank reduces.
+    pub reduced: u64,
+}
+
+/// The model's sum over `rounds`, and the most bytes of any one round. With `local`
+/// (two levels), a round costs the slower of its two levels, and a level no message of
+/// the round uses costs nothing (an empty message still costs its level's latency).
+pub(crate) fn price_rounds(
+    rounds: &[Round],
+    model: &CostModel,
+    local: Option<&CostModel>,
+) -> (f64, u64) {
+    let gamma_us_per_byte = 1.0 / (model.reduce_gbytes_per_s * 1e3);
+    let mut predicted_us = 0.0;
+    let mut max_step = 0u64;
+    for r in rounds {
+        if r.sends {
+            let global = if r.global_messages || local.is_none() {
+                model.alpha_us + model.beta() * r.global as f64
+            } else {
+                0.0
+            };
+            let within = match local {
+                Some(l) if r.local_messages => l.alpha_us + l.beta() * r.local as f64,
+                _ => 0.0,
+            };
+            predicted_us += global.max(within);
+            max_step = max_step.max(r.global.max(r.local));
+        }
+        predicted_us += gamma_us_per_byte * r.reduced as f64;
+    }
+    (predicted_us, max_step)
 }

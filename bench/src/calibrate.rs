@@ -1,0 +1,418 @@
+//! `rcoll-bench calibrate`: measures this machine and writes a tuning file
+//! (`RCOLL_TUNING_FILE`, [`rcoll::tuning`]).
+//!
+//! For each rank count and collective it runs `rcoll-bench <collective> --algo all` as a
+//! child process (the same ranks, transport and sizes a user would benchmark), then:
+//! - **rules**: per size, the algorithm measured fastest;
+//! - **rates**: alpha, beta and gamma fitted to every measured time at once. Each
+//!   algorithm's schedule is priced with unit rates, which splits its model time into
+//!   rounds `R`, bytes through the busiest rank `B` and bytes reduced `G`, so that
+//!   `t = alpha R + beta B + gamma G` is linear in the rates; they are fitted by least
+//!   squares on relative error (small and large sizes count alike), constrained to be
+//!   non-negative.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rcoll::schedule::cost::{cost, CostModel};
+use rcoll::tuning::{RuleEntry, TuningFile, VERSION};
+use rcoll::{Algorithm, Collective, DataType, Layout, Rank};
+
+use crate::args::CalibrateArgs;
+use crate::error::{usage, BenchError};
+use crate::output::print;
+use crate::report::VariantTime;
+
+/// The fields of a `-J` record of `--algo all` calibration reads.
+#[derive(Debug, serde::Deserialize)]
+struct Record {
+    collective: String,
+    nranks: usize,
+    count: usize,
+    #[serde(rename = "type")]
+    dtype: String,
+    transport: String,
+    #[serde(default)]
+    compared: Option<Vec<VariantTime>>,
+}
+
+/// One measured time with its schedule's unit prices.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sample {
+    /// Rounds.
+    pub rounds: f64,
+    /// Bytes through the busiest rank, summed over rounds.
+    pub bytes: f64,
+    /// Bytes reduced by the busiest rank, summed over steps.
+    pub reduced: f64,
+    /// Measured microseconds.
+    pub time_us: f64,
+}
+
+/// `rcoll-bench calibrate`.
+pub fn run(args: CalibrateArgs) -> Result<(), BenchError> {
+    let ranks = list(&args.ranks, "--ranks", |s| {
+        s.parse::<usize>().ok().filter(|n| *n >= 2)
+    })?;
+    let collectives = list(&args.collectives, "--collectives", |s| {
+        s.parse::<Collective>()
+            .ok()
+            .filter(|c| Collective::SCHEDULED.contains(c))
+    })?;
+    let exe =
+        std::env::current_exe().map_err(|e| usage(format!("cannot find rcoll-bench: {e}")))?;
+    let scratch = std::env::temp_dir().join(format!("rcoll-calibrate-{}.json", std::process::id()));
+    let mut file = match (&args.merge, std::fs::read_to_string(&args.output)) {
+        (true, Ok(text)) => {
+            serde_json::from_str::<TuningFile>(&text).map_err(|source| BenchError::NotAReport {
+                path: args.output.clone(),
+                source,
+            })?
+        }
+        _ => TuningFile {
+            version: VERSION,
+            ..TuningFile::default()
+        },
+    };
+    let mut samples: Vec<(String, Sample)> = Vec::new();
+    let mut new_rules: Vec<RuleEntry> = Vec::new();
+    for &n in &ranks {
+        for &c in &collectives {
+            print(&format!(
+                "# calibrate: {c} on {n} ranks over {}\n",
+                args.transport
+            ));
+            let status = Command::new(&exe)
+                .arg(c.name())
+                .args(["--algo", "all", "--ranks", &n.to_string()])
+                .args(["--transport", &args.transport])
+                .args([
+                    "-b",
+                    &args.minbytes.to_string(),
+                    "-e",
+                    &args.maxbytes.to_string(),
+                ])
+                .args(["-f", &args.stepfactor.to_string()])
+                .args([
+                    "-n",
+                    &args.iters.to_string(),
+                    "-w",
+                    &args.warmup_iters.to_string(),
+                ])
+                .arg("-J")
+                .arg(&scratch)
+                .status()
+                .map_err(|e| usage(format!("cannot run {}: {e}", exe.display())))?;
+            if !status.success() {
+                let _ = std::fs::remove_file(&scratch);
+                return Err(usage(format!(
+                    "the --algo all run of {c} on {n} ranks failed ({status})"
+                )));
+            }
+            let records = read(&scratch)?;
+            let _ = std::fs::remove_file(&scratch);
+            for r in &records {
+                let (rules, measured) = digest(r)?;
+                new_rules.extend(rules);
+                samples.extend(measured);
+            }
+        }
+    }
+    // New measurements replace old ones of the same transport, collective and rank count.
+    file.rules.retain(|old| {
+        !new_rules.iter().any(|r| {
+            r.transport == old.transport && r.collective == old.collective && r.nranks == old.nranks
+        })
+    });
+    if !args.no_rules {
+        file.rules.extend(new_rules);
+    }
+    let mut kinds: Vec<String> = samples.iter().map(|(k, _)| k.clone()).collect();
+    kinds.sort();
+    kinds.dedup();
+    for kind in kinds {
+        let of_kind: Vec<Sample> = samples
+            .iter()
+            .filter(|(k, _)| *k == kind)
+            .map(|(_, s)| *s)
+            .collect();
+        let Some(model) = fit(&of_kind) else {
+            print(&format!("# {kind}: too few samples to fit rates\n"));
+            continue;
+        };
+        print(&format!(
+            "# {kind}: alpha {:.2} us, {:.2} Gbit/s, reduce {:.2} GB/s; median error {:.0}% over {} times\n",
+            model.alpha_us,
+            model.bandwidth_gbps,
+            model.reduce_gbytes_per_s,
+            100.0 * median_error(&model, &of_kind),
+            of_kind.len()
+        ));
+        file.models.insert(kind, model);
+    }
+    let text = serde_json::to_string_pretty(&file)? + "\n";
+    std::fs::write(&args.output, text).map_err(|source| BenchError::Write {
+        path: args.output.clone(),
+        source,
+    })?;
+    print(&format!(
+        "# wrote {} ({} rules, {} models): use it with RCOLL_TUNING_FILE={}\n",
+        args.output.display(),
+        file.rules.len(),
+        file.models.len(),
+        args.output.display()
+    ));
+    Ok(())
+}
+
+fn list<T>(
+    text: &str,
+    flag: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> Result<Vec<T>, BenchError> {
+    text.split(',')
+        .map(|s| parse(s.trim()).ok_or_else(|| usage(format!("{flag}: {s:?} is not valid"))))
+        .collect()
+}
+
+fn read(path: &Path) -> Result<Vec<Record>, BenchError> {
+    let text = std::fs::read_to_string(path).map_err(|source| BenchError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|source| BenchError::NotAReport {
+        path: PathBuf::from(path),
+        source,
+    })
+}
+
+/// One size's rule (the fastest algorithm) and its samples, keyed by the model they fit:
+/// `shm` for shared memory inside the host, else the transport's name.
+/// A record's rule and its samples keyed by model.
+type Digest = (Option<RuleEntry>, Vec<(String, Sample)>);
+
+fn digest(r: &Record) -> Result<Digest, BenchError> {
+    let bad = |what: String| usage(format!("calibration record: {what}"));
+    let collective = r.collective.parse::<Collective>().map_err(bad)?;
+    let dtype = r
+        .dtype
+        .parse::<DataType>()
+        .map_err(|e| bad(e.to_string()))?;
+    let elem = dtype.size();
+    let kind = if r.transport.starts_with("shm") {
+        "shm".to_owned()
+    } else {
+        r.transport
+            .rsplit('+')
+            .next()
+            .unwrap_or(&r.transport)
+            .to_owned()
+    };
+    let mut best: Option<(Algorithm, f64)> = None;
+    let mut samples = Vec::new();
+    let layout = Layout {
+        collective,
+        nranks: r.nranks,
+        count: r.count,
+        root: Rank(0),
+        in_place: false,
+    };
+    for v in r.compared.iter().flatten() {
+        let (Ok(a), Some(t)) = (v.algorithm.parse::<Algorithm>(), v.time_us) else {
+            continue;
+        };
+        if best.is_none_or(|(_, b)| t < b) {
+            best = Some((a, t));
+        }
+        if let Ok(schedules) = a.schedules(&layout) {
+            let unit = |m: CostModel| cost(&schedules, elem, &m).predicted_us;
+            samples.push((
+                kind.clone(),
+                Sample {
+                    rounds: unit(CostModel {
+                        alpha_us: 1.0,
+                        bandwidth_gbps: f64::INFINITY,
+                        reduce_gbytes_per_s: f64::INFINITY,
+                    }),
+                    bytes: unit(CostModel {
+                        alpha_us: 0.0,
+                        bandwidth_gbps: 0.008,
+                        reduce_gbytes_per_s: f64::INFINITY,
+                    }),
+                    reduced: unit(CostModel {
+                        alpha_us: 0.0,
+                        bandwidth_gbps: f64::INFINITY,
+                        reduce_gbytes_per_s: 0.001,
+                    }),
+                    time_us: t,
+                },
+            ));
+        }
+    }
+    let rule = best.map(|(a, _)| RuleEntry {
+        transport: r.transport.clone(),
+        collective: r.collective.clone(),
+        nranks: r.nranks,
+        bytes: r.count * elem,
+        algorithm: a.name().to_owned(),
+    });
+    Ok((rule, samples))
+}
+
+/// Non-negative least squares on relative error: `alpha R + beta B + gamma G ~ t`.
+pub fn fit(samples: &[Sample]) -> Option<CostModel> {
+    let rows: Vec<[f64; 3]> = samples
+        .iter()
+        .filter(|s| s.time_us > 0.0 && s.time_us.is_finite())
+        .map(|s| {
+            [
+                s.rounds / s.time_us,
+                s.bytes / s.time_us,
+                s.reduced / s.time_us,
+            ]
+        })
+        .collect();
+    if rows.len() < 3 {
+        return None;
+    }
+    // A term no sample has (no reductions measured) cannot be fitted: it stays free.
+    let mut active = [0, 1, 2].map(|i| rows.iter().any(|r| r[i] > 0.0));
+    let mut x = [0.0; 3];
+    for _ in 0..3 {
+        x = solve(&rows, active)?;
+        match (0..3).find(|&i| active[i] && x[i] < 0.0) {
+            Some(i) => active[i] = false,
+            None => break,
+        }
+    }
+    let [alpha, beta, gamma] = x.map(|v| v.max(0.0));
+    // beta and gamma are microseconds per byte; a rate of zero cost is "very fast".
+    let rate = |per_byte: f64, scale: f64| {
+        if per_byte > 0.0 {
+            (scale / (per_byte * 1e3)).min(1e5)
+        } else {
+            1e5
+        }
+    };
+    Some(CostModel {
+        alpha_us: alpha,
+        bandwidth_gbps: rate(beta, 8.0),
+        reduce_gbytes_per_s: rate(gamma, 1.0),
+    })
+}
+
+/// The least-squares solution of `rows . x = 1` over the `active` unknowns (the others 0).
+fn solve(rows: &[[f64; 3]], active: [bool; 3]) -> Option<[f64; 3]> {
+    let idx: Vec<usize> = (0..3).filter(|&i| active[i]).collect();
+    let k = idx.len();
+    if k == 0 {
+        return Some([0.0; 3]);
+    }
+    // Normal equations, scaled per column so that bytes and rounds are comparable.
+    let scale: Vec<f64> = idx
+        .iter()
+        .map(|&i| {
+            let s = rows.iter().map(|r| r[i] * r[i]).sum::<f64>().sqrt();
+            if s > 0.0 {
+                s
+            } else {
+                1.0
+            }
+        })
+        .collect();
+    let mut m = vec![vec![0.0; k + 1]; k];
+    for r in rows {
+        for a in 0..k {
+            let ra = r[idx[a]] / scale[a];
+            for b in 0..k {
+                m[a][b] += ra * r[idx[b]] / scale[b];
+            }
+            m[a][k] += ra;
+        }
+    }
+    // Gaussian elimination with partial pivoting.
+    for col in 0..k {
+        let pivot = (col..k).max_by(|&a, &b| m[a][col].abs().total_cmp(&m[b][col].abs()))?;
+        if m[pivot][col].abs() < 1e-12 {
+            return None;
+        }
+        m.swap(col, pivot);
+        let pivot_row = m[col].clone();
+        for (row, values) in m.iter_mut().enumerate() {
+            if row != col {
+                let f = values[col] / pivot_row[col];
+                for (v, p) in values.iter_mut().zip(&pivot_row).skip(col) {
+                    *v -= f * p;
+                }
+            }
+        }
+    }
+    let mut x = [0.0; 3];
+    for (a, &i) in idx.iter().enumerate() {
+        x[i] = m[a][k] / m[a][a] / scale[a];
+    }
+    Some(x)
+}
+
+/// The median of |predicted - measured| / measured.
+pub fn median_error(model: &CostModel, samples: &[Sample]) -> f64 {
+    let beta = 8.0 / (model.bandwidth_gbps * 1e3);
+    let gamma = 1.0 / (model.reduce_gbytes_per_s * 1e3);
+    let mut errors: Vec<f64> = samples
+        .iter()
+        .map(|s| {
+            let predicted = model.alpha_us * s.rounds + beta * s.bytes + gamma * s.reduced;
+            (predicted - s.time_us).abs() / s.time_us
+        })
+        .collect();
+    errors.sort_by(f64::total_cmp);
+    errors.get(errors.len() / 2).copied().unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Times made from known rates (with 5% of deterministic noise) give those rates back.
+    #[test]
+    fn the_fit_recovers_known_rates() {
+        let (alpha, beta, gamma) = (25.0, 8.0 / (12.0 * 1e3), 1.0 / (3.0 * 1e3));
+        let samples: Vec<Sample> = (0..40)
+            .map(|i| {
+                let rounds = (1 + i % 7) as f64;
+                let bytes = 8.0 * 4f64.powi(i % 12);
+                let reduced = if i % 3 == 0 { 0.0 } else { bytes / 2.0 };
+                let noise = 1.0 + 0.05 * ((i * 7919) % 11) as f64 / 10.0 - 0.025;
+                Sample {
+                    rounds,
+                    bytes,
+                    reduced,
+                    time_us: (alpha * rounds + beta * bytes + gamma * reduced) * noise,
+                }
+            })
+            .collect();
+        let m = fit(&samples).expect("fitted");
+        assert!((m.alpha_us / alpha - 1.0).abs() < 0.1, "{m:?}");
+        assert!((m.bandwidth_gbps / 12.0 - 1.0).abs() < 0.1, "{m:?}");
+        assert!((m.reduce_gbytes_per_s / 3.0 - 1.0).abs() < 0.2, "{m:?}");
+        assert!(median_error(&m, &samples) < 0.05);
+    }
+
+    /// A term the data cannot support (no reductions at all) comes out as a free rate,
+    /// never a negative one.
+    #[test]
+    fn unsupported_terms_are_free_not_negative() {
+        let samples: Vec<Sample> = (0..10)
+            .map(|i| Sample {
+                rounds: 2.0,
+                bytes: 1000.0 * (i + 1) as f64,
+                reduced: 0.0,
+                time_us: 10.0 + 0.001 * 1000.0 * (i + 1) as f64,
+            })
+            .collect();
+        let m = fit(&samples).expect("fitted");
+        assert!(m.alpha_us > 0.0 && m.bandwidth_gbps > 0.0, "{m:?}");
+        assert_eq!(m.reduce_gbytes_per_s, 1e5);
+        assert!(fit(&samples[..2]).is_none());
+    }
+}

@@ -1,0 +1,353 @@
+//! `--algo all`: at each size, auto and every algorithm that serves the collective, their
+//! calls interleaved (iteration i of every variant before iteration i+1 of any, so that
+//! drift in the machine's speed falls on all alike), out of place, each result checked;
+//! then auto's regret, its time over the best algorithm's.
+//!
+//! A variant's time is the median over iterations of the slowest rank's time of that
+//! iteration: the collective ends when its last rank does, and the median keeps one
+//! descheduled iteration from deciding a comparison.
+
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use rcoll::{Algorithm, Communicator, Element, Layout, Rank};
+
+use crate::data::Reference;
+use crate::error::BenchError;
+use crate::plan::layout_count;
+use crate::report::{ModeReport, SizeReport, VariantTime};
+use crate::run::{call, size_bytes, BenchSpec, Buffers};
+
+/// Regret above this is flagged in the table (the target the issue sets for auto).
+pub const REGRET_LIMIT: f64 = 1.10;
+
+/// Beyond this many ranks the quadratic algorithms are left out, as `Auto` leaves them.
+const QUADRATIC_LIMIT: usize = 64;
+
+/// Auto (`None`) first, then every algorithm that serves the collective on `n` ranks.
+pub fn variants(spec: &BenchSpec, n: usize) -> Vec<Option<Algorithm>> {
+    std::iter::once(None)
+        .chain(
+            Algorithm::ALL
+                .into_iter()
+                .filter(|a| a.serves(spec.collective))
+                .filter(|a| {
+                    n <= QUADRATIC_LIMIT || !matches!(a, Algorithm::Mesh | Algorithm::SingleRoot)
+                })
+                .map(Some),
+        )
+        .collect()
+}
+
+/// One size's result on rank 0.
+#[derive(Clone, Debug)]
+pub struct Compared {
+    /// Bytes, nccl-tests' convention.
+    pub size: usize,
+    /// What auto chose.
+    pub choice: Algorithm,
+    /// Per variant (as [`variants`]): median time in microseconds, `None` if a result was wrong.
+    pub times_us: Vec<Option<f64>>,
+}
+
+impl Compared {
+    /// The fastest forced algorithm and its time.
+    pub fn best(&self, variants: &[Option<Algorithm>]) -> Option<(Algorithm, f64)> {
+        variants
+            .iter()
+            .zip(&self.times_us)
+            .filter_map(|(v, t)| Some(((*v)?, (*t)?)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+    }
+
+    /// Auto's time over the best algorithm's.
+    pub fn regret(&self, variants: &[Option<Algorithm>]) -> Option<f64> {
+        let auto = self.times_us.first().copied().flatten()?;
+        let (_, best) = self.best(variants)?;
+        (best > 0.0).then(|| auto / best)
+    }
+}
+
+/// Runs the comparison on this rank; rank 0 prints the table through `print` and returns
+/// auto's reports (for `-J` and `--plot`).
+pub fn run_typed<T: Element>(
+    comm: &mut Communicator,
+    spec: &BenchSpec,
+    print: &mut dyn FnMut(&str),
+) -> Result<Vec<SizeReport>, BenchError> {
+    let (n, rank) = (comm.size(), comm.rank());
+    let elem = std::mem::size_of::<T>();
+    let reference = Reference::<T>::new(spec.op, n);
+    let variants = variants(spec, n);
+    if rank == 0 {
+        print(&header(spec, &variants));
+    }
+    let mut reports = Vec::new();
+    let mut worst: Option<(f64, usize)> = None;
+    for &size in &spec.sizes {
+        let count = layout_count(spec.collective, size, elem, n);
+        let layout = Layout {
+            collective: spec.collective,
+            nranks: n,
+            count,
+            root: Rank::from(spec.root),
+            in_place: false,
+        };
+        let extents = layout.buffers(Rank::from(rank));
+        let mut buffers = Buffers::<T>::new(comm, &extents, false)?;
+        buffers.fill(&reference, rank, &extents);
+        comm.barrier()?;
+        for v in &variants {
+            for _ in 0..spec.warmup {
+                call_variant(comm, spec, *v, &mut buffers)?;
+            }
+        }
+        comm.barrier()?;
+        let mut times = vec![Vec::with_capacity(spec.iters); variants.len()];
+        for _ in 0..spec.iters {
+            for (i, v) in variants.iter().enumerate() {
+                let start = Instant::now();
+                call_variant(comm, spec, *v, &mut buffers)?;
+                times[i].push(start.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        let mut wrong = vec![0u64; variants.len()];
+        if spec.check {
+            for (i, v) in variants.iter().enumerate() {
+                buffers.fill(&reference, rank, &extents);
+                call_variant(comm, spec, *v, &mut buffers)?;
+                wrong[i] = buffers
+                    .output(&extents)
+                    .map_or(extents.output.len as u64, |out| {
+                        reference.count_wrong(spec.collective, n, rank, spec.root, count, out)
+                    });
+            }
+        }
+        // [wrong, times...] per variant, the same length on every rank.
+        let local: Vec<f64> = wrong
+            .iter()
+            .zip(&times)
+            .flat_map(|(w, t)| std::iter::once(*w as f64).chain(t.iter().copied()))
+            .collect();
+        let mut gathered = if rank == 0 {
+            vec![0.0; local.len() * n]
+        } else {
+            Vec::new()
+        };
+        comm.gather(&local, &mut gathered, 0)?;
+        if rank != 0 {
+            continue;
+        }
+        let choice = comm.algorithm_for::<T>(spec.collective, count, spec.root, false);
+        let bytes = size_bytes(spec.collective, count, elem, n);
+        let (compared, auto_report) = summarise(spec, &variants, &gathered, n, bytes, choice);
+        if let Some(r) = compared.regret(&variants) {
+            if worst.is_none_or(|(w, _)| r > w) {
+                worst = Some((r, bytes));
+            }
+        }
+        print(&row(&compared, &variants));
+        reports.push(SizeReport {
+            collective: spec.collective,
+            nranks: n,
+            size: bytes,
+            count,
+            dtype: spec.dtype,
+            redop: if spec.collective.reduces() {
+                spec.op.to_string()
+            } else {
+                "none".to_owned()
+            },
+            root: if spec.collective.is_rooted() {
+                spec.root as i64
+            } else {
+                -1
+            },
+            algorithm: choice.to_string(),
+            transport: spec.transport.to_owned(),
+            oop: auto_report,
+            ip: None,
+            compared: Some(
+                variants
+                    .iter()
+                    .zip(&compared.times_us)
+                    .map(|(v, t)| VariantTime {
+                        algorithm: v.map_or_else(|| "auto".to_owned(), |a| a.name().to_owned()),
+                        time_us: *t,
+                    })
+                    .collect(),
+            ),
+        });
+    }
+    if rank == 0 {
+        print(&match worst {
+            Some((r, bytes)) => format!(
+                "# auto's regret: worst {r:.2} at {bytes} B ({})\n",
+                if r <= REGRET_LIMIT {
+                    format!("<= {REGRET_LIMIT:.2} at every size")
+                } else {
+                    format!("above {REGRET_LIMIT:.2}: the sizes marked !")
+                }
+            ),
+            None => "# auto's regret: nothing to compare\n".to_owned(),
+        });
+    }
+    Ok(reports)
+}
+
+/// One call through auto or a forced algorithm.
+fn call_variant<T: Element>(
+    comm: &mut Communicator,
+    spec: &BenchSpec,
+    variant: Option<Algorithm>,
+    buffers: &mut Buffers<T>,
+) -> Result<(), BenchError> {
+    match variant {
+        None => call(comm, spec, buffers),
+        Some(a) => call(&mut comm.with_algorithm(a), spec, buffers),
+    }
+}
+
+/// Rank 0's figures for one size from the gathered `[wrong, times...]` records, and
+/// auto's report in the usual form.
+fn summarise(
+    spec: &BenchSpec,
+    variants: &[Option<Algorithm>],
+    gathered: &[f64],
+    n: usize,
+    bytes: usize,
+    choice: Algorithm,
+) -> (Compared, ModeReport) {
+    let record = spec.iters + 1;
+    let per_rank = gathered.len() / n.max(1);
+    let ranks: Vec<&[f64]> = gathered.chunks(per_rank.max(1)).collect();
+    let times_of = |v: usize| -> Vec<&[f64]> {
+        ranks
+            .iter()
+            .filter_map(|r| r.get(v * record + 1..(v + 1) * record))
+            .collect()
+    };
+    let wrong_of =
+        |v: usize| -> u64 { ranks.iter().filter_map(|r| r.get(v * record)).sum::<f64>() as u64 };
+    let times_us = (0..variants.len())
+        .map(|v| (wrong_of(v) == 0).then(|| median_of_slowest(&times_of(v))))
+        .collect();
+    let auto = ModeReport::from_ranks(
+        &times_of(0),
+        spec.check.then(|| wrong_of(0)),
+        bytes,
+        spec.collective,
+    );
+    (
+        Compared {
+            size: bytes,
+            choice,
+            times_us,
+        },
+        auto,
+    )
+}
+
+/// The median over iterations of the slowest rank's time in each.
+pub fn median_of_slowest(per_rank: &[&[f64]]) -> f64 {
+    let iters = per_rank.iter().map(|t| t.len()).min().unwrap_or(0);
+    let mut slowest: Vec<f64> = (0..iters)
+        .map(|i| per_rank.iter().map(|t| t[i]).fold(0.0, f64::max))
+        .collect();
+    if slowest.is_empty() {
+        return 0.0;
+    }
+    slowest.sort_by(f64::total_cmp);
+    let mid = slowest.len() / 2;
+    if slowest.len() % 2 == 1 {
+        slowest[mid]
+    } else {
+        (slowest[mid - 1] + slowest[mid]) / 2.0
+    }
+}
+
+fn short(v: Option<Algorithm>) -> &'static str {
+    match v {
+        None => "auto",
+        Some(Algorithm::Mesh) => "mesh",
+        Some(Algorithm::SingleRoot) => "single",
+        Some(Algorithm::Tree) => "tree",
+        Some(Algorithm::BinomialTree) => "binom",
+        Some(Algorithm::NaiveRing) => "nring",
+        Some(Algorithm::Ring) => "ring",
+        Some(Algorithm::DoubleBinaryTree) => "dbt",
+        Some(Algorithm::HalvingDoubling) => "hd",
+        Some(Algorithm::Hierarchical) => "hier",
+        Some(_) => "other",
+    }
+}
+
+fn header(spec: &BenchSpec, variants: &[Option<Algorithm>]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "# --algo all: out of place, {} interleaved iterations after {} warmup each; time (us) = \
+         median over iterations of the slowest rank; regret = auto / best; x = a wrong result",
+        spec.iters, spec.warmup
+    );
+    let _ = write!(s, "# {:>10}  {:>18}", "size (B)", "auto's choice");
+    for v in variants {
+        let _ = write!(s, " {:>9}", short(*v));
+    }
+    let _ = writeln!(s, "  {:>6} {:>7}", "best", "regret");
+    s
+}
+
+fn row(c: &Compared, variants: &[Option<Algorithm>]) -> String {
+    let mut s = format!("  {:>10}  {:>18}", c.size, c.choice.name());
+    for t in &c.times_us {
+        match t {
+            Some(t) => {
+                let _ = write!(s, " {t:>9.1}");
+            }
+            None => {
+                let _ = write!(s, " {:>9}", "x");
+            }
+        }
+    }
+    match (c.best(variants), c.regret(variants)) {
+        (Some((a, _)), Some(r)) => {
+            let flag = if r > REGRET_LIMIT { " !" } else { "" };
+            let _ = write!(s, "  {:>6} {r:>7.2}{flag}", short(Some(a)));
+        }
+        _ => s.push_str("       -       -"),
+    }
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_median_is_over_the_slowest_rank_of_each_iteration() {
+        let a = [1.0, 10.0, 3.0];
+        let b = [2.0, 1.0, 30.0];
+        assert_eq!(median_of_slowest(&[&a, &b]), 10.0);
+        assert_eq!(median_of_slowest(&[&[1.0, 3.0][..]]), 2.0);
+        assert_eq!(median_of_slowest(&[]), 0.0);
+    }
+
+    #[test]
+    fn regret_is_auto_over_the_best_forced_algorithm() {
+        let variants = [None, Some(Algorithm::Ring), Some(Algorithm::Tree)];
+        let c = Compared {
+            size: 8,
+            choice: Algorithm::Ring,
+            times_us: vec![Some(12.0), Some(11.0), Some(10.0)],
+        };
+        assert_eq!(c.best(&variants), Some((Algorithm::Tree, 10.0)));
+        assert!((c.regret(&variants).expect("regret") - 1.2).abs() < 1e-12);
+        let wrong_best = Compared {
+            times_us: vec![Some(12.0), Some(11.0), None],
+            ..c
+        };
+        assert_eq!(wrong_best.best(&variants), Some((Algorithm::Ring, 11.0)));
+    }
+}

@@ -1,0 +1,430 @@
+//! Prices real schedules at scale (thousands to 65,536 ranks) under the two-level
+//! alpha-beta-gamma model of [`cost_levels`], without holding every rank's schedule.
+//!
+//! [`cost_levels`] takes all `p` schedules at once and keeps per-round tables of `p`
+//! entries: `p^2` primitives and cells for a ring, out of reach at 65,536 ranks. Here the
+//! schedules are generated one rank at a time and folded into per-round maxima:
+//!
+//! - a rank's sends come from its own schedule; what it receives, in the round of the
+//!   primitive that sends it (the model's convention), from the schedules of the peers it
+//!   receives from, kept in a small cache (a ring's left neighbour is the rank just priced);
+//! - a host's link load is summed over its members, so hosts are the unit priced.
+//!
+//! When every host fits in the budget of primitives visited, the price equals
+//! [`cost_levels`] exactly (tested). Beyond it, a spread sample of whole hosts is priced —
+//! the first, the last and evenly spaced ones — and totals are scaled to all hosts. The
+//! algorithms whose schedules grow with `p` per rank (ring, mesh) are the symmetric ones,
+//! where every host of a uniform map carries the same load up to one element of rounding,
+//! so the sample's maxima are the whole job's (tested at 512 ranks against the exact sum).
+//! For a rooted or tree-shaped schedule a sample is a lower bound (hosts differ by their
+//! place in the tree); those schedules are small per rank and stay exact within the
+//! default budget up to 65,536 ranks.
+
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use rcoll_transport::hosts::HostMap;
+use rcoll_transport::Rank;
+
+use crate::algorithm::{Algorithm, ScheduleError};
+use crate::schedule::cost::{price_rounds, Cost, CostModel, Levels, Round};
+use crate::schedule::{Layout, Schedule};
+
+/// Primitives visited per pricing before hosts are sampled: about a few seconds of work.
+pub const DEFAULT_BUDGET: usize = 10_000_000;
+
+/// A price and how much of the job it looked at.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pricing {
+    /// What the collective costs (totals scaled to every host when sampled).
+    pub cost: Cost,
+    /// Hosts whose ranks were priced.
+    pub hosts_priced: usize,
+    /// Hosts in the job.
+    pub hosts: usize,
+}
+
+impl Pricing {
+    /// Whether every host was priced (the price is then exact).
+    pub fn is_exact(&self) -> bool {
+        self.hosts_priced == self.hosts
+    }
+}
+
+/// Prices `algorithm` on `layout` over `levels` (its host map must have `layout.nranks`
+/// ranks), visiting at most about `budget` primitives.
+pub fn price(
+    algorithm: Algorithm,
+    layout: &Layout,
+    elem_size: usize,
+    model: &CostModel,
+    levels: &Levels<'_>,
+    budget: usize,
+) -> Result<Pricing, ScheduleError> {
+    let hosts = levels.hosts;
+    if hosts.nranks() != layout.nranks {
+        return Err(ScheduleError::InvalidLayout {
+            layout: *layout,
+            reason: format!(
+                "the host map has {} ranks, the layout {}",
+                hosts.nranks(),
+                layout.nranks
+            ),
+        });
+    }
+    let mut cache = Cache::new(algorithm, *layout, hosts);
+    let first = cache.get(Rank(0))?;
+    // Each rank's schedule and its peers' (about one more, for neighbour-only shapes).
+    let per_rank = 2 * first.primitive_count().max(1);
+    let largest_host = (0..hosts.nhosts())
+        .map(|h| hosts.members(h).len())
+        .max()
+        .unwrap_or(1);
+    let affordable = budget / (per_rank * largest_host).max(1);
+    let chosen = spread(hosts.nhosts(), affordable.max(3));
+
+    let mut acc = Accumulator::default();
+    let mut rank_acc = RankLoads::default();
+    let mut host_acc = RankLoads::default();
+    let mut ranks_priced = 0usize;
+    for &h in &chosen {
+        host_acc.clear();
+        for &r in hosts.members(h) {
+            ranks_priced += 1;
+            rank_acc.clear();
+            let own = cache.get(r)?;
+            let mut sent_total = 0u64;
+            let mut peers: Vec<Rank> = Vec::new();
+            for (_, s, p) in own.primitives() {
+                let bytes = (p.len() * elem_size) as u64;
+                if p.reduces() {
+                    rank_acc.add(s, Load::Reduced, bytes);
+                }
+                if let Some(from) = p.recv_from() {
+                    if !peers.contains(&from) {
+                        peers.push(from);
+                    }
+                }
+                for &to in p.send_to() {
+                    acc.sends(s);
+                    acc.messages += 1;
+                    acc.total_bytes += bytes;
+                    sent_total += bytes;
+                    if hosts.same_host(r, to) {
+                        rank_acc.add(s, Load::Sent, bytes);
+                        rank_acc.add(s, Load::Messages, 1);
+                    } else {
+                        host_acc.add(s, Load::Sent, bytes);
+                        host_acc.add(s, Load::Messages, 1);
+                        acc.cross_host_messages += 1;
+                        acc.cross_host_bytes += bytes;
+                    }
+                }
+            }
+            acc.max_sent_per_rank = acc.max_sent_per_rank.max(sent_total);
+            drop(own);
+            for q in peers {
+                let theirs = cache.get(q)?;
+                let local = hosts.same_host(q, r);
+                for (_, s, p) in theirs.primitives() {
+                    let n = p.send_to().iter().filter(|&&to| to == r).count() as u64;
+                    if n > 0 {
+                        let bytes = n * (p.len() * elem_size) as u64;
+                        let loads = if local { &mut rank_acc } else { &mut host_acc };
+                        loads.add(s, Load::Received, bytes);
+                        loads.add(s, Load::Messages, n);
+                    }
+                }
+            }
+            rank_acc.fold_into(&mut acc, Level::Local);
+        }
+        host_acc.fold_into(&mut acc, Level::Global);
+    }
+
+    let (predicted_us, max_step) = price_rounds(&acc.rounds, model, Some(&levels.local));
+    let scale = |x: u64| -> u64 {
+        if ranks_priced == layout.nranks {
+            x
+        } else {
+            (x as f64 * layout.nranks as f64 / ranks_priced.max(1) as f64).round() as u64
+        }
+    };
+    Ok(Pricing {
+        cost: Cost {
+            steps: acc.rounds.iter().filter(|r| r.sends).count(),
+            total_bytes: scale(acc.total_bytes),
+            max_step_bytes_per_rank: max_step,
+            max_bytes_sent_per_rank: acc.max_sent_per_rank,
+            messages: scale(acc.messages),
+            cross_host_messages: scale(acc.cross_host_messages),
+            cross_host_bytes: scale(acc.cross_host_bytes),
+            predicted_us,
+        },
+        hosts_priced: chosen.len(),
+        hosts: hosts.nhosts(),
+    })
+}
+
+/// `k` of `0..n` spread evenly, the first and the last among them (all when `k >= n`).
+fn spread(n: usize, k: usize) -> Vec<usize> {
+    if k >= n {
+        return (0..n).collect();
+    }
+    let mut picked: Vec<usize> = (0..k).map(|i| i * (n - 1) / (k - 1).max(1)).collect();
+    picked.dedup();
+    picked
+}
+
+/// The last few ranks' schedules: a rank priced after its left neighbour finds it here.
+struct Cache<'a> {
+    algorithm: Algorithm,
+    layout: Layout,
+    hosts: &'a HostMap,
+    recent: VecDeque<(Rank, Rc<Schedule>)>,
+}
+
+impl<'a> Cache<'a> {
+    const CAPACITY: usize = 16;
+
+    fn new(algorithm: Algorithm, layout: Layout, hosts: &'a HostMap) -> Cache<'a> {
+        Cache {
+            algorithm,
+            layout,
+            hosts,
+            recent: VecDeque::with_capacity(Self::CAPACITY),
+        }
+    }
+
+    fn get(&mut self, r: Rank) -> Result<Rc<Schedule>, ScheduleError> {
+        if let Some((_, s)) = self.recent.iter().find(|(x, _)| *x == r) {
+            return Ok(Rc::clone(s));
+        }
+        let s = Rc::new(
+            self.algorithm
+                .schedule_on(&self.layout, r, Some(self.hosts))?,
+        );
+        if self.recent.len() == Self::CAPACITY {
+            self.recent.pop_front();
+        }
+        self.recent.push_back((r, Rc::clone(&s)));
+        Ok(s)
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Load {
+    Sent,
+    Received,
+    Reduced,
+    Messages,
+}
+
+#[derive(Clone, Copy)]
+enum Level {
+    /// A rank's traffic with its own host.
+    Local,
+    /// A host's traffic with other hosts.
+    Global,
+}
+
+/// One rank's (or host's) loads per round, sparse: only the rounds it touches are reset.
+#[derive(Default)]
+struct RankLoads {
+    /// `[sent, received, reduced, messages]` per round.
+    rounds: Vec<[u64; 4]>,
+    touched: Vec<usize>,
+}
+
+impl RankLoads {
+    fn add(&mut self, round: usize, load: Load, bytes: u64) {
+        if self.rounds.len() <= round {
+            self.rounds.resize(round + 1, [0; 4]);
+        }
+        let cell = &mut self.rounds[round];
+        if *cell == [0; 4] {
+            self.touched.push(round);
+        }
+        cell[load as usize] += bytes;
+    }
+
+    fn clear(&mut self) {
+        for &s in &self.touched {
+            self.rounds[s] = [0; 4];
+        }
+        self.touched.clear();
+    }
+
+    /// Raises the job's per-round maxima to this rank's (or host's) loads.
+    fn fold_into(&self, acc: &mut Accumulator, level: Level) {
+        for &s in &self.touched {
+            let [sent, received, reduced, messages] = self.rounds[s];
+            let round = acc.round(s);
+            let busiest = sent.max(received);
+            match level {
+                Level::Local => {
+                    round.local = round.local.max(busiest);
+                    round.local_messages |= messages > 0;
+                    round.reduced = round.reduced.max(reduced);
+                }
+                Level::Global => {
+                    round.global = round.global.max(busiest);
+                    round.global_messages |= messages > 0;
+                }
+            }
+        }
+    }
+}
+
+/// The job's per-round maxima and totals over the ranks priced so far.
+#[derive(Default)]
+struct Accumulator {
+    rounds: Vec<Round>,
+    total_bytes: u64,
+    messages: u64,
+    cross_host_messages: u64,
+    cross_host_bytes: u64,
+    max_sent_per_rank: u64,
+}
+
+impl Accumulator {
+    fn round(&mut self, s: usize) -> &mut Round {
+        if self.rounds.len() <= s {
+            self.rounds.resize(s + 1, Round::default());
+        }
+        &mut self.rounds[s]
+    }
+
+    fn sends(&mut self, s: usize) {
+        self.round(s).sends = true;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::cost::cost_levels;
+    use crate::schedule::Collective;
+
+    fn layout(collective: Collective, nranks: usize, count: usize, root: usize) -> Layout {
+        Layout {
+            collective,
+            nranks,
+            count,
+            root: Rank::from(root),
+            in_place: false,
+        }
+    }
+
+    fn levels(hosts: &HostMap) -> Levels<'_> {
+        Levels {
+            hosts,
+            local: CostModel::shared_memory(),
+        }
+    }
+
+    /// Every algorithm, collective and host shape small enough to price the old way: the
+    /// streamed price is the same, field by field.
+    #[test]
+    fn streamed_prices_equal_the_whole_job_prices() {
+        let model = CostModel::default();
+        let maps = [
+            HostMap::single(5),
+            HostMap::blocks(&[1, 1, 1]),
+            HostMap::blocks(&[2, 2]),
+            HostMap::blocks(&[3, 1, 2]),
+            HostMap::cyclic(8, 2),
+            HostMap::blocks(&[4, 4, 4, 4]),
+        ];
+        for hosts in &maps {
+            let n = hosts.nranks();
+            let lv = levels(hosts);
+            for a in Algorithm::ALL {
+                for c in Collective::SCHEDULED {
+                    if !a.serves(c) {
+                        continue;
+                    }
+                    for count in [0, 1, 1000 * n + 3] {
+                        let l = layout(c, n, count, n - 1);
+                        let Ok(all) = a.schedules_on(&l, Some(hosts)) else {
+                            continue;
+                        };
+                        let whole = cost_levels(&all, 4, &model, Some(&lv));
+                        let streamed = price(a, &l, 4, &model, &lv, usize::MAX).expect("priced");
+                        assert!(streamed.is_exact());
+                        let what = format!("{a} {c} count {count} on {}", hosts.describe());
+                        assert_eq!(streamed.cost.steps, whole.steps, "{what}");
+                        assert_eq!(streamed.cost.total_bytes, whole.total_bytes, "{what}");
+                        assert_eq!(streamed.cost.messages, whole.messages, "{what}");
+                        assert_eq!(
+                            streamed.cost.max_step_bytes_per_rank, whole.max_step_bytes_per_rank,
+                            "{what}"
+                        );
+                        assert_eq!(
+                            streamed.cost.cross_host_bytes, whole.cross_host_bytes,
+                            "{what}"
+                        );
+                        let (x, y) = (streamed.cost.predicted_us, whole.predicted_us);
+                        assert!((x - y).abs() <= 1e-9 * y.max(1.0), "{what}: {x} vs {y}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sampling a few hosts of a uniform map prices the symmetric algorithms as the whole
+    /// job does, within one element's rounding.
+    #[test]
+    fn a_sample_of_hosts_prices_symmetric_schedules_like_all_hosts() {
+        let model = CostModel::default();
+        let hosts = HostMap::blocks(&[4; 128]);
+        let lv = levels(&hosts);
+        for (a, c) in [
+            (Algorithm::Ring, Collective::AllReduce),
+            (Algorithm::Ring, Collective::AllGather),
+            (Algorithm::HalvingDoubling, Collective::AllReduce),
+            (Algorithm::Hierarchical, Collective::AllReduce),
+        ] {
+            let l = layout(c, 512, 1 << 20, 0);
+            let exact = price(a, &l, 4, &model, &lv, usize::MAX).expect("exact");
+            let sampled = price(a, &l, 4, &model, &lv, 10_000).expect("sampled");
+            assert!(exact.is_exact());
+            assert!(
+                sampled.hosts_priced < 128,
+                "{a} {c}: budget too large to sample"
+            );
+            let ratio = sampled.cost.predicted_us / exact.cost.predicted_us;
+            assert!(
+                (0.999..=1.0).contains(&ratio),
+                "{a} {c}: sampled {} vs exact {} us",
+                sampled.cost.predicted_us,
+                exact.cost.predicted_us
+            );
+            assert_eq!(sampled.cost.steps, exact.cost.steps, "{a} {c}");
+        }
+    }
+
+    #[test]
+    fn a_host_map_of_another_size_is_an_error() {
+        let hosts = HostMap::single(4);
+        let l = layout(Collective::AllReduce, 8, 10, 0);
+        let e = price(
+            Algorithm::Ring,
+            &l,
+            4,
+            &CostModel::default(),
+            &levels(&hosts),
+            usize::MAX,
+        );
+        assert!(
+            matches!(e, Err(ScheduleError::InvalidLayout { .. })),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn spread_keeps_the_ends() {
+        assert_eq!(spread(5, 9), vec![0, 1, 2, 3, 4]);
+        assert_eq!(spread(100, 3), vec![0, 49, 99]);
+        assert_eq!(spread(1, 3), vec![0]);
+    }
+}
