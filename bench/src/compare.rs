@@ -1,6 +1,7 @@
 //! `--algo all`: at each size, auto and every algorithm that serves the collective, their
 //! calls interleaved (iteration i of every variant before iteration i+1 of any, so that
-//! drift in the machine's speed falls on all alike), out of place, each result checked;
+//! drift in the machine's speed falls on all alike, each iteration starting one variant
+//! later), out of place, each result checked;
 //! then auto's regret, its time over the best algorithm's.
 //!
 //! A variant's time is the median over iterations of the slowest rank's time of that
@@ -104,10 +105,13 @@ pub fn run_typed<T: Element>(
         }
         comm.barrier()?;
         let mut times = vec![Vec::with_capacity(spec.iters); variants.len()];
-        for _ in 0..spec.iters {
-            for (i, v) in variants.iter().enumerate() {
+        for it in 0..spec.iters {
+            // Each iteration starts one variant later, so that no variant always follows
+            // the same one (a call can pay for its predecessor's stragglers).
+            for j in 0..variants.len() {
+                let i = (it + j) % variants.len();
                 let start = Instant::now();
-                call_variant(comm, spec, *v, &mut buffers)?;
+                call_variant(comm, spec, variants[i], &mut buffers)?;
                 times[i].push(start.elapsed().as_secs_f64() * 1e6);
             }
         }
@@ -141,7 +145,8 @@ pub fn run_typed<T: Element>(
         let choice = comm.algorithm_for::<T>(spec.collective, count, spec.root, false);
         let bytes = size_bytes(spec.collective, count, elem, n);
         let (compared, auto_report) = summarise(spec, &variants, &gathered, n, bytes, choice);
-        if let Some(r) = compared.regret(&variants) {
+        // An empty call (a size below one element per rank) has nothing to choose.
+        if let Some(r) = compared.regret(&variants).filter(|_| count > 0) {
             if worst.is_none_or(|(w, _)| r > w) {
                 worst = Some((r, bytes));
             }
