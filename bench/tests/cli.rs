@@ -915,7 +915,7 @@ fn calibrate_writes_a_tuning_file_that_auto_follows() {
         "-o",
         file.to_str().expect("utf-8 path"),
     ]));
-    let stdout = succeeded(&out);
+    succeeded(&out);
     let text = std::fs::read_to_string(&file).expect("the tuning file");
     let tuning: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     assert!(
