@@ -1,12 +1,12 @@
 //! `--algo all`: at each size, auto and every algorithm that serves the collective, their
-//! calls interleaved (iteration i of every variant before iteration i+1 of any, so that
-//! drift in the machine's speed falls on all alike, each iteration starting one variant
-//! later), out of place, each result checked;
+//! timings interleaved (round i of every variant before round i+1 of any, so that drift
+//! in the machine's speed falls on all alike; a round is a block of back-to-back calls
+//! after a barrier), out of place, each result checked;
 //! then auto's regret, its time over the best algorithm's.
 //!
-//! A variant's time is the median over iterations of the slowest rank's time of that
-//! iteration: the collective ends when its last rank does, and the median keeps one
-//! descheduled iteration from deciding a comparison.
+//! A variant's time is the median over rounds of the slowest rank's mean time per call in
+//! that round: the collective ends when its last rank does, and the median keeps one
+//! descheduled round from deciding a comparison.
 
 use std::fmt::Write as _;
 use std::time::Instant;
@@ -21,6 +21,11 @@ use crate::run::{call, size_bytes, BenchSpec, Buffers};
 
 /// Regret above this is flagged in the table (the target the issue sets for auto).
 pub const REGRET_LIMIT: f64 = 1.10;
+
+/// Calls per timed block up to [`BLOCK_LIMIT_BYTES`] (one above: a call is long enough
+/// to time alone).
+const BLOCK: usize = 5;
+const BLOCK_LIMIT_BYTES: usize = 1 << 20;
 
 /// Beyond this many ranks the quadratic algorithms are left out, as `Auto` leaves them.
 const QUADRATIC_LIMIT: usize = 64;
@@ -104,15 +109,20 @@ pub fn run_typed<T: Element>(
             }
         }
         comm.barrier()?;
+        // Rounds of blocks: each variant's block starts from a barrier (so that no call
+        // pays for the previous variant's last rank) and runs back to back, as a
+        // benchmark loop does; a block's time is its mean per call.
+        let block = if size <= BLOCK_LIMIT_BYTES { BLOCK } else { 1 };
         let mut times = vec![Vec::with_capacity(spec.iters); variants.len()];
         for it in 0..spec.iters {
-            // Each iteration starts one variant later, so that no variant always follows
-            // the same one (a call can pay for its predecessor's stragglers).
             for j in 0..variants.len() {
                 let i = (it + j) % variants.len();
+                comm.barrier()?;
                 let start = Instant::now();
-                call_variant(comm, spec, variants[i], &mut buffers)?;
-                times[i].push(start.elapsed().as_secs_f64() * 1e6);
+                for _ in 0..block {
+                    call_variant(comm, spec, variants[i], &mut buffers)?;
+                }
+                times[i].push(start.elapsed().as_secs_f64() * 1e6 / block as f64);
             }
         }
         let mut wrong = vec![0u64; variants.len()];
@@ -291,9 +301,10 @@ fn header(spec: &BenchSpec, variants: &[Option<Algorithm>]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "# --algo all: out of place, {} interleaved iterations after {} warmup each; time (us) = \
-         median over iterations of the slowest rank; regret = auto / best; x = a wrong result",
-        spec.iters, spec.warmup
+        "# --algo all: out of place, {} interleaved rounds (blocks of {BLOCK} calls up to {} \
+         after a barrier) after {} warmup calls each; time (us) = median over rounds of the \
+         slowest rank's mean; regret = auto / best; x = a wrong result",
+        spec.iters, BLOCK_LIMIT_BYTES, spec.warmup
     );
     let _ = write!(s, "# {:>10}  {:>18}", "size (B)", "auto's choice");
     for v in variants {
