@@ -12,7 +12,8 @@
 //!
 //! When every host fits in the budget of primitives visited, the price equals
 //! [`cost_levels`] exactly (tested). Beyond it, a spread sample of whole hosts is priced —
-//! the first, the last and evenly spaced ones — and totals are scaled to all hosts. The
+//! the first, the last, then midpoints of the gaps, until the budget is spent (at least
+//! three) — and totals are scaled to all hosts. The
 //! algorithms whose schedules grow with `p` per rank (ring, mesh) are the symmetric ones,
 //! where every host of a uniform map carries the same load up to one element of rounding,
 //! so the sample's maxima are the whole job's (tested at 512 ranks against the exact sum).
@@ -73,26 +74,26 @@ pub fn price(
         });
     }
     let mut cache = Cache::new(algorithm, *layout, hosts);
-    let first = cache.get(Rank(0))?;
-    // Each rank's schedule and its peers' (about one more, for neighbour-only shapes).
-    let per_rank = 2 * first.primitive_count().max(1);
-    let largest_host = (0..hosts.nhosts())
-        .map(|h| hosts.members(h).len())
-        .max()
-        .unwrap_or(1);
-    let affordable = budget / (per_rank * largest_host).max(1);
-    let chosen = spread(hosts.nhosts(), affordable.max(3));
-
+    // Hosts in an order whose every prefix is spread over the job (the ends first, then
+    // midpoints); pricing stops once the primitives visited pass the budget.
+    let order = spread_order(hosts.nhosts());
+    let mut visited = 0usize;
+    let mut hosts_priced = 0usize;
     let mut acc = Accumulator::default();
     let mut rank_acc = RankLoads::default();
     let mut host_acc = RankLoads::default();
     let mut ranks_priced = 0usize;
-    for &h in &chosen {
+    for &h in &order {
+        if hosts_priced >= MIN_HOSTS && visited > budget {
+            break;
+        }
+        hosts_priced += 1;
         host_acc.clear();
         for &r in hosts.members(h) {
             ranks_priced += 1;
             rank_acc.clear();
             let own = cache.get(r)?;
+            visited += own.primitive_count();
             let mut sent_total = 0u64;
             let mut peers: Vec<Rank> = Vec::new();
             for (_, s, p) in own.primitives() {
@@ -125,6 +126,7 @@ pub fn price(
             drop(own);
             for q in peers {
                 let theirs = cache.get(q)?;
+                visited += theirs.primitive_count();
                 let local = hosts.same_host(q, r);
                 for (_, s, p) in theirs.primitives() {
                     let n = p.send_to().iter().filter(|&&to| to == r).count() as u64;
@@ -160,19 +162,34 @@ pub fn price(
             cross_host_bytes: scale(acc.cross_host_bytes),
             predicted_us,
         },
-        hosts_priced: chosen.len(),
+        hosts_priced,
         hosts: hosts.nhosts(),
     })
 }
 
-/// `k` of `0..n` spread evenly, the first and the last among them (all when `k >= n`).
-fn spread(n: usize, k: usize) -> Vec<usize> {
-    if k >= n {
-        return (0..n).collect();
+/// Hosts priced at least, however large their schedules.
+const MIN_HOSTS: usize = 3;
+
+/// `0..n` ordered so that every prefix is spread evenly: the first, the last, then the
+/// midpoints of the gaps, breadth first.
+fn spread_order(n: usize) -> Vec<usize> {
+    if n == 0 {
+        return Vec::new();
     }
-    let mut picked: Vec<usize> = (0..k).map(|i| i * (n - 1) / (k - 1).max(1)).collect();
-    picked.dedup();
-    picked
+    let mut order = vec![0];
+    if n > 1 {
+        order.push(n - 1);
+    }
+    let mut gaps = std::collections::VecDeque::from([(0, n - 1)]);
+    while let Some((a, b)) = gaps.pop_front() {
+        if b - a > 1 {
+            let m = a + (b - a) / 2;
+            order.push(m);
+            gaps.push_back((a, m));
+            gaps.push_back((m, b));
+        }
+    }
+    order
 }
 
 /// The last few ranks' schedules: a rank priced after its left neighbour finds it here.
@@ -422,9 +439,14 @@ mod tests {
     }
 
     #[test]
-    fn spread_keeps_the_ends() {
-        assert_eq!(spread(5, 9), vec![0, 1, 2, 3, 4]);
-        assert_eq!(spread(100, 3), vec![0, 49, 99]);
-        assert_eq!(spread(1, 3), vec![0]);
+    fn every_prefix_of_the_order_is_spread_and_the_whole_is_every_host() {
+        assert_eq!(spread_order(5), vec![0, 4, 2, 1, 3]);
+        assert_eq!(&spread_order(100)[..3], &[0, 99, 49]);
+        assert_eq!(spread_order(1), vec![0]);
+        for n in [2, 7, 64, 1000] {
+            let mut all = spread_order(n);
+            all.sort_unstable();
+            assert_eq!(all, (0..n).collect::<Vec<_>>());
+        }
     }
 }

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Auto's regret (its time over the best algorithm's), per size, all_reduce on 2, 3 and 4
+# ranks over tcp and shm, 8 B to 64 MiB: built-in rates, then a tuning file written by
+# `rcoll-bench calibrate` in a run of its own (calibrated at -f 4, evaluated here at -f 2:
+# half the sizes were never measured by the calibration).
+#
+#   bench/figures/regret.sh [OUT_DIR]        (default /tmp/rcoll-regret)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-/tmp/rcoll-regret}
+mkdir -p "$out"
+cargo build --release -q -p rcoll-bench
+b=target/release/rcoll-bench
+tuning="$out/tuning.json"
+if [ ! -f "$tuning" ]; then
+    $b calibrate --transport tcp --ranks 2,3,4 --collectives all_reduce -o "$tuning" > "$out/calibrate-tcp.txt"
+    $b calibrate --transport shm --ranks 2,3,4 --collectives all_reduce --merge -o "$tuning" > "$out/calibrate-shm.txt"
+fi
+python3 - "$tuning" "$out/models-only.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); d["rules"] = []
+json.dump(d, open(sys.argv[2], "w"), indent=1)
+PY
+for t in tcp shm; do
+    for n in 2 3 4; do
+        for mode in builtin models-only tuned; do
+            case $mode in
+                builtin) env=();;
+                models-only) env=(RCOLL_TUNING_FILE="$out/models-only.json");;
+                tuned) env=(RCOLL_TUNING_FILE="$tuning");;
+            esac
+            env "${env[@]}" $b all_reduce --ranks $n --transport $t --algo all \
+                -b 8 -e 64M -f 2 -n 10 -w 2 > "$out/$t-$n-$mode.txt"
+            echo "$t $n ranks, $mode: $(grep "auto's regret" "$out/$t-$n-$mode.txt")"
+        done
+    done
+done
