@@ -29,7 +29,7 @@ for t in tcp shm; do
                 models-only) env=(RCOLL_TUNING_FILE="$out/models-only.json");;
                 tuned) env=(RCOLL_TUNING_FILE="$tuning");;
             esac
-            env "${env[@]}" $b all_reduce --ranks $n --transport $t --algo all \
+            env ${env[@]+"${env[@]}"} $b all_reduce --ranks $n --transport $t --algo all \
                 -b 8 -e 64M -f 2 -n 10 -w 2 > "$out/$t-$n-$mode.txt"
             echo "$t $n ranks, $mode: $(grep "auto's regret" "$out/$t-$n-$mode.txt")"
         done

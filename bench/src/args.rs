@@ -284,7 +284,7 @@ pub struct SimulateArgs {
     /// Fewest ranks.
     #[arg(long, default_value_t = 2)]
     pub min_ranks: usize,
-    /// Most ranks (counts double from --min-ranks up to it).
+    /// Most ranks: the counts are --min-ranks, the powers of two above it, and this.
     #[arg(long, default_value_t = 65536)]
     pub max_ranks: usize,
     /// Ranks per host.

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use rcoll::schedule::cost::{cost, CostModel};
-use rcoll::tuning::{RuleEntry, TuningFile, VERSION};
+use rcoll::tuning::{RuleEntry, Tuning, TuningFile, VERSION};
 use rcoll::{Algorithm, Collective, DataType, Layout, Rank};
 
 use crate::args::CalibrateArgs;
@@ -74,6 +74,9 @@ pub fn run(args: CalibrateArgs) -> Result<(), BenchError> {
             ..TuningFile::default()
         },
     };
+    // A file to merge into must be one RCOLL_TUNING_FILE accepts.
+    Tuning::from_file(file.clone())
+        .map_err(|e| usage(format!("--merge {}: {e}", args.output.display())))?;
     let mut samples: Vec<(String, Sample)> = Vec::new();
     let mut new_rules: Vec<RuleEntry> = Vec::new();
     for &n in &ranks {
@@ -119,10 +122,14 @@ pub fn run(args: CalibrateArgs) -> Result<(), BenchError> {
         }
     }
     // New measurements replace old ones of the same transport, collective and rank count.
+    // (With --no-rules there are none, and the file's rules stay.)
     file.rules.retain(|old| {
-        !new_rules.iter().any(|r| {
-            r.transport == old.transport && r.collective == old.collective && r.nranks == old.nranks
-        })
+        args.no_rules
+            || !new_rules.iter().any(|r| {
+                r.transport == old.transport
+                    && r.collective == old.collective
+                    && r.nranks == old.nranks
+            })
     });
     if !args.no_rules {
         file.rules.extend(new_rules);
@@ -199,15 +206,9 @@ fn digest(r: &Record) -> Result<Digest, BenchError> {
         .parse::<DataType>()
         .map_err(|e| bad(e.to_string()))?;
     let elem = dtype.size();
-    let kind = if r.transport.starts_with("shm") {
-        "shm".to_owned()
-    } else {
-        r.transport
-            .rsplit('+')
-            .next()
-            .unwrap_or(&r.transport)
-            .to_owned()
-    };
+    // The rates a single-level fit can find: a run on one transport. A mixed run
+    // (`shm+tcp`: two levels) gives rules only.
+    let kind = (!r.transport.contains('+')).then(|| r.transport.clone());
     let mut best: Option<(Algorithm, f64)> = None;
     let mut samples = Vec::new();
     let layout = Layout {
@@ -224,6 +225,9 @@ fn digest(r: &Record) -> Result<Digest, BenchError> {
         if best.is_none_or(|(_, b)| t < b) {
             best = Some((a, t));
         }
+        let Some(kind) = &kind else {
+            continue;
+        };
         if let Ok(schedules) = a.schedules(&layout) {
             let unit = |m: CostModel| cost(&schedules, elem, &m).predicted_us;
             samples.push((
@@ -249,7 +253,9 @@ fn digest(r: &Record) -> Result<Digest, BenchError> {
             ));
         }
     }
-    let rule = best.map(|(a, _)| RuleEntry {
+    // An empty call (below one element per rank) has nothing to choose: its "fastest"
+    // would be noise deciding the smallest real calls.
+    let rule = best.filter(|_| r.count > 0).map(|(a, _)| RuleEntry {
         transport: r.transport.clone(),
         collective: r.collective.clone(),
         nranks: r.nranks,

@@ -61,6 +61,8 @@ pub struct Communicator {
     /// Rates inside a host: shared memory's when the transport shares it, else the
     /// network's.
     local_model: crate::schedule::cost::CostModel,
+    /// The transport name tuning rules are looked up by, the same on every rank.
+    tuning_key: &'static str,
     /// How a process group was built, for [`split`](Communicator::split) (`None` for
     /// in-process groups and bare transports).
     pub(crate) origin: Option<crate::process::Builder>,
@@ -101,6 +103,13 @@ impl Communicator {
         let mut config = config;
         let name = transport.name();
         let across = name.rsplit('+').next().unwrap_or(name);
+        // What every rank agrees on: on one host, the transport (all ranks' is the same);
+        // across hosts, the network's (a rank alone on its host has no shared memory,
+        // its peers `shm+...`).
+        let tuning_key = match &hosts {
+            Some(h) if h.nhosts() > 1 => across,
+            _ => name,
+        };
         let measured = |kind: &str| config.tuning.as_ref().and_then(|t| t.model(kind));
         if config.cost_model == CostModel::default() {
             if let Some(m) = measured(across) {
@@ -109,7 +118,7 @@ impl Communicator {
                 config.cost_model = CostModel::tcp();
             }
         }
-        let local_model = if name.starts_with("shm") {
+        let local_model = if name.starts_with("shm") || config.shared_memory_inside_hosts {
             measured("shm").unwrap_or_else(CostModel::shared_memory)
         } else {
             config.cost_model
@@ -117,6 +126,7 @@ impl Communicator {
         Ok(Communicator {
             hosts,
             local_model,
+            tuning_key,
             transport,
             rank,
             nranks,

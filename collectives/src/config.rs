@@ -42,6 +42,11 @@ pub struct Config {
     /// Measured rates and choices (`RCOLL_TUNING_FILE`, written by `rcoll-bench
     /// calibrate`); see [`crate::tuning`].
     pub tuning: Option<std::sync::Arc<crate::tuning::Tuning>>,
+    /// Whether the ranks of a host share memory (set by [`crate::process::Builder`] from
+    /// `RCOLL_TRANSPORT`): then every rank prices pairs inside a host at shared memory's
+    /// rates, a rank alone on its host (whose own transport is only TCP or verbs)
+    /// included, so that all ranks choose alike.
+    pub shared_memory_inside_hosts: bool,
 }
 
 /// The order ranks stand in on rings.
@@ -64,6 +69,7 @@ impl Default for Config {
             ring_order: RingOrder::Topology,
             net_file: None,
             tuning: None,
+            shared_memory_inside_hosts: false,
         }
     }
 }

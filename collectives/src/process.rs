@@ -206,7 +206,9 @@ impl Builder {
 
     /// Connects to the group and returns this rank's communicator.
     pub fn build(self) -> Result<Communicator> {
-        let config = self.overrides.resolve()?;
+        let mut config = self.overrides.resolve()?;
+        config.shared_memory_inside_hosts =
+            matches!(self.transport, TransportKind::Shm | TransportKind::Auto);
         let (transport, ip, placement) = self.connect(&config)?;
         let mut comm = Communicator::new(transport, config)?;
         comm.placement = placement;

@@ -131,6 +131,8 @@ pub fn price(
                 for (_, s, p) in theirs.primitives() {
                     let n = p.send_to().iter().filter(|&&to| to == r).count() as u64;
                     if n > 0 {
+                        // Its round has a sender, priced or not.
+                        acc.sends(s);
                         let bytes = n * (p.len() * elem_size) as u64;
                         let loads = if local { &mut rank_acc } else { &mut host_acc };
                         loads.add(s, Load::Received, bytes);

@@ -11,11 +11,13 @@
 //!
 //! `models` are keyed by transport name (`tcp`, `verbs`, `local`; `shm` for the rates
 //! inside a host) and replace the built-in rates of that transport. A rule applies to calls
-//! on its transport (the communicator's transport name, e.g. `shm+tcp`), collective and
-//! rank count; among them the rule whose `bytes` (elements times element size, per rank's
-//! block for the blocked collectives) is nearest the call's on a log scale decides. Auto
-//! falls back to the cost model where no rule applies; `RCOLL_ALGO` and per-call forcing
-//! still win over both.
+//! on its transport, collective and rank count; among them the rule whose `bytes`
+//! (elements times element size, per rank's block for the blocked collectives) is nearest
+//! the call's on a log scale decides. A rule's transport is the one every rank of a job
+//! agrees on: on one host the communicator's transport (`shm`, `tcp`, `verbs`, `local`),
+//! across hosts the network's (`tcp` or `verbs`: a rank alone on its host has no shared
+//! memory while its peers do). Auto falls back to the cost model where no rule applies;
+//! `RCOLL_ALGO` and per-call forcing still win over both.
 
 use std::collections::BTreeMap;
 use std::path::Path;

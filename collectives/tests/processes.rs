@@ -95,6 +95,17 @@ fn rank_main() {
         "soak" => soak(&mut comm),
         "split" => split::split(&mut comm),
         "background" => split::background(comm),
+        "auto" => {
+            // Calls left to auto, small to large; every rank prints its choice.
+            for count in [1usize, 1000, 100_000] {
+                let a = comm.algorithm_for::<f32>(Collective::AllReduce, count, 0, true);
+                println!("AUTO {count} {a}");
+                let mut v = vec![1f32; count];
+                comm.all_reduce_in_place(&mut v, ReduceOp::Sum)
+                    .expect("all_reduce");
+                assert!(v.iter().all(|x| *x == comm.size() as f32), "wrong sum");
+            }
+        }
         "hello" => {
             let mut v = vec![1u32; 10];
             comm.all_reduce_in_place(&mut v, ReduceOp::Sum)

@@ -97,9 +97,10 @@ impl Communicator {
             Some(a) if a.serves(layout.collective) => Ok(a),
             _ => {
                 let bytes = layout.count.saturating_mul(elem_size);
-                let measured = self.config.tuning.as_ref().and_then(|t| {
-                    t.rule(self.transport.name(), layout.collective, self.nranks, bytes)
-                });
+                let measured =
+                    self.config.tuning.as_ref().and_then(|t| {
+                        t.rule(self.tuning_key, layout.collective, self.nranks, bytes)
+                    });
                 if let Some(a) = measured.filter(|a| a.serves(layout.collective)) {
                     return Ok(a);
                 }

@@ -139,6 +139,52 @@ fn every_collective_on_emulated_hosts_shared_memory_inside_tcp_across() {
     }
 }
 
+/// Auto on emulated hosts where rank 2 is alone on its host (its transport is TCP, its
+/// peers' shm+tcp): every rank prices pairs inside hosts alike and looks tuning rules up
+/// by the transport they share, so all make the same choice — without a tuning file, and
+/// with one whose `tcp` rule (the network's) names `tree`.
+#[test]
+fn auto_chooses_alike_on_every_rank_when_one_is_alone_on_its_host() {
+    let hosts = ["a", "a", "b"];
+    let tuning =
+        std::env::temp_dir().join(format!("rcoll-tuning-hosts-{}.json", std::process::id()));
+    std::fs::write(
+        &tuning,
+        r#"{ "version": 1,
+             "models": { "tcp": { "alpha_us": 40.0, "bandwidth_gbps": 5.0, "reduce_gbytes_per_s": 2.0 },
+                         "shm": { "alpha_us": 0.5, "bandwidth_gbps": 200.0, "reduce_gbytes_per_s": 8.0 } },
+             "rules": [ { "transport": "tcp", "collective": "all_reduce", "nranks": 3,
+                          "bytes": 400000, "algorithm": "tree" } ] }"#,
+    )
+    .expect("write the tuning file");
+    for file in [None, Some(&tuning)] {
+        let children = spawn_each("auto", 3, |r| {
+            let mut env = vec![
+                ("RCOLL_TRANSPORT", "shm".to_string()),
+                ("RCOLL_HOST", hosts[r].to_string()),
+            ];
+            if let Some(f) = file {
+                env.push(("RCOLL_TUNING_FILE", f.display().to_string()));
+            }
+            env
+        });
+        let results = finish(children, Duration::from_secs(60));
+        all_succeed(&format!("tuning file {file:?}"), &results);
+        let choices: Vec<Vec<&str>> = results
+            .iter()
+            .map(|(_, out)| out.lines().filter(|l| l.starts_with("AUTO ")).collect())
+            .collect();
+        for (r, c) in choices.iter().enumerate() {
+            assert_eq!(c.len(), 3, "rank {r}: {c:?}");
+            assert_eq!(c, &choices[0], "rank {r} chose differently from rank 0");
+            if file.is_some() {
+                assert!(c.iter().all(|l| l.ends_with(" tree")), "rank {r}: {c:?}");
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&tuning);
+}
+
 /// Shared memory that cannot be set up (a segment directory that does not exist, one too
 /// small): with `RCOLL_TRANSPORT=shm` every rank fails saying why; with `auto` the ranks
 /// run over TCP.
