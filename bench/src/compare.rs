@@ -162,37 +162,25 @@ pub fn run_typed<T: Element>(
             }
         }
         print(&row(&compared, &variants));
-        reports.push(SizeReport {
-            collective: spec.collective,
-            nranks: n,
-            size: bytes,
-            count,
-            dtype: spec.dtype,
-            redop: if spec.collective.reduces() {
-                spec.op.to_string()
-            } else {
-                "none".to_owned()
-            },
-            root: if spec.collective.is_rooted() {
-                spec.root as i64
-            } else {
-                -1
-            },
-            algorithm: choice.to_string(),
-            transport: spec.transport.to_owned(),
-            oop: auto_report,
-            ip: None,
-            compared: Some(
-                variants
-                    .iter()
-                    .zip(&compared.times_us)
-                    .map(|(v, t)| VariantTime {
-                        algorithm: v.map_or_else(|| "auto".to_owned(), |a| a.name().to_owned()),
-                        time_us: *t,
-                    })
-                    .collect(),
-            ),
-        });
+        let mut report = SizeReport::new(
+            spec,
+            n,
+            (bytes, count),
+            choice.to_string(),
+            auto_report,
+            None,
+        );
+        report.compared = Some(
+            variants
+                .iter()
+                .zip(&compared.times_us)
+                .map(|(v, t)| VariantTime {
+                    algorithm: v.map_or_else(|| "auto".to_owned(), |a| a.name().to_owned()),
+                    time_us: *t,
+                })
+                .collect(),
+        );
+        reports.push(report);
     }
     if rank == 0 {
         print(&match worst {

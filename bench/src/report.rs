@@ -40,6 +40,41 @@ pub struct SizeReport {
     pub compared: Option<Vec<VariantTime>>,
 }
 
+impl SizeReport {
+    /// One size of `spec`'s run: what every size shares, and this one's measurements.
+    pub fn new(
+        spec: &BenchSpec,
+        nranks: usize,
+        (size, count): (usize, usize),
+        algorithm: String,
+        oop: ModeReport,
+        ip: Option<ModeReport>,
+    ) -> SizeReport {
+        SizeReport {
+            collective: spec.collective,
+            nranks,
+            size,
+            count,
+            dtype: spec.dtype,
+            redop: if spec.collective.reduces() {
+                spec.op.to_string()
+            } else {
+                "none".to_owned()
+            },
+            root: if spec.collective.is_rooted() {
+                spec.root as i64
+            } else {
+                -1
+            },
+            algorithm,
+            transport: spec.transport.to_owned(),
+            oop,
+            ip,
+            compared: None,
+        }
+    }
+}
+
 /// One variant of an `--algo all` comparison.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct VariantTime {

@@ -228,28 +228,14 @@ fn summarise(
         let wrong = spec.check.then_some(wrong as u64);
         ModeReport::from_ranks(&times, wrong, size, spec.collective)
     };
-    SizeReport {
-        collective: spec.collective,
+    SizeReport::new(
+        spec,
         nranks,
-        size,
-        count,
-        dtype: spec.dtype,
-        redop: if spec.collective.reduces() {
-            spec.op.to_string()
-        } else {
-            "none".to_owned()
-        },
-        root: if spec.collective.is_rooted() {
-            spec.root as i64
-        } else {
-            -1
-        },
+        (size, count),
         algorithm,
-        transport: spec.transport.to_owned(),
-        oop: mode(0),
-        ip: (per_rank_len >= 2 * record).then(|| mode(1)),
-        compared: None,
-    }
+        mode(0),
+        (per_rank_len >= 2 * record).then(|| mode(1)),
+    )
 }
 
 /// A rank's buffers for one call, allocated through the communicator

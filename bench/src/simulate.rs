@@ -129,35 +129,7 @@ impl SimulateArgs {
                 self.collective
             )));
         }
-        let defaults = CostModel::default();
-        let local = CostModel::shared_memory();
-        let model = CostModel {
-            alpha_us: self.alpha_us.unwrap_or(defaults.alpha_us),
-            bandwidth_gbps: self.bandwidth_gbps.unwrap_or(defaults.bandwidth_gbps),
-            reduce_gbytes_per_s: self.reduce_gbps.unwrap_or(defaults.reduce_gbytes_per_s),
-        };
-        let local_model = CostModel {
-            alpha_us: self.local_alpha_us.unwrap_or(local.alpha_us),
-            bandwidth_gbps: self.local_bandwidth_gbps.unwrap_or(local.bandwidth_gbps),
-            reduce_gbytes_per_s: model.reduce_gbytes_per_s,
-        };
-        for (name, v) in [
-            ("--alpha-us", model.alpha_us),
-            ("--local-alpha-us", local_model.alpha_us),
-        ] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(usage(format!("{name} must be a finite number >= 0")));
-            }
-        }
-        for (name, v) in [
-            ("--bandwidth-gbps", model.bandwidth_gbps),
-            ("--local-bandwidth-gbps", local_model.bandwidth_gbps),
-            ("--reduce-gbps", model.reduce_gbytes_per_s),
-        ] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(usage(format!("{name} must be a finite number > 0")));
-            }
-        }
+        let (model, local_model) = self.model.resolve()?;
         if self.large < self.small {
             return Err(usage("--large must be at least --small"));
         }
@@ -544,11 +516,7 @@ mod tests {
             large: 1 << 20,
             dtype: DataType::F32,
             algo: None,
-            alpha_us: None,
-            bandwidth_gbps: None,
-            reduce_gbps: None,
-            local_alpha_us: None,
-            local_bandwidth_gbps: None,
+            model: crate::args::ModelArgs::default(),
             budget: None,
             plot: None,
             json: None,

@@ -1,0 +1,170 @@
+//! Runs the built `rcoll-bench`'s tools: `simulate` (a table and a chart), `--algo all`
+//! (every algorithm and auto's regret) and `calibrate` (a tuning file auto follows).
+
+mod common;
+
+use common::{bench, json_path, output, rows, succeeded};
+
+/// `simulate`: a row per algorithm and rank count up to 4,096 on hosts of 8, the double
+/// binary tree's rounds growing by a constant per doubling (log p), and the PNG written.
+#[test]
+fn simulate_prices_real_schedules_per_rank_count_and_draws_them() {
+    let png = json_path("simulate").with_extension("png");
+    let out = output(bench().args([
+        "simulate",
+        "all_reduce",
+        "--max-ranks",
+        "4096",
+        "--algo",
+        "ring,double_binary_tree",
+        "--plot",
+        png.to_str().expect("utf-8 path"),
+    ]));
+    let stdout = succeeded(&out);
+    let rows = rows(&stdout);
+    assert_eq!(rows.len(), 2 * 12, "{stdout}"); // 2, 4, ..., 4096
+    let rounds: Vec<usize> = rows
+        .iter()
+        .filter(|r| r[2] == "double_binary_tree")
+        .map(|r| r[4].parse().expect("rounds"))
+        .collect();
+    let steps: Vec<usize> = rounds.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        steps[2..].iter().all(|&d| d == steps[2]),
+        "rounds {rounds:?}"
+    );
+    let bytes = std::fs::read(&png).expect("the chart");
+    let _ = std::fs::remove_file(&png);
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+}
+
+/// `--algo all`: one row per size with auto's choice, a time for auto and every algorithm
+/// that serves the collective (all results right: no `x`), the best and auto's regret.
+#[test]
+fn algo_all_times_every_algorithm_and_auto_and_reports_the_regret() {
+    let out = output(bench().args([
+        "all_gather",
+        "--ranks",
+        "3",
+        "--transport",
+        "local",
+        "--algo",
+        "all",
+        "-b",
+        "96",
+        "-e",
+        "96K",
+        "-f",
+        "32",
+        "-n",
+        "3",
+        "-w",
+        "1",
+    ]));
+    let stdout = succeeded(&out);
+    let header = stdout
+        .lines()
+        .find(|l| l.contains("auto's choice"))
+        .expect("the comparison header");
+    let serving = ["mesh", "single", "tree", "binom", "nring", "ring", "hd"];
+    for name in serving {
+        assert!(
+            header.split_whitespace().any(|w| w == name),
+            "{name}: {header}"
+        );
+    }
+    let rows = rows(&stdout);
+    assert_eq!(rows.len(), 3, "{stdout}"); // 96 B, 3 KiB, 96 KiB
+    for r in &rows {
+        // size, choice, auto + 7 algorithms, best, regret, and `!` past 1.10
+        let r = r.strip_suffix(&["!"]).unwrap_or(r);
+        assert_eq!(r.len(), 2 + 1 + serving.len() + 2, "{r:?}");
+        assert!(!r.contains(&"x"), "a wrong result: {r:?}");
+        let regret: f64 = r[2 + 1 + serving.len() + 1].parse().expect("regret");
+        assert!(regret > 0.0, "{r:?}");
+    }
+    assert!(stdout.contains("# auto's regret: worst "), "{stdout}");
+}
+
+/// `calibrate` writes a tuning file whose rules auto then follows, size by size; a file
+/// that cannot be read is refused before anything runs, naming the variable.
+#[test]
+fn calibrate_writes_a_tuning_file_that_auto_follows() {
+    let file = json_path("calibrate");
+    let out = output(bench().args([
+        "calibrate",
+        "--transport",
+        "local",
+        "--ranks",
+        "2",
+        "--collectives",
+        "all_reduce",
+        "-b",
+        "8",
+        "-e",
+        "32K",
+        "-f",
+        "8",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "-o",
+        file.to_str().expect("utf-8 path"),
+    ]));
+    succeeded(&out);
+    let text = std::fs::read_to_string(&file).expect("the tuning file");
+    let tuning: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    assert!(
+        tuning["models"]["local"]["alpha_us"].as_f64().is_some(),
+        "{text}"
+    );
+    let rules = tuning["rules"].as_array().expect("rules");
+    assert_eq!(rules.len(), 5, "{text}"); // 8 B .. 32 KiB by 8
+    let rule_for = |bytes: u64| -> String {
+        rules
+            .iter()
+            .find(|r| r["bytes"].as_u64() == Some(bytes))
+            .and_then(|r| r["algorithm"].as_str())
+            .unwrap_or_else(|| panic!("no rule for {bytes} B: {text}"))
+            .to_owned()
+    };
+
+    let out = output(
+        bench()
+            .args(["all_reduce", "--ranks", "2", "--transport", "local"])
+            .args(["-b", "8", "-e", "32K", "-f", "8", "-n", "2", "-w", "1"])
+            .env("RCOLL_TUNING_FILE", &file),
+    );
+    let stdout = succeeded(&out);
+    let rows = rows(&stdout);
+    assert_eq!(rows.len(), 5, "{stdout}");
+    for r in &rows {
+        let bytes: u64 = r[0].parse().expect("size");
+        assert_eq!(
+            r.last().copied(),
+            Some(rule_for(bytes).as_str()),
+            "{r:?}\n{text}"
+        );
+    }
+
+    let missing = file.with_extension("missing.json");
+    let out = output(
+        bench()
+            .args([
+                "all_reduce",
+                "--ranks",
+                "2",
+                "--transport",
+                "local",
+                "-e",
+                "8",
+            ])
+            .env("RCOLL_TUNING_FILE", &missing),
+    );
+    let _ = std::fs::remove_file(&file);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("RCOLL_TUNING_FILE"), "{stderr}");
+    assert!(stderr.contains("missing.json"), "{stderr}");
+}
