@@ -213,8 +213,10 @@ fn strangers_at_a_members_listener_cannot_take_a_rank() {
     let root = free_root();
     let extra = [
         ("RCOLL_ROOT_ADDR", root.clone()),
-        // Rank 2 (whom rank 1 accepts) comes late: the strangers are first.
-        ("RCOLL_TEST_DELAY_MS", "0,0,1500".to_string()),
+        // Rank 2 (whom rank 1 accepts) comes late: the strangers are first. (1.5 s was
+        // not always enough under CI's load: rank 1 completed while a stranger was still
+        // being answered, and reset it.)
+        ("RCOLL_TEST_DELAY_MS", "0,0,4000".to_string()),
     ];
     let children = spawn("hello", 3, &extra);
     let member = format!(
