@@ -90,6 +90,16 @@ pub fn background(comm: Communicator) {
     let (r, n) = (comm.rank(), comm.size());
     let bg = Background::new(comm).expect("progress thread");
     let die = std::env::var("RCOLL_TEST_KILL_LAST").is_ok();
+    // With a rank killed, any call from the kill on may be the one that fails — a
+    // request or a blocking call, of the round it dies in or of the one before (a peer
+    // already past it aborts the others) — and it must name the dead rank.
+    let ok_or_died = |what: &str, e: rcoll::Error| -> ! {
+        let named = format!("rank {}", n - 1);
+        assert!(die, "rank {r}: {what}: {e}");
+        assert!(e.to_string().contains(&named), "rank {r}: {what}: {e}");
+        println!("RANK-ERROR {e}");
+        std::process::exit(0);
+    };
     for round in 0..20u64 {
         if round == 1 && die && r == n - 1 {
             std::process::Command::new("kill")
@@ -126,18 +136,18 @@ pub fn background(comm: Communicator) {
             println!("RANK-ERROR {e}");
             return;
         }
-        let g = g.expect("all_gather");
+        let g = g.unwrap_or_else(|e| ok_or_died("all_gather", e));
         assert!(g
             .chunks(1000)
             .enumerate()
             .all(|(q, c)| c.iter().all(|&x| x == q as u32)));
-        let b = cast.wait().expect("broadcast");
+        let b = cast.wait().unwrap_or_else(|e| ok_or_died("broadcast", e));
         let root = (round as usize) % n;
         assert!(b
             .iter()
             .all(|&x| x == (root as u8).wrapping_add(round as u8)));
         for (k, s) in sums.into_iter().enumerate().rev() {
-            let v = s.wait().expect("all_reduce");
+            let v = s.wait().unwrap_or_else(|e| ok_or_died("all_reduce", e));
             let want: u64 = (0..n as u64).map(|q| q + k as u64 + round).sum();
             assert!(
                 v.len() == 10_000 + k && v.iter().all(|&x| x == want),
@@ -148,7 +158,7 @@ pub fn background(comm: Communicator) {
         let pending = bg.all_reduce(vec![1i32; 100], ReduceOp::Sum);
         let mut v = vec![2i32; 100];
         bg.run(|c| c.all_reduce_in_place(&mut v, ReduceOp::Sum))
-            .expect("blocking");
+            .unwrap_or_else(|e| ok_or_died("blocking", e));
         assert!(v.iter().all(|&x| x == 2 * n as i32));
         assert!(
             pending.test(),
@@ -156,7 +166,7 @@ pub fn background(comm: Communicator) {
         );
         assert!(pending
             .wait()
-            .expect("queued")
+            .unwrap_or_else(|e| ok_or_died("queued", e))
             .iter()
             .all(|&x| x == n as i32));
     }
