@@ -50,6 +50,16 @@ fn rank_main() {
         };
         std::thread::sleep(Duration::from_millis(delay));
     }
+    // One rank may be held back until a file exists ("rank:path"), for a minute at most.
+    if let Ok(hold) = std::env::var("RCOLL_TEST_HOLD") {
+        let (rank, path) = hold.split_once(':').expect("RCOLL_TEST_HOLD=rank:path");
+        if std::env::var("RCOLL_RANK").as_deref() == Ok(rank) {
+            let until = std::time::Instant::now() + Duration::from_secs(60);
+            while !std::path::Path::new(path).exists() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
     // Rank 0 may be told to run out of file descriptors: its limit becomes what it has open
     // plus a few.
     if let Ok(slack) = std::env::var("RCOLL_TEST_NOFILE_SLACK") {

@@ -166,8 +166,8 @@ fn a_root_out_of_file_descriptors_fails_within_the_timeout_saying_so() {
     assert!(took < Duration::from_secs(15), "took {took:?}");
 }
 
-/// The TCP port process `pid` listens on (its only listening socket), once it does.
-fn listening_port(pid: u32, within: Duration) -> u16 {
+/// The TCP ports process `pid` listens on, once it listens on `count` of them.
+fn listening_ports(pid: u32, count: usize, within: Duration) -> Vec<u16> {
     let until = std::time::Instant::now() + within;
     loop {
         let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -185,59 +185,88 @@ fn listening_port(pid: u32, within: Duration) -> u16 {
             .map(|t| std::fs::read_to_string(t).unwrap_or_default());
         // sl local_address rem_address st ... inode: the port is hex after the colon,
         // state 0A is LISTEN, the inode is the tenth field.
-        let port = tables
+        let ports: Vec<u16> = tables
             .iter()
             .flat_map(|t| t.lines().skip(1))
-            .find_map(|line| {
+            .filter_map(|line| {
                 let f: Vec<&str> = line.split_whitespace().collect();
                 (f.len() > 9 && f[3] == "0A" && inodes.iter().any(|i| i == f[9]))
                     .then(|| u16::from_str_radix(f[1].rsplit(':').next()?, 16).ok())
                     .flatten()
-            });
-        if let Some(port) = port {
-            return port;
+            })
+            .collect();
+        if ports.len() >= count {
+            return ports;
         }
         assert!(
             std::time::Instant::now() < until,
-            "process {pid} never listened"
+            "process {pid} never listened on {count} ports (has {ports:?})"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
 
-/// Strangers at a member's data listener, while the rank it waits for comes late: one
-/// that proves an id anyone can compute is refused, one that connects and says nothing
-/// only holds a connection of its own. The group forms regardless.
+/// Strangers at the members' data listeners (rank 0's and rank 1's) while the group
+/// cannot form yet (rank 2 is held back until they are done): one that proves an id
+/// anyone can compute is refused at once, not left in the backlog until the address table
+/// comes; one that connects and says nothing holds up no one, and is told so when the
+/// listener closes. The group forms regardless.
 #[test]
 fn strangers_at_a_members_listener_cannot_take_a_rank() {
     let root = free_root();
+    let go = std::env::temp_dir().join(format!("rcoll-go-{}", std::process::id()));
+    let _ = std::fs::remove_file(&go);
     let extra = [
         ("RCOLL_ROOT_ADDR", root.clone()),
-        // Rank 2 (whom rank 1 accepts) comes late: the strangers are first. (1.5 s was
-        // not always enough under CI's load: rank 1 completed while a stranger was still
-        // being answered, and reset it.)
-        ("RCOLL_TEST_DELAY_MS", "0,0,4000".to_string()),
+        ("RCOLL_TEST_HOLD", format!("2:{}", go.display())),
     ];
     let children = spawn("hello", 3, &extra);
-    let member = format!(
-        "127.0.0.1:{}",
-        listening_port(children[1].id(), Duration::from_secs(10))
-    );
-    let silent = std::net::TcpStream::connect(&member).expect("connect silently");
-    let public_id = Options::default_unique_id(root.parse().expect("addr"), 3);
-    let handshake = Message::Handshake {
-        rank: 2,
-        mac: [0; 32],
+    let root_port: u16 = root
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("port");
+    let data_port = |pid: u32, count: usize| {
+        let ports = listening_ports(pid, count, Duration::from_secs(10));
+        let port = ports
+            .into_iter()
+            .find(|&p| p != root_port)
+            .expect("a data port");
+        format!("127.0.0.1:{port}")
     };
-    refused_with(&member, public_id, handshake);
+    let listeners = [
+        data_port(children[0].id(), 2),
+        data_port(children[1].id(), 1),
+    ];
+    let public_id = Options::default_unique_id(root.parse().expect("addr"), 3);
+    let mut silent = Vec::new();
+    for member in &listeners {
+        silent.push(RawRank::connect(member));
+        refused_with(
+            member,
+            public_id,
+            Message::Handshake {
+                rank: 2,
+                mac: [0; 32],
+            },
+        );
+    }
+    std::fs::write(&go, b"go").expect("go file");
     let results = finish(children, Duration::from_secs(60));
-    drop(silent);
+    let _ = std::fs::remove_file(&go);
     for (r, (ok, out)) in results.iter().enumerate() {
         assert!(ok, "rank {r}:\n{out}");
     }
-    assert!(
-        results[1].1.contains("refused connection from"),
-        "rank 1 logs the stranger:\n{}",
-        results[1].1
-    );
+    for (r, out) in results.iter().take(2).map(|(_, o)| o).enumerate() {
+        assert!(
+            out.contains("refused connection from"),
+            "rank {r} logs the stranger:\n{out}"
+        );
+    }
+    for (member, mut s) in listeners.iter().zip(silent) {
+        match s.receive() {
+            Message::Refuse(reason) => assert!(reason.contains("connected"), "{member}: {reason}"),
+            other => panic!("the silent stranger at {member} was answered with {other:?}"),
+        }
+    }
 }

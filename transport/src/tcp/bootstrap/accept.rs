@@ -48,6 +48,8 @@ pub struct Acceptor {
     /// Since when, and why, accept has been failing for lack of descriptors or memory
     /// (logged once per episode; named in a timeout).
     starved: Option<(Instant, String)>,
+    /// Introductions completed by [`poll_ahead`](Self::poll_ahead), for the next `poll`.
+    held: Vec<Introduced>,
 }
 
 /// An authenticated introduction: the stream (blocking again) and what it said.
@@ -70,6 +72,7 @@ impl Acceptor {
             me,
             pending: Vec::new(),
             starved: None,
+            held: Vec::new(),
         })
     }
 
@@ -98,8 +101,8 @@ impl Acceptor {
     /// that completed (authenticated), and whether anything happened. Connections that fail
     /// to prove the secret, time out or send garbage are refused and logged here.
     pub fn poll(&mut self, deadline: Instant) -> io::Result<(Vec<Introduced>, bool)> {
-        let mut busy = self.accept_waiting()?;
-        let mut done = Vec::new();
+        let mut done = std::mem::take(&mut self.held);
+        let mut busy = self.accept_waiting()? || !done.is_empty();
         let mut i = 0;
         while i < self.pending.len() {
             let limit =
@@ -133,6 +136,31 @@ impl Acceptor {
             }
         }
         Ok((done, busy))
+    }
+
+    /// Serves the listener before its owner can use what it hears (a member waiting for
+    /// the address table, or for another rank's listener): strangers are answered and
+    /// refused at once instead of waiting in the backlog; authenticated introductions are
+    /// kept for the next [`poll`](Self::poll). Whether anything happened.
+    pub fn poll_ahead(&mut self, deadline: Instant) -> io::Result<bool> {
+        let (done, busy) = self.poll(deadline)?;
+        self.held.extend(done);
+        Ok(busy)
+    }
+
+    /// Closes the listener, refusing with `reason` every connection it has not served:
+    /// those being introduced, kept, or still in the backlog. A stranger learns why rather
+    /// than seeing its connection reset.
+    pub fn close(mut self, reason: &str) {
+        if let Err(e) = self.accept_waiting() {
+            tracing::debug!(rank = self.me.0, error = %e, "accept while closing");
+        }
+        for p in std::mem::take(&mut self.pending) {
+            refuse(self.me, p.stream, p.from, reason);
+        }
+        for i in std::mem::take(&mut self.held) {
+            refuse(self.me, i.stream, i.from, reason);
+        }
     }
 
     fn accept_waiting(&mut self) -> io::Result<bool> {

@@ -113,6 +113,36 @@ fn send(stream: &mut TcpStream, m: &Message) -> io::Result<()> {
 
 /// Reads one message, all of it before `deadline`: the timeout of each `read()` is what is
 /// left of the deadline, so a peer that trickles bytes cannot stretch it.
+/// Waits until `stream` has bytes to read (or is closed), running `meanwhile` (which says
+/// whether it did anything) every couple of milliseconds; past `deadline`, a timeout.
+fn wait_readable(
+    stream: &TcpStream,
+    deadline: Instant,
+    mut meanwhile: impl FnMut() -> Result<bool, TransportError>,
+) -> Result<io::Result<()>, TransportError> {
+    if let Err(e) = stream.set_nonblocking(true) {
+        return Ok(Err(e));
+    }
+    let heard = loop {
+        match stream.peek(&mut [0u8; 1]) {
+            Ok(_) => break Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => break Err(e),
+        }
+        if Instant::now() >= deadline {
+            break Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "no word before the deadline",
+            ));
+        }
+        if !meanwhile()? {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    Ok(heard.and_then(|()| stream.set_nonblocking(false)))
+}
+
 fn receive(stream: &mut TcpStream, deadline: Instant) -> io::Result<Message> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -254,9 +284,11 @@ fn judge(opts: &Options, table: &mut [Option<(String, String)>], m: Message) -> 
 }
 
 /// Serves `acceptor` until `done(state)`, handing each authenticated introduction to
-/// `handle`; past `deadline`, the error `timed_out(state)` says what is missing.
+/// `handle`; past `deadline`, the error `timed_out(state)` says what is missing. The
+/// listener `ahead`, if any, is served meanwhile (see [`Acceptor::poll_ahead`]).
 fn serve<S>(
     acceptor: &mut Acceptor,
+    mut ahead: Option<&mut Acceptor>,
     deadline: Instant,
     done: impl Fn(&S) -> bool,
     state: &mut S,
@@ -279,6 +311,14 @@ fn serve<S>(
         for i in introduced {
             handle(state, i);
         }
+        let busy = match ahead.as_deref_mut() {
+            Some(a) => {
+                a.poll_ahead(deadline)
+                    .map_err(|e| io_fail(a.rank(), "accept", e))?
+                    || busy
+            }
+            None => busy,
+        };
         if !busy {
             std::thread::sleep(Duration::from_millis(2));
         }
@@ -333,11 +373,14 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
             .to_string(),
         opts.host.clone(),
     ));
+    let mut data =
+        Acceptor::new(data, opts.unique_id, me).map_err(|e| io_fail(me, "listener", e))?;
     let mut acceptor =
         Acceptor::new(listener, opts.unique_id, me).map_err(|e| io_fail(me, "listener", e))?;
     let mut members: Vec<TcpStream> = Vec::new();
     serve(
         &mut acceptor,
+        Some(&mut data),
         deadline,
         |table: &Vec<Option<(String, String)>>| table.iter().all(Option::is_some),
         &mut table,
@@ -368,6 +411,7 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
             Err(reason) => accept::refuse(me, stream, from, &reason),
         },
     )?;
+    acceptor.close("every rank has connected to the root");
     let (addrs, hosts): (Vec<String>, Vec<String>) = table.into_iter().flatten().unzip();
     tracing::debug!(
         rank = 0,
@@ -400,6 +444,8 @@ fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportEr
         .local_addr()
         .map_err(|e| io_fail(me, "data listener", e))?
         .to_string();
+    let mut data =
+        Acceptor::new(data, opts.unique_id, me).map_err(|e| io_fail(me, "listener", e))?;
     let hello = Message::Hello {
         rank: opts.rank as u32,
         nranks: opts.nranks as u32,
@@ -430,7 +476,13 @@ fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportEr
             )))
         }
     }
-    match receive(&mut s, deadline) {
+    // The table comes when every rank has arrived; strangers at the data listener are
+    // answered meanwhile.
+    let heard = wait_readable(&s, deadline, || {
+        data.poll_ahead(deadline)
+            .map_err(|e| io_fail(me, "accept", e))
+    })?;
+    match heard.and_then(|()| receive(&mut s, deadline)) {
         Ok(Message::Table { addrs, hosts })
             if addrs.len() == opts.nranks && hosts.len() == opts.nranks =>
         {
@@ -455,7 +507,7 @@ fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportEr
 fn mesh(
     opts: &Options,
     me: Rank,
-    data: TcpListener,
+    mut acceptor: Acceptor,
     table: &[String],
     hosts: &[String],
     deadline: Instant,
@@ -467,6 +519,9 @@ fn mesh(
         let a: SocketAddr = addr
             .parse()
             .map_err(|_| fail(format!("rank {j} advertised a bad address {addr:?}")))?;
+        acceptor
+            .poll_ahead(deadline)
+            .map_err(|e| io_fail(me, "accept", e))?;
         let mut s = connect_until(a, deadline)
             .map_err(|e| io_fail(me, &format!("cannot connect to rank {j} at {a}"), e))?;
         let handshake = Message::Handshake {
@@ -491,10 +546,9 @@ fn mesh(
         tracing::debug!(rank = me.0, peer = j, %a, "connected to peer");
         streams[j] = Some(s);
     }
-    let mut acceptor =
-        Acceptor::new(data, opts.unique_id, me).map_err(|e| io_fail(me, "listener", e))?;
     serve(
         &mut acceptor,
+        None,
         deadline,
         |streams: &Vec<Option<TcpStream>>| streams[opts.rank + 1..].iter().all(Option::is_some),
         &mut streams,
@@ -529,6 +583,7 @@ fn mesh(
             }
         },
     )?;
+    acceptor.close("every rank this one waits for has connected");
     for s in streams.iter().flatten() {
         s.set_read_timeout(None)
             .map_err(|e| io_fail(me, "socket", e))?;
