@@ -91,6 +91,8 @@ echo "== podman import: $(( $(date +%s) - start )) s"
 devices=()
 for d in /dev/infiniband/*; do devices+=(--device "$d"); done
 flags=(--rm --network host --cgroups disabled --cap-add IPC_LOCK --ulimit memlock=-1:-1 "${devices[@]}")
+# The caller's verbs settings (RCOLL_IB_SCOPED=1, say) reach the container too.
+while IFS= read -r var; do flags+=(--env "$var"); done < <(env | grep '^RCOLL_IB_' || true)
 echo "== podman run ${flags[*]} localhost/rcoll-soft-roce:test ..."
 echo "== in the container: what it has"
 "${podman[@]}" run "${flags[@]}" localhost/rcoll-soft-roce:test \

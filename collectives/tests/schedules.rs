@@ -248,3 +248,81 @@ fn hierarchical_on_every_host_shape() {
     }
     assert!(checked > 1000, "{checked}");
 }
+
+/// Elements that cross into (`into`) or out of each host, by host: every send to a peer
+/// on another host counts its slice once per such peer.
+fn host_traffic(
+    schedules: &[rcoll::schedule::Schedule],
+    hosts: &HostMap,
+    into: bool,
+) -> Vec<usize> {
+    let mut per_host = vec![0; hosts.nhosts()];
+    for s in schedules {
+        for p in s.channels.iter().flat_map(|c| c.steps.iter()).flatten() {
+            let len = p.src().or(p.dst()).map_or(0, |x| x.len);
+            for &to in p
+                .send_to()
+                .iter()
+                .filter(|&&to| !hosts.same_host(s.rank, to))
+            {
+                per_host[hosts.host_of(if into { to } else { s.rank })] += len;
+            }
+        }
+    }
+    per_host
+}
+
+/// Hierarchical all_gather and reduce_scatter move each block across the network once per
+/// host that needs it: into every host (all_gather) or out of it (reduce_scatter) go
+/// exactly the blocks of the other hosts' ranks, `(p - L) * count` elements, where the
+/// flat ring in host order moves `(p - 1) * count` through each host boundary.
+#[test]
+fn hierarchical_all_gather_and_reduce_scatter_send_each_block_across_once_per_host() {
+    let count = 10;
+    for hosts in [
+        HostMap::blocks(&[2, 2]),
+        HostMap::blocks(&[4, 4]),
+        HostMap::blocks(&[3, 3, 3]),
+        HostMap::cyclic(6, 2),
+        HostMap::blocks(&[4, 2, 1]),
+    ] {
+        let n = hosts.nranks();
+        for (collective, into) in [
+            (Collective::AllGather, true),
+            (Collective::ReduceScatter, false),
+        ] {
+            let layout = Layout {
+                collective,
+                nranks: n,
+                count,
+                root: Rank(0),
+                in_place: false,
+            };
+            let traffic = |a: Algorithm| {
+                let schedules = a.schedules_on(&layout, Some(&hosts)).expect("served");
+                host_traffic(&schedules, &hosts, into)
+            };
+            let (hier, ring) = (traffic(Algorithm::Hierarchical), traffic(Algorithm::Ring));
+            let what = format!("{collective:?} on {}", hosts.describe());
+            let even =
+                (0..hosts.nhosts()).all(|h| hosts.members(h).len() == hosts.members(0).len());
+            for h in 0..hosts.nhosts() {
+                let missing = (n - hosts.members(h).len()) * count;
+                if even {
+                    assert_eq!(hier[h], missing, "{what}: host {h}, hierarchical");
+                    assert_eq!(ring[h], (n - 1) * count, "{what}: host {h}, ring");
+                } else {
+                    // Hosts without a column take (or give) its blocks once more.
+                    assert!(
+                        hier[h] >= missing && hier[h] <= 2 * missing,
+                        "{what}: {hier:?}"
+                    );
+                }
+            }
+            assert!(
+                hier.iter().sum::<usize>() < ring.iter().sum::<usize>(),
+                "{what}"
+            );
+        }
+    }
+}

@@ -31,6 +31,18 @@
 //! root), then a reduce among the leaders to the root. One channel: the engine pipelines
 //! the levels segment by segment.
 //!
+//! # all_gather and reduce_scatter: one channel per local rank
+//!
+//! Channel `c` carries the blocks of every host's local rank `c` (its *column*; a host of
+//! fewer ranks has no block there, and its rank `c mod L` serves the column for it).
+//! all_gather: the column's ranks all_gather their blocks across hosts; a host without
+//! the column gets them from one that has it; then each host's server of the column
+//! broadcasts them inside the host, block by block. reduce_scatter is the mirror: inside
+//! every host the column's blocks are reduced to its server (into scratch), hosts without
+//! the column add theirs into one that has it, and the column's ranks reduce-scatter
+//! across hosts, each keeping its own block. So each host's link carries `(H-1)/H` of
+//! the vector, against `(p-1)/p` for a flat ring, and every local rank drives its share.
+//!
 //! Other collectives are not hierarchical yet: [`super::Algorithm::serves`] says so and
 //! the flat algorithms serve them.
 //!
@@ -54,7 +66,11 @@ const LEVEL: Algorithm = Algorithm::Ring;
 pub fn serves(collective: Collective) -> bool {
     matches!(
         collective,
-        Collective::AllReduce | Collective::Broadcast | Collective::Reduce
+        Collective::AllReduce
+            | Collective::Broadcast
+            | Collective::Reduce
+            | Collective::AllGather
+            | Collective::ReduceScatter
     )
 }
 
@@ -74,6 +90,8 @@ pub fn schedule(layout: &Layout, rank: Rank, hosts: Option<&HostMap>) -> Schedul
         Collective::AllReduce => all_reduce(layout, rank, hosts),
         Collective::Broadcast => broadcast(layout, rank, hosts),
         Collective::Reduce => reduce(layout, rank, hosts),
+        Collective::AllGather => all_gather(layout, rank, hosts),
+        Collective::ReduceScatter => reduce_scatter(layout, rank, hosts),
         // The flat ring in host order.
         _ => super::ring::schedule(layout, rank, Some(hosts)),
     }
@@ -88,8 +106,41 @@ struct Phase<'a> {
     /// Step of this call its step 0 becomes.
     step: usize,
     /// Where the sub-layout's input and output go (scratch is placed automatically).
-    input: Slice,
-    output: Slice,
+    input: Place<'a>,
+    output: Place<'a>,
+}
+
+/// Where a sub-layout's input or output goes: one slice, or blocks that lie apart in this
+/// call's buffers (the blocks of one local rank on every host).
+#[derive(Clone, Copy)]
+enum Place<'a> {
+    Slice(Slice),
+    /// Virtual block `k` (of `block` elements) is `at[k]`.
+    Blocks {
+        block: usize,
+        at: &'a [Slice],
+    },
+}
+
+impl From<Slice> for Place<'_> {
+    fn from(s: Slice) -> Self {
+        Place::Slice(s)
+    }
+}
+
+impl Place<'_> {
+    /// The part `offset..offset + len` of the sub-layout's output.
+    fn sub(self, offset: usize, len: usize) -> Slice {
+        match self {
+            Place::Slice(s) => s.sub(offset, len),
+            Place::Blocks { block, at } => {
+                let k = offset / block.max(1);
+                let within = offset - k * block;
+                assert!(within + len <= block, "a level's slice spans two blocks");
+                at[k].sub(within, len)
+            }
+        }
+    }
 }
 
 /// Embeds virtual rank `me`'s schedule of `sub` (by [`LEVEL`]) into `out` as `phase`.
@@ -260,8 +311,8 @@ fn all_reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                 group: local,
                 channel: j,
                 step: 0,
-                input: input.sub(offset, len),
-                output: mine,
+                input: input.sub(offset, len).into(),
+                output: mine.into(),
             },
         );
         // 2. The owners of the shard, one per host, all_reduce it in place.
@@ -275,8 +326,8 @@ fn all_reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                     group: &owners,
                     channel: j,
                     step: local_steps,
-                    input: mine,
-                    output: mine,
+                    input: mine.into(),
+                    output: mine.into(),
                 },
             );
         }
@@ -289,12 +340,269 @@ fn all_reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                 group: local,
                 channel: j,
                 step: local_steps + global_steps,
-                input: mine,
-                output: mine,
+                input: mine.into(),
+                output: mine.into(),
             },
         );
     }
     out
+}
+
+/// The rank of host `h` that serves column `c` (see the module's all_gather): its local
+/// rank `c`, or on a host of fewer ranks, local rank `c mod L`.
+fn server(hosts: &HostMap, h: usize, c: usize) -> Rank {
+    let m = hosts.members(h);
+    m[c % m.len()]
+}
+
+/// Column `c`: the local rank `c` of every host that has one, in host order, and their
+/// blocks of `count` elements in one of this call's buffers (`at(offset, len)`).
+fn column(
+    hosts: &HostMap,
+    c: usize,
+    count: usize,
+    at: fn(usize, usize) -> Slice,
+) -> (Vec<Rank>, Vec<Slice>) {
+    (0..hosts.nhosts())
+        .filter_map(|g| hosts.members(g).get(c).copied())
+        .map(|r| (r, at(r.index() * count, count)))
+        .unzip()
+}
+
+/// The hosts without a local rank `c`, each with the rank of the column's that feeds it
+/// (all_gather) or that it feeds (reduce_scatter), and the step after `base` where their
+/// exchange of the column's `m` blocks starts: round robin over the column's ranks.
+fn feeds(hosts: &HostMap, c: usize, owners: &[Rank], base: usize) -> Vec<(Rank, Rank, usize)> {
+    let m = owners.len();
+    (0..hosts.nhosts())
+        .filter(|&g| hosts.members(g).len() <= c)
+        .enumerate()
+        .map(|(i, g)| (server(hosts, g, c), owners[i % m], base + (i / m) * m))
+        .collect()
+}
+
+/// Steps the feeds of column `c` take (`m` blocks each, one exchange per column rank at
+/// a time).
+fn feed_steps(hosts: &HostMap, c: usize, m: usize) -> usize {
+    let without = (0..hosts.nhosts())
+        .filter(|&g| hosts.members(g).len() <= c)
+        .count();
+    without.div_ceil(m) * m
+}
+
+fn widest(hosts: &HostMap) -> usize {
+    (0..hosts.nhosts())
+        .map(|h| hosts.members(h).len())
+        .max()
+        .unwrap_or(1)
+}
+
+/// Rank `rank`'s schedule built column by column: `each(out, c, owners, blocks)` with
+/// column `c`'s ranks and their blocks in one of the call's buffers (`at`).
+fn by_columns(
+    layout: &Layout,
+    rank: Rank,
+    hosts: &HostMap,
+    at: fn(usize, usize) -> Slice,
+    mut each: impl FnMut(&mut Schedule, usize, &[Rank], &[Slice]),
+) -> Schedule {
+    let mut out = Schedule::new(*layout, rank);
+    if layout.count > 0 {
+        for c in 0..widest(hosts) {
+            let (owners, blocks) = column(hosts, c, layout.count, at);
+            each(&mut out, c, &owners, &blocks);
+        }
+    }
+    out
+}
+
+fn all_gather(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
+    let count = layout.count;
+    let h = hosts.host_of(rank);
+    let local = hosts.members(h);
+    by_columns(
+        layout,
+        rank,
+        hosts,
+        Slice::output,
+        |out, c, owners, blocks| {
+            let m = owners.len();
+            // 1. The column's ranks, one per host that has it, all_gather across hosts.
+            let global = sub_layout(Collective::AllGather, m, count, 0, layout.in_place);
+            let global_steps = steps_of(&global);
+            if let Some(k) = owners.iter().position(|&r| r == rank) {
+                embed(
+                    out,
+                    &global,
+                    k,
+                    &Phase {
+                        group: owners,
+                        channel: c,
+                        step: 0,
+                        input: Slice::input(0, count).into(),
+                        output: Place::Blocks {
+                            block: count,
+                            at: blocks,
+                        },
+                    },
+                );
+            }
+            // 2. Hosts without the column get its blocks from a rank that has them.
+            for (taker, giver, base) in feeds(hosts, c, owners, global_steps) {
+                for (k, &b) in blocks.iter().enumerate() {
+                    if rank == giver {
+                        out.push_on(
+                            c,
+                            base + k,
+                            Primitive::Send {
+                                to: vec![taker],
+                                src: b,
+                            },
+                        );
+                    } else if rank == taker {
+                        out.push_on(
+                            c,
+                            base + k,
+                            Primitive::Recv {
+                                from: giver,
+                                dst: b,
+                            },
+                        );
+                    }
+                }
+            }
+            // 3. The column's server on each host broadcasts them inside it, block by block.
+            if local.len() > 1 {
+                let start = global_steps + feed_steps(hosts, c, m);
+                let inside = sub_layout(
+                    Collective::Broadcast,
+                    local.len(),
+                    count,
+                    hosts.local_rank(server(hosts, h, c)),
+                    true,
+                );
+                let each = steps_of(&inside);
+                for (k, &b) in blocks.iter().enumerate() {
+                    embed(
+                        out,
+                        &inside,
+                        hosts.local_rank(rank),
+                        &Phase {
+                            group: local,
+                            channel: c,
+                            step: start + k * each,
+                            input: b.into(),
+                            output: b.into(),
+                        },
+                    );
+                }
+            }
+        },
+    )
+}
+
+fn reduce_scatter(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
+    let count = layout.count;
+    let h = hosts.host_of(rank);
+    let local = hosts.members(h);
+    by_columns(
+        layout,
+        rank,
+        hosts,
+        Slice::input,
+        |out, c, owners, inputs| {
+            let m = owners.len();
+            // The local reduce of one block inside host `g`: its steps (none on a lone rank).
+            let inside = |g: usize| {
+                let l = hosts.members(g).len();
+                sub_layout(Collective::Reduce, l, count, c % l, false)
+            };
+            let inside_steps = |g: usize| match hosts.members(g).len() {
+                1 => 0,
+                _ => m * steps_of(&inside(g)),
+            };
+            let local_steps = (0..hosts.nhosts()).map(inside_steps).max().unwrap_or(0);
+            // This host's sums of the column's blocks, on its server: scratch, or on a lone
+            // rank its own input blocks.
+            let me_serving = server(hosts, h, c) == rank;
+            let partial = (me_serving && local.len() > 1).then(|| {
+                let at = out.scratch_len;
+                out.scratch_len += m * count;
+                Slice::scratch(at, m * count)
+            });
+            let part = |k: usize| match partial {
+                Some(p) => p.sub(k * count, count),
+                None => inputs[k],
+            };
+            // 1. Inside each host, every block of the column is reduced to its server.
+            if local.len() > 1 {
+                let sub = inside(h);
+                let each = steps_of(&sub);
+                for (k, &input) in inputs.iter().enumerate() {
+                    embed(
+                        out,
+                        &sub,
+                        hosts.local_rank(rank),
+                        &Phase {
+                            group: local,
+                            channel: c,
+                            step: k * each,
+                            input: input.into(),
+                            // Written only on the server (the sub-layout's root).
+                            output: part(k).into(),
+                        },
+                    );
+                }
+            }
+            // 2. Hosts without the column add their sums into a rank that has it.
+            for (giver, taker, base) in feeds(hosts, c, owners, local_steps) {
+                for k in 0..m {
+                    if rank == giver {
+                        out.push_on(
+                            c,
+                            base + k,
+                            Primitive::Send {
+                                to: vec![taker],
+                                src: part(k),
+                            },
+                        );
+                    } else if rank == taker {
+                        out.push_on(
+                            c,
+                            base + k,
+                            Primitive::RecvReduceCopy {
+                                from: giver,
+                                src: part(k),
+                                dst: part(k),
+                            },
+                        );
+                    }
+                }
+            }
+            // 3. The column's ranks reduce-scatter across hosts, each keeping its own block.
+            if let Some(k) = owners.iter().position(|&r| r == rank) {
+                let input = match partial {
+                    Some(p) => p.into(),
+                    None => Place::Blocks {
+                        block: count,
+                        at: inputs,
+                    },
+                };
+                embed(
+                    out,
+                    &sub_layout(Collective::ReduceScatter, m, count, 0, false),
+                    k,
+                    &Phase {
+                        group: owners,
+                        channel: c,
+                        step: local_steps + feed_steps(hosts, c, m),
+                        input,
+                        output: Slice::output(0, count).into(),
+                    },
+                );
+            }
+        },
+    )
 }
 
 /// Each host's leader: the root on the root's host, local rank 0 elsewhere.
@@ -356,8 +664,8 @@ fn broadcast(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                 group: &leads,
                 channel: 0,
                 step: 0,
-                input,
-                output,
+                input: input.into(),
+                output: output.into(),
             },
         );
     }
@@ -371,8 +679,8 @@ fn broadcast(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
             channel: 0,
             step: global_steps,
             // The leader sends what it holds in its output by now.
-            input: output,
-            output,
+            input: output.into(),
+            output: output.into(),
         },
     );
     out
@@ -417,8 +725,8 @@ fn reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
             group: local,
             channel: 0,
             step: 0,
-            input,
-            output: partial,
+            input: input.into(),
+            output: partial.into(),
         },
     );
     if leads[h] == rank {
@@ -436,8 +744,8 @@ fn reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                 group: &leads,
                 channel: 0,
                 step: local_steps,
-                input: partial,
-                output: Slice::output(0, c),
+                input: partial.into(),
+                output: Slice::output(0, c).into(),
             },
         );
     }
