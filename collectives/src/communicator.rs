@@ -49,7 +49,7 @@ pub struct Communicator {
     seq: u32,
     p2p_sent: Vec<u32>,
     p2p_received: Vec<u32>,
-    plans: HashMap<(Layout, Algorithm), Arc<Plan>>,
+    plans: HashMap<(Layout, Algorithm), Arc<Plan>, foldhash::fast::RandomState>,
     scratch: Vec<u128>,
     next_algorithm: Option<Algorithm>,
     /// `(sequence, fingerprint)` of the last few collectives, to explain a stale message
@@ -135,7 +135,7 @@ impl Communicator {
             seq: 0,
             p2p_sent: vec![0; nranks],
             p2p_received: vec![0; nranks],
-            plans: HashMap::new(),
+            plans: HashMap::default(),
             scratch: Vec::new(),
             next_algorithm: None,
             recent: [(u32::MAX, 0); RECENT_CALLS],

@@ -60,7 +60,7 @@ struct Key {
 /// Caches `Auto` choices for one communicator.
 #[derive(Debug, Default)]
 pub struct Selector {
-    cache: HashMap<Key, Algorithm>,
+    cache: HashMap<Key, Algorithm, foldhash::fast::RandomState>,
 }
 
 impl Selector {

@@ -19,7 +19,6 @@
 //! bounded by the window: a sender that runs ahead — a root broadcasting while a receiver
 //! is still busy — is buffered at the receiver, up to one collective's worth of data.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
@@ -28,7 +27,7 @@ use crossbeam_queue::ArrayQueue;
 
 use crate::error::TransportError;
 use crate::transport::{check_arrival, Payload, Transport};
-use crate::types::{Rank, Tag, TagKey};
+use crate::types::{Rank, Tag};
 
 /// Messages a sender may have queued to one receiver before it must wait for credits.
 pub const DEFAULT_WINDOW: usize = 64;
@@ -138,7 +137,7 @@ pub fn group(n: usize, window: usize) -> Vec<LocalTransport> {
         .map(|i| LocalTransport {
             shared: Arc::clone(&shared),
             rank: Rank::from(i),
-            arrived: HashMap::new(),
+            arrived: Default::default(),
             broken: None,
             seen: 0,
         })
@@ -150,7 +149,7 @@ pub struct LocalTransport {
     shared: Arc<Shared>,
     rank: Rank,
     /// Messages taken off the channels before anyone asked for them.
-    arrived: HashMap<(Rank, TagKey), Message>,
+    arrived: crate::transport::Arrivals<Message>,
     /// A protocol violation seen while draining, reported by the next call.
     broken: Option<TransportError>,
     /// Doorbell count when this rank last woke.

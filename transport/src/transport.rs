@@ -412,6 +412,14 @@ pub trait Transport: Send {
         String::new()
     }
 
+    /// What a rank does between two polls while it spins for a message: give the CPU
+    /// away (the default: a peer of this rank may need it), or only pause the pipeline
+    /// when every rank of this host has a core of its own, where a system call per poll
+    /// would only delay the answer.
+    fn relax(&self) {
+        std::thread::yield_now();
+    }
+
     /// Makes sure no device reads caller memory lent by [`Transport::try_send_borrowed`]
     /// any more, before the engine hands the caller its buffer back after a failure: waits
     /// briefly for those sends, then stops the queues that still have them and reaps what
@@ -504,10 +512,15 @@ pub fn is_stale(seq: u32, current: u32) -> bool {
     seq & P2P == 0 && current.wrapping_sub(seq) & !P2P < 1 << 30
 }
 
+/// Messages that arrived and wait for the call that asks for them, by sender and tag
+/// (bounded by each transport's credits or slots, so a hostile sender cannot grow it).
+pub type Arrivals<V> =
+    std::collections::HashMap<(Rank, crate::types::TagKey), V, foldhash::fast::RandomState>;
+
 /// The first stale message in a backend's arrival map: [`Transport::stale`] for backends
 /// that keep arrived messages by `(peer, tag)`.
 pub fn stale_in<V>(
-    arrived: &std::collections::HashMap<(Rank, crate::types::TagKey), (Tag, V)>,
+    arrived: &Arrivals<(Tag, V)>,
     current: u32,
 ) -> Option<(Rank, Tag)> {
     arrived

@@ -105,7 +105,7 @@ fn pump<T: Element>(
             last_move = Instant::now();
         }
         if idle_polls < SPINS_BEFORE_SLEEP {
-            std::thread::yield_now();
+            io.relax();
             continue;
         }
         // A timeout too large to add to the clock means "no deadline".

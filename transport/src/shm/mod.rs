@@ -44,7 +44,6 @@
 mod segment;
 mod setup;
 
-use std::collections::HashMap;
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -55,7 +54,7 @@ use crate::hosts::HostMap;
 use crate::transport::{
     check_arrival, stale_in, Foreign, Payload, Registered, SendState, Transport,
 };
-use crate::types::{Rank, Tag, TagKey};
+use crate::types::{Rank, Tag};
 use segment::{InRing, Lease, OutRing, Refused, Segment};
 
 pub use segment::Shape as SegmentShape;
@@ -119,13 +118,16 @@ pub struct ShmTransport {
     bell_watched: bool,
     /// Sleeps that ended at their cap with a ring moved and no bell (a lost wake-up).
     pub(crate) late_wakeups: u64,
-    arrived: HashMap<(Rank, TagKey), (Tag, Arrived)>,
+    arrived: crate::transport::Arrivals<(Tag, Arrived)>,
     /// The rings' counters when this rank last looked and found nothing.
     seen: u64,
     broken: Option<TransportError>,
     last_control: Instant,
     slot_bytes: usize,
     spin: Duration,
+    /// Whether this host has fewer cores (that this process may run on) than ranks: then
+    /// a spinning rank yields between polls, else it only pauses ([`Transport::relax`]).
+    crowded: bool,
     name: &'static str,
 }
 
@@ -564,6 +566,14 @@ impl Transport for ShmTransport {
         self.dispose(payload);
     }
 
+    fn relax(&self) {
+        if self.crowded {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
         self.check()?;
         self.control(None, false)?;
@@ -580,7 +590,7 @@ impl Transport for ShmTransport {
             if now >= spin_until || now >= deadline {
                 break;
             }
-            std::thread::yield_now();
+            self.relax();
         }
         let sleeping = self.mine.sleeping();
         sleeping.store(1, Ordering::SeqCst);

@@ -2,7 +2,6 @@
 //! with the local peers over the control connections, and the checks on what they
 //! announce. [`Prepared::finish`] layers the result on the transport beneath.
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
@@ -169,13 +168,18 @@ impl Prepared {
             nranks: links.len(),
             slot_bytes: self.opts.slot_bytes,
             spin: self.opts.spin,
+            crowded: {
+                let local = self.hosts.members(self.hosts.host_of(me)).len();
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                local > cores
+            },
             hosts: self.hosts,
             links,
             mine,
             bell,
             bell_watched,
             late_wakeups: 0,
-            arrived: HashMap::new(),
+            arrived: Default::default(),
             seen: 0,
             broken: None,
             last_control: Instant::now(),

@@ -15,7 +15,7 @@ pub mod bootstrap;
 pub(crate) mod control;
 pub mod frame;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use crate::error::TransportError;
 use crate::transport::{check_arrival, copy_and_send, Payload, Transport};
-use crate::types::{Rank, Tag, TagKey};
+use crate::types::{Rank, Tag};
 use frame::{Decoder, Frame, Header, Kind, HEADER_LEN};
 
 /// Messages queued to one peer before `try_send` refuses (the credit window).
@@ -68,7 +68,7 @@ pub struct TcpTransport {
     poll: Poll,
     events: Events,
     peers: Vec<Option<Peer>>,
-    arrived: HashMap<(Rank, TagKey), (Tag, Payload)>,
+    arrived: crate::transport::Arrivals<(Tag, Payload)>,
     pool: Vec<Vec<u8>>,
     read_buf: Vec<u8>,
     window: usize,
@@ -137,7 +137,7 @@ impl TcpTransport {
             poll,
             events: Events::with_capacity(peers.len().max(16)),
             peers,
-            arrived: HashMap::new(),
+            arrived: Default::default(),
             pool: Vec::new(),
             read_buf: vec![0; READ_CHUNK],
             window: window.max(1),
@@ -430,7 +430,7 @@ fn deliver(
     me: Rank,
     from: Rank,
     frame: Frame,
-    arrived: &mut HashMap<(Rank, TagKey), (Tag, Payload)>,
+    arrived: &mut crate::transport::Arrivals<(Tag, Payload)>,
     aborted: &mut Option<(Rank, String)>,
     broken: &mut Option<TransportError>,
 ) {

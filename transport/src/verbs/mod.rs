@@ -69,7 +69,7 @@ use std::time::{Duration, Instant};
 use crate::error::TransportError;
 use crate::tcp::TcpTransport;
 use crate::transport::Payload;
-use crate::types::{Rank, Tag, TagKey};
+use crate::types::{Rank, Tag};
 
 pub use datapath::Fault;
 pub use device::{choose, choose_for, library, prefix_of, probe, PortReport, Selection};
@@ -249,7 +249,7 @@ pub struct VerbsTransport {
     /// Sends in flight: their buffers, by work request id.
     inflight: HashMap<u64, (u32, Vec<u8>)>,
     next_wr: u32,
-    arrived: HashMap<(Rank, TagKey), (Tag, Payload)>,
+    arrived: crate::transport::Arrivals<(Tag, Payload)>,
     broken: Option<TransportError>,
     completions: Vec<ffi::Completion>,
     slot_bytes: usize,

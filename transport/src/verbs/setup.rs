@@ -122,7 +122,7 @@ pub fn upgrade(
         returns: Default::default(),
         inflight: HashMap::new(),
         next_wr: 0,
-        arrived: HashMap::new(),
+        arrived: Default::default(),
         broken: None,
         completions: Vec::with_capacity(64),
         slot_bytes: opts.slot_bytes,
