@@ -369,7 +369,9 @@ impl Builder {
         let bootstrap = |source| Error::Bootstrap { source };
         let prepared = match self.transport {
             TransportKind::Tcp => return Ok(Box::new(tcp)),
-            TransportKind::Verbs => return self.upgrade(tcp, segment_bytes, device, deadline),
+            TransportKind::Verbs => {
+                return self.upgrade(tcp, segment_bytes, device, &|_| true, deadline)
+            }
             TransportKind::Shm | TransportKind::Auto => {
                 let mut sopts = shm::Options::from_env(segment_bytes).map_err(Error::Config)?;
                 sopts.required = self.transport == TransportKind::Shm;
@@ -379,7 +381,9 @@ impl Builder {
         let inner: Box<dyn Transport> = if self.transport == TransportKind::Shm {
             Box::new(tcp)
         } else {
-            self.upgrade(tcp, segment_bytes, device, deadline)?
+            // Queue pairs only where shared memory does not reach.
+            let reach = |p| !prepared.shares_memory_with(p);
+            self.upgrade(tcp, segment_bytes, device, &reach, deadline)?
         };
         if prepared.pairs() == 0 {
             return Ok(inner);
@@ -387,11 +391,14 @@ impl Builder {
         Ok(Box::new(prepared.finish(inner).map_err(bootstrap)?))
     }
 
+    /// Verbs to the peers `reach` names (symmetric), if every rank can (see
+    /// `choose_transport`).
     fn upgrade(
         &self,
         mut tcp: tcp::TcpTransport,
         segment_bytes: usize,
         device: Option<&str>,
+        reach: &dyn Fn(rcoll_transport::Rank) -> bool,
         deadline: std::time::Instant,
     ) -> Result<Box<dyn Transport>> {
         use rcoll_transport::verbs;
@@ -437,7 +444,7 @@ impl Builder {
                     gid = %sel.gid.why,
                     "upgrading to verbs"
                 );
-                let t = verbs::upgrade(tcp, sel, &vopts, deadline).map_err(bootstrap)?;
+                let t = verbs::upgrade_for(tcp, sel, &vopts, deadline, reach).map_err(bootstrap)?;
                 Ok(Box::new(t))
             }
             (sel, _) if self.transport == TransportKind::Verbs => {

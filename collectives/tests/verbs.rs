@@ -75,6 +75,18 @@ fn rank_main() {
         "the group must run over {want}: {}",
         comm.transport_details()
     );
+    // Queue pairs only where they are used: "queue pairs to N of M peers".
+    if let Ok(qps) = std::env::var("RCOLL_TEST_EXPECT_QPS") {
+        let details = comm.transport_details();
+        assert!(
+            details.contains(&format!(
+                "queue pairs to {qps} of {} peers",
+                comm.size() - 1
+            )),
+            "rank {}: expected queue pairs to {qps} peers: {details}",
+            comm.rank()
+        );
+    }
     match scenario.as_str() {
         "sweep" => sweep(&mut comm),
         "large" => large(&mut comm),
@@ -274,6 +286,8 @@ fn shared_memory_inside_hosts_and_verbs_across() {
                 ("RCOLL_TRANSPORT".into(), "auto".into()),
                 ("RCOLL_HOST".into(), format!("host{}", r % 2)),
                 ("RCOLL_TEST_EXPECT_TRANSPORT".into(), "shm+verbs".into()),
+                // Two peers on the other host; none to the one sharing memory.
+                ("RCOLL_TEST_EXPECT_QPS".into(), "2".into()),
             ]
         }),
         Duration::from_secs(600),

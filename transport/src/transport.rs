@@ -519,10 +519,7 @@ pub type Arrivals<V> =
 
 /// The first stale message in a backend's arrival map: [`Transport::stale`] for backends
 /// that keep arrived messages by `(peer, tag)`.
-pub fn stale_in<V>(
-    arrived: &Arrivals<(Tag, V)>,
-    current: u32,
-) -> Option<(Rank, Tag)> {
+pub fn stale_in<V>(arrived: &Arrivals<(Tag, V)>, current: u32) -> Option<(Rank, Tag)> {
     arrived
         .iter()
         .find(|(_, (tag, _))| is_stale(tag.collective, current))

@@ -106,6 +106,11 @@ struct PeerSegment {
 }
 
 impl Prepared {
+    /// Whether this rank and `peer` share memory (both ways: the peer knows it too).
+    pub fn shares_memory_with(&self, peer: Rank) -> bool {
+        matches!(self.peers.get(peer.index()), Some(Some(_)))
+    }
+
     /// How many local peers this rank shares memory with.
     pub fn pairs(&self) -> usize {
         self.peers.iter().flatten().count()

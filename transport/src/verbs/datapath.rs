@@ -262,10 +262,12 @@ impl Transport for VerbsTransport {
     fn details(&self) -> String {
         let s = &self.selection;
         format!(
-            "{}:{}, MTU {}, slots lent as {}",
+            "{}:{}, MTU {}, queue pairs to {} of {} peers, slots lent as {}",
             s.device,
             s.port,
             super::select::mtu_bytes(s.active_mtu),
+            self.peers.iter().flatten().count(),
+            self.nranks - 1,
             if self.scoped {
                 "memory windows (one peer, one write)"
             } else {

@@ -75,7 +75,7 @@ pub use datapath::Fault;
 pub use device::{choose, choose_for, library, prefix_of, probe, PortReport, Selection};
 pub use ffi::{device_names, VerbsError};
 pub use registry::ZERO_COPY_MIN;
-pub use setup::{agree, connect, upgrade};
+pub use setup::{agree, connect, upgrade, upgrade_for};
 pub use sys::LoadError;
 pub use wire::HEADER;
 

@@ -72,15 +72,33 @@ pub fn connect(
 /// the group must call it (the TCP connections carry the endpoints and stay as the
 /// control plane).
 pub fn upgrade(
-    mut tcp: TcpTransport,
+    tcp: TcpTransport,
     sel: Selection,
     opts: &Options,
     deadline: Instant,
 ) -> Result<VerbsTransport, TransportError> {
+    upgrade_for(tcp, sel, opts, deadline, &|_| true)
+}
+
+/// [`upgrade`] with queue pairs only to the peers `reach` names, which must be symmetric
+/// (rank a reaches b over verbs exactly when b reaches a): the others are carried by
+/// another transport (shared memory inside a host) and cost no queue pair, receive
+/// buffers or lent slots here.
+pub fn upgrade_for(
+    mut tcp: TcpTransport,
+    sel: Selection,
+    opts: &Options,
+    deadline: Instant,
+    reach: &dyn Fn(Rank) -> bool,
+) -> Result<VerbsTransport, TransportError> {
     // A rank that fails here tells the others why before it closes (memlock, a device
     // error): they would otherwise see only that it closed.
     let window = opts.window.max(2);
-    let (pd, channel, cq) = match open_device(&mut tcp, &sel, window) {
+    let me = tcp.rank();
+    let others: Vec<usize> = (0..tcp.nranks())
+        .filter(|&p| p != me.index() && reach(Rank::from(p)))
+        .collect();
+    let (pd, channel, cq) = match open_device(&mut tcp, &sel, window, others.len()) {
         Ok(r) => r,
         Err(e) => {
             tcp.abort(&e.to_string());
@@ -142,7 +160,7 @@ pub fn upgrade(
         _channel: channel,
         tcp,
     };
-    match connect_peers(&mut t, &sel, opts, deadline) {
+    match connect_peers(&mut t, &sel, opts, &others, deadline) {
         Ok(()) => Ok(t),
         Err(e) => {
             t.tcp.abort(&e.to_string());
@@ -172,6 +190,7 @@ fn open_device(
     tcp: &mut TcpTransport,
     sel: &Selection,
     window: usize,
+    peers: usize,
 ) -> Result<
     (
         Arc<ProtectionDomain>,
@@ -181,14 +200,13 @@ fn open_device(
     TransportError,
 > {
     let rank = tcp.rank();
-    let nranks = tcp.nranks();
     let verr = |peer| verbs_failure(rank, peer);
     let ctx = Context::open(&sel.device).map_err(verr(None))?;
     let pd = ProtectionDomain::new(&ctx).map_err(verr(None))?;
     let channel = CompletionChannel::new(&ctx).map_err(verr(None))?;
     let (recv_depth, send_depth) = depths(window);
     let dev = ctx.query_device().map_err(verr(None))?;
-    let cq_entries = ((nranks.max(2) - 1) as i64 * i64::from(recv_depth + send_depth))
+    let cq_entries = (peers.max(1) as i64 * i64::from(recv_depth + send_depth))
         .clamp(16, i64::from(dev.max_cqe.max(16))) as i32;
     let cq = CompletionQueue::new(&ctx, &channel, cq_entries).map_err(verr(None))?;
     tcp.register_fd(cq.fd())
@@ -202,12 +220,13 @@ fn open_device(
     Ok((pd, channel, cq))
 }
 
-/// Queue pairs, receive buffers and first credits for every peer; endpoints exchanged over
-/// TCP; a connectivity check each way.
+/// Queue pairs, receive buffers and first credits for every peer in `others`; endpoints
+/// exchanged over TCP; a connectivity check each way.
 fn connect_peers(
     t: &mut VerbsTransport,
     sel: &Selection,
     opts: &Options,
+    others: &[usize],
     deadline: Instant,
 ) -> Result<(), TransportError> {
     let (rank, nranks, window) = (t.rank, t.nranks, t.window);
@@ -215,7 +234,7 @@ fn connect_peers(
     let verr = |peer| verbs_failure(rank, peer);
     let psn = |peer: usize| ((rank.index() as u32) << 12 ^ (peer as u32) << 2 ^ 0x5a5a) & 0xff_ffff;
     let mut mine = Vec::new();
-    for p in (0..nranks).filter(|&p| p != rank.index()) {
+    for &p in others {
         let qp =
             QueuePair::new(&t.pd, &t.cq, send_depth, recv_depth, 256).map_err(verr(Some(p)))?;
         let ctrl =
@@ -258,7 +277,6 @@ fn connect_peers(
         });
     }
     // Exchange endpoints over TCP.
-    let others: Vec<usize> = (0..nranks).filter(|&p| p != rank.index()).collect();
     for (p, ep) in others.iter().zip(&mine) {
         t.tcp.send_control(
             Rank::from(*p),
@@ -267,7 +285,7 @@ fn connect_peers(
             deadline,
         )?;
     }
-    for &p in &others {
+    for &p in others {
         let bytes = t
             .tcp
             .recv_control(Rank::from(p), Exchange::VerbsEndpoint, deadline)?;
@@ -327,11 +345,11 @@ fn connect_peers(
         }
     }
     // Everyone's receives are posted before anyone writes; then check the path works.
-    for &p in &others {
+    for &p in others {
         t.tcp
             .send_control(Rank::from(p), Exchange::VerbsReady, b"ready", deadline)?;
     }
-    for &p in &others {
+    for &p in others {
         t.tcp
             .recv_control(Rank::from(p), Exchange::VerbsReady, deadline)?;
     }
@@ -348,7 +366,7 @@ fn connect_peers(
             return Err(e.clone());
         }
     }
-    for &p in &others {
+    for &p in others {
         let peer = t.peers[p].as_mut().ok_or(TransportError::InvalidPeer {
             rank,
             peer: Rank::from(p),
