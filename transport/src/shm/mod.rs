@@ -55,7 +55,7 @@ use crate::transport::{
     check_arrival, stale_in, Foreign, Payload, Registered, SendState, Transport,
 };
 use crate::types::{Rank, Tag};
-use segment::{InRing, Lease, OutRing, Refused, Segment};
+use segment::{Body, InRing, Lease, OutRing, Refused, Segment};
 
 pub use segment::Shape as SegmentShape;
 pub use setup::{prepare, Options, Prepared};
@@ -121,6 +121,12 @@ pub struct ShmTransport {
     arrived: crate::transport::Arrivals<(Tag, Arrived)>,
     /// The rings' counters when this rank last looked and found nothing.
     seen: u64,
+    /// Messages taken off the rings so far, and when this rank last found nothing; with
+    /// the slots given back then: what a spinning wait compares (local counters and the
+    /// rings' next descriptors, not the senders' `head` lines).
+    drained: u64,
+    seen_drained: u64,
+    seen_released: u64,
     broken: Option<TransportError>,
     last_control: Instant,
     slot_bytes: usize,
@@ -131,23 +137,23 @@ pub struct ShmTransport {
     name: &'static str,
 }
 
-fn tag_words(tag: Tag) -> [u64; 5] {
+/// A tag in a descriptor's three words: collective and transfer, segment and schedule,
+/// channel.
+fn tag_words(tag: Tag) -> [u64; 3] {
     [
-        u64::from(tag.collective),
+        u64::from(tag.collective) | u64::from(tag.transfer) << 32,
+        u64::from(tag.segment) | u64::from(tag.schedule) << 32,
         u64::from(tag.channel),
-        u64::from(tag.transfer),
-        u64::from(tag.segment),
-        u64::from(tag.schedule),
     ]
 }
 
-fn tag_of(words: [u64; 5]) -> Option<Tag> {
+fn tag_of(words: [u64; 3]) -> Option<Tag> {
     Some(Tag {
-        collective: u32::try_from(words[0]).ok()?,
-        channel: u16::try_from(words[1]).ok()?,
-        transfer: u32::try_from(words[2]).ok()?,
-        segment: u32::try_from(words[3]).ok()?,
-        schedule: u32::try_from(words[4]).ok()?,
+        collective: words[0] as u32,
+        transfer: (words[0] >> 32) as u32,
+        segment: words[1] as u32,
+        schedule: (words[1] >> 32) as u32,
+        channel: u16::try_from(words[2]).ok()?,
     })
 }
 
@@ -201,6 +207,29 @@ impl ShmTransport {
         })
     }
 
+    /// Records the counters of "nothing found" (see [`Self::moved`]).
+    fn mark_seen(&mut self) {
+        self.seen = self.generation();
+        self.seen_drained = self.drained;
+        self.seen_released = self.released_total();
+    }
+
+    fn released_total(&self) -> u64 {
+        self.links
+            .iter()
+            .flatten()
+            .fold(0u64, |g, l| g.wrapping_add(l.outbox.released()))
+    }
+
+    /// Whether anything moved since this rank last found nothing: a message waits on a
+    /// ring (one cache line per ring, the one its sender writes anyway), one was taken
+    /// since, or a slot came back.
+    fn moved(&self) -> bool {
+        self.links.iter().flatten().any(|l| l.inbox.pending())
+            || self.drained != self.seen_drained
+            || self.released_total() != self.seen_released
+    }
+
     /// Takes every published message off every ring into the arrival map, each one's
     /// slot lent to its payload (the engine reads it in place). Slots a full ring holds
     /// for messages nobody asked for yet are freed by [`ShmTransport::unpin`] when this
@@ -215,7 +244,8 @@ impl ShmTransport {
                     break;
                 };
                 let peer = Rank::from(p);
-                let (header, lease) = match next {
+                self.drained += 1;
+                let (header, body) = match next {
                     Ok(m) => m,
                     Err(why) => {
                         let reason = match why {
@@ -228,10 +258,6 @@ impl ShmTransport {
                             Refused::TooLong(n) => format!(
                                 "wrote a {n}-byte message into a slot of {} bytes",
                                 self.slot_bytes
-                            ),
-                            Refused::Overrun(n) => format!(
-                                "published {n} messages into a ring of {} slots",
-                                self.mine.shape().slots
                             ),
                         };
                         let e = TransportError::Protocol {
@@ -250,7 +276,10 @@ impl ShmTransport {
                     };
                     return Err(self.fail(e));
                 };
-                let payload = Payload::foreign(Box::new(lease));
+                let payload = match body {
+                    Body::Lent(lease) => Payload::foreign(Box::new(lease)),
+                    Body::Inline(bytes, len) => Payload::reuse(bytes[..len].to_vec(), len),
+                };
                 if self
                     .arrived
                     .insert((peer, tag.key()), (tag, (payload, false)))
@@ -345,7 +374,7 @@ impl ShmTransport {
             if attempt == 0 {
                 // Counters first, then the check again: a wait after this sleeps only if
                 // nothing changed since.
-                self.seen = self.generation();
+                self.mark_seen();
             }
         }
         // No room: take what peers sent (they may be blocked the same way), and the
@@ -547,7 +576,7 @@ impl Transport for ShmTransport {
         if found.is_none() {
             // Counters first, then look again: a wait after this sleeps only if nothing
             // arrived since.
-            self.seen = self.generation();
+            self.mark_seen();
             self.drain()?;
             found = self.take(peer, tag);
         }
@@ -583,7 +612,7 @@ impl Transport for ShmTransport {
         self.unpin();
         let spin_until = Instant::now() + self.spin;
         loop {
-            if self.generation() != self.seen {
+            if self.moved() {
                 return Ok(());
             }
             let now = Instant::now();
@@ -635,6 +664,6 @@ impl Transport for ShmTransport {
 
 impl Link {
     fn outbox_room(&self) -> bool {
-        self.outbox.has_room()
+        self.outbox.has_room(self.outbox.slot_bytes())
     }
 }

@@ -12,17 +12,20 @@
 //! header   magic, version, rings, slots, slot bytes          (line 0, written once)
 //!          sleeping: the owner is about to block               (line 1)
 //! ring i   head: descriptors published (the sender's)          (line 0)
-//!          released: slots given back (the receiver's)         (line 1)
-//!          desc[slots]: slot numbers in publication order      (lines 2..)
+//!          released, taken: slots given back, descriptors read  (line 1, the receiver's)
+//!          desc[slots]: a line each, in publication order:
+//!              sequence number, tag (3 words), length and slot, 24 bytes inline
 //!          state[slots]: FREE (the sender's) / FULL (the receiver's), a line each
-//!          slot[slots]: a 64-byte message header, then slot bytes
+//!          slot[slots]: slot bytes
 //! ```
 //!
-//! A message goes in by: claim a FREE slot, write its bytes and header, mark it FULL,
-//! write its number at `desc[head % slots]`, then `head += 1` (release). The receiver reads
-//! `head` (acquire), takes the descriptors it has not seen, and lends each slot's bytes to
-//! the engine as a [`Lease`]; dropping the lease marks the slot FREE (release) and counts
-//! it in `released`. There are as many descriptors as slots, so they never overflow.
+//! A message goes into descriptor `head % slots` once the receiver has taken the one
+//! before it there (`taken`): up to [`INLINE`] bytes inside the descriptor itself, larger
+//! ones in a FREE slot that it claims, fills and marks FULL. Its tag, length and slot
+//! follow, then its sequence number `head + 1` (release), then `head += 1`. The receiver
+//! polls the next descriptor's sequence number (acquire): a small message costs it one
+//! cache line. It lends a slot's bytes to the engine as a [`Lease`]; dropping the lease
+//! marks the slot FREE (release) and counts it in `released`.
 //!
 //! # What a peer can do
 //!
@@ -42,11 +45,14 @@ use memmap2::{MmapOptions, MmapRaw};
 
 /// Alignment of everything in a segment.
 pub const LINE: usize = 64;
-/// Bytes in front of each slot's data.
-pub const SLOT_HEADER: usize = 64;
+/// Largest message carried inside its descriptor (no slot).
+pub const INLINE: usize = 24;
+
+/// The length-and-slot word's slot for a message carried inline.
+const NO_SLOT: u64 = u32::MAX as u64;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rcollshm");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const FREE: u32 = 0;
 const FULL: u32 = 1;
 
@@ -63,23 +69,25 @@ pub struct Shape {
 
 impl Shape {
     fn slot_stride(&self) -> usize {
-        (SLOT_HEADER + self.slot_bytes).next_multiple_of(LINE)
+        self.slot_bytes.next_multiple_of(LINE)
+    }
+
+    /// Bytes one slot costs in a ring: its data, its state line and its descriptor.
+    pub fn per_slot(slot_bytes: usize) -> usize {
+        slot_bytes.next_multiple_of(LINE) + 2 * LINE
     }
 
     fn ring_bytes(&self) -> usize {
-        2 * LINE
-            + (4 * self.slots).next_multiple_of(LINE)
-            + self.slots * LINE
-            + self.slots * self.slot_stride()
+        2 * LINE + self.slots * Shape::per_slot(self.slot_bytes)
     }
 
     /// Bytes of the whole segment; `None` past the address space.
     pub fn bytes(&self) -> Option<usize> {
-        let stride = (SLOT_HEADER.checked_add(self.slot_bytes)?).checked_next_multiple_of(LINE)?;
+        let stride = self.slot_bytes.checked_next_multiple_of(LINE)?;
         let ring = self
             .slots
-            .checked_mul(stride + LINE)?
-            .checked_add(2 * LINE + (4 * self.slots).next_multiple_of(LINE))?;
+            .checked_mul(stride.checked_add(2 * LINE)?)?
+            .checked_add(2 * LINE)?;
         ring.checked_mul(self.rings)?.checked_add(2 * LINE)
     }
 
@@ -197,29 +205,28 @@ impl Segment {
         self.u64_at(self.ring_field(ring, LINE))
     }
 
-    fn desc(&self, ring: usize, i: usize) -> &AtomicU32 {
-        self.u32_at(self.ring_field(ring, 2 * LINE + 4 * (i % self.shape.slots)))
+    fn taken(&self, ring: usize) -> &AtomicU64 {
+        self.u64_at(self.ring_field(ring, LINE + 8))
+    }
+
+    /// Word `word` of descriptor `i % slots` (eight u64 as atomics; see [`Desc`]).
+    fn desc(&self, ring: usize, i: u64, word: usize) -> &AtomicU64 {
+        let at = 2 * LINE + (i % self.shape.slots as u64) as usize * LINE + 8 * word;
+        self.u64_at(self.ring_field(ring, at))
     }
 
     fn state(&self, ring: usize, slot: usize) -> &AtomicU32 {
-        let states = 2 * LINE + (4 * self.shape.slots).next_multiple_of(LINE);
+        let states = 2 * LINE + self.shape.slots * LINE;
         self.u32_at(self.ring_field(ring, states + slot * LINE))
     }
 
     fn slot_offset(&self, ring: usize, slot: usize) -> usize {
         let s = self.shape;
-        let slots = 2 * LINE + (4 * s.slots).next_multiple_of(LINE) + s.slots * LINE;
-        self.ring_field(ring, slots + slot * s.slot_stride())
-    }
-
-    /// The header words of a slot (8 little-endian u64 as atomics: written by the sender
-    /// before it publishes, read once by the receiver after).
-    fn slot_word(&self, ring: usize, slot: usize, word: usize) -> &AtomicU64 {
-        self.u64_at(self.slot_offset(ring, slot) + 8 * word)
+        self.ring_field(ring, 2 * LINE + 2 * s.slots * LINE + slot * s.slot_stride())
     }
 
     fn data_ptr(&self, ring: usize, slot: usize) -> *mut u8 {
-        let off = self.slot_offset(ring, slot) + SLOT_HEADER;
+        let off = self.slot_offset(ring, slot);
         debug_assert!(off + self.shape.slot_bytes <= self.map.len());
         // SAFETY: `off` is within the mapping (the layout is `shape.bytes()` long, checked
         // at mapping), so the pointer stays inside one allocation.
@@ -272,24 +279,38 @@ pub struct InRing {
 /// A message's header, as the receiver read it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Header {
-    /// The tag's words: collective, channel, transfer, segment, schedule.
-    pub tag: [u64; 5],
+    /// The tag's three words (the transport packs and unpacks them).
+    pub tag: [u64; 3],
     /// Bytes of the message.
     pub len: usize,
+}
+
+/// A message's bytes: in a slot, lent until the lease drops, or carried in its
+/// descriptor (copied out: the descriptor is free again at once).
+#[derive(Debug)]
+pub enum Body {
+    /// A slot's bytes.
+    Lent(Lease),
+    /// The first `.1` bytes.
+    Inline([u8; INLINE], usize),
 }
 
 /// Why a descriptor was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
     /// The descriptor named a slot that does not exist.
-    NoSuchSlot(u32),
+    NoSuchSlot(u64),
     /// The descriptor named a slot lent already (a second lease would alias it).
-    SlotLent(u32),
+    SlotLent(u64),
     /// The header's length is more than the slot holds.
     TooLong(u64),
-    /// More descriptors published than there are slots.
-    Overrun(u64),
 }
+
+// A descriptor's words.
+const D_SEQ: usize = 0;
+const D_TAG: usize = 1;
+const D_LEN_SLOT: usize = 4;
+const D_DATA: usize = 5;
 
 impl InRing {
     /// The receiving side of `ring` of `seg` (this rank's own segment).
@@ -313,7 +334,10 @@ impl InRing {
 
     /// Whether a message is waiting.
     pub fn pending(&self) -> bool {
-        self.head() != self.tail
+        self.seg
+            .desc(self.ring, self.tail, D_SEQ)
+            .load(Ordering::Acquire)
+            == self.tail + 1
     }
 
     /// Slots of this ring lent to the engine now.
@@ -321,61 +345,62 @@ impl InRing {
         self.lent.count.load(Ordering::Relaxed)
     }
 
-    /// Takes the next message, if one was published: its header and its bytes, lent
-    /// until the [`Lease`] drops. `on_release` runs when it does (to wake the sender).
+    /// Takes the next message, if one was published: its header and its bytes (a slot's
+    /// lent until the [`Lease`] drops; `on_release` runs when it does, to wake the sender).
     pub fn take(
         &mut self,
         on_release: Arc<dyn Fn() + Send + Sync>,
-    ) -> Option<Result<(Header, Lease), Refused>> {
-        let head = self.head();
-        if head == self.tail {
+    ) -> Option<Result<(Header, Body), Refused>> {
+        if !self.pending() {
             return None;
         }
-        let slots = self.seg.shape.slots;
-        if head.wrapping_sub(self.tail) > slots as u64 {
-            return Some(Err(Refused::Overrun(head.wrapping_sub(self.tail))));
-        }
-        let n = self
-            .seg
-            .desc(self.ring, self.tail as usize)
-            .load(Ordering::Relaxed);
+        let (ring, i) = (self.ring, self.tail);
+        let word = |w: usize| self.seg.desc(ring, i, w).load(Ordering::Relaxed);
+        let tag = [word(D_TAG), word(D_TAG + 1), word(D_TAG + 2)];
+        let len_slot = word(D_LEN_SLOT);
+        let (len, slot) = (len_slot & 0xffff_ffff, len_slot >> 32);
+        let inline = (slot == NO_SLOT).then(|| {
+            let mut bytes = [0u8; INLINE];
+            for (k, chunk) in bytes.chunks_exact_mut(8).enumerate() {
+                chunk.copy_from_slice(&word(D_DATA + k).to_le_bytes());
+            }
+            bytes
+        });
+        // Read: the sender may reuse the descriptor.
         self.tail += 1;
-        let slot = n as usize;
-        if slot >= slots {
-            return Some(Err(Refused::NoSuchSlot(n)));
+        self.seg.taken(ring).store(self.tail, Ordering::Release);
+        let header = Header {
+            tag,
+            len: len as usize,
+        };
+        if let Some(bytes) = inline {
+            if header.len > INLINE {
+                return Some(Err(Refused::TooLong(len)));
+            }
+            return Some(Ok((header, Body::Inline(bytes, header.len))));
+        }
+        let slots = self.seg.shape.slots;
+        if slot >= slots as u64 {
+            return Some(Err(Refused::NoSuchSlot(slot)));
+        }
+        let slot = slot as usize;
+        if len > self.seg.shape.slot_bytes as u64 {
+            return Some(Err(Refused::TooLong(len)));
         }
         if self.lent.slots[slot].swap(true, Ordering::AcqRel) {
-            return Some(Err(Refused::SlotLent(n)));
-        }
-        let mut words = [0u64; 6];
-        for (i, w) in words.iter_mut().enumerate() {
-            *w = self
-                .seg
-                .slot_word(self.ring, slot, i)
-                .load(Ordering::Relaxed);
-        }
-        if words[5] > self.seg.shape.slot_bytes as u64 {
-            self.lent.slots[slot].store(false, Ordering::Release);
-            self.seg
-                .state(self.ring, slot)
-                .store(FREE, Ordering::Release);
-            return Some(Err(Refused::TooLong(words[5])));
+            return Some(Err(Refused::SlotLent(slot as u64)));
         }
         self.lent.count.fetch_add(1, Ordering::Relaxed);
-        let header = Header {
-            tag: [words[0], words[1], words[2], words[3], words[4]],
-            len: words[5] as usize,
-        };
         Some(Ok((
             header,
-            Lease {
+            Body::Lent(Lease {
                 seg: Arc::clone(&self.seg),
                 lent: Arc::clone(&self.lent),
-                ring: self.ring,
+                ring,
                 slot,
                 len: header.len,
                 on_release,
-            },
+            }),
         )))
     }
 }
@@ -386,6 +411,8 @@ pub struct OutRing {
     seg: Arc<Segment>,
     ring: usize,
     head: u64,
+    /// The receiver's `taken` when last read: descriptors up to `taken + slots` are free.
+    taken: u64,
     cursor: usize,
 }
 
@@ -396,6 +423,7 @@ impl OutRing {
             seg,
             ring,
             head: 0,
+            taken: 0,
             cursor: 0,
         }
     }
@@ -410,6 +438,17 @@ impl OutRing {
         self.seg.shape.slot_bytes
     }
 
+    /// Whether descriptor `head` is free (the receiver took the one before it there),
+    /// reading the receiver's count only when the last one read says no.
+    fn desc_free(&mut self) -> bool {
+        let slots = self.seg.shape.slots as u64;
+        if self.head.wrapping_sub(self.taken) < slots {
+            return true;
+        }
+        self.taken = self.seg.taken(self.ring).load(Ordering::Acquire);
+        self.head.wrapping_sub(self.taken) < slots
+    }
+
     /// A free slot, if the peer gave one back.
     fn claim(&self) -> Option<usize> {
         let slots = self.seg.shape.slots;
@@ -418,43 +457,64 @@ impl OutRing {
             .find(|&s| self.seg.state(self.ring, s).load(Ordering::Acquire) == FREE)
     }
 
-    /// Whether [`OutRing::send`] would find a slot now.
-    pub fn has_room(&self) -> bool {
-        self.claim().is_some()
+    /// Whether [`OutRing::send`] of `len` bytes would find room now.
+    pub fn has_room(&self, len: usize) -> bool {
+        let taken = self.seg.taken(self.ring).load(Ordering::Acquire);
+        self.head.wrapping_sub(taken) < self.seg.shape.slots as u64
+            && (len <= INLINE || self.claim().is_some())
     }
 
-    /// Writes a message of `len` bytes (at most [`OutRing::slot_bytes`]) with header
+    /// Writes a message of `len` bytes (at most [`OutRing::slot_bytes`]) with tag words
     /// `tag`, its bytes filled by `fill`, and publishes it; `false` (nothing written) if
-    /// no slot is free.
-    pub fn send(&mut self, tag: [u64; 5], len: usize, fill: impl FnOnce(&mut [u8])) -> bool {
+    /// there is no room.
+    pub fn send(&mut self, tag: [u64; 3], len: usize, fill: impl FnOnce(&mut [u8])) -> bool {
         assert!(len <= self.slot_bytes(), "message larger than a slot");
-        let Some(slot) = self.claim() else {
+        if !self.desc_free() {
             return false;
+        }
+        let (ring, i) = (self.ring, self.head);
+        let slot = if len <= INLINE {
+            let mut bytes = [0u8; INLINE];
+            fill(&mut bytes[..len]);
+            for (k, chunk) in bytes.chunks_exact(8).enumerate() {
+                let w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+                self.seg
+                    .desc(ring, i, D_DATA + k)
+                    .store(w, Ordering::Relaxed);
+            }
+            NO_SLOT
+        } else {
+            let Some(slot) = self.claim() else {
+                return false;
+            };
+            self.cursor = (slot + 1) % self.seg.shape.slots;
+            let data = self.seg.data_ptr(ring, slot);
+            // SAFETY: the slot is FREE: the receiver gave it back (acquire above: its reads
+            // of it are done) and will not touch it until a descriptor naming it is
+            // published below; no other sender writes this ring (one ring per sending rank,
+            // this one), and this `&mut self` is the only writer in this process. `len` is
+            // within the slot.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(data, len) };
+            fill(bytes);
+            self.seg.state(ring, slot).store(FULL, Ordering::Relaxed);
+            slot as u64
         };
-        let slots = self.seg.shape.slots;
-        self.cursor = (slot + 1) % slots;
-        let data = self.seg.data_ptr(self.ring, slot);
-        // SAFETY: the slot is FREE: the receiver gave it back (acquire above: its reads of
-        // it are done) and will not touch it until its descriptor is published below; no
-        // other sender writes this ring (one ring per sending rank, this one), and this
-        // `&mut self` is the only writer in this process. `len` is within the slot.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(data, len) };
-        fill(bytes);
-        for (i, w) in tag.iter().chain(std::iter::once(&(len as u64))).enumerate() {
+        for (k, w) in tag.iter().enumerate() {
             self.seg
-                .slot_word(self.ring, slot, i)
+                .desc(ring, i, D_TAG + k)
                 .store(*w, Ordering::Relaxed);
         }
         self.seg
-            .state(self.ring, slot)
-            .store(FULL, Ordering::Relaxed);
+            .desc(ring, i, D_LEN_SLOT)
+            .store(len as u64 | slot << 32, Ordering::Relaxed);
+        // Everything above is visible to the receiver that sees this number.
         self.seg
-            .desc(self.ring, self.head as usize)
-            .store(slot as u32, Ordering::Relaxed);
+            .desc(ring, i, D_SEQ)
+            .store(i + 1, Ordering::Release);
         self.head += 1;
         // Sequentially consistent: ordered before the check of the receiver's `sleeping`
         // flag that follows (see `ShmTransport::wait`).
-        self.seg.head(self.ring).store(self.head, Ordering::SeqCst);
+        self.seg.head(ring).store(self.head, Ordering::SeqCst);
         true
     }
 }
@@ -553,6 +613,14 @@ mod tests {
         slot_bytes: 100,
     };
 
+    /// The lease of a message that went through a slot.
+    fn lease(body: Body) -> Lease {
+        match body {
+            Body::Lent(l) => l,
+            Body::Inline(..) => panic!("expected a slot, got an inline message"),
+        }
+    }
+
     #[test]
     fn messages_arrive_in_order_and_slots_come_back_out_of_order() {
         let (owner, peer) = pair(SHAPE);
@@ -560,34 +628,59 @@ mod tests {
         let mut outbox = OutRing::new(peer, 1);
         let mut held = Vec::new();
         // Ten rounds through a ring of four slots, holding some messages across rounds
-        // and giving them back out of order.
+        // and giving them back out of order; the small ones travel inline.
         for i in 0..40u64 {
-            if !outbox.has_room() {
+            let len = (i as usize * 7) % 101;
+            if !outbox.has_room(len) {
                 // The oldest held message goes back: room again.
                 held.remove(0);
-                assert!(outbox.has_room(), "message {i}");
+                assert!(outbox.has_room(len), "message {i}");
             }
-            let len = (i as usize * 7) % 101;
-            assert!(outbox.send([i, 1, 2, 3, 4], len, |b| b.fill(i as u8)));
-            let (h, lease) = inbox.take(nothing()).expect("published").expect("valid");
+            assert!(outbox.send([i, 1, 2], len, |b| b.fill(i as u8)));
+            let (h, body) = inbox.take(nothing()).expect("published").expect("valid");
             assert_eq!((h.tag[0], h.len), (i, len));
-            assert!(lease.bytes().iter().all(|&b| b == i as u8), "message {i}");
-            if i % 3 == 0 {
-                held.push(lease);
+            let bytes = match &body {
+                Body::Lent(l) => l.bytes().to_vec(),
+                Body::Inline(b, n) => b[..*n].to_vec(),
+            };
+            assert_eq!(bytes.len(), len);
+            assert!(bytes.iter().all(|&b| b == i as u8), "message {i}");
+            assert_eq!(
+                matches!(body, Body::Inline(..)),
+                len <= INLINE,
+                "message {i}"
+            );
+            if let (Body::Lent(l), 0) = (body, i % 3) {
+                held.push(l);
             }
             assert!(inbox.take(nothing()).is_none());
         }
         assert_eq!(inbox.lent(), held.len());
         held.clear();
         assert_eq!(inbox.lent(), 0);
-        // Every slot free again.
+        // Every slot free again: four large messages, and no fifth.
+        let mut leases = Vec::new();
         for i in 0..4 {
-            assert!(outbox.send([i, 0, 0, 0, 0], 1, |b| b[0] = 1));
+            assert!(outbox.send([i, 0, 0], 50, |b| b[0] = 1));
+            leases.push(lease(inbox.take(nothing()).expect("sent").expect("ok").1));
         }
         assert!(
-            !outbox.send([9, 0, 0, 0, 0], 1, |_| {}),
+            !outbox.send([9, 0, 0], 50, |_| {}),
             "a fifth message in 4 slots"
         );
+        // Inline messages need no slot, only descriptors the receiver has read.
+        for i in 0..4 {
+            assert!(outbox.send([i, 0, 0], 8, |b| b.fill(7)), "inline {i}");
+        }
+        assert!(
+            !outbox.send([9, 0, 0], 8, |_| {}),
+            "a fifth unread descriptor"
+        );
+        assert!(matches!(
+            inbox.take(nothing()),
+            Some(Ok((Header { len: 8, .. }, Body::Inline(..))))
+        ));
+        assert!(outbox.send([9, 0, 0], 8, |_| {}), "a descriptor was read");
         // The other ring is untouched.
         assert!(!InRing::new(owner, 0).pending());
     }
@@ -602,10 +695,12 @@ mod tests {
         let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
             w.fetch_add(1, Ordering::Relaxed);
         });
-        assert!(outbox.send([0; 5], 3, |b| b.copy_from_slice(b"abc")));
-        let (_, mut lease) = inbox.take(wake).expect("published").expect("valid");
+        let text = b"abcdefghijklmnopqrstuvwxyz0123456789";
+        assert!(outbox.send([0; 3], text.len(), |b| b.copy_from_slice(text)));
+        let (_, body) = inbox.take(wake).expect("published").expect("valid");
+        let mut lease = lease(body);
         lease.bytes_mut()[0] = b'x';
-        assert_eq!(lease.bytes(), b"xbc");
+        assert_eq!(lease.bytes()[..3], *b"xbc");
         let before = outbox.released();
         drop(lease);
         assert_eq!(outbox.released(), before + 1);
@@ -615,24 +710,25 @@ mod tests {
     #[test]
     fn a_peer_that_writes_nonsense_into_its_ring_is_refused() {
         let (owner, peer) = pair(SHAPE);
-        let publish = |slot: u32, len: u64| {
-            let h = peer.head(0).load(Ordering::Relaxed);
-            peer.slot_word(0, (slot as usize) % SHAPE.slots, 5)
-                .store(len, Ordering::Relaxed);
-            peer.desc(0, h as usize).store(slot, Ordering::Relaxed);
-            peer.head(0).store(h + 1, Ordering::Release);
+        let mut published = 0u64;
+        let mut publish = |slot: u64, len: u64| {
+            peer.desc(0, published, D_LEN_SLOT)
+                .store(len | slot << 32, Ordering::Relaxed);
+            published += 1;
+            peer.desc(0, published - 1, D_SEQ)
+                .store(published, Ordering::Release);
         };
         let mut inbox = InRing::new(Arc::clone(&owner), 0);
         // A slot that does not exist.
-        publish(7, 1);
+        publish(7, 100);
         assert_eq!(
             inbox.take(nothing()).map(|r| r.err()),
             Some(Some(Refused::NoSuchSlot(7)))
         );
         // A slot lent already: a second lease would alias the first.
-        publish(1, 10);
+        publish(1, 30);
         let first = inbox.take(nothing()).expect("published").expect("valid");
-        publish(1, 10);
+        publish(1, 30);
         assert_eq!(
             inbox.take(nothing()).map(|r| r.err()),
             Some(Some(Refused::SlotLent(1)))
@@ -644,13 +740,16 @@ mod tests {
             inbox.take(nothing()).map(|r| r.err()),
             Some(Some(Refused::TooLong(101)))
         );
-        // More published than there are slots.
-        let h = peer.head(0).load(Ordering::Relaxed);
-        peer.head(0).store(h + 5, Ordering::Release);
+        // An inline message longer than a descriptor holds.
+        publish(NO_SLOT, INLINE as u64 + 1);
         assert_eq!(
             inbox.take(nothing()).map(|r| r.err()),
-            Some(Some(Refused::Overrun(5)))
+            Some(Some(Refused::TooLong(INLINE as u64 + 1)))
         );
+        // A sequence number that is not the next one: nothing arrived.
+        peer.desc(0, published, D_SEQ)
+            .store(published + 5, Ordering::Release);
+        assert!(inbox.take(nothing()).is_none());
     }
 
     #[test]

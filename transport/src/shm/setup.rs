@@ -72,7 +72,7 @@ impl Options {
 
     /// The shape of a segment for `peers` local peers.
     fn shape(&self, peers: usize) -> Shape {
-        let per_slot = self.slot_bytes + segment::SLOT_HEADER + segment::LINE;
+        let per_slot = Shape::per_slot(self.slot_bytes);
         let slots = self.slots.unwrap_or_else(|| {
             (DEFAULT_SEGMENT_BUDGET / (per_slot * peers.max(1))).clamp(2, DEFAULT_SLOTS)
         });
@@ -186,6 +186,9 @@ impl Prepared {
             late_wakeups: 0,
             arrived: Default::default(),
             seen: 0,
+            drained: 0,
+            seen_drained: 0,
+            seen_released: 0,
             broken: None,
             last_control: Instant::now(),
             name,
