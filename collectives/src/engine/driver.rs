@@ -89,7 +89,9 @@ fn pump<T: Element>(
     io: &mut dyn Transport,
     timeout: Duration,
 ) -> Result<(), RunError> {
-    let mut last_move = Instant::now();
+    // Set when the engine first finds nothing to do (most small calls never do: no clock
+    // read for them).
+    let mut last_move: Option<Instant> = None;
     let mut idle_polls = 0u32;
     loop {
         let Progress { moved, finished } = exec.poll(mem, io).map_err(RunError::Exec)?;
@@ -102,15 +104,16 @@ fn pump<T: Element>(
         }
         idle_polls = idle_polls.saturating_add(1);
         if idle_polls == 1 {
-            last_move = Instant::now();
+            last_move = Some(Instant::now());
         }
         if idle_polls < SPINS_BEFORE_SLEEP {
             io.relax();
             continue;
         }
+        let now = Instant::now();
+        let last_move = *last_move.get_or_insert(now);
         // A timeout too large to add to the clock means "no deadline".
         let deadline = last_move.checked_add(timeout);
-        let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
             let waited = now.duration_since(last_move);
             let blocked_on = exec.blocked_on();

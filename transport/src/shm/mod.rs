@@ -43,6 +43,8 @@
 #[allow(unsafe_code)]
 mod segment;
 mod setup;
+#[cfg(test)]
+mod tests;
 
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::Ordering;
@@ -71,8 +73,13 @@ pub const DEFAULT_SEGMENT_BUDGET: usize = 64 << 20;
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 /// Bytes of one peer's messages this rank copies out of its ring to free slots while the
-/// engine waits for others; past it the peer waits for slots.
+/// engine waits for others (inline messages count [`INLINE_CHARGE`] each); past it the
+/// peer waits for slots and descriptors.
 const HEAP_CAP: usize = 64 << 20;
+
+/// What an inline message held here counts against [`HEAP_CAP`]: its entry in the
+/// arrival map more than its few bytes.
+const INLINE_CHARGE: usize = 256;
 
 /// Name prefix of every segment (cleanup scripts and tests look for it).
 pub const PREFIX: &str = "rcoll-";
@@ -102,7 +109,9 @@ impl Foreign for Lease {
 
 /// A message that arrived: its tag, its bytes, and whether they were copied out of the
 /// ring (counted in the link's `copied`).
-type Arrived = (Payload, bool);
+/// A message here, and the bytes it counts against its sender's [`HEAP_CAP`] (0 while it
+/// is a slot lent from the ring).
+type Arrived = (Payload, usize);
 
 /// One rank's endpoint: shared memory with the ranks of its host, `inner` with the rest.
 /// Built by [`prepare`] and [`Prepared::finish`].
@@ -120,13 +129,17 @@ pub struct ShmTransport {
     pub(crate) late_wakeups: u64,
     arrived: crate::transport::Arrivals<(Tag, Arrived)>,
     /// The rings' counters when this rank last looked and found nothing.
-    seen: u64,
     /// Messages taken off the rings so far, and when this rank last found nothing; with
     /// the slots given back then: what a spinning wait compares (local counters and the
     /// rings' next descriptors, not the senders' `head` lines).
     drained: u64,
     seen_drained: u64,
     seen_released: u64,
+    /// A send found its peer's ring without room: waits also watch what the receivers
+    /// took (a sender blocked on descriptors gets no slot back to wake it), from
+    /// `seen_taken` on, until the wait returns and the send is tried again.
+    send_blocked: bool,
+    seen_taken: u64,
     broken: Option<TransportError>,
     last_control: Instant,
     slot_bytes: usize,
@@ -198,27 +211,36 @@ impl ShmTransport {
         Ok(())
     }
 
-    /// The rings' counters together: they change whenever a message arrives or a slot
-    /// comes back.
-    fn generation(&self) -> u64 {
-        self.links.iter().flatten().fold(0u64, |g, l| {
-            g.wrapping_add(l.inbox.head())
-                .wrapping_add(l.outbox.released())
-        })
-    }
-
-    /// Records the counters of "nothing found" (see [`Self::moved`]).
+    /// Records the counters of "nothing found" (see [`Self::moved`]): messages taken
+    /// and slots given back so far.
     fn mark_seen(&mut self) {
-        self.seen = self.generation();
         self.seen_drained = self.drained;
-        self.seen_released = self.released_total();
+        self.seen_released = self.released_total(Ordering::Acquire);
     }
 
-    fn released_total(&self) -> u64 {
+    fn taken_total(&self, order: Ordering) -> u64 {
         self.links
             .iter()
             .flatten()
-            .fold(0u64, |g, l| g.wrapping_add(l.outbox.released()))
+            .fold(0u64, |g, l| g.wrapping_add(l.outbox.taken(order)))
+    }
+
+    fn released_total(&self, order: Ordering) -> u64 {
+        self.links
+            .iter()
+            .flatten()
+            .fold(0u64, |g, l| g.wrapping_add(l.outbox.released(order)))
+    }
+
+    /// After this rank raised its `sleeping` flag: whether a message was published that it
+    /// has not taken, or a slot came back since it last found nothing. Sequentially
+    /// consistent loads of the counters a sender or receiver stores (sequentially
+    /// consistent) before it checks the flag: one of the two sees the other.
+    fn unseen(&self) -> bool {
+        self.links.iter().flatten().any(|l| l.inbox.unread())
+            || self.drained != self.seen_drained
+            || self.released_total(Ordering::SeqCst) != self.seen_released
+            || (self.send_blocked && self.taken_total(Ordering::SeqCst) != self.seen_taken)
     }
 
     /// Whether anything moved since this rank last found nothing: a message waits on a
@@ -227,7 +249,8 @@ impl ShmTransport {
     fn moved(&self) -> bool {
         self.links.iter().flatten().any(|l| l.inbox.pending())
             || self.drained != self.seen_drained
-            || self.released_total() != self.seen_released
+            || self.released_total(Ordering::Acquire) != self.seen_released
+            || (self.send_blocked && self.taken_total(Ordering::Acquire) != self.seen_taken)
     }
 
     /// Takes every published message off every ring into the arrival map, each one's
@@ -235,14 +258,20 @@ impl ShmTransport {
     /// for messages nobody asked for yet are freed by [`ShmTransport::unpin`] when this
     /// rank is about to block.
     fn drain(&mut self) -> Result<(), TransportError> {
+        let slots = self.mine.shape().slots;
         for p in 0..self.links.len() {
             let Some(link) = self.links[p].as_mut() else {
                 continue;
             };
-            loop {
+            // At most a ring's worth per call (a peer that keeps publishing cannot hold
+            // this rank here), and nothing past what this rank holds for the peer: it
+            // waits then, its descriptors in use.
+            let mut took = 0;
+            while took < slots && link.copied < HEAP_CAP {
                 let Some(next) = link.inbox.take(Arc::clone(&link.wake)) else {
                     break;
                 };
+                took += 1;
                 let peer = Rank::from(p);
                 self.drained += 1;
                 let (header, body) = match next {
@@ -258,6 +287,10 @@ impl ShmTransport {
                             Refused::TooLong(n) => format!(
                                 "wrote a {n}-byte message into a slot of {} bytes",
                                 self.slot_bytes
+                            ),
+                            Refused::InlineTooLong(n) => format!(
+                                "published a {n}-byte message in a descriptor, which holds {}",
+                                segment::INLINE
                             ),
                         };
                         let e = TransportError::Protocol {
@@ -276,13 +309,16 @@ impl ShmTransport {
                     };
                     return Err(self.fail(e));
                 };
-                let payload = match body {
-                    Body::Lent(lease) => Payload::foreign(Box::new(lease)),
-                    Body::Inline(bytes, len) => Payload::reuse(bytes[..len].to_vec(), len),
+                let (payload, charge) = match body {
+                    Body::Lent(lease) => (Payload::foreign(Box::new(lease)), 0),
+                    Body::Inline(bytes, len) => {
+                        (Payload::reuse(bytes[..len].to_vec(), len), INLINE_CHARGE)
+                    }
                 };
+                link.copied += charge;
                 if self
                     .arrived
-                    .insert((peer, tag.key()), (tag, (payload, false)))
+                    .insert((peer, tag.key()), (tag, (payload, charge)))
                     .is_some()
                 {
                     let e = TransportError::DuplicateTag {
@@ -292,6 +328,10 @@ impl ShmTransport {
                     };
                     return Err(self.fail(e));
                 }
+            }
+            if took > 0 {
+                // Descriptors were freed: a sender that found none may sleep.
+                (link.wake)();
             }
         }
         Ok(())
@@ -313,14 +353,14 @@ impl ShmTransport {
         for p in full {
             let peer = Rank::from(p);
             let mut copied = 0;
-            for ((from, _), (_, (payload, was_copied))) in self.arrived.iter_mut() {
-                if *from != peer || *was_copied || !payload.is_foreign() {
+            for ((from, _), (_, (payload, charge))) in self.arrived.iter_mut() {
+                if *from != peer || !payload.is_foreign() {
                     continue;
                 }
                 let len = payload.len();
                 // The slot goes back as the lease drops.
                 *payload = Payload::reuse(payload.as_bytes().to_vec(), len);
-                *was_copied = true;
+                *charge = len;
                 copied += len;
                 if copied >= HEAP_CAP {
                     break;
@@ -333,10 +373,10 @@ impl ShmTransport {
     }
 
     fn take(&mut self, peer: Rank, tag: Tag) -> Option<(Tag, Payload)> {
-        let (sent, (payload, copied)) = self.arrived.remove(&(peer, tag.key()))?;
-        if copied {
+        let (sent, (payload, charge)) = self.arrived.remove(&(peer, tag.key()))?;
+        if charge > 0 {
             if let Some(Some(l)) = self.links.get_mut(peer.index()) {
-                l.copied = l.copied.saturating_sub(payload.len());
+                l.copied = l.copied.saturating_sub(charge);
             }
         }
         Some((sent, payload))
@@ -375,6 +415,8 @@ impl ShmTransport {
                 // Counters first, then the check again: a wait after this sleeps only if
                 // nothing changed since.
                 self.mark_seen();
+                self.send_blocked = true;
+                self.seen_taken = self.taken_total(Ordering::Acquire);
             }
         }
         // No room: take what peers sent (they may be blocked the same way), and the
@@ -604,6 +646,25 @@ impl Transport for ShmTransport {
     }
 
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
+        let r = self.wait_rings(deadline);
+        // The engine tries its blocked sends again next; one still blocked says so anew.
+        self.send_blocked = false;
+        r
+    }
+
+    fn stale(&mut self, current: u32) -> Option<(Rank, Tag)> {
+        stale_in(&self.arrived, current).or_else(|| self.inner.stale(current))
+    }
+
+    fn abort(&mut self, reason: &str) {
+        self.inner.abort(reason);
+    }
+}
+
+impl ShmTransport {
+    /// [`Transport::wait`]: until a ring moves, the deadline, or the transport beneath
+    /// has news.
+    fn wait_rings(&mut self, deadline: Instant) -> Result<(), TransportError> {
         self.check()?;
         self.control(None, false)?;
         // Whatever this rank waits for, its peers' messages come off the rings, and a
@@ -623,7 +684,7 @@ impl Transport for ShmTransport {
         }
         let sleeping = self.mine.sleeping();
         sleeping.store(1, Ordering::SeqCst);
-        if self.generation() != self.seen {
+        if self.unseen() {
             sleeping.store(0, Ordering::Relaxed);
             return Ok(());
         }
@@ -646,19 +707,11 @@ impl Transport for ShmTransport {
             && !rung
             && until < deadline
             && Instant::now() >= until
-            && self.generation() != self.seen
+            && self.unseen()
         {
             self.late_wakeups += 1;
         }
         r
-    }
-
-    fn stale(&mut self, current: u32) -> Option<(Rank, Tag)> {
-        stale_in(&self.arrived, current).or_else(|| self.inner.stale(current))
-    }
-
-    fn abort(&mut self, reason: &str) {
-        self.inner.abort(reason);
     }
 }
 

@@ -81,8 +81,12 @@ impl Shape {
         2 * LINE + self.slots * Shape::per_slot(self.slot_bytes)
     }
 
-    /// Bytes of the whole segment; `None` past the address space.
+    /// Bytes of the whole segment; `None` past the address space, or for slots of 4 GiB
+    /// or more (a descriptor holds a length of 32 bits).
     pub fn bytes(&self) -> Option<usize> {
+        if self.slot_bytes > u32::MAX as usize {
+            return None;
+        }
         let stride = self.slot_bytes.checked_next_multiple_of(LINE)?;
         let ring = self
             .slots
@@ -304,6 +308,8 @@ pub enum Refused {
     SlotLent(u64),
     /// The header's length is more than the slot holds.
     TooLong(u64),
+    /// An inline message longer than a descriptor holds.
+    InlineTooLong(u64),
 }
 
 // A descriptor's words.
@@ -327,9 +333,10 @@ impl InRing {
         }
     }
 
-    /// Descriptors published (a counter that only grows, for wake-up checks).
-    pub fn head(&self) -> u64 {
-        self.seg.head(self.ring).load(Ordering::Acquire)
+    /// Whether the sender published more than this side took (sequentially consistent:
+    /// for the check after raising the `sleeping` flag).
+    pub fn unread(&self) -> bool {
+        self.seg.head(self.ring).load(Ordering::SeqCst) != self.tail
     }
 
     /// Whether a message is waiting.
@@ -366,16 +373,17 @@ impl InRing {
             }
             bytes
         });
-        // Read: the sender may reuse the descriptor.
+        // Read: the sender may reuse the descriptor. Sequentially consistent: before the
+        // check of the sender's `sleeping` flag that follows (the caller wakes it).
         self.tail += 1;
-        self.seg.taken(ring).store(self.tail, Ordering::Release);
+        self.seg.taken(ring).store(self.tail, Ordering::SeqCst);
         let header = Header {
             tag,
             len: len as usize,
         };
         if let Some(bytes) = inline {
             if header.len > INLINE {
-                return Some(Err(Refused::TooLong(len)));
+                return Some(Err(Refused::InlineTooLong(len)));
             }
             return Some(Ok((header, Body::Inline(bytes, header.len))));
         }
@@ -429,8 +437,8 @@ impl OutRing {
     }
 
     /// Slots the peer gave back so far (a counter that only grows, for wake-up checks).
-    pub fn released(&self) -> u64 {
-        self.seg.released(self.ring).load(Ordering::Acquire)
+    pub fn released(&self, order: Ordering) -> u64 {
+        self.seg.released(self.ring).load(order)
     }
 
     /// Largest message.
@@ -455,6 +463,12 @@ impl OutRing {
         (0..slots)
             .map(|i| (self.cursor + i) % slots)
             .find(|&s| self.seg.state(self.ring, s).load(Ordering::Acquire) == FREE)
+    }
+
+    /// Descriptors the receiver has read so far (a counter that only grows, for wake-up
+    /// checks of a sender that found them all in use).
+    pub fn taken(&self, order: Ordering) -> u64 {
+        self.seg.taken(self.ring).load(order)
     }
 
     /// Whether [`OutRing::send`] of `len` bytes would find room now.
@@ -701,9 +715,9 @@ mod tests {
         let mut lease = lease(body);
         lease.bytes_mut()[0] = b'x';
         assert_eq!(lease.bytes()[..3], *b"xbc");
-        let before = outbox.released();
+        let before = outbox.released(Ordering::Acquire);
         drop(lease);
-        assert_eq!(outbox.released(), before + 1);
+        assert_eq!(outbox.released(Ordering::Acquire), before + 1);
         assert_eq!(woken.load(Ordering::Relaxed), 1);
     }
 
@@ -744,7 +758,7 @@ mod tests {
         publish(NO_SLOT, INLINE as u64 + 1);
         assert_eq!(
             inbox.take(nothing()).map(|r| r.err()),
-            Some(Some(Refused::TooLong(INLINE as u64 + 1)))
+            Some(Some(Refused::InlineTooLong(INLINE as u64 + 1)))
         );
         // A sequence number that is not the next one: nothing arrived.
         peer.desc(0, published, D_SEQ)
