@@ -29,6 +29,10 @@ const RECENT_CALLS: usize = 8;
 /// Plans kept per communicator before the cache starts over.
 const PLAN_CACHE_LIMIT: usize = 256;
 
+/// What a call's choice of algorithm and plan depend on: its layout, element size and
+/// forced algorithm.
+type CallKey = (Layout, usize, Option<Algorithm>);
+
 /// One rank's endpoint of a group of `size()` ranks.
 ///
 /// Every rank of the group must call the same collectives in the same order with matching
@@ -51,6 +55,10 @@ pub struct Communicator {
     p2p_received: Vec<u32>,
     plans: HashMap<(Layout, Algorithm), Arc<Plan>, foldhash::fast::RandomState>,
     scratch: Vec<u128>,
+    /// The last call's layout, element size and forced algorithm, with its choice and plan.
+    last_call: Option<(CallKey, Algorithm, Arc<Plan>)>,
+    /// The engine's per-channel state, kept between calls.
+    spare: crate::engine::core::Spare,
     next_algorithm: Option<Algorithm>,
     /// `(sequence, fingerprint)` of the last few collectives, to explain a stale message
     /// that arrives after its call has ended here.
@@ -137,6 +145,8 @@ impl Communicator {
             p2p_received: vec![0; nranks],
             plans: HashMap::default(),
             scratch: Vec::new(),
+            spare: Default::default(),
+            last_call: None,
             next_algorithm: None,
             recent: [(u32::MAX, 0); RECENT_CALLS],
             poisoned: None,

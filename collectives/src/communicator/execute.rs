@@ -220,13 +220,23 @@ impl Communicator {
             Err(e) => return Err(self.fail(e)),
         };
         let elem = std::mem::size_of::<T>();
-        let algorithm = match self.choose(&layout, elem, forced) {
-            Ok(a) => a,
-            Err(e) => return Err(self.fail(e)),
-        };
-        let plan = match self.plan(&layout, algorithm) {
-            Ok(p) => p,
-            Err(e) => return Err(self.fail(e)),
+        // A call like the last one (the common case: a loop of one size) reuses its
+        // choice and plan without a lookup: both depend only on this key.
+        let key = (layout, elem, forced);
+        let (algorithm, plan) = match &self.last_call {
+            Some((k, a, p)) if *k == key => (*a, Arc::clone(p)),
+            _ => {
+                let algorithm = match self.choose(&layout, elem, forced) {
+                    Ok(a) => a,
+                    Err(e) => return Err(self.fail(e)),
+                };
+                let plan = match self.plan(&layout, algorithm) {
+                    Ok(p) => p,
+                    Err(e) => return Err(self.fail(e)),
+                };
+                self.last_call = Some((key, algorithm, Arc::clone(&plan)));
+                (algorithm, plan)
+            }
         };
         let seq = self.seq;
         self.seq = (self.seq + 1) & !P2P_BIT;
@@ -427,6 +437,7 @@ impl Communicator {
             mem,
             io,
             timeout,
+            &mut self.spare,
         )
         .map_err(|e| {
             let err = self.describe(e, call.collective, seq, call.algorithm);

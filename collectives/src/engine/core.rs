@@ -76,6 +76,11 @@ struct ChannelState {
     pending: VecDeque<(usize, Rank, Tag, Payload)>,
 }
 
+/// The per-channel state of an execution, kept between calls so that a small call
+/// allocates nothing ([`Execution::new`], [`Execution::recycle`]).
+#[derive(Default)]
+pub struct Spare(Vec<ChannelState>);
+
 /// One rank's run of one plan.
 pub struct Execution<'p> {
     plan: &'p Plan,
@@ -90,24 +95,38 @@ impl<'p> Execution<'p> {
     /// Starts `plan` as collective number `collective`, cutting transfers into segments of
     /// `segment_elems` elements and reducing with `op`. `schedule` is the fingerprint every
     /// message carries (see [`rcoll_transport::Tag`]).
+    /// The state's memory comes from `spare` (what an earlier execution left there).
     pub fn new(
         plan: &'p Plan,
         collective: u32,
         schedule: u32,
         segment_elems: usize,
         op: ReduceOp,
+        spare: &mut Spare,
     ) -> Self {
-        let channels = plan
-            .channels
-            .iter()
-            .map(|c| ChannelState {
-                done: vec![0; c.ops.len()],
-                issued: vec![0; c.ops.len()],
-                in_flight: vec![VecDeque::new(); c.ops.len()],
-                first_open: 0,
-                pending: VecDeque::new(),
-            })
-            .collect();
+        let mut channels = std::mem::take(&mut spare.0);
+        channels.truncate(plan.channels.len());
+        for (i, c) in plan.channels.iter().enumerate() {
+            let n = c.ops.len();
+            if i == channels.len() {
+                channels.push(ChannelState {
+                    done: Vec::new(),
+                    issued: Vec::new(),
+                    in_flight: Vec::new(),
+                    first_open: 0,
+                    pending: VecDeque::new(),
+                });
+            }
+            let state = &mut channels[i];
+            state.done.clear();
+            state.done.resize(n, 0);
+            state.issued.clear();
+            state.issued.resize(n, 0);
+            state.in_flight.iter_mut().for_each(VecDeque::clear);
+            state.in_flight.resize_with(n, VecDeque::new);
+            state.first_open = 0;
+            state.pending.clear();
+        }
         Execution {
             plan,
             collective,
@@ -116,6 +135,16 @@ impl<'p> Execution<'p> {
             op,
             channels,
         }
+    }
+
+    /// Gives the state's memory back to `spare` for the next execution (what it still
+    /// holds, such as refused segments after a failure, is dropped now).
+    pub fn recycle(mut self, spare: &mut Spare) {
+        for c in &mut self.channels {
+            c.pending.clear();
+            c.in_flight.iter_mut().for_each(VecDeque::clear);
+        }
+        spare.0 = self.channels;
     }
 
     fn segments(&self, len: usize) -> usize {

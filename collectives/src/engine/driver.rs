@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use rcoll_transport::Transport;
 
-use super::core::{ExecError, Execution, Position, Progress};
+use super::core::{ExecError, Execution, Position, Progress, Spare};
 use super::memory::Memory;
 use crate::element::Element;
 use crate::op::ReduceOp;
@@ -63,17 +63,22 @@ pub fn run<T: Element>(
     mem: &mut Memory<'_, T>,
     io: &mut dyn Transport,
     timeout: Duration,
+    spare: &mut Spare,
 ) -> Result<(), RunError> {
-    let mut exec = Execution::new(plan, collective, schedule, segment_elems, op);
+    let mut exec = Execution::new(plan, collective, schedule, segment_elems, op, spare);
     // A panic below (a bug) must not hand the caller back a buffer a device still reads
     // either: reap, then let it go on.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         pump(&mut exec, mem, &mut *io, timeout)
     }));
     match result {
-        Ok(Ok(())) => Ok(()),
+        Ok(Ok(())) => {
+            exec.recycle(spare);
+            Ok(())
+        }
         Ok(Err(e)) => {
             io.reap_borrowed();
+            exec.recycle(spare);
             Err(e)
         }
         Err(panic) => {

@@ -77,6 +77,9 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 /// peer waits for slots and descriptors.
 const HEAP_CAP: usize = 64 << 20;
 
+/// Buffers of inline messages kept for the next ones.
+const SMALL_POOL: usize = 64;
+
 /// What an inline message held here counts against [`HEAP_CAP`]: its entry in the
 /// arrival map more than its few bytes.
 const INLINE_CHARGE: usize = 256;
@@ -140,6 +143,8 @@ pub struct ShmTransport {
     /// `seen_taken` on, until the wait returns and the send is tried again.
     send_blocked: bool,
     seen_taken: u64,
+    /// Buffers for inline messages ([`SMALL_POOL`] at most).
+    small: Vec<Vec<u8>>,
     broken: Option<TransportError>,
     last_control: Instant,
     slot_bytes: usize,
@@ -260,81 +265,110 @@ impl ShmTransport {
     fn drain(&mut self) -> Result<(), TransportError> {
         let slots = self.mine.shape().slots;
         for p in 0..self.links.len() {
-            let Some(link) = self.links[p].as_mut() else {
-                continue;
-            };
             // At most a ring's worth per call (a peer that keeps publishing cannot hold
             // this rank here), and nothing past what this rank holds for the peer: it
             // waits then, its descriptors in use.
             let mut took = 0;
-            while took < slots && link.copied < HEAP_CAP {
-                let Some(next) = link.inbox.take(Arc::clone(&link.wake)) else {
+            while took < slots {
+                let Some((tag, (payload, charge))) = self.take_next(p)? else {
                     break;
                 };
                 took += 1;
-                let peer = Rank::from(p);
-                self.drained += 1;
-                let (header, body) = match next {
-                    Ok(m) => m,
-                    Err(why) => {
-                        let reason = match why {
-                            Refused::NoSuchSlot(n) => {
-                                format!("published slot {n}, which does not exist")
-                            }
-                            Refused::SlotLent(n) => {
-                                format!("published slot {n} while this rank still held it")
-                            }
-                            Refused::TooLong(n) => format!(
-                                "wrote a {n}-byte message into a slot of {} bytes",
-                                self.slot_bytes
-                            ),
-                            Refused::InlineTooLong(n) => format!(
-                                "published a {n}-byte message in a descriptor, which holds {}",
-                                segment::INLINE
-                            ),
-                        };
-                        let e = TransportError::Protocol {
-                            rank: self.rank,
-                            peer,
-                            reason,
-                        };
-                        return Err(self.fail(e));
-                    }
-                };
-                let Some(tag) = tag_of(header.tag) else {
-                    let e = TransportError::Protocol {
-                        rank: self.rank,
-                        peer,
-                        reason: format!("wrote a malformed tag {:x?}", header.tag),
-                    };
-                    return Err(self.fail(e));
-                };
-                let (payload, charge) = match body {
-                    Body::Lent(lease) => (Payload::foreign(Box::new(lease)), 0),
-                    Body::Inline(bytes, len) => {
-                        (Payload::reuse(bytes[..len].to_vec(), len), INLINE_CHARGE)
-                    }
-                };
-                link.copied += charge;
-                if self
-                    .arrived
-                    .insert((peer, tag.key()), (tag, (payload, charge)))
-                    .is_some()
-                {
-                    let e = TransportError::DuplicateTag {
-                        rank: self.rank,
-                        peer,
-                        tag,
-                    };
-                    return Err(self.fail(e));
-                }
+                self.hold(Rank::from(p), tag, payload, charge)?;
             }
             if took > 0 {
-                // Descriptors were freed: a sender that found none may sleep.
-                (link.wake)();
+                if let Some(Some(link)) = self.links.get(p) {
+                    // Descriptors were freed: a sender that found none may sleep.
+                    (link.wake)();
+                }
             }
         }
         Ok(())
+    }
+
+    /// Keeps a message that arrived for the call that will ask for it.
+    fn hold(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        payload: Payload,
+        charge: usize,
+    ) -> Result<(), TransportError> {
+        if let Some(Some(link)) = self.links.get_mut(peer.index()) {
+            link.copied += charge;
+        }
+        if self
+            .arrived
+            .insert((peer, tag.key()), (tag, (payload, charge)))
+            .is_some()
+        {
+            let e = TransportError::DuplicateTag {
+                rank: self.rank,
+                peer,
+                tag,
+            };
+            return Err(self.fail(e));
+        }
+        Ok(())
+    }
+
+    /// The next message on peer `p`'s ring, unless none is published or this rank holds
+    /// its budget of the peer's messages: its tag, payload and what it would count
+    /// against the budget. A descriptor that breaks the rules fails the transport.
+    fn take_next(&mut self, p: usize) -> Result<Option<(Tag, Arrived)>, TransportError> {
+        let Some(link) = self.links.get_mut(p).and_then(Option::as_mut) else {
+            return Ok(None);
+        };
+        if link.copied >= HEAP_CAP {
+            return Ok(None);
+        }
+        let Some(next) = link.inbox.take(Arc::clone(&link.wake)) else {
+            return Ok(None);
+        };
+        self.drained += 1;
+        let peer = Rank::from(p);
+        let (header, body) = match next {
+            Ok(m) => m,
+            Err(why) => {
+                let reason = match why {
+                    Refused::NoSuchSlot(n) => format!("published slot {n}, which does not exist"),
+                    Refused::SlotLent(n) => {
+                        format!("published slot {n} while this rank still held it")
+                    }
+                    Refused::TooLong(n) => format!(
+                        "wrote a {n}-byte message into a slot of {} bytes",
+                        self.slot_bytes
+                    ),
+                    Refused::InlineTooLong(n) => format!(
+                        "published a {n}-byte message in a descriptor, which holds {}",
+                        segment::INLINE
+                    ),
+                };
+                let e = TransportError::Protocol {
+                    rank: self.rank,
+                    peer,
+                    reason,
+                };
+                return Err(self.fail(e));
+            }
+        };
+        let Some(tag) = tag_of(header.tag) else {
+            let e = TransportError::Protocol {
+                rank: self.rank,
+                peer,
+                reason: format!("wrote a malformed tag {:x?}", header.tag),
+            };
+            return Err(self.fail(e));
+        };
+        Ok(Some(match body {
+            Body::Lent(lease) => (tag, (Payload::foreign(Box::new(lease)), 0)),
+            Body::Inline(bytes, len) => {
+                let mut buf = self.small.pop().unwrap_or_default();
+                buf.clear();
+                buf.extend_from_slice(&bytes[..len]);
+                (tag, (Payload::reuse(buf, len), INLINE_CHARGE))
+            }
+        }))
     }
 
     /// Frees the slots of every full ring whose messages wait here unasked for (the
@@ -430,6 +464,9 @@ impl ShmTransport {
     fn dispose(&mut self, payload: Payload) {
         if payload.is_foreign() {
             drop(payload);
+        } else if payload.len() <= segment::INLINE && self.small.len() < SMALL_POOL {
+            // An inline message's buffer (or one like it): the next one's.
+            self.small.push(payload.into_storage());
         } else {
             self.inner.recycle(payload);
         }
@@ -610,6 +647,19 @@ impl Transport for ShmTransport {
             return self.inner.try_recv(peer, tag, len);
         }
         self.check()?;
+        // The common case first: nothing held here, and the peer's next message is the
+        // one asked for: straight from its ring, not through the arrival map.
+        if self.arrived.is_empty() {
+            if let Some((sent, (payload, charge))) = self.take_next(peer.index())? {
+                if let Some(Some(link)) = self.links.get(peer.index()) {
+                    (link.wake)();
+                }
+                if sent.key() == tag.key() {
+                    return check_arrival(self.rank, peer, tag, sent, payload, len).map(Some);
+                }
+                self.hold(peer, sent, payload, charge)?;
+            }
+        }
         let mut found = self.take(peer, tag);
         if found.is_none() {
             self.drain()?;
