@@ -124,6 +124,16 @@ fn sweep(comm: &mut Communicator) {
     let failures = sweep_collectives(comm, &ALGORITHMS, &[0, 1, 7, 10_007]);
     check(comm, failures);
     ring_send_recv(comm, 300_000);
+    // Many small calls in a row: every slot a peer lends must come back to it (a small
+    // message handed between transports and kept by the wrong one starves the pair
+    // after a few hundred).
+    let n = comm.size() as i64;
+    for i in 0..2000i64 {
+        let mut x = [i, comm.rank() as i64];
+        comm.all_reduce_in_place(&mut x, rcoll::ReduceOp::Sum)
+            .unwrap_or_else(|e| panic!("small all_reduce #{i}: {e}"));
+        assert_eq!(x, [i * n, n * (n - 1) / 2], "small all_reduce #{i}");
+    }
 }
 
 /// Every collective at 1 MiB of f32 per rank's buffer and all_reduce at 64 MiB, with each

@@ -102,6 +102,15 @@ impl Payload {
         self.foreign.is_some()
     }
 
+    /// Whether this is plain heap memory of at most `capacity` bytes that no transport
+    /// wants back (not lent, no header, not foreign): any transport may keep it.
+    pub(crate) fn is_plain_within(&self, capacity: usize) -> bool {
+        self.foreign.is_none()
+            && self.home.is_none()
+            && self.head == 0
+            && self.bytes.capacity() <= capacity
+    }
+
     /// A payload of `len` bytes after `head` bytes of transport header, in `storage`.
     pub(crate) fn with_head(mut storage: Vec<u8>, head: usize, len: usize) -> Payload {
         if storage.len() < head + len {

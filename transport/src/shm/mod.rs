@@ -77,8 +77,9 @@ pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 /// peer waits for slots and descriptors.
 const HEAP_CAP: usize = 64 << 20;
 
-/// Buffers of inline messages kept for the next ones.
+/// Buffers of inline messages kept for the next ones, and the largest kept.
 const SMALL_POOL: usize = 64;
+const SMALL_BYTES: usize = 64;
 
 /// What an inline message held here counts against [`HEAP_CAP`]: its entry in the
 /// arrival map more than its few bytes.
@@ -143,6 +144,8 @@ pub struct ShmTransport {
     /// `seen_taken` on, until the wait returns and the send is tried again.
     send_blocked: bool,
     seen_taken: u64,
+    /// Whether the counters above were recorded since the last wait.
+    marked: bool,
     /// Buffers for inline messages ([`SMALL_POOL`] at most).
     small: Vec<Vec<u8>>,
     broken: Option<TransportError>,
@@ -217,10 +220,16 @@ impl ShmTransport {
     }
 
     /// Records the counters of "nothing found" (see [`Self::moved`]): messages taken
-    /// and slots given back so far.
+    /// and slots given back so far; only at the first failure since the last wait (a
+    /// later one would hide what moved in between, and the wait would sleep through it).
     fn mark_seen(&mut self) {
+        if self.marked {
+            return;
+        }
+        self.marked = true;
         self.seen_drained = self.drained;
         self.seen_released = self.released_total(Ordering::Acquire);
+        self.seen_taken = self.taken_total(Ordering::Acquire);
     }
 
     fn taken_total(&self, order: Ordering) -> u64 {
@@ -242,7 +251,10 @@ impl ShmTransport {
     /// consistent loads of the counters a sender or receiver stores (sequentially
     /// consistent) before it checks the flag: one of the two sees the other.
     fn unseen(&self) -> bool {
-        self.links.iter().flatten().any(|l| l.inbox.unread())
+        self.links
+            .iter()
+            .flatten()
+            .any(|l| l.copied < HEAP_CAP && l.inbox.unread())
             || self.drained != self.seen_drained
             || self.released_total(Ordering::SeqCst) != self.seen_released
             || (self.send_blocked && self.taken_total(Ordering::SeqCst) != self.seen_taken)
@@ -252,7 +264,10 @@ impl ShmTransport {
     /// ring (one cache line per ring, the one its sender writes anyway), one was taken
     /// since, or a slot came back.
     fn moved(&self) -> bool {
-        self.links.iter().flatten().any(|l| l.inbox.pending())
+        self.links
+            .iter()
+            .flatten()
+            .any(|l| l.copied < HEAP_CAP && l.inbox.pending())
             || self.drained != self.seen_drained
             || self.released_total(Ordering::Acquire) != self.seen_released
             || (self.send_blocked && self.taken_total(Ordering::Acquire) != self.seen_taken)
@@ -450,7 +465,6 @@ impl ShmTransport {
                 // nothing changed since.
                 self.mark_seen();
                 self.send_blocked = true;
-                self.seen_taken = self.taken_total(Ordering::Acquire);
             }
         }
         // No room: take what peers sent (they may be blocked the same way), and the
@@ -464,8 +478,9 @@ impl ShmTransport {
     fn dispose(&mut self, payload: Payload) {
         if payload.is_foreign() {
             drop(payload);
-        } else if payload.len() <= segment::INLINE && self.small.len() < SMALL_POOL {
-            // An inline message's buffer (or one like it): the next one's.
+        } else if payload.is_plain_within(SMALL_BYTES) && self.small.len() < SMALL_POOL {
+            // An inline message's buffer (or a plain one like it; never one the transport
+            // beneath lent, which must go back there): the next one's.
             self.small.push(payload.into_storage());
         } else {
             self.inner.recycle(payload);
@@ -696,9 +711,14 @@ impl Transport for ShmTransport {
     }
 
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
+        // A wait with no failure before it (the engine waits on something else): the
+        // counters as they are now.
+        self.mark_seen();
         let r = self.wait_rings(deadline);
-        // The engine tries its blocked sends again next; one still blocked says so anew.
+        // The engine tries its blocked sends and receives again next; what still fails
+        // records its counters anew.
         self.send_blocked = false;
+        self.marked = false;
         r
     }
 

@@ -190,6 +190,7 @@ impl Prepared {
             seen_released: 0,
             send_blocked: false,
             seen_taken: 0,
+            marked: false,
             small: Vec::new(),
             broken: None,
             last_control: Instant::now(),

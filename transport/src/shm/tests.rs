@@ -139,7 +139,20 @@ fn a_flood_of_small_unasked_messages_is_held_to_the_budget() {
                 t.wait(Instant::now() + Duration::from_millis(1).min(deadline - Instant::now()))
                     .expect("wait");
             }
-            t.arrived.len()
+            let held = t.arrived.len();
+            // The peer's ring stays full but is not read: waiting sleeps (until the
+            // deadline) instead of returning at once to spin on it.
+            let until = Instant::now() + Duration::from_millis(100);
+            let mut wakes = 0;
+            while Instant::now() < until {
+                t.wait(until).expect("wait");
+                wakes += 1;
+            }
+            assert!(
+                wakes < 50,
+                "the wait returned {wakes} times in 100 ms: it spins"
+            );
+            held
         }
     });
     assert!(
@@ -147,4 +160,23 @@ fn a_flood_of_small_unasked_messages_is_held_to_the_budget() {
         "{} messages held, the budget is {cap} (+{slots} in the ring)",
         held[1]
     );
+}
+
+/// Buffers handed back to the shared-memory layer are kept for its inline messages only
+/// when they are plain heap memory: one the transport beneath lent (a registered verbs
+/// slot, with a header in front and a home to go back to) must go back to it, or that
+/// transport loses the slot for good and its peer starves.
+#[test]
+fn only_plain_buffers_are_kept_for_inline_messages() {
+    let kept = group(2, 4, |mut t| {
+        let home: crate::transport::Returns = Default::default();
+        t.recycle(Payload::lent(vec![0; 4096], 64, 8, &home));
+        let after_lent = t.small.len();
+        t.recycle(Payload::reuse(vec![1; 8], 8));
+        (after_lent, t.small.len())
+    });
+    for (rank, (after_lent, after_plain)) in kept.into_iter().enumerate() {
+        assert_eq!(after_lent, 0, "rank {rank} kept a lent buffer");
+        assert_eq!(after_plain, 1, "rank {rank} did not keep a plain one");
+    }
 }
