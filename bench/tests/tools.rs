@@ -66,7 +66,7 @@ fn algo_all_times_every_algorithm_and_auto_and_reports_the_regret() {
         .lines()
         .find(|l| l.contains("auto's choice"))
         .expect("the comparison header");
-    let serving = ["mesh", "single", "tree", "binom", "nring", "ring", "hd"];
+    let serving = ["mesh", "single", "tree", "binom", "nring", "ring", "hd", "hier"];
     for name in serving {
         assert!(
             header.split_whitespace().any(|w| w == name),
@@ -76,7 +76,7 @@ fn algo_all_times_every_algorithm_and_auto_and_reports_the_regret() {
     let rows = rows(&stdout);
     assert_eq!(rows.len(), 3, "{stdout}"); // 96 B, 3 KiB, 96 KiB
     for r in &rows {
-        // size, choice, auto + 7 algorithms, best, regret, and `!` past 1.10
+        // size, choice, auto + 8 algorithms, best, regret, and `!` past 1.10
         let r = r.strip_suffix(&["!"]).unwrap_or(r);
         assert_eq!(r.len(), 2 + 1 + serving.len() + 2, "{r:?}");
         assert!(!r.contains(&"x"), "a wrong result: {r:?}");
