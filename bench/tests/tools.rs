@@ -66,7 +66,9 @@ fn algo_all_times_every_algorithm_and_auto_and_reports_the_regret() {
         .lines()
         .find(|l| l.contains("auto's choice"))
         .expect("the comparison header");
-    let serving = ["mesh", "single", "tree", "binom", "nring", "ring", "hd", "hier"];
+    let serving = [
+        "mesh", "single", "tree", "binom", "nring", "ring", "hd", "hier",
+    ];
     for name in serving {
         assert!(
             header.split_whitespace().any(|w| w == name),
