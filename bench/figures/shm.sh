@@ -19,7 +19,7 @@ for n in 2 4; do
     "$P/run_mpi.sh" "$n" shm allreduce -b 8 -e 8 2>&1 | rows
     "$P/run_mpi.sh" "$n" shm allreduce -b 64K -e 64M -f 4 2>&1 | rows
     echo "== all_reduce, $n ranks, round $round: rcoll"
-    $B all_reduce --ranks "$n" -b 8 -e 8 2>&1 | rows
+    $B all_reduce --ranks "$n" -b 8 -e 8 -n 20000 -w 1000 2>&1 | rows
     $B all_reduce --ranks "$n" -b 64K -e 64M -f 4 2>&1 | rows
   done
   for c in broadcast:broadcast allgather:all_gather reducescatter:reduce_scatter; do
@@ -33,5 +33,12 @@ if [ "$(id -u)" -eq 0 ]; then
     echo "== 2 emulated hosts x 2 ranks, 1 Gbit/s links: all_reduce 64 MiB, --algo $a"
     ci/multihost.sh --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
       $B all_reduce -b 64M -e 64M -n 3 -w 1 --algo "$a" 2>&1 | rows
+  done
+  for c in all_gather reduce_scatter; do
+    for a in hierarchical ring auto; do
+      echo "== 2 emulated hosts x 2 ranks, 1 Gbit/s links: $c 16 MiB, --algo $a"
+      ci/multihost.sh --hosts 2 --ranks-per-host 2 --rate 1gbit -- \
+        $B "$c" -b 16M -e 16M -n 3 -w 1 --algo "$a" 2>&1 | rows
+    done
   done
 fi
