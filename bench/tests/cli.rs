@@ -678,19 +678,43 @@ fn topo_shows_the_machine_and_where_each_local_rank_runs() {
     let out = output(
         bench()
             .args(["topo", "--input", file, "--ranks-per-host", "8"])
-            .env("RCOLL_TOPO_DUMP_FILE", &dump),
+            .env("RCOLL_TOPO_DUMP_FILE", &dump)
+            .env_remove("RCOLL_BIND"),
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
+    // The default: two ranks per 2-core node, so a core each.
     for want in [
         "4 NUMA node(s), 8 core(s), 16 PU(s)",
         "NUMA node 2: cpus 8-11 (2 cores); devices: ens3f0, mlx5_0 (rdma over ens3f0)",
-        "local rank 4: NUMA node 2, cpus 8-11, device mlx5_0",
-        "local rank 5: NUMA node 2, cpus 8-11, device mlx5_1",
-        "local rank 0: NUMA node 0, cpus 0-3, device by address (no RDMA device on NUMA node 0",
+        "placement of 8 local rank(s), RCOLL_BIND=auto",
+        "local rank 4: NUMA node 2, cpus 8-9, device mlx5_0",
+        "local rank 5: NUMA node 2, cpus 10-11, device mlx5_1",
+        "local rank 0: NUMA node 0, cpus 0-1, device by address (no RDMA device on NUMA node 0",
     ] {
         assert!(text.contains(want), "no {want:?} in:\n{text}");
     }
+    // Three ranks per node do not fit its two cores: the node's CPUs.
+    let crowded = output(bench().args(["topo", "--input", file, "--ranks-per-host", "12"]));
+    let crowded = String::from_utf8_lossy(&crowded.stdout);
+    assert!(
+        crowded.contains("local rank 6: NUMA node 2, cpus 8-11"),
+        "{crowded}"
+    );
+    let numa = output(bench().args([
+        "topo",
+        "--input",
+        file,
+        "--ranks-per-host",
+        "8",
+        "--bind",
+        "numa",
+    ]));
+    let numa = String::from_utf8_lossy(&numa.stdout);
+    assert!(
+        numa.contains("local rank 4: NUMA node 2, cpus 8-11, device mlx5_0"),
+        "{numa}"
+    );
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&dump).expect("dump")).expect("json");
     std::fs::remove_file(&dump).ok();

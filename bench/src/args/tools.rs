@@ -17,7 +17,7 @@ pub struct TopoArgs {
     /// Ranks on this host [default: the larger of the NUMA node and RDMA device counts].
     #[arg(long)]
     pub ranks_per_host: Option<usize>,
-    /// none, numa or core [default: RCOLL_BIND, else numa].
+    /// auto, none, numa or core [default: RCOLL_BIND, else auto].
     #[arg(long)]
     pub bind: Option<String>,
     /// Read this hwloc XML file instead of the machine.

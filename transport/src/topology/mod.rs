@@ -258,11 +258,7 @@ impl Report {
         out += &format!(
             "placement of {} local rank(s), RCOLL_BIND={}:\n",
             self.placements.len(),
-            match self.bind {
-                Bind::None => "none",
-                Bind::Numa => "numa",
-                Bind::Core => "core",
-            }
+            self.bind.name()
         );
         for p in &self.placements {
             out += &format!(
