@@ -384,7 +384,8 @@ pub trait Transport: Send {
     }
 
     /// Like [`Transport::try_send_slice`], but a backend may leave the device reading
-    /// `data` after the call ([`SendState::InFlight`]) when it lies in registered memory:
+    /// `data` after the call ([`SendState::InFlight`]) when it lies in registered memory
+    /// (or, over shared memory, leave a large message for the receiver to read there):
     /// the caller then keeps `data` borrowed and unmodified until
     /// [`Transport::send_complete`] reports the token complete. The default sends as
     /// `try_send_slice` does.
@@ -395,6 +396,20 @@ pub trait Transport: Send {
         data: &[u8],
     ) -> Result<SendState, TransportError> {
         self.try_send_slice(peer, tag, data).map(SendState::sent)
+    }
+
+    /// [`Transport::try_send_borrowed`] for bytes the receiver only copies (never reduces
+    /// into): a backend whose receivers can read the sender's memory may leave them there
+    /// for that ([`Transport::reads_directly`]), which saves the sender its copy but makes
+    /// the receiver's read a system call, a loss where the receiver would then reduce out
+    /// of a buffer of its own. The default is `try_send_borrowed`.
+    fn try_send_borrowed_for_copy(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        data: &[u8],
+    ) -> Result<SendState, TransportError> {
+        self.try_send_borrowed(peer, tag, data)
     }
 
     /// Whether the send of `token` ([`SendState::InFlight`]) has completed: the device
@@ -495,6 +510,34 @@ pub trait Transport: Send {
         len: usize,
     ) -> Result<Option<Payload>, TransportError>;
 
+    /// Takes the message `tag` from `peer` straight into `dst` (exactly `dst.len()` bytes,
+    /// checked as [`Transport::try_recv`] checks), if it has arrived: `Ok(false)` if not.
+    /// The default copies out of [`Transport::try_recv`]'s payload; a backend that can
+    /// read the message from where its sender left it saves that copy (see
+    /// [`Transport::reads_directly`]).
+    fn try_recv_into(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        match self.try_recv(peer, tag, dst.len())? {
+            Some(payload) => {
+                dst.copy_from_slice(payload.as_bytes());
+                self.recycle(payload);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Whether messages from `peer` are best taken with [`Transport::try_recv_into`] (and
+    /// forwarded from where they landed with [`Transport::try_send_borrowed`]) than as a
+    /// payload: the backend reads them from the sender's memory, once.
+    fn reads_directly(&self, _peer: Rank) -> bool {
+        false
+    }
+
     /// Returns a payload that is no longer needed.
     fn recycle(&mut self, payload: Payload);
 
@@ -545,6 +588,19 @@ pub fn check_arrival(
     payload: Payload,
     len: usize,
 ) -> Result<Payload, TransportError> {
+    check_tag(rank, peer, expected, sent, payload.len(), len)?;
+    Ok(payload)
+}
+
+/// [`check_arrival`] for a message of `got` bytes that is not (yet) a payload.
+pub fn check_tag(
+    rank: Rank,
+    peer: Rank,
+    expected: Tag,
+    sent: Tag,
+    got: usize,
+    len: usize,
+) -> Result<(), TransportError> {
     if sent.schedule != expected.schedule {
         return Err(TransportError::ScheduleMismatch {
             rank,
@@ -554,16 +610,16 @@ pub fn check_arrival(
             got: sent.schedule,
         });
     }
-    if payload.len() != len {
+    if got != len {
         return Err(TransportError::LengthMismatch {
             rank,
             peer,
             tag: expected,
             expected: len,
-            got: payload.len(),
+            got,
         });
     }
-    Ok(payload)
+    Ok(())
 }
 
 /// Sends `data` by copying it into a payload: [`Transport::try_send_slice`] for backends

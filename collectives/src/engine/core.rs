@@ -321,7 +321,17 @@ impl<'p> Execution<'p> {
             segment: k as u32,
             schedule,
         };
+        // Straight into the destination, from where the sender left it (and forwarded
+        // from there), when the transport reads the peer's memory.
+        let direct = match (&p.prim, p.prim.recv_from()) {
+            (Primitive::Recv { .. }, Some(from)) => io.reads_directly(from),
+            (Primitive::RecvCopySend { .. }, Some(from)) => {
+                p.prim.send_to().len() == 1 && io.reads_directly(from)
+            }
+            _ => false,
+        };
         let received = match (p.prim.recv_from(), p.recv_transfer) {
+            _ if direct => None,
             (Some(from), Some(t)) => {
                 match io
                     .try_recv(from, tag(t), bytes)
@@ -348,16 +358,55 @@ impl<'p> Execution<'p> {
         // A send the transport still reads from the caller's memory.
         let mut token: Option<u64> = None;
         match (&p.prim, received, src, dst) {
+            (Primitive::Recv { .. } | Primitive::RecvCopySend { .. }, None, _, Some(dst))
+                if direct =>
+            {
+                let (Some(from), Some(t)) = (p.prim.recv_from(), p.recv_transfer) else {
+                    return Err(ExecError::InconsistentPlan(at()));
+                };
+                let d = mem.write(dst).map_err(mem_err)?;
+                if !io
+                    .try_recv_into(from, tag(t), bytemuck::cast_slice_mut(d))
+                    .map_err(|e| ExecError::Transport(at(), e))?
+                {
+                    return Ok(false);
+                }
+                if let (Some(&peer), Some(&t)) =
+                    (p.prim.send_to().first(), p.send_transfers.first())
+                {
+                    // Forwarded from where it landed: final bytes, which the next rank
+                    // copies.
+                    let data = mem.read(dst).map_err(mem_err)?;
+                    match io
+                        .try_send_borrowed_for_copy(peer, tag(t), bytemuck::cast_slice(data))
+                        .map_err(|e| ExecError::Transport(at(), e))?
+                    {
+                        SendState::Done => {}
+                        SendState::InFlight(t) => token = Some(t),
+                        SendState::NoRoom => {
+                            // Received already: the send waits with the refused ones.
+                            let mut payload = io.alloc(bytes);
+                            payload
+                                .as_bytes_mut()
+                                .copy_from_slice(bytemuck::cast_slice(data));
+                            outgoing = Some(payload);
+                        }
+                    }
+                }
+            }
             // One destination: straight from the caller's memory where the transport can.
             (Primitive::Send { to, .. }, None, Some(src), _) if to.len() == 1 => {
                 let data = mem.read(src).map_err(mem_err)?;
                 let (Some(&peer), Some(&t)) = (to.first(), p.send_transfers.first()) else {
                     return Err(ExecError::InconsistentPlan(at()));
                 };
-                match io
-                    .try_send_borrowed(peer, tag(t), bytemuck::cast_slice(data))
-                    .map_err(|e| ExecError::Transport(at(), e))?
-                {
+                let bytes = bytemuck::cast_slice(data);
+                let sent = if self.plan.reduces {
+                    io.try_send_borrowed(peer, tag(t), bytes)
+                } else {
+                    io.try_send_borrowed_for_copy(peer, tag(t), bytes)
+                };
+                match sent.map_err(|e| ExecError::Transport(at(), e))? {
                     SendState::Done => {}
                     SendState::NoRoom => return Ok(false), // this segment runs again later
                     SendState::InFlight(t) => token = Some(t),

@@ -165,6 +165,9 @@ pub struct Plan {
     pub channels: Vec<PlannedChannel>,
     /// Elements of scratch the plan needs.
     pub scratch_len: usize,
+    /// Whether the collective reduces (else every message is only copied by its receiver,
+    /// which lets a transport leave it in the sender's memory for the receiver to read).
+    pub reduces: bool,
 }
 
 /// Why a schedule cannot run.
@@ -201,9 +204,14 @@ impl Plan {
             .enumerate()
             .map(|(c, ch)| plan_channel(schedule, c, &ch.steps, buffers))
             .collect::<Result<_, _>>()?;
+        use super::Collective as C;
         Ok(Plan {
             channels,
             scratch_len: schedule.scratch_len,
+            reduces: matches!(
+                schedule.layout.collective,
+                C::AllReduce | C::Reduce | C::ReduceScatter
+            ),
         })
     }
 

@@ -12,6 +12,22 @@
 //! Open MPI's copy-in/copy-out path, with no system call on the way while both sides
 //! are awake.
 //!
+//! # Single copy
+//!
+//! A large send from the caller's memory of bytes the receiver only copies
+//! ([`Transport::try_send_borrowed_for_copy`], at least [`Options::single_copy`] bytes:
+//! broadcast, gathers, the all-gather half of all_reduce) is not copied at all on the
+//! sending side: its
+//! descriptor names the caller's memory, and the receiver copies it from there straight
+//! into its destination with `process_vm_readv` ([`Transport::try_recv_into`]), once, as
+//! Open MPI's CMA path does. The send stays in flight until the receiver has read it (a
+//! rendezvous: a large send completes once its receiver takes part in the call). A
+//! message nobody asks for yet is left where it is while the receiver works, and read
+//! into a buffer of its own when it is about to block (so a sender never waits on the
+//! order in which its receiver's schedule asks). Setup checks both ways that the peer may
+//! be read (same user, Yama and seccomp permitting) and is the process it says it is;
+//! pairs that cannot fall back to the copy through the ring.
+//!
 //! # Waiting
 //!
 //! A rank that finds nothing spins briefly on the rings' counters, then sets the
@@ -41,6 +57,8 @@
 //! slot) is a protocol error naming it.
 
 #[allow(unsafe_code)]
+mod cma;
+#[allow(unsafe_code)]
 mod segment;
 mod setup;
 #[cfg(test)]
@@ -53,11 +71,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::TransportError;
 use crate::hosts::HostMap;
-use crate::transport::{
-    check_arrival, stale_in, Foreign, Payload, Registered, SendState, Transport,
-};
+use crate::transport::{check_tag, stale_in, Foreign, Payload, Registered, SendState, Transport};
 use crate::types::{Rank, Tag};
-use segment::{Body, InRing, Lease, OutRing, Refused, Segment};
+use segment::{Body, InRing, Lease, OutRing, Refused, Remote, Segment, Withdrawal};
 
 pub use segment::Shape as SegmentShape;
 pub use setup::{prepare, Options, Prepared};
@@ -71,6 +87,16 @@ pub const DEFAULT_SEGMENT_BUDGET: usize = 64 << 20;
 
 /// Default busy-wait before blocking.
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+/// Default smallest send that goes single-copy (see the module's documentation).
+pub const DEFAULT_SINGLE_COPY: usize = 32 << 10;
+
+/// Tokens of single-copy sends carry this bit (the transport beneath never sets it).
+const SINGLE_COPY_TOKEN: u64 = 1 << 63;
+
+/// How long [`Transport::reap_borrowed`] waits for a receiver in the middle of reading a
+/// single-copy send before it gives the memory up anyway.
+const READ_GRACE: Duration = Duration::from_secs(1);
 
 /// Bytes of one peer's messages this rank copies out of its ring to free slots while the
 /// engine waits for others (inline messages count [`INLINE_CHARGE`] each); past it the
@@ -99,6 +125,12 @@ struct Link {
     wake: Arc<dyn Fn() + Send + Sync>,
     /// Bytes of its messages copied out of the ring and not yet taken.
     copied: usize,
+    /// The peer's process, when this rank may read its memory (it may leave messages
+    /// there: single copy).
+    read_from: Option<i32>,
+    /// Whether the peer reads this rank's memory (this rank's large borrowed sends stay
+    /// in place).
+    read_by: bool,
 }
 
 impl Foreign for Lease {
@@ -111,11 +143,27 @@ impl Foreign for Lease {
     }
 }
 
-/// A message that arrived: its tag, its bytes, and whether they were copied out of the
-/// ring (counted in the link's `copied`).
+/// A message that arrived from a local peer.
+#[derive(Debug)]
+enum Msg {
+    /// Its bytes are here (a lent slot, or copied out).
+    Here(Payload),
+    /// Its bytes are still in the sender's memory.
+    There(Remote),
+}
+
+impl Msg {
+    fn len(&self) -> usize {
+        match self {
+            Msg::Here(p) => p.len(),
+            Msg::There(r) => r.len,
+        }
+    }
+}
+
 /// A message here, and the bytes it counts against its sender's [`HEAP_CAP`] (0 while it
 /// is a slot lent from the ring).
-type Arrived = (Payload, usize);
+type Arrived = (Msg, usize);
 
 /// One rank's endpoint: shared memory with the ranks of its host, `inner` with the rest.
 /// Built by [`prepare`] and [`Prepared::finish`].
@@ -148,6 +196,16 @@ pub struct ShmTransport {
     marked: bool,
     /// Buffers for inline messages ([`SMALL_POOL`] at most).
     small: Vec<Vec<u8>>,
+    /// Buffers that single-copy messages were read into, for the next ones.
+    large: Vec<Vec<u8>>,
+    /// Single-copy sends in flight: token, peer, ticket, generation.
+    outstanding: Vec<(u64, Rank, usize, u32)>,
+    next_token: u64,
+    /// Smallest borrowed send that goes single-copy.
+    single_copy: usize,
+    /// Peers that withdrew a message before this rank read it (they failed), for the
+    /// stall report.
+    withdrawn: Vec<Rank>,
     broken: Option<TransportError>,
     last_control: Instant,
     slot_bytes: usize,
@@ -306,7 +364,7 @@ impl ShmTransport {
         &mut self,
         peer: Rank,
         tag: Tag,
-        payload: Payload,
+        msg: Msg,
         charge: usize,
     ) -> Result<(), TransportError> {
         if let Some(Some(link)) = self.links.get_mut(peer.index()) {
@@ -314,7 +372,7 @@ impl ShmTransport {
         }
         if self
             .arrived
-            .insert((peer, tag.key()), (tag, (payload, charge)))
+            .insert((peer, tag.key()), (tag, (msg, charge)))
             .is_some()
         {
             let e = TransportError::DuplicateTag {
@@ -337,7 +395,10 @@ impl ShmTransport {
         if link.copied >= HEAP_CAP {
             return Ok(None);
         }
-        let Some(next) = link.inbox.take(Arc::clone(&link.wake)) else {
+        let Some(next) = link
+            .inbox
+            .take(Arc::clone(&link.wake), link.read_from.is_some())
+        else {
             return Ok(None);
         };
         self.drained += 1;
@@ -358,6 +419,14 @@ impl ShmTransport {
                         "published a {n}-byte message in a descriptor, which holds {}",
                         segment::INLINE
                     ),
+                    Refused::RemoteNotAllowed => {
+                        "left a message in its own memory, which this rank cannot read".into()
+                    }
+                    Refused::NoSuchTicket(n) => {
+                        format!(
+                            "left a message in its memory under ticket {n}, which does not exist"
+                        )
+                    }
                 };
                 let e = TransportError::Protocol {
                     rank: self.rank,
@@ -376,13 +445,14 @@ impl ShmTransport {
             return Err(self.fail(e));
         };
         Ok(Some(match body {
-            Body::Lent(lease) => (tag, (Payload::foreign(Box::new(lease)), 0)),
+            Body::Lent(lease) => (tag, (Msg::Here(Payload::foreign(Box::new(lease))), 0)),
             Body::Inline(bytes, len) => {
                 let mut buf = self.small.pop().unwrap_or_default();
                 buf.clear();
                 buf.extend_from_slice(&bytes[..len]);
-                (tag, (Payload::reuse(buf, len), INLINE_CHARGE))
+                (tag, (Msg::Here(Payload::reuse(buf, len)), INLINE_CHARGE))
             }
+            Body::Remote(remote) => (tag, (Msg::There(remote), INLINE_CHARGE)),
         }))
     }
 
@@ -402,7 +472,10 @@ impl ShmTransport {
         for p in full {
             let peer = Rank::from(p);
             let mut copied = 0;
-            for ((from, _), (_, (payload, charge))) in self.arrived.iter_mut() {
+            for ((from, _), (_, (msg, charge))) in self.arrived.iter_mut() {
+                let Msg::Here(payload) = msg else {
+                    continue;
+                };
                 if *from != peer || !payload.is_foreign() {
                     continue;
                 }
@@ -421,14 +494,153 @@ impl ShmTransport {
         }
     }
 
-    fn take(&mut self, peer: Rank, tag: Tag) -> Option<(Tag, Payload)> {
-        let (sent, (payload, charge)) = self.arrived.remove(&(peer, tag.key()))?;
+    fn take(&mut self, peer: Rank, tag: Tag) -> Option<(Tag, Msg)> {
+        let (sent, (msg, charge)) = self.arrived.remove(&(peer, tag.key()))?;
         if charge > 0 {
             if let Some(Some(l)) = self.links.get_mut(peer.index()) {
                 l.copied = l.copied.saturating_sub(charge);
             }
         }
-        Some((sent, payload))
+        Some((sent, msg))
+    }
+
+    /// Reads a message left in `peer`'s memory into `dst` (exactly its length), and gives
+    /// the peer its memory back. `Ok(false)` if the peer withdrew it: it failed, and its
+    /// cause reaches this rank through the control plane (or its connection closes); the
+    /// message never arrives, like any message of a failed peer.
+    fn read_remote(
+        &mut self,
+        peer: Rank,
+        mut remote: Remote,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        let protocol = |rank, reason: String| TransportError::Protocol { rank, peer, reason };
+        let Some(pid) = self.links[peer.index()].as_ref().and_then(|l| l.read_from) else {
+            return Err(self.fail(protocol(self.rank, "left a message in its memory".into())));
+        };
+        // A peer known gone is not read (its process number may be another's by now).
+        if let Some(e) = self.inner.known_gone(peer) {
+            return Err(e);
+        }
+        if remote.begin().is_err() {
+            self.note_withdrawn(peer);
+            return Ok(false);
+        }
+        if let Err(e) = cma::read(pid, remote.addr, dst) {
+            drop(remote);
+            self.control(Some(peer), true)?;
+            let e = protocol(
+                self.rank,
+                format!("reading its message from its memory failed: {e}"),
+            );
+            return Err(self.fail(e));
+        }
+        if remote.finish().is_err() {
+            // Given up during the read: what `dst` holds may not be the message.
+            self.note_withdrawn(peer);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn note_withdrawn(&mut self, peer: Rank) {
+        if !self.withdrawn.contains(&peer) {
+            self.withdrawn.push(peer);
+        }
+    }
+
+    /// A message's bytes as a payload: read into a buffer of this transport's if they
+    /// are still in the sender's memory.
+    /// `None` if the sender withdrew it (see [`Self::read_remote`]).
+    fn here(&mut self, peer: Rank, msg: Msg) -> Result<Option<Payload>, TransportError> {
+        match msg {
+            Msg::Here(p) => Ok(Some(p)),
+            Msg::There(remote) => {
+                let mut p = Payload::reuse(self.large.pop().unwrap_or_default(), remote.len);
+                if !self.read_remote(peer, remote, p.as_bytes_mut())? {
+                    return Ok(None);
+                }
+                Ok(Some(p))
+            }
+        }
+    }
+
+    /// Reads every message held here that is still in its sender's memory into a buffer
+    /// of this rank's (up to [`HEAP_CAP`] per peer), so that no sender waits on the order
+    /// in which this rank's schedule asks for them. Whether any was.
+    fn settle_remote(&mut self) -> Result<bool, TransportError> {
+        let there: Vec<(Rank, crate::types::TagKey)> = self
+            .arrived
+            .iter()
+            .filter(|(_, (_, (m, _)))| matches!(m, Msg::There(_)))
+            .map(|(k, _)| *k)
+            .collect();
+        let mut any = false;
+        for key in there {
+            // Whatever this rank holds already: these are bounded by the sender's tickets
+            // and slot size, and a sender waits on each.
+            let peer = key.0;
+            let Some((tag, (msg, charge))) = self.arrived.remove(&key) else {
+                continue;
+            };
+            if let Some(Some(l)) = self.links.get_mut(peer.index()) {
+                l.copied = l.copied.saturating_sub(charge);
+            }
+            let Some(payload) = self.here(peer, msg)? else {
+                any = true;
+                continue;
+            };
+            let len = payload.len();
+            self.hold(peer, tag, Msg::Here(payload), len)?;
+            any = true;
+        }
+        Ok(any)
+    }
+
+    /// The message `tag` of `len` bytes from local `peer`, if it arrived.
+    fn find_local(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        len: usize,
+    ) -> Result<Option<Msg>, TransportError> {
+        self.check()?;
+        // The common case first: nothing held here, and the peer's next message is the
+        // one asked for: straight from its ring, not through the arrival map.
+        if self.arrived.is_empty() {
+            if let Some((sent, (msg, charge))) = self.take_next(peer.index())? {
+                if let Some(Some(link)) = self.links.get(peer.index()) {
+                    (link.wake)();
+                }
+                if sent.key() == tag.key() {
+                    check_tag(self.rank, peer, tag, sent, msg.len(), len)?;
+                    return Ok(Some(msg));
+                }
+                self.hold(peer, sent, msg, charge)?;
+            }
+        }
+        let mut found = self.take(peer, tag);
+        if found.is_none() {
+            self.drain()?;
+            found = self.take(peer, tag);
+        }
+        if found.is_none() {
+            // Counters first, then look again: a wait after this sleeps only if nothing
+            // arrived since.
+            self.mark_seen();
+            self.drain()?;
+            found = self.take(peer, tag);
+        }
+        match found {
+            Some((sent, msg)) => {
+                check_tag(self.rank, peer, tag, sent, msg.len(), len)?;
+                Ok(Some(msg))
+            }
+            None => {
+                self.control(Some(peer), false)?;
+                Ok(None)
+            }
+        }
     }
 
     /// Sends `len` bytes filled by `fill` to local peer `p`; `false` if its ring is full.
@@ -482,6 +694,12 @@ impl ShmTransport {
             // An inline message's buffer (or a plain one like it; never one the transport
             // beneath lent, which must go back there): the next one's.
             self.small.push(payload.into_storage());
+        } else if payload.len() > SMALL_BYTES
+            && payload.is_plain_within(self.slot_bytes)
+            && self.large.len() < self.mine.shape().slots
+        {
+            // A single-copy message's buffer, or one like it.
+            self.large.push(payload.into_storage());
         } else {
             self.inner.recycle(payload);
         }
@@ -549,13 +767,68 @@ impl Transport for ShmTransport {
     ) -> Result<SendState, TransportError> {
         if !self.shares_memory_with(peer) {
             self.check()?;
-            return self.inner.try_send_borrowed(peer, tag, data);
+            let sent = self.inner.try_send_borrowed(peer, tag, data);
+            debug_assert!(
+                !matches!(sent, Ok(SendState::InFlight(t)) if t & SINGLE_COPY_TOKEN != 0),
+                "a token of the transport beneath with the single-copy bit"
+            );
+            return sent;
+        }
+        self.try_send_slice(peer, tag, data).map(SendState::sent)
+    }
+
+    fn try_send_borrowed_for_copy(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        data: &[u8],
+    ) -> Result<SendState, TransportError> {
+        let single = (self.single_copy..=self.slot_bytes).contains(&data.len());
+        if !single || !self.shares_memory_with(peer) {
+            return self.try_send_borrowed(peer, tag, data);
+        }
+        self.check()?;
+        if let Some(Some(link)) = self.links.get_mut(peer.index()) {
+            let sent = link.read_by.then(|| {
+                link.outbox
+                    .send_remote(tag_words(tag), data.as_ptr() as u64, data.len())
+            });
+            if let Some(Some((ticket, generation))) = sent {
+                (link.wake)();
+                self.next_token += 1;
+                let token = SINGLE_COPY_TOKEN | self.next_token;
+                self.outstanding.push((token, peer, ticket, generation));
+                return Ok(SendState::InFlight(token));
+            }
+            // No ticket free (or no descriptor: then the copy below finds none either):
+            // through the ring.
         }
         self.try_send_slice(peer, tag, data).map(SendState::sent)
     }
 
     fn send_complete(&mut self, token: u64) -> Result<bool, TransportError> {
-        self.inner.send_complete(token)
+        if token & SINGLE_COPY_TOKEN == 0 {
+            return self.inner.send_complete(token);
+        }
+        let Some(i) = self.outstanding.iter().position(|o| o.0 == token) else {
+            return Ok(true);
+        };
+        // Counters first, then the ticket: a wait after this sleeps only if the receiver
+        // had not finished before. (A receiver that died is the wait's to find.)
+        self.mark_seen();
+        let (_, peer, ticket, generation) = self.outstanding[i];
+        let done = self.links[peer.index()]
+            .as_mut()
+            .is_some_and(|l| l.outbox.ticket_done(ticket, generation));
+        if done {
+            self.outstanding.swap_remove(i);
+            return Ok(true);
+        }
+        self.check()?;
+        match self.inner.known_gone(peer) {
+            Some(e) => Err(e),
+            None => Ok(false),
+        }
     }
 
     fn zero_copy_sends(&self) -> u64 {
@@ -570,13 +843,33 @@ impl Transport for ShmTransport {
         let me = self.rank;
         let local = self.hosts.local_size(me);
         let shape = self.mine.shape();
+        let peers = self.links.iter().flatten().count();
+        let direct = self
+            .links
+            .iter()
+            .flatten()
+            .filter(|l| l.read_from.is_some())
+            .count();
         let mut d = format!(
             "{}; shared memory among the {local} ranks of each host ({} slots of {} KiB per \
-             peer)",
+             peer; {})",
             self.hosts.describe(),
             shape.slots,
-            shape.slot_bytes / 1024
+            shape.slot_bytes / 1024,
+            if self.single_copy == usize::MAX {
+                "single copy off".to_owned()
+            } else {
+                format!(
+                    "single copy from {direct} of {peers} peers from {} KiB",
+                    self.single_copy.div_ceil(1024)
+                )
+            }
         );
+        d.push_str(if self.crowded {
+            "; waits yield (more ranks than CPUs)"
+        } else {
+            "; waits spin"
+        });
         if self.name != "shm" {
             let inner = self.inner.details();
             d.push_str(&format!(
@@ -593,6 +886,19 @@ impl Transport for ShmTransport {
     }
 
     fn reap_borrowed(&mut self) {
+        // Withdrawn where the read has not begun; a read under way is waited for a
+        // little, then given up (its reader fails rather than use what it read).
+        let until = Instant::now() + READ_GRACE;
+        while !self.outstanding.is_empty() {
+            let abandon = Instant::now() >= until;
+            let links = &mut self.links;
+            self.outstanding.retain(|&(_, peer, ticket, generation)| {
+                links[peer.index()].as_mut().is_some_and(|l| {
+                    l.outbox.withdraw(ticket, generation, abandon) == Withdrawal::Reading
+                })
+            });
+            std::thread::yield_now();
+        }
         self.inner.reap_borrowed();
     }
 
@@ -624,9 +930,17 @@ impl Transport for ShmTransport {
             None => (0..self.links.len()).filter_map(one).collect(),
         };
         parts.push(format!(
-            "late wake-ups (shared memory) {}",
-            self.late_wakeups
+            "late wake-ups (shared memory) {}; single-copy sends not yet read {}",
+            self.late_wakeups,
+            self.outstanding.len()
         ));
+        if !self.withdrawn.is_empty() {
+            let who: Vec<String> = self.withdrawn.iter().map(Rank::to_string).collect();
+            parts.push(format!(
+                "withdrew a message before it was read (they failed): {}",
+                who.join(", ")
+            ));
+        }
         let below = self.inner.stall_report(peer);
         if !below.is_empty() && peer.is_none_or(|p| !self.shares_memory_with(p)) {
             parts.push(below);
@@ -635,7 +949,7 @@ impl Transport for ShmTransport {
     }
 
     fn borrowed_in_flight(&self) -> usize {
-        self.inner.borrowed_in_flight()
+        self.outstanding.len() + self.inner.borrowed_in_flight()
     }
 
     fn control_check(&mut self, peer: Option<Rank>) -> Result<(), TransportError> {
@@ -661,41 +975,35 @@ impl Transport for ShmTransport {
             self.check()?;
             return self.inner.try_recv(peer, tag, len);
         }
-        self.check()?;
-        // The common case first: nothing held here, and the peer's next message is the
-        // one asked for: straight from its ring, not through the arrival map.
-        if self.arrived.is_empty() {
-            if let Some((sent, (payload, charge))) = self.take_next(peer.index())? {
-                if let Some(Some(link)) = self.links.get(peer.index()) {
-                    (link.wake)();
-                }
-                if sent.key() == tag.key() {
-                    return check_arrival(self.rank, peer, tag, sent, payload, len).map(Some);
-                }
-                self.hold(peer, sent, payload, charge)?;
+        match self.find_local(peer, tag, len)? {
+            Some(msg) => self.here(peer, msg),
+            None => Ok(None),
+        }
+    }
+
+    fn try_recv_into(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        if !self.shares_memory_with(peer) {
+            self.check()?;
+            return self.inner.try_recv_into(peer, tag, dst);
+        }
+        match self.find_local(peer, tag, dst.len())? {
+            Some(Msg::Here(payload)) => {
+                dst.copy_from_slice(payload.as_bytes());
+                self.dispose(payload);
+                Ok(true)
             }
+            Some(Msg::There(remote)) => self.read_remote(peer, remote, dst),
+            None => Ok(false),
         }
-        let mut found = self.take(peer, tag);
-        if found.is_none() {
-            self.drain()?;
-            found = self.take(peer, tag);
-        }
-        if found.is_none() {
-            // Counters first, then look again: a wait after this sleeps only if nothing
-            // arrived since.
-            self.mark_seen();
-            self.drain()?;
-            found = self.take(peer, tag);
-        }
-        match found {
-            Some((sent, payload)) => {
-                check_arrival(self.rank, peer, tag, sent, payload, len).map(Some)
-            }
-            None => {
-                self.control(Some(peer), false)?;
-                Ok(None)
-            }
-        }
+    }
+
+    fn reads_directly(&self, peer: Rank) -> bool {
+        matches!(self.links.get(peer.index()), Some(Some(l)) if l.read_from.is_some())
     }
 
     fn recycle(&mut self, payload: Payload) {
@@ -751,6 +1059,11 @@ impl ShmTransport {
                 break;
             }
             self.relax();
+        }
+        // About to block: messages left in their senders' memory are read now (their
+        // senders may be waiting for that to go on).
+        if self.settle_remote()? {
+            return Ok(());
         }
         let sleeping = self.mine.sleeping();
         sleeping.store(1, Ordering::SeqCst);

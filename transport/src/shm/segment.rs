@@ -1,6 +1,6 @@
-//! The shared mappings and every access to them: the one place of the shared-memory
-//! backend where `unsafe` lives. Above it, [`Segment`], [`InRing`], [`OutRing`] and
-//! [`Lease`] are safe.
+//! The shared mappings and every access to them: with [`super::cma`] (reading a peer's
+//! memory), the only place of the shared-memory backend where `unsafe` lives. Above it,
+//! [`Segment`], [`InRing`], [`OutRing`], [`Lease`] and [`Remote`] are safe.
 //!
 //! # Layout
 //!
@@ -13,6 +13,7 @@
 //!          sleeping: the owner is about to block               (line 1)
 //! ring i   head: descriptors published (the sender's)          (line 0)
 //!          released, taken: slots given back, descriptors read  (line 1, the receiver's)
+//!          ticket[TICKETS]: single-copy sends, a word each     (lines 2-3, both sides')
 //!          desc[slots]: a line each, in publication order:
 //!              sequence number, tag (3 words), length and slot, 24 bytes inline
 //!          state[slots]: FREE (the sender's) / FULL (the receiver's), a line each
@@ -26,6 +27,18 @@
 //! polls the next descriptor's sequence number (acquire): a small message costs it one
 //! cache line. It lends a slot's bytes to the engine as a [`Lease`]; dropping the lease
 //! marks the slot FREE (release) and counts it in `released`.
+//!
+//! # Single copy
+//!
+//! A large message can instead stay in the sender's own memory ([`OutRing::send_remote`]):
+//! its descriptor carries the address, and a ticket the sender posted (generation and
+//! state POSTED). The receiver moves the ticket to READING, copies the bytes straight
+//! from the sender's address space into their destination (`process_vm_readv`, see
+//! [`super::cma`]), then to DONE (release) and counts it in `released`: the sender may
+//! change or free that memory once it sees DONE (acquire). A sender giving up after a
+//! failure withdraws a posted ticket, or gives up one being read if the read never ends
+//! (REVOKED either way); the receiver then fails instead of handing on bytes that may have
+//! changed.
 //!
 //! # What a peer can do
 //!
@@ -50,11 +63,25 @@ pub const INLINE: usize = 24;
 
 /// The length-and-slot word's slot for a message carried inline.
 const NO_SLOT: u64 = u32::MAX as u64;
+/// The length-and-slot word's slot for a message left in the sender's memory.
+const REMOTE: u64 = u32::MAX as u64 - 1;
+
+/// Tickets per ring: single-copy sends in flight from one sender to one receiver.
+pub const TICKETS: usize = 16;
+/// Lines in front of a ring's descriptors: head; released and taken; the tickets.
+const RING_HEAD: usize = 2 + TICKETS * 8 / LINE;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"rcollshm");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 const FREE: u32 = 0;
 const FULL: u32 = 1;
+
+// A ticket's states, in its low two bits (its generation above them).
+const POSTED: u64 = 1;
+const READING: u64 = 2;
+const DONE: u64 = 3;
+/// Withdrawn by the sender before the read began, or given up during it.
+const REVOKED: u64 = 0;
 
 /// A segment's shape: what both sides must agree on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +105,7 @@ impl Shape {
     }
 
     fn ring_bytes(&self) -> usize {
-        2 * LINE + self.slots * Shape::per_slot(self.slot_bytes)
+        RING_HEAD * LINE + self.slots * Shape::per_slot(self.slot_bytes)
     }
 
     /// Bytes of the whole segment; `None` past the address space, or for slots of 4 GiB
@@ -91,7 +118,7 @@ impl Shape {
         let ring = self
             .slots
             .checked_mul(stride.checked_add(2 * LINE)?)?
-            .checked_add(2 * LINE)?;
+            .checked_add(RING_HEAD * LINE)?;
         ring.checked_mul(self.rings)?.checked_add(2 * LINE)
     }
 
@@ -213,20 +240,28 @@ impl Segment {
         self.u64_at(self.ring_field(ring, LINE + 8))
     }
 
-    /// Word `word` of descriptor `i % slots` (eight u64 as atomics; see [`Desc`]).
+    /// Ticket `t` (below [`TICKETS`]) of a ring.
+    fn ticket(&self, ring: usize, t: usize) -> &AtomicU64 {
+        self.u64_at(self.ring_field(ring, 2 * LINE + 8 * t))
+    }
+
+    /// Word `word` of descriptor `i % slots` (eight u64 as atomics; see the `D_*` words).
     fn desc(&self, ring: usize, i: u64, word: usize) -> &AtomicU64 {
-        let at = 2 * LINE + (i % self.shape.slots as u64) as usize * LINE + 8 * word;
+        let at = RING_HEAD * LINE + (i % self.shape.slots as u64) as usize * LINE + 8 * word;
         self.u64_at(self.ring_field(ring, at))
     }
 
     fn state(&self, ring: usize, slot: usize) -> &AtomicU32 {
-        let states = 2 * LINE + self.shape.slots * LINE;
+        let states = RING_HEAD * LINE + self.shape.slots * LINE;
         self.u32_at(self.ring_field(ring, states + slot * LINE))
     }
 
     fn slot_offset(&self, ring: usize, slot: usize) -> usize {
         let s = self.shape;
-        self.ring_field(ring, 2 * LINE + 2 * s.slots * LINE + slot * s.slot_stride())
+        self.ring_field(
+            ring,
+            RING_HEAD * LINE + 2 * s.slots * LINE + slot * s.slot_stride(),
+        )
     }
 
     fn data_ptr(&self, ring: usize, slot: usize) -> *mut u8 {
@@ -297,6 +332,104 @@ pub enum Body {
     Lent(Lease),
     /// The first `.1` bytes.
     Inline([u8; INLINE], usize),
+    /// Bytes left in the sender's memory, to be read from there.
+    Remote(Remote),
+}
+
+/// A message left in its sender's memory: where, how long, and the sender's ticket,
+/// which says when the sender may have that memory back. Dropping it unread (or after
+/// the read) gives the memory back.
+pub struct Remote {
+    seg: Arc<Segment>,
+    ring: usize,
+    ticket: usize,
+    generation: u64,
+    /// The message's address in the sender's address space.
+    pub addr: u64,
+    /// Its length.
+    pub len: usize,
+    /// Whether the ticket was moved on (to DONE, or found withdrawn): nothing to give back.
+    settled: bool,
+    on_release: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("ring", &self.ring)
+            .field("ticket", &self.ticket)
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Why a read of a message left in its sender's memory may not go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawn {
+    /// Before the read began (the sender failed and took its memory back).
+    Before,
+    /// During the read: the bytes read may have changed under it.
+    During,
+}
+
+impl Remote {
+    fn word(&self) -> &AtomicU64 {
+        self.seg.ticket(self.ring, self.ticket)
+    }
+
+    /// Claims the ticket for the read: the sender keeps the memory until [`Remote::finish`].
+    pub fn begin(&mut self) -> Result<(), Withdrawn> {
+        let g = self.generation << 2;
+        match self.word().compare_exchange(
+            g | POSTED,
+            g | READING,
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => Ok(()),
+            Err(_) => {
+                self.settled = true;
+                Err(Withdrawn::Before)
+            }
+        }
+    }
+
+    /// Ends the read: the sender may have its memory back. `Err` if it gave up waiting
+    /// (the bytes read may not be the message).
+    pub fn finish(mut self) -> Result<(), Withdrawn> {
+        let g = self.generation << 2;
+        self.settled = true;
+        let r = self.word().compare_exchange(
+            g | READING,
+            g | DONE,
+            Ordering::Release,
+            Ordering::Relaxed,
+        );
+        self.released();
+        r.map(|_| ()).map_err(|_| Withdrawn::During)
+    }
+
+    /// Counts the memory as given back and wakes the sender.
+    fn released(&self) {
+        // Sequentially consistent: before the check of the sender's `sleeping` flag.
+        self.seg.released(self.ring).fetch_add(1, Ordering::SeqCst);
+        (self.on_release)();
+    }
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        // Never read (a failed call, a length refused): the sender may have it back.
+        let g = self.generation << 2;
+        let word = self.word();
+        let _ = word.compare_exchange(g | POSTED, g | DONE, Ordering::Release, Ordering::Relaxed);
+        let _ = word.compare_exchange(g | READING, g | DONE, Ordering::Release, Ordering::Relaxed);
+        self.released();
+    }
 }
 
 /// Why a descriptor was refused.
@@ -310,6 +443,10 @@ pub enum Refused {
     TooLong(u64),
     /// An inline message longer than a descriptor holds.
     InlineTooLong(u64),
+    /// A message left in the sender's memory, from a sender that was not allowed to.
+    RemoteNotAllowed,
+    /// A message left in the sender's memory with a ticket that does not exist.
+    NoSuchTicket(u64),
 }
 
 // A descriptor's words.
@@ -354,9 +491,11 @@ impl InRing {
 
     /// Takes the next message, if one was published: its header and its bytes (a slot's
     /// lent until the [`Lease`] drops; `on_release` runs when it does, to wake the sender).
+    /// A message left in the sender's memory is refused unless `remote_ok`.
     pub fn take(
         &mut self,
         on_release: Arc<dyn Fn() + Send + Sync>,
+        remote_ok: bool,
     ) -> Option<Result<(Header, Body), Refused>> {
         if !self.pending() {
             return None;
@@ -373,6 +512,9 @@ impl InRing {
             }
             bytes
         });
+        // A single-copy message's address and ticket, read before the descriptor goes
+        // back to the sender too.
+        let (addr, ticket) = (word(D_DATA), word(D_DATA + 1));
         // Read: the sender may reuse the descriptor. Sequentially consistent: before the
         // check of the sender's `sleeping` flag that follows (the caller wakes it).
         self.tail += 1;
@@ -386,6 +528,31 @@ impl InRing {
                 return Some(Err(Refused::InlineTooLong(len)));
             }
             return Some(Ok((header, Body::Inline(bytes, header.len))));
+        }
+        if slot == REMOTE {
+            if !remote_ok {
+                return Some(Err(Refused::RemoteNotAllowed));
+            }
+            if len > self.seg.shape.slot_bytes as u64 {
+                return Some(Err(Refused::TooLong(len)));
+            }
+            let (t, generation) = (ticket & 0xffff_ffff, ticket >> 32);
+            if t >= TICKETS as u64 {
+                return Some(Err(Refused::NoSuchTicket(t)));
+            }
+            return Some(Ok((
+                header,
+                Body::Remote(Remote {
+                    seg: Arc::clone(&self.seg),
+                    ring,
+                    ticket: t as usize,
+                    generation,
+                    addr,
+                    len: header.len,
+                    settled: false,
+                    on_release,
+                }),
+            )));
         }
         let slots = self.seg.shape.slots;
         if slot >= slots as u64 {
@@ -422,6 +589,21 @@ pub struct OutRing {
     /// The receiver's `taken` when last read: descriptors up to `taken + slots` are free.
     taken: u64,
     cursor: usize,
+    /// Per ticket: the generation of the single-copy send it holds, if any.
+    tickets: [Option<u32>; TICKETS],
+    /// The last generation handed out.
+    generation: u32,
+}
+
+/// What became of a single-copy send the sender gives up on ([`OutRing::withdraw`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Withdrawal {
+    /// The receiver had not begun reading: it never will.
+    Withdrawn,
+    /// The receiver had read it already.
+    Done,
+    /// The receiver is reading it now.
+    Reading,
 }
 
 impl OutRing {
@@ -433,7 +615,81 @@ impl OutRing {
             head: 0,
             taken: 0,
             cursor: 0,
+            tickets: [None; TICKETS],
+            generation: 0,
         }
+    }
+
+    /// Publishes a message of `len` bytes at `addr` in this process's memory, for the
+    /// receiver to read from there, under a free ticket: `Some((ticket, generation))`, or
+    /// `None` (nothing published) when no descriptor or ticket is free. The memory must
+    /// stay unchanged until [`OutRing::ticket_done`] says so.
+    /// Messages are at most [`OutRing::slot_bytes`] long, like those through a slot.
+    pub fn send_remote(&mut self, tag: [u64; 3], addr: u64, len: usize) -> Option<(usize, u32)> {
+        if len > self.slot_bytes() || !self.desc_free() {
+            return None;
+        }
+        let t = self.tickets.iter().position(Option::is_none)?;
+        self.generation = self.generation.wrapping_add(1) & 0x3fff_ffff;
+        let generation = self.generation;
+        self.tickets[t] = Some(generation);
+        let (ring, i) = (self.ring, self.head);
+        let g = u64::from(generation) << 2;
+        // Published with the descriptor below (its release store).
+        self.seg
+            .ticket(ring, t)
+            .store(g | POSTED, Ordering::Relaxed);
+        self.seg
+            .desc(ring, i, D_DATA)
+            .store(addr, Ordering::Relaxed);
+        self.seg
+            .desc(ring, i, D_DATA + 1)
+            .store(t as u64 | u64::from(generation) << 32, Ordering::Relaxed);
+        self.publish(tag, len, REMOTE);
+        Some((t, generation))
+    }
+
+    /// Whether the receiver is done with the single-copy send under `ticket` (it read the
+    /// bytes, or dropped the message): then the ticket is free again and the memory the
+    /// caller's (acquire: after every read of it).
+    pub fn ticket_done(&mut self, ticket: usize, generation: u32) -> bool {
+        if self.tickets.get(ticket).copied().flatten() != Some(generation) {
+            return true;
+        }
+        let g = u64::from(generation) << 2;
+        if self.seg.ticket(self.ring, ticket).load(Ordering::Acquire) == g | DONE {
+            self.tickets[ticket] = None;
+            return true;
+        }
+        false
+    }
+
+    /// Gives up a single-copy send (the call failed): withdraws it if the receiver has not
+    /// begun reading; if it is reading, `abandon` says whether to give the memory up
+    /// anyway (the receiver then fails rather than use what it read).
+    pub fn withdraw(&mut self, ticket: usize, generation: u32, abandon: bool) -> Withdrawal {
+        if self.tickets.get(ticket).copied().flatten() != Some(generation) {
+            return Withdrawal::Done;
+        }
+        let word = self.seg.ticket(self.ring, ticket);
+        let g = u64::from(generation) << 2;
+        let mut outcome = Withdrawal::Done;
+        for from in [POSTED, READING] {
+            if from == READING && !abandon {
+                if word.load(Ordering::Acquire) == g | READING {
+                    return Withdrawal::Reading;
+                }
+                continue;
+            }
+            if word
+                .compare_exchange(g | from, g | REVOKED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                outcome = Withdrawal::Withdrawn;
+            }
+        }
+        self.tickets[ticket] = None;
+        outcome
     }
 
     /// Slots the peer gave back so far (a counter that only grows, for wake-up checks).
@@ -513,6 +769,14 @@ impl OutRing {
             self.seg.state(ring, slot).store(FULL, Ordering::Relaxed);
             slot as u64
         };
+        self.publish(tag, len, slot);
+        true
+    }
+
+    /// Writes descriptor `head`'s tag, length and slot (its data words are written), then
+    /// publishes it.
+    fn publish(&mut self, tag: [u64; 3], len: usize, slot: u64) {
+        let (ring, i) = (self.ring, self.head);
         for (k, w) in tag.iter().enumerate() {
             self.seg
                 .desc(ring, i, D_TAG + k)
@@ -529,7 +793,6 @@ impl OutRing {
         // Sequentially consistent: ordered before the check of the receiver's `sleeping`
         // flag that follows (see `ShmTransport::wait`).
         self.seg.head(ring).store(self.head, Ordering::SeqCst);
-        true
     }
 }
 
@@ -631,7 +894,7 @@ mod tests {
     fn lease(body: Body) -> Lease {
         match body {
             Body::Lent(l) => l,
-            Body::Inline(..) => panic!("expected a slot, got an inline message"),
+            other => panic!("expected a slot, got {other:?}"),
         }
     }
 
@@ -651,11 +914,15 @@ mod tests {
                 assert!(outbox.has_room(len), "message {i}");
             }
             assert!(outbox.send([i, 1, 2], len, |b| b.fill(i as u8)));
-            let (h, body) = inbox.take(nothing()).expect("published").expect("valid");
+            let (h, body) = inbox
+                .take(nothing(), false)
+                .expect("published")
+                .expect("valid");
             assert_eq!((h.tag[0], h.len), (i, len));
             let bytes = match &body {
                 Body::Lent(l) => l.bytes().to_vec(),
                 Body::Inline(b, n) => b[..*n].to_vec(),
+                Body::Remote(r) => panic!("{r:?} was not sent"),
             };
             assert_eq!(bytes.len(), len);
             assert!(bytes.iter().all(|&b| b == i as u8), "message {i}");
@@ -667,7 +934,7 @@ mod tests {
             if let (Body::Lent(l), 0) = (body, i % 3) {
                 held.push(l);
             }
-            assert!(inbox.take(nothing()).is_none());
+            assert!(inbox.take(nothing(), false).is_none());
         }
         assert_eq!(inbox.lent(), held.len());
         held.clear();
@@ -676,7 +943,9 @@ mod tests {
         let mut leases = Vec::new();
         for i in 0..4 {
             assert!(outbox.send([i, 0, 0], 50, |b| b[0] = 1));
-            leases.push(lease(inbox.take(nothing()).expect("sent").expect("ok").1));
+            leases.push(lease(
+                inbox.take(nothing(), false).expect("sent").expect("ok").1,
+            ));
         }
         assert!(
             !outbox.send([9, 0, 0], 50, |_| {}),
@@ -691,7 +960,7 @@ mod tests {
             "a fifth unread descriptor"
         );
         assert!(matches!(
-            inbox.take(nothing()),
+            inbox.take(nothing(), false),
             Some(Ok((Header { len: 8, .. }, Body::Inline(..))))
         ));
         assert!(outbox.send([9, 0, 0], 8, |_| {}), "a descriptor was read");
@@ -711,7 +980,7 @@ mod tests {
         });
         let text = b"abcdefghijklmnopqrstuvwxyz0123456789";
         assert!(outbox.send([0; 3], text.len(), |b| b.copy_from_slice(text)));
-        let (_, body) = inbox.take(wake).expect("published").expect("valid");
+        let (_, body) = inbox.take(wake, false).expect("published").expect("valid");
         let mut lease = lease(body);
         lease.bytes_mut()[0] = b'x';
         assert_eq!(lease.bytes()[..3], *b"xbc");
@@ -736,34 +1005,152 @@ mod tests {
         // A slot that does not exist.
         publish(7, 100);
         assert_eq!(
-            inbox.take(nothing()).map(|r| r.err()),
+            inbox.take(nothing(), false).map(|r| r.err()),
             Some(Some(Refused::NoSuchSlot(7)))
         );
         // A slot lent already: a second lease would alias the first.
         publish(1, 30);
-        let first = inbox.take(nothing()).expect("published").expect("valid");
+        let first = inbox
+            .take(nothing(), false)
+            .expect("published")
+            .expect("valid");
         publish(1, 30);
         assert_eq!(
-            inbox.take(nothing()).map(|r| r.err()),
+            inbox.take(nothing(), false).map(|r| r.err()),
             Some(Some(Refused::SlotLent(1)))
         );
         drop(first);
         // A length past the slot.
         publish(2, 101);
         assert_eq!(
-            inbox.take(nothing()).map(|r| r.err()),
+            inbox.take(nothing(), false).map(|r| r.err()),
             Some(Some(Refused::TooLong(101)))
         );
         // An inline message longer than a descriptor holds.
         publish(NO_SLOT, INLINE as u64 + 1);
         assert_eq!(
-            inbox.take(nothing()).map(|r| r.err()),
+            inbox.take(nothing(), false).map(|r| r.err()),
             Some(Some(Refused::InlineTooLong(INLINE as u64 + 1)))
         );
         // A sequence number that is not the next one: nothing arrived.
         peer.desc(0, published, D_SEQ)
             .store(published + 5, Ordering::Release);
-        assert!(inbox.take(nothing()).is_none());
+        assert!(inbox.take(nothing(), false).is_none());
+    }
+
+    /// The remote message of a body.
+    fn remote(body: Body) -> Remote {
+        match body {
+            Body::Remote(r) => r,
+            other => panic!("expected a message in the sender's memory, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_single_copy_ticket_is_done_only_once_its_message_was_read_or_dropped() {
+        let (owner, peer) = pair(SHAPE);
+        let mut inbox = InRing::new(Arc::clone(&owner), 0);
+        let mut outbox = OutRing::new(peer, 0);
+        let (t, g) = outbox.send_remote([1, 2, 3], 0x1000, 100).expect("sent");
+        let (h, body) = inbox
+            .take(nothing(), true)
+            .expect("published")
+            .expect("valid");
+        assert_eq!((h.tag, h.len), ([1, 2, 3], 100));
+        let mut r = remote(body);
+        assert_eq!((r.addr, r.len), (0x1000, 100));
+        assert!(!outbox.ticket_done(t, g), "done before the read");
+        let released = outbox.released(Ordering::Acquire);
+        r.begin().expect("posted");
+        assert!(!outbox.ticket_done(t, g), "done during the read");
+        assert_eq!(outbox.withdraw(t, g, false), Withdrawal::Reading);
+        r.finish().expect("not withdrawn");
+        assert!(outbox.ticket_done(t, g));
+        assert_eq!(outbox.released(Ordering::Acquire), released + 1);
+        // Dropped unread (a failed call): done too.
+        let (t, g) = outbox.send_remote([0; 3], 0x2000, 10).expect("sent");
+        drop(remote(
+            inbox.take(nothing(), true).expect("sent").expect("ok").1,
+        ));
+        assert!(outbox.ticket_done(t, g));
+        // Every ticket in flight: no more sends until one is done.
+        let mut held = Vec::new();
+        for i in 0..TICKETS {
+            let sent = outbox
+                .send_remote([i as u64, 0, 0], 0x3000, 10)
+                .expect("a ticket");
+            held.push((
+                sent,
+                remote(inbox.take(nothing(), true).expect("sent").expect("ok").1),
+            ));
+        }
+        assert!(
+            outbox.send_remote([0; 3], 0x3000, 10).is_none(),
+            "a ticket too many"
+        );
+        let ((t, g), r) = held.pop().expect("held");
+        drop(r);
+        assert!(outbox.ticket_done(t, g));
+        assert!(outbox.send_remote([0; 3], 0x3000, 10).is_some());
+    }
+
+    #[test]
+    fn a_withdrawn_or_abandoned_single_copy_send_fails_its_reader() {
+        let (owner, peer) = pair(SHAPE);
+        let mut inbox = InRing::new(Arc::clone(&owner), 0);
+        let mut outbox = OutRing::new(peer, 0);
+        // Withdrawn before the read began.
+        let (t, g) = outbox.send_remote([0; 3], 0x1000, 100).expect("sent");
+        let mut r = remote(inbox.take(nothing(), true).expect("sent").expect("ok").1);
+        assert_eq!(outbox.withdraw(t, g, false), Withdrawal::Withdrawn);
+        assert_eq!(r.begin(), Err(Withdrawn::Before));
+        // Given up during the read.
+        let (t, g) = outbox.send_remote([0; 3], 0x1000, 100).expect("sent");
+        let mut r = remote(inbox.take(nothing(), true).expect("sent").expect("ok").1);
+        r.begin().expect("posted");
+        assert_eq!(outbox.withdraw(t, g, true), Withdrawal::Withdrawn);
+        assert_eq!(r.finish(), Err(Withdrawn::During));
+        // Read already: nothing to withdraw.
+        let (t, g) = outbox.send_remote([0; 3], 0x1000, 100).expect("sent");
+        let mut r = remote(inbox.take(nothing(), true).expect("sent").expect("ok").1);
+        r.begin().expect("posted");
+        r.finish().expect("read");
+        assert_eq!(outbox.withdraw(t, g, true), Withdrawal::Done);
+    }
+
+    #[test]
+    fn a_message_in_the_senders_memory_is_refused_unless_allowed_or_with_a_bad_ticket() {
+        let (owner, peer) = pair(SHAPE);
+        let mut inbox = InRing::new(Arc::clone(&owner), 0);
+        let mut outbox = OutRing::new(Arc::clone(&peer), 0);
+        outbox.send_remote([0; 3], 0x1000, 100).expect("sent");
+        assert_eq!(
+            inbox.take(nothing(), false).map(|r| r.err()),
+            Some(Some(Refused::RemoteNotAllowed))
+        );
+        // A ticket past the table, written by hand.
+        let i = 1;
+        peer.desc(0, i, D_LEN_SLOT)
+            .store(100 | REMOTE << 32, Ordering::Relaxed);
+        peer.desc(0, i, D_DATA + 1)
+            .store(TICKETS as u64 | 7 << 32, Ordering::Relaxed);
+        peer.desc(0, i, D_SEQ).store(i + 1, Ordering::Release);
+        assert_eq!(
+            inbox.take(nothing(), true).map(|r| r.err()),
+            Some(Some(Refused::NoSuchTicket(TICKETS as u64)))
+        );
+        // Longer than a slot: refused like a slot's message (the receiver would allocate
+        // it), and never sent so.
+        let i = 2;
+        peer.desc(0, i, D_LEN_SLOT)
+            .store(101 | REMOTE << 32, Ordering::Relaxed);
+        peer.desc(0, i, D_SEQ).store(i + 1, Ordering::Release);
+        assert_eq!(
+            inbox.take(nothing(), true).map(|r| r.err()),
+            Some(Some(Refused::TooLong(101)))
+        );
+        let mut outbox = OutRing::new(peer, 1);
+        assert!(outbox.send_remote([0; 3], 0x1000, 101).is_none());
     }
 
     #[test]

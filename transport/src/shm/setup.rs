@@ -13,7 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::segment::{self, InRing, OutRing, Segment, Shape};
-use super::{Link, ShmTransport, DEFAULT_SEGMENT_BUDGET, DEFAULT_SLOTS, DEFAULT_SPIN, PREFIX};
+use super::{
+    cma, Link, ShmTransport, DEFAULT_SEGMENT_BUDGET, DEFAULT_SINGLE_COPY, DEFAULT_SLOTS,
+    DEFAULT_SPIN, PREFIX,
+};
 use crate::error::TransportError;
 use crate::hosts::HostMap;
 use crate::tcp::control::Exchange;
@@ -36,6 +39,9 @@ pub struct Options {
     /// Whether a pair that cannot share memory fails the setup (`RCOLL_TRANSPORT=shm`)
     /// rather than fall back to the transport beneath.
     pub required: bool,
+    /// Smallest send from the caller's memory that the receiver reads from there, in one
+    /// copy (`RCOLL_SHM_SINGLE_COPY`: bytes, or `off`); `None`: never.
+    pub single_copy: Option<usize>,
 }
 
 impl Options {
@@ -67,6 +73,13 @@ impl Options {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("/dev/shm")),
             required: false,
+            single_copy: match var("RCOLL_SHM_SINGLE_COPY") {
+                None => Some(DEFAULT_SINGLE_COPY),
+                Some(v) if v.trim() == "off" => None,
+                Some(v) => Some(parse_size(&v).ok_or_else(|| {
+                    format!("RCOLL_SHM_SINGLE_COPY={v:?} is neither a size (such as 32K) nor off")
+                })?),
+            },
         })
     }
 
@@ -103,6 +116,10 @@ struct PeerSegment {
     /// peer's index among this rank's local peers.
     ring_there: usize,
     ring_here: usize,
+    /// The peer's process, if this rank may read its memory; else why not.
+    read_from: Result<i32, String>,
+    /// Whether the peer may read this rank's memory (it said so).
+    read_by: bool,
 }
 
 impl Prepared {
@@ -159,6 +176,8 @@ impl Prepared {
                     outbox: OutRing::new(p.seg, p.ring_there),
                     wake,
                     copied: 0,
+                    read_from: p.read_from.ok(),
+                    read_by: p.read_by,
                 }
             }));
         }
@@ -175,8 +194,7 @@ impl Prepared {
             spin: self.opts.spin,
             crowded: {
                 let local = self.hosts.members(self.hosts.host_of(me)).len();
-                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-                local > cores
+                local > host_cpus()
             },
             hosts: self.hosts,
             links,
@@ -192,12 +210,68 @@ impl Prepared {
             seen_taken: 0,
             marked: false,
             small: Vec::new(),
+            large: Vec::new(),
+            outstanding: Vec::new(),
+            withdrawn: Vec::new(),
+            next_token: 0,
+            // Never for what fits in a descriptor.
+            single_copy: self
+                .opts
+                .single_copy
+                .map_or(usize::MAX, |b| b.max(segment::INLINE + 1)),
             broken: None,
             last_control: Instant::now(),
             name,
             inner,
         })
     }
+}
+
+/// The CPUs the ranks of this host share: the host's online CPUs, or (a launcher's
+/// binding) those this process may run on, whichever is fewer. Not this thread's affinity
+/// alone: a rank that rcoll bound to a core of its own sees one CPU, and its neighbours
+/// are on others.
+fn host_cpus() -> usize {
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| crate::topology::CpuSet::parse_list(&s).ok())
+        .map(|s| s.len());
+    let launcher = crate::topology::bind::launcher_affinity();
+    match (online, launcher.len()) {
+        (Some(n), 0) => n,
+        (Some(n), l) => n.min(l.max(1)),
+        (None, _) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    }
+}
+
+/// `123`, `64K`, `1M` or `1G` bytes.
+fn parse_size(v: &str) -> Option<usize> {
+    let v = v.trim();
+    let (digits, unit) = match v.char_indices().last()? {
+        (i, 'k' | 'K') => (&v[..i], 1 << 10),
+        (i, 'm' | 'M') => (&v[..i], 1 << 20),
+        (i, 'g' | 'G') => (&v[..i], 1 << 30),
+        _ => (v, 1),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(unit)
+}
+
+/// What a rank tells its local peers so that they may read its memory: its process, and
+/// where in it a value of this setup's lies: 16 random bytes, then its rank (they check
+/// they read that value, so a peer cannot pass off another's process, or the reader's
+/// own, as its own).
+struct Readable {
+    pid: i32,
+    addr: u64,
+    value: [u8; 24],
+}
+
+/// The value a rank announces (see [`Readable`]): `random`, then `rank`.
+fn probe_value(random: [u8; 16], rank: Rank) -> [u8; 24] {
+    let mut v = [0u8; 24];
+    v[..16].copy_from_slice(&random);
+    v[16..].copy_from_slice(&u64::from(rank.0).to_le_bytes());
+    v
 }
 
 /// Makes this rank's segment, exchanges segments with its local peers over `tcp`, and
@@ -228,14 +302,28 @@ pub fn prepare(
         let (bell, bell_name) = make_bell()?;
         Ok((file, path, seg, bell, bell_name))
     });
+    // The value peers read to check they may (kept here until every peer answered).
+    let mut random = [0u8; 16];
+    let readable = opts.single_copy.is_some() && getrandom::fill(&mut random).is_ok();
+    let value = Box::new(probe_value(random, me));
     let (announce, ours) = match made {
         Ok((file, path, seg, bell, bell_name)) => (
             Ok(format!(
-                "{}\n{bell_name}\n{}\n{}\n{}",
+                "{}\n{bell_name}\n{}\n{}\n{}\n{}",
                 path.display(),
                 shape.rings,
                 shape.slots,
-                shape.slot_bytes
+                shape.slot_bytes,
+                if readable {
+                    format!(
+                        "{} {} {}",
+                        std::process::id(),
+                        value.as_ptr() as u64,
+                        hex(&value[..])
+                    )
+                } else {
+                    "unreadable".into()
+                }
             )),
             Some((file, path, seg, bell)),
         ),
@@ -257,11 +345,24 @@ pub fn prepare(
         let ring_here = local.iter().position(|&r| r == p).unwrap_or(0);
         mapped.push(
             open_peer(&opts.dir, &bytes, ring_there)
-                .map(|(seg, bell)| PeerSegment {
-                    seg,
-                    bell,
-                    ring_there,
-                    ring_here,
+                .map(|(seg, bell, theirs)| {
+                    // Whether this rank may read the peer's memory (single copy).
+                    let read_from = match (opts.single_copy, theirs) {
+                        (None, _) => Err("single copy is off here".to_owned()),
+                        (_, None) => Err(format!("{p} has single copy off")),
+                        (Some(_), Some(r)) if r.value[16..] != probe_value([0; 16], p)[16..] => {
+                            Err(format!("{p} announced another rank's process"))
+                        }
+                        (Some(_), Some(r)) => cma::probe(r.pid, r.addr, &r.value).map(|()| r.pid),
+                    };
+                    PeerSegment {
+                        seg,
+                        bell,
+                        ring_there,
+                        ring_here,
+                        read_from,
+                        read_by: false,
+                    }
                 })
                 .map_err(|e| format!("{p}'s segment: {e}")),
         );
@@ -269,6 +370,9 @@ pub fn prepare(
     let answers: Vec<String> = mapped
         .iter()
         .map(|m| match m {
+            Ok(PeerSegment {
+                read_from: Ok(_), ..
+            }) => "mapped\nread".to_owned(),
             Ok(_) => "mapped".to_owned(),
             Err(e) => e.clone(),
         })
@@ -281,17 +385,29 @@ pub fn prepare(
         acks.push(tcp.recv_control(p, Exchange::ShmMapped, deadline)?);
     }
     drop(unlink);
+    drop(value);
     let mut refused: Vec<String> = Vec::new();
     if let Err(e) = &announce {
         refused.push(format!("this rank's segment: {e}"));
     }
     for ((&p, m), ack) in local.iter().zip(mapped).zip(acks) {
-        match (m, ack.as_slice()) {
-            (Ok(peer), b"mapped") if ours.is_some() => prepared.peers[p.index()] = Some(peer),
-            (Ok(_), b"mapped") => {}
-            (Ok(_), other) => refused.push(format!(
+        let (mapped_ok, read_by) = match ack.as_slice() {
+            b"mapped" => (true, false),
+            b"mapped\nread" => (true, readable),
+            _ => (false, false),
+        };
+        match (m, mapped_ok) {
+            (Ok(mut peer), true) if ours.is_some() => {
+                peer.read_by = read_by;
+                if let Err(why) = &peer.read_from {
+                    tracing::debug!(rank = %me, peer = %p, %why, "no single copy from this peer");
+                }
+                prepared.peers[p.index()] = Some(peer);
+            }
+            (Ok(_), true) => {}
+            (Ok(_), false) => refused.push(format!(
                 "{p} could not map this rank's segment: {}",
-                String::from_utf8_lossy(other)
+                String::from_utf8_lossy(&ack)
             )),
             (Err(e), _) => refused.push(e),
         }
@@ -390,7 +506,7 @@ fn open_peer(
     dir: &Path,
     announced: &[u8],
     ring: usize,
-) -> Result<(Arc<Segment>, SocketAddr), String> {
+) -> Result<(Arc<Segment>, SocketAddr, Option<Readable>), String> {
     let text = std::str::from_utf8(announced).map_err(|_| "not text".to_owned())?;
     let mut lines = text.lines();
     match lines.next() {
@@ -415,6 +531,7 @@ fn open_peer(
         slots: number()?,
         slot_bytes: number()?,
     };
+    let readable = readable_of(field()?)?;
     let named_ok = path.parent() == Some(dir)
         && path
             .file_name()
@@ -450,5 +567,37 @@ fn open_peer(
     }
     let seg = Segment::open(&file, shape).map_err(|e| format!("{}: {e}", path.display()))?;
     let addr = SocketAddr::from_abstract_name(bell.as_bytes()).map_err(|e| e.to_string())?;
-    Ok((Arc::new(seg), addr))
+    Ok((Arc::new(seg), addr, readable))
+}
+
+/// The announcement's last line: `pid address value` (hex), or `unreadable`.
+fn readable_of(line: &str) -> Result<Option<Readable>, String> {
+    if line == "unreadable" {
+        return Ok(None);
+    }
+    let bad = || format!("a malformed announcement of its process: {line:?}");
+    let mut words = line.split(' ');
+    let (Some(pid), Some(addr), Some(value), None) =
+        (words.next(), words.next(), words.next(), words.next())
+    else {
+        return Err(bad());
+    };
+    let value: Vec<u8> = (0..value.len())
+        .step_by(2)
+        .map(|i| {
+            value
+                .get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    Ok(Some(Readable {
+        pid: pid.parse().ok().filter(|p: &i32| *p > 0).ok_or_else(bad)?,
+        addr: addr.parse().map_err(|_| bad())?,
+        value: value.try_into().map_err(|_| bad())?,
+    }))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

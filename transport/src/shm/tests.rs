@@ -9,12 +9,25 @@ use super::*;
 use crate::tcp::bootstrap::{connect, Options as BootOptions};
 
 fn group<R: Send>(n: usize, slots: usize, body: impl Fn(ShmTransport) -> R + Sync) -> Vec<R> {
+    group_with(n, slots, |_| Some(SINGLE_COPY), body)
+}
+
+/// Smallest single-copy send in these tests (slots hold 4096 bytes).
+const SINGLE_COPY: usize = 1024;
+
+/// [`group`], with rank `r`'s single-copy setting `single_copy(r)`.
+fn group_with<R: Send>(
+    n: usize,
+    slots: usize,
+    single_copy: impl Fn(usize) -> Option<usize> + Sync,
+    body: impl Fn(ShmTransport) -> R + Sync,
+) -> Vec<R> {
     let root: SocketAddr = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a port");
     let hosts = Arc::new(HostMap::from_keys(&vec!["one host".to_string(); n]));
     std::thread::scope(|s| {
-        let (body, hosts) = (&body, &hosts);
+        let (body, hosts, single_copy) = (&body, &hosts, &single_copy);
         let hs: Vec<_> = (0..n)
             .map(|r| {
                 s.spawn(move || {
@@ -35,6 +48,7 @@ fn group<R: Send>(n: usize, slots: usize, body: impl Fn(ShmTransport) -> R + Syn
                         spin: Duration::from_micros(50),
                         dir: "/dev/shm".into(),
                         required: true,
+                        single_copy: single_copy(r),
                     };
                     let deadline = Instant::now() + Duration::from_secs(20);
                     let prepared =
@@ -45,6 +59,15 @@ fn group<R: Send>(n: usize, slots: usize, body: impl Fn(ShmTransport) -> R + Syn
             .collect();
         hs.into_iter().map(|h| h.join().expect("rank")).collect()
     })
+}
+
+/// Waits (at most 30 s: a test that fails elsewhere must not hang here) until `flag`.
+fn until(flag: &std::sync::atomic::AtomicBool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(Instant::now() < deadline, "never {what}");
+        std::thread::yield_now();
+    }
 }
 
 fn tag(transfer: u32) -> Tag {
@@ -111,6 +134,7 @@ fn a_flood_of_small_unasked_messages_is_held_to_the_budget() {
     let cap = HEAP_CAP / INLINE_CHARGE;
     let slots = 4;
     let blocked = std::sync::atomic::AtomicBool::new(false);
+    let counted = std::sync::atomic::AtomicBool::new(false);
     let held = group(2, slots, |mut t| {
         let deadline = Instant::now() + Duration::from_secs(60);
         let peer = Rank::from(1 - t.rank().index());
@@ -131,6 +155,8 @@ fn a_flood_of_small_unasked_messages_is_held_to_the_budget() {
                 }
             }
             blocked.store(true, std::sync::atomic::Ordering::SeqCst);
+            // Alive until the receiver is done (else it may find this rank gone).
+            until(&counted, "counted");
             0
         } else {
             // Waits for a message that never comes: every wait drains the ring.
@@ -152,6 +178,7 @@ fn a_flood_of_small_unasked_messages_is_held_to_the_budget() {
                 wakes < 50,
                 "the wait returned {wakes} times in 100 ms: it spins"
             );
+            counted.store(true, std::sync::atomic::Ordering::SeqCst);
             held
         }
     });
@@ -179,4 +206,198 @@ fn only_plain_buffers_are_kept_for_inline_messages() {
         assert_eq!(after_lent, 0, "rank {rank} kept a lent buffer");
         assert_eq!(after_plain, 1, "rank {rank} did not keep a plain one");
     }
+}
+
+/// Waits until `token`'s send has completed.
+fn complete(t: &mut ShmTransport, token: u64, deadline: Instant) {
+    while !t.send_complete(token).expect("send") {
+        t.wait(deadline).expect("waiting for the read");
+    }
+}
+
+/// Receives `tag` into `dst`, waiting for it.
+fn recv_into(t: &mut ShmTransport, peer: Rank, tag: Tag, dst: &mut [u8], deadline: Instant) {
+    while !t.try_recv_into(peer, tag, dst).expect("recv") {
+        t.wait(deadline).expect("waiting for the message");
+    }
+}
+
+/// A large send from the caller's memory is not copied when it is sent: the receiver
+/// reads it from there when it takes it (so it sees what the memory holds then), and
+/// the send is in flight until it has.
+#[test]
+fn a_large_send_is_read_from_the_senders_memory_when_taken() {
+    let sent = std::sync::atomic::AtomicBool::new(false);
+    let len = 3000;
+    let got = group(2, 4, |mut t| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let peer = Rank::from(1 - t.rank().index());
+        assert!(t.reads_directly(peer), "{} reads {peer} directly", t.rank());
+        if t.rank().index() == 0 {
+            let mut buf: Vec<u8> = (0..len).map(|i| i as u8).collect();
+            let SendState::InFlight(token) = t
+                .try_send_borrowed_for_copy(peer, tag(1), &buf)
+                .expect("send")
+            else {
+                panic!("a {len}-byte send was copied");
+            };
+            assert_eq!(t.borrowed_in_flight(), 1);
+            assert!(
+                !t.send_complete(token).expect("send"),
+                "complete before the read"
+            );
+            // Changed after the send: the receiver reads the memory, not a copy.
+            buf[0] = 0xee;
+            sent.store(true, std::sync::atomic::Ordering::SeqCst);
+            complete(&mut t, token, deadline);
+            assert_eq!(t.borrowed_in_flight(), 0);
+            // A small one still goes through the ring, and so does a large one the
+            // receiver may reduce into.
+            assert_eq!(
+                t.try_send_borrowed_for_copy(peer, tag(2), &buf[..100])
+                    .expect("send"),
+                SendState::Done
+            );
+            assert_eq!(
+                t.try_send_borrowed(peer, tag(3), &buf).expect("send"),
+                SendState::Done
+            );
+            Vec::new()
+        } else {
+            until(&sent, "sent");
+            let mut dst = vec![0u8; len];
+            recv_into(&mut t, peer, tag(1), &mut dst, deadline);
+            let mut small = vec![0u8; 100];
+            recv_into(&mut t, peer, tag(2), &mut small, deadline);
+            assert_eq!(small, dst[..100]);
+            let mut reduced = vec![0u8; len];
+            recv_into(&mut t, peer, tag(3), &mut reduced, deadline);
+            assert_eq!(reduced, dst);
+            dst
+        }
+    });
+    let mut expected: Vec<u8> = (0..len).map(|i| i as u8).collect();
+    expected[0] = 0xee;
+    assert_eq!(got[1], expected);
+}
+
+/// A receiver that waits for another message than the one a sender left in its memory
+/// reads that one before it blocks: the sender, waiting for the read before it sends
+/// what the receiver waits for, must not wait forever.
+#[test]
+fn a_message_left_in_memory_that_nobody_asks_for_is_read_before_the_receiver_blocks() {
+    let len = 2000;
+    let got = group(2, 4, |mut t| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let peer = Rank::from(1 - t.rank().index());
+        if t.rank().index() == 0 {
+            let mut buf = vec![5u8; len];
+            let SendState::InFlight(token) = t
+                .try_send_borrowed_for_copy(peer, tag(1), &buf)
+                .expect("send")
+            else {
+                panic!("copied");
+            };
+            complete(&mut t, token, deadline);
+            // The memory is the caller's again: the receiver must hold its own copy.
+            buf.fill(6);
+            assert_eq!(
+                t.try_send_borrowed(peer, tag(2), &[1]).expect("send"),
+                SendState::Done
+            );
+            Vec::new()
+        } else {
+            let mut one = [0u8; 1];
+            recv_into(&mut t, peer, tag(2), &mut one, deadline);
+            let mut dst = vec![0u8; len];
+            recv_into(&mut t, peer, tag(1), &mut dst, deadline);
+            dst
+        }
+    });
+    assert_eq!(got[1], vec![5u8; len]);
+}
+
+/// A sender that gives up (its call failed) withdraws what it left in its memory: the
+/// message is never delivered (no read of memory that is the caller's again), the stall
+/// report says why, and the receiver fails with the sender's own failure, naming it.
+#[test]
+fn a_withdrawn_send_is_never_delivered_and_the_senders_failure_reaches_the_receiver() {
+    let withdrawn = std::sync::atomic::AtomicBool::new(false);
+    let looked = std::sync::atomic::AtomicBool::new(false);
+    let errors = group(2, 4, |mut t| {
+        let peer = Rank::from(1 - t.rank().index());
+        if t.rank().index() == 0 {
+            let buf = vec![1u8; 2048];
+            assert!(matches!(
+                t.try_send_borrowed_for_copy(peer, tag(1), &buf)
+                    .expect("send"),
+                SendState::InFlight(_)
+            ));
+            t.reap_borrowed();
+            assert_eq!(t.borrowed_in_flight(), 0);
+            withdrawn.store(true, std::sync::atomic::Ordering::SeqCst);
+            // Alive until the receiver has looked (then it goes, as a failed rank does).
+            until(&looked, "looked");
+            String::new()
+        } else {
+            until(&withdrawn, "withdrawn");
+            let mut dst = vec![0u8; 2048];
+            assert!(
+                !t.try_recv_into(peer, tag(1), &mut dst).expect("recv"),
+                "a withdrawn message was delivered"
+            );
+            let report = t.stall_report(None);
+            assert!(
+                report.contains("withdrew a message before it was read (they failed): rank 0"),
+                "{report}"
+            );
+            looked.store(true, std::sync::atomic::Ordering::SeqCst);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let e = loop {
+                match t.try_recv_into(peer, tag(1), &mut dst) {
+                    Err(e) => break e,
+                    Ok(true) => panic!("read a withdrawn message"),
+                    Ok(false) => {
+                        if let Err(e) = t.wait(deadline) {
+                            break e;
+                        }
+                    }
+                }
+            };
+            e.to_string()
+        }
+    });
+    assert!(errors[1].contains("rank 0"), "{}", errors[1]);
+}
+
+/// A pair where one side has single copy off copies through the ring both ways.
+#[test]
+fn single_copy_off_on_one_side_copies_through_the_ring_both_ways() {
+    let len = 3000;
+    let got = group_with(
+        2,
+        4,
+        |r| (r == 0).then_some(SINGLE_COPY),
+        |mut t| {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let peer = Rank::from(1 - t.rank().index());
+            assert!(
+                !t.reads_directly(peer),
+                "{} reads {peer} directly",
+                t.rank()
+            );
+            let buf = vec![t.rank().index() as u8 + 1; len];
+            assert_eq!(
+                t.try_send_borrowed_for_copy(peer, tag(1), &buf)
+                    .expect("send"),
+                SendState::Done,
+                "{} left its message in memory",
+                t.rank()
+            );
+            let mut dst = vec![0u8; len];
+            recv_into(&mut t, peer, tag(1), &mut dst, deadline);
+            dst
+        },
+    );
+    assert_eq!(got, [vec![2u8; len], vec![1u8; len]]);
 }

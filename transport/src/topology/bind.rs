@@ -22,7 +22,14 @@ pub fn current_affinity() -> Result<CpuSet, String> {
 /// The CPU affinity a launcher gave this process (mpirun's `--bind-to`, srun's
 /// `--cpu-bind`, `taskset`): the current one when it is a strict subset of the machine's
 /// online CPUs, else the empty set (nothing to respect), as [`super::place`] takes it.
+/// Read once, at the first call (before rcoll binds the rank: its own binding is not the
+/// launcher's).
 pub fn launcher_affinity() -> CpuSet {
+    static FIRST: std::sync::OnceLock<CpuSet> = std::sync::OnceLock::new();
+    FIRST.get_or_init(read_launcher_affinity).clone()
+}
+
+fn read_launcher_affinity() -> CpuSet {
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
         .ok()
         .and_then(|s| CpuSet::parse_list(&s).ok());
