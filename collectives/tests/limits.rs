@@ -47,6 +47,36 @@ fn a_segment_size_beyond_the_limit_is_a_config_error() {
     }
 }
 
+/// TCP alone moves segments of `TCP_SEGMENT_BYTES` unless a size is set; a group with
+/// shared memory keeps the default (its slots were sized by it).
+#[test]
+fn tcp_alone_takes_its_own_segment_size_unless_one_is_set() {
+    use rcoll::config::{DEFAULT_SEGMENT_BYTES, TCP_SEGMENT_BYTES};
+    let segment = |kind, bytes: Option<usize>| {
+        let mut b = process::Builder::new(0, 1, free_addr())
+            .insecure_default_id()
+            .transport(kind);
+        if let Some(bytes) = bytes {
+            b = b.segment_bytes(bytes);
+        }
+        let mut comm = b.build().expect("group");
+        let mut x = vec![1.0f32; 1 << 20];
+        comm.all_reduce_in_place(&mut x, rcoll::ReduceOp::Sum)
+            .expect("all_reduce");
+        comm.config().segment_bytes
+    };
+    assert_ne!(TCP_SEGMENT_BYTES, DEFAULT_SEGMENT_BYTES);
+    let tcp = process::TransportKind::Tcp;
+    assert_eq!(segment(tcp, None), TCP_SEGMENT_BYTES);
+    assert_eq!(segment(tcp, Some(64 << 10)), 64 << 10);
+    assert_eq!(
+        segment(tcp, Some(DEFAULT_SEGMENT_BYTES)),
+        DEFAULT_SEGMENT_BYTES
+    );
+    let shm = process::TransportKind::Shm;
+    assert_eq!(segment(shm, None), DEFAULT_SEGMENT_BYTES);
+}
+
 #[test]
 fn a_world_size_beyond_the_limit_is_an_error_not_an_allocation() {
     for size in [usize::MAX, 1 << 40, (u32::MAX as usize) + 2] {

@@ -1,6 +1,8 @@
-//! The TCP frame decoder on arbitrary bytes in arbitrary chunkings: it must never panic,
-//! never allocate more than a header allows, and every frame it yields must re-encode to
-//! the bytes it came from.
+//! The TCP frame decoder on arbitrary bytes in arbitrary chunkings, copied in (`feed`) or,
+//! when the first byte is odd, written straight into the payload's buffer where it offers
+//! room (`room`, `filled`, as the transport's reads do): it must never panic, never
+//! allocate more than a header allows, and every frame it yields must re-encode to the
+//! bytes it came from.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -9,12 +11,30 @@ use rcoll_transport::tcp::frame::{Decoder, Header, HEADER_LEN, MAX_PAYLOAD, RESE
 fuzz_target!(|data: &[u8]| {
     // The first byte picks the chunk size, the rest is the wire.
     let Some((&chunk, wire)) = data.split_first() else { return };
+    let direct = chunk & 1 == 1;
     let chunk = usize::from(chunk).max(1);
     let mut decoder = Decoder::default();
     let mut offset = 0;
+    let check = |offset: usize, f: &rcoll_transport::tcp::frame::Frame| {
+        let start = offset - HEADER_LEN - f.payload.len();
+        assert_eq!(&wire[start..start + HEADER_LEN], &f.header.encode()[..]);
+        assert_eq!(&wire[start + HEADER_LEN..offset], &f.payload[..]);
+        let _ = Header::decode(&f.header.encode()).expect("re-decodes");
+    };
     for piece in wire.chunks(chunk) {
         let mut rest = piece;
         while !rest.is_empty() {
+            if let Some(room) = decoder.room(1).filter(|_| direct) {
+                let n = room.len().min(rest.len());
+                assert!(n > 0);
+                room[..n].copy_from_slice(&rest[..n]);
+                rest = &rest[n..];
+                offset += n;
+                if let Some(f) = decoder.filled(n) {
+                    check(offset, &f);
+                }
+                continue;
+            }
             // The decoder asks for at most RESERVE up front, whatever a header claims:
             // memory comes as bytes do (no cap here, so that a bigger ask would show).
             let mut alloc = |len: usize| {
@@ -27,10 +47,7 @@ fuzz_target!(|data: &[u8]| {
                     rest = &rest[used..];
                     offset += used;
                     if let Some(f) = frame {
-                        let start = offset - HEADER_LEN - f.payload.len();
-                        assert_eq!(&wire[start..start + HEADER_LEN], &f.header.encode()[..]);
-                        assert_eq!(&wire[start + HEADER_LEN..offset], &f.payload[..]);
-                        let _ = Header::decode(&f.header.encode()).expect("re-decodes");
+                        check(offset, &f);
                     }
                 }
                 Err(_) => return,

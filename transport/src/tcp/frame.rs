@@ -118,7 +118,9 @@ impl Header {
 pub struct Decoder {
     header: [u8; HEADER_LEN],
     header_filled: usize,
-    current: Option<(Header, Vec<u8>)>,
+    /// The frame being received: its header, its buffer, and how many payload bytes
+    /// have arrived (the buffer's bytes past those are room, not payload).
+    current: Option<(Header, Vec<u8>, usize)>,
 }
 
 /// One complete frame.
@@ -133,7 +135,7 @@ pub struct Frame {
 impl Decoder {
     /// Capacity of the buffer of the frame being received (0 between frames).
     pub fn buffered_capacity(&self) -> usize {
-        self.current.as_ref().map_or(0, |(_, b)| b.capacity())
+        self.current.as_ref().map_or(0, |(_, b, _)| b.capacity())
     }
 
     /// Consumes bytes from `input`, returning how many it used and a frame if one
@@ -141,7 +143,8 @@ impl Decoder {
     ///
     /// `alloc(len)` provides the payload buffer (so that the caller can pool buffers): a
     /// vector with room for `len` bytes (at most [`RESERVE`]; it grows as bytes arrive),
-    /// whose contents are discarded.
+    /// whose contents are overwritten (a pooled buffer's length is kept as room, so that
+    /// [`Decoder::room`] need not clear it again).
     pub fn feed(
         &mut self,
         input: &[u8],
@@ -162,22 +165,80 @@ impl Decoder {
             let header = Header::decode(&self.header)?;
             // Memory comes as the bytes do: a header may claim up to MAX_PAYLOAD, but only
             // the first RESERVE is set aside before they arrive.
-            let mut buf = alloc((header.len as usize).min(RESERVE));
-            buf.clear();
-            self.current = Some((header, buf));
+            let buf = alloc((header.len as usize).min(RESERVE));
+            self.current = Some((header, buf, 0));
         }
-        if let Some((header, buf)) = self.current.as_mut() {
-            let want = header.len as usize - buf.len();
+        let mut frame = None;
+        if let Some((header, buf, arrived)) = self.current.as_mut() {
+            let want = header.len as usize - *arrived;
             let take = want.min(input.len() - used);
-            buf.extend_from_slice(&input[used..used + take]);
-            used += take;
-            if buf.len() == header.len as usize {
-                if let Some((header, payload)) = self.current.take() {
-                    return Ok((used, Some(Frame { header, payload })));
+            let bytes = &input[used..used + take];
+            match buf.get_mut(*arrived..*arrived + take) {
+                Some(room) => room.copy_from_slice(bytes),
+                None => {
+                    buf.truncate(*arrived);
+                    buf.extend_from_slice(bytes);
                 }
             }
+            used += take;
+            frame = self.advance(take);
         }
-        Ok((used, None))
+        Ok((used, frame))
+    }
+
+    /// Room in the payload buffer of the frame being received, for a caller that reads
+    /// the socket straight into it: the rest of the buffer's capacity, up to the end of
+    /// the payload. A full buffer grows as a vector does, by at most what has arrived
+    /// (and at least [`RESERVE`]), so memory still comes only as bytes do. `None` between
+    /// frames, or when less than `min` bytes of the payload are missing. Report what was
+    /// written with [`Decoder::filled`].
+    pub fn room(&mut self, min: usize) -> Option<&mut [u8]> {
+        let (header, buf, arrived) = self.current.as_mut()?;
+        let total = header.len as usize;
+        let want = total - *arrived;
+        if want == 0 || want < min {
+            return None;
+        }
+        if buf.capacity() <= *arrived {
+            buf.truncate(*arrived);
+            buf.reserve(want.min(RESERVE));
+        }
+        let end = buf.capacity().min(total);
+        if buf.len() < end {
+            buf.resize(end, 0);
+        }
+        Some(&mut buf[*arrived..end])
+    }
+
+    /// Bytes of the next header still missing: 0 while a frame's payload is being
+    /// received. A reader that expects a large payload next reads only these, so that
+    /// the payload can go straight into its buffer ([`Decoder::room`]).
+    pub fn header_missing(&self) -> usize {
+        match self.current {
+            Some(_) => 0,
+            None => HEADER_LEN - self.header_filled,
+        }
+    }
+
+    /// Counts `n` bytes written at the start of [`Decoder::room`] as arrived; returns
+    /// the frame if that completed it. `n` beyond the room is capped.
+    pub fn filled(&mut self, n: usize) -> Option<Frame> {
+        let room = match &self.current {
+            Some((header, buf, arrived)) => buf.len().min(header.len as usize) - arrived,
+            None => 0,
+        };
+        self.advance(n.min(room))
+    }
+
+    fn advance(&mut self, n: usize) -> Option<Frame> {
+        let (header, _, arrived) = self.current.as_mut()?;
+        *arrived += n;
+        if *arrived < header.len as usize {
+            return None;
+        }
+        let (header, mut payload, _) = self.current.take()?;
+        payload.truncate(header.len as usize);
+        Some(Frame { header, payload })
     }
 }
 
@@ -259,6 +320,77 @@ mod tests {
             "{}",
             d.buffered_capacity()
         );
+        // Read straight into the buffer, the rest grows only as bytes come too.
+        let mut arrived = 1000;
+        while arrived < 6 * RESERVE {
+            let room = d.room(1).expect("room in the payload").len();
+            assert!(room > 0);
+            let cap = d.buffered_capacity();
+            assert!(
+                cap <= 2 * arrived.max(RESERVE),
+                "{cap} bytes set aside when {arrived} had arrived"
+            );
+            assert!(d.filled(room).is_none());
+            arrived += room;
+        }
+    }
+
+    /// Large payloads read straight into their buffers (room, then filled) with the next
+    /// header behind them through `feed`, from pooled buffers that hold stale bytes
+    /// longer than the frame: the frames come out whole and exact.
+    #[test]
+    fn frames_decode_when_read_straight_into_their_buffers() {
+        let sizes = [70_000usize, 0, 5, RESERVE + 3, 64 << 10, 1];
+        let frames: Vec<Frame> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| Frame {
+                header: Header {
+                    kind: Kind::Data,
+                    tag: tag(i as u32),
+                    len: len as u64,
+                },
+                payload: (0..len).map(|b| (b * 7 + i) as u8).collect(),
+            })
+            .collect();
+        let mut wire = Vec::new();
+        for f in &frames {
+            wire.extend_from_slice(&f.header.encode());
+            wire.extend_from_slice(&f.payload);
+        }
+        for (step, min) in [(1000usize, 1usize), (4096, 1024), (1 << 20, 16)] {
+            let mut d = Decoder::default();
+            let mut got = Vec::new();
+            let mut pos = 0;
+            let mut stale = |n: usize| {
+                let mut v = vec![0xee; 100_000];
+                v.reserve(n);
+                v
+            };
+            while pos < wire.len() {
+                if let Some(room) = d.room(min) {
+                    let n = room.len().min(step).min(wire.len() - pos);
+                    room[..n].copy_from_slice(&wire[pos..pos + n]);
+                    pos += n;
+                    got.extend(d.filled(n));
+                    // The bytes behind the payload: the next header, through feed.
+                    let h = HEADER_LEN.min(wire.len() - pos);
+                    let (used, frame) = d.feed(&wire[pos..pos + h], &mut stale).unwrap();
+                    pos += used;
+                    got.extend(frame);
+                } else {
+                    let end = (pos + 7).min(wire.len());
+                    let (used, frame) = d.feed(&wire[pos..end], &mut stale).unwrap();
+                    pos += used;
+                    got.extend(frame);
+                }
+            }
+            assert_eq!(got.len(), frames.len(), "step {step}");
+            for (g, f) in got.iter().zip(&frames) {
+                assert!(g == f, "step {step}: frame {:?} differs", f.header.tag);
+            }
+            assert_eq!(d.buffered_capacity(), 0);
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub(crate) mod control;
 pub mod frame;
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -32,6 +32,9 @@ pub const DEFAULT_WINDOW: usize = 64;
 
 /// Bytes read from a socket per `read` call.
 const READ_CHUNK: usize = 256 * 1024;
+
+/// Payload bytes still to come above which a read goes straight into the frame's buffer.
+const DIRECT_MIN: usize = 4096;
 
 /// Requested socket send and receive buffer size.
 const SOCKET_BUFFER: usize = 4 << 20;
@@ -59,6 +62,8 @@ struct Peer {
     gone: Option<String>,
     /// Bytes of this peer's messages received and not yet taken.
     held: usize,
+    /// Its last message was large enough to be read straight into its buffer.
+    large: bool,
 }
 
 /// One rank's endpoint of a TCP group. Built by [`bootstrap::connect`].
@@ -71,6 +76,8 @@ pub struct TcpTransport {
     arrived: crate::transport::Arrivals<(Tag, Payload)>,
     pool: Vec<Vec<u8>>,
     read_buf: Vec<u8>,
+    /// Frames decoded by one read, before they are filed (kept to reuse its memory).
+    frames: Vec<Frame>,
     window: usize,
     /// Most bytes of untaken messages held per peer (see [`RECV_BUDGET`]).
     peer_budget: usize,
@@ -125,6 +132,7 @@ impl TcpTransport {
                         queue: VecDeque::new(),
                         gone: None,
                         held: 0,
+                        large: false,
                     })
                 }
             });
@@ -140,6 +148,7 @@ impl TcpTransport {
             arrived: Default::default(),
             pool: Vec::new(),
             read_buf: vec![0; READ_CHUNK],
+            frames: Vec::new(),
             window: window.max(1),
             aborted: None,
             abort_sent: false,
@@ -251,13 +260,33 @@ impl TcpTransport {
 
     /// Reads peer `r`'s socket until it would block, decoding frames; or until the peer's
     /// untaken messages reach its budget (the rest waits in the socket).
+    ///
+    /// The rest of a large payload is read straight into its buffer, with at most the
+    /// next header behind it (one pass over the bytes fewer than through `read_buf`).
     fn read(&mut self, r: usize) {
-        let Some(Some(peer)) = self.peers.get_mut(r) else {
-            return;
-        };
         let from = Rank::from(r);
-        while peer.gone.is_none() && (peer.held < self.peer_budget || self.draining) {
-            let n = match peer.stream.read(&mut self.read_buf) {
+        let mut frames = std::mem::take(&mut self.frames);
+        while let Some(Some(peer)) = self.peers.get_mut(r) {
+            if peer.gone.is_some() || (peer.held >= self.peer_budget && !self.draining) {
+                break;
+            }
+            let (result, direct) = match peer.decoder.room(DIRECT_MIN) {
+                Some(room) => {
+                    let direct = room.len();
+                    let head = &mut self.read_buf[..HEADER_LEN];
+                    let mut bufs = [IoSliceMut::new(room), IoSliceMut::new(head)];
+                    (peer.stream.read_vectored(&mut bufs), direct)
+                }
+                None => {
+                    // After a large payload, most likely another: its header alone.
+                    let want = match peer.decoder.header_missing() {
+                        h if h > 0 && peer.large => h,
+                        _ => READ_CHUNK,
+                    };
+                    (peer.stream.read(&mut self.read_buf[..want]), 0)
+                }
+            };
+            let n = match result {
                 Ok(0) => {
                     peer.gone = Some("connection closed by peer".into());
                     break;
@@ -270,7 +299,11 @@ impl TcpTransport {
                     break;
                 }
             };
-            let mut rest = &self.read_buf[..n];
+            let direct = n.min(direct);
+            if direct > 0 {
+                frames.extend(peer.decoder.filled(direct));
+            }
+            let mut rest = &self.read_buf[..n - direct];
             while !rest.is_empty() {
                 let pool = &mut self.pool;
                 let mut alloc = |len: usize| {
@@ -281,32 +314,7 @@ impl TcpTransport {
                 match peer.decoder.feed(rest, &mut alloc) {
                     Ok((used, frame)) => {
                         rest = &rest[used..];
-                        if let Some(frame) = frame {
-                            match frame.header.kind {
-                                Kind::Data => peer.held += frame.payload.len(),
-                                Kind::Ping => {
-                                    if !self.pinged_by.contains(&r) {
-                                        self.pinged_by.push(r);
-                                    }
-                                    continue;
-                                }
-                                Kind::Pong => {
-                                    if let Some(p) = self.ponged.get_mut(r) {
-                                        *p = true;
-                                    }
-                                    continue;
-                                }
-                                Kind::Abort => {}
-                            }
-                            deliver(
-                                self.rank,
-                                from,
-                                frame,
-                                &mut self.arrived,
-                                &mut self.aborted,
-                                &mut self.broken,
-                            );
-                        }
+                        frames.extend(frame);
                     }
                     Err(e) => {
                         // The stream is no longer framed: nothing more from it can be
@@ -321,7 +329,48 @@ impl TcpTransport {
                     }
                 }
             }
+            for frame in frames.drain(..) {
+                self.accept(r, frame);
+            }
         }
+        // Frames completed before a protocol error or a close still count.
+        for frame in frames.drain(..) {
+            self.accept(r, frame);
+        }
+        self.frames = frames;
+    }
+
+    /// Files a frame that arrived whole from peer `r`, or answers it.
+    fn accept(&mut self, r: usize, frame: Frame) {
+        match frame.header.kind {
+            Kind::Data => {
+                if let Some(Some(peer)) = self.peers.get_mut(r) {
+                    peer.held += frame.payload.len();
+                    peer.large = frame.payload.len() >= DIRECT_MIN;
+                }
+            }
+            Kind::Ping => {
+                if !self.pinged_by.contains(&r) {
+                    self.pinged_by.push(r);
+                }
+                return;
+            }
+            Kind::Pong => {
+                if let Some(p) = self.ponged.get_mut(r) {
+                    *p = true;
+                }
+                return;
+            }
+            Kind::Abort => {}
+        }
+        deliver(
+            self.rank,
+            Rank::from(r),
+            frame,
+            &mut self.arrived,
+            &mut self.aborted,
+            &mut self.broken,
+        );
     }
 
     fn take(
