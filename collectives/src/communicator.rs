@@ -126,12 +126,6 @@ impl Communicator {
                 config.cost_model = CostModel::tcp();
             }
         }
-        // TCP alone moves fewer, larger segments faster (fewer system calls and wake-ups
-        // per byte; shared memory's and verbs' slots were sized by the setting at setup).
-        // Every rank agrees: all run TCP alone, or none does.
-        if !config.segment_bytes_set && name == "tcp" && !config.shared_memory_inside_hosts {
-            config.segment_bytes = crate::config::TCP_SEGMENT_BYTES;
-        }
         let local_model = if name.starts_with("shm") || config.shared_memory_inside_hosts {
             measured("shm").unwrap_or_else(CostModel::shared_memory)
         } else {
@@ -236,8 +230,9 @@ impl Communicator {
             .map_err(|source| Error::Registration { bytes, source })
     }
 
-    /// How many segments this communicator's transport sent zero-copy from registered
-    /// memory ([`Communicator::alloc`]) so far.
+    /// How many segments this communicator's transport sent zero-copy from the caller's
+    /// memory so far: from registered memory ([`Communicator::alloc`]) over verbs; read
+    /// by the receiving rank over shared memory (single copy).
     pub fn zero_copy_sends(&self) -> u64 {
         self.transport.zero_copy_sends()
     }

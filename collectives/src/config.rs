@@ -38,7 +38,8 @@ pub struct Config {
     /// Bytes per segment, the unit of pipelining (`RCOLL_SEGMENT_BYTES`).
     pub segment_bytes: usize,
     /// Whether `RCOLL_SEGMENT_BYTES` or a builder chose [`Config::segment_bytes`]. If
-    /// not, a group whose every pair talks TCP uses [`TCP_SEGMENT_BYTES`] instead.
+    /// not, a process group asked to run over TCP alone (`RCOLL_TRANSPORT=tcp`) uses
+    /// [`TCP_SEGMENT_BYTES`] instead.
     pub segment_bytes_set: bool,
     /// The machine model used to choose algorithms.
     pub cost_model: CostModel,

@@ -103,6 +103,7 @@ fn rank_main() {
         "killed" => killed(&mut comm),
         "mismatch" => mismatch(&mut comm),
         "soak" => soak(&mut comm),
+        "fanout" => fanout(&mut comm),
         "split" => split::split(&mut comm),
         "background" => split::background(comm),
         "auto" => {
@@ -226,6 +227,40 @@ fn sweep(comm: &mut Communicator) {
     );
     // Point-to-point around the ring.
     ring_send_recv(comm, 5000);
+}
+
+/// Sends to several peers at once, each large enough to be read from the sender's memory
+/// over shared memory: mesh all_gather (every rank sends its block to all) and a
+/// single_root broadcast (the root sends to all), checked element by element. Prints how
+/// many sends peers read from this rank's memory (`ZERO-COPY <rank> <sends>`).
+fn fanout(comm: &mut Communicator) {
+    let (n, me) = (comm.size(), comm.rank());
+    let count = 64 << 10; // 256 KiB of f32 per block
+    let block: Vec<f32> = (0..count).map(|i| (me * count + i) as f32).collect();
+    let before = comm.zero_copy_sends();
+    for round in 0..3 {
+        let mut all = vec![-1f32; n * count];
+        comm.with_algorithm(Algorithm::Mesh)
+            .all_gather(&block, &mut all)
+            .expect("mesh all_gather");
+        let wrong = all.iter().enumerate().filter(|(i, x)| **x != *i as f32);
+        assert_eq!(wrong.count(), 0, "rank {me}: mesh all_gather round {round}");
+        let root = round % n;
+        let mut v = if me == root {
+            block.clone()
+        } else {
+            vec![-1f32; count]
+        };
+        comm.with_algorithm(Algorithm::SingleRoot)
+            .broadcast_in_place(&mut v, root)
+            .expect("single_root broadcast");
+        let want = (0..count).map(|i| (root * count + i) as f32);
+        assert!(
+            v.iter().copied().eq(want),
+            "rank {me}: broadcast from {root}"
+        );
+    }
+    println!("ZERO-COPY {me} {}", comm.zero_copy_sends() - before);
 }
 
 /// all_reduce, broadcast, all_gather and reduce_scatter of 64 MiB of f32 and of an odd

@@ -1,8 +1,8 @@
 //! The TCP frame decoder on arbitrary bytes in arbitrary chunkings, copied in (`feed`) or,
-//! when the first byte is odd, written straight into the payload's buffer where it offers
-//! room (`room`, `filled`, as the transport's reads do): it must never panic, never
-//! allocate more than a header allows, and every frame it yields must re-encode to the
-//! bytes it came from.
+//! when the first byte's top bit is set, written straight into the payload's buffer where
+//! it offers room (`room`, `filled`, as the transport's reads do): it must never panic,
+//! never ask for more than a header allows, and every frame it yields must re-encode to
+//! the bytes it came from.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -11,8 +11,8 @@ use rcoll_transport::tcp::frame::{Decoder, Header, HEADER_LEN, MAX_PAYLOAD, RESE
 fuzz_target!(|data: &[u8]| {
     // The first byte picks the chunk size, the rest is the wire.
     let Some((&chunk, wire)) = data.split_first() else { return };
-    let direct = chunk & 1 == 1;
-    let chunk = usize::from(chunk).max(1);
+    let direct = chunk & 0x80 != 0;
+    let chunk = usize::from(chunk & 0x7f).max(1);
     let mut decoder = Decoder::default();
     let mut offset = 0;
     let check = |offset: usize, f: &rcoll_transport::tcp::frame::Frame| {
@@ -24,7 +24,8 @@ fuzz_target!(|data: &[u8]| {
     for piece in wire.chunks(chunk) {
         let mut rest = piece;
         while !rest.is_empty() {
-            if let Some(room) = decoder.room(1).filter(|_| direct) {
+            let room = if direct { decoder.room(1) } else { None };
+            if let Some(room) = room {
                 let n = room.len().min(rest.len());
                 assert!(n > 0);
                 room[..n].copy_from_slice(&rest[..n]);

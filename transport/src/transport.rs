@@ -420,7 +420,8 @@ pub trait Transport: Send {
         Ok(true)
     }
 
-    /// How many sends went zero-copy from registered caller memory so far.
+    /// How many sends went zero-copy from the caller's memory so far: from registered
+    /// memory over verbs, read by the receiver over shared memory.
     fn zero_copy_sends(&self) -> u64 {
         0
     }

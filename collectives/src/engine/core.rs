@@ -62,10 +62,11 @@ struct ChannelState {
     issued: Vec<usize>,
     /// Per primitive, in order, its started segments not yet complete: a token while the
     /// transport still reads the caller's memory ([`SendState::InFlight`]), `None` for a
-    /// segment that finished behind one. A segment counts as done (for dependencies, and
-    /// for the call to return) only when it and every earlier one have completed, so no
-    /// primitive writes memory a device is still reading.
-    in_flight: Vec<VecDeque<Option<u64>>>,
+    /// segment that finished behind one; the flag ends a segment (a segment sent to
+    /// several peers has a token per peer). A segment counts as done (for dependencies,
+    /// and for the call to return) only when it and every earlier one have completed, so
+    /// no primitive writes memory a device is still reading.
+    in_flight: Vec<VecDeque<(Option<u64>, bool)>>,
     /// Every primitive before this one has completed.
     first_open: usize,
     /// Segments the transport refused for now (no credits), with the primitive that sent
@@ -262,7 +263,7 @@ impl<'p> Execution<'p> {
         let mut moved = false;
         let state = &mut self.channels[c];
         for (j, queue) in state.in_flight.iter_mut().enumerate() {
-            while let Some(&front) = queue.front() {
+            while let Some(&(front, ends)) = queue.front() {
                 if let Some(token) = front {
                     let complete = io.send_complete(token).map_err(|e| {
                         let p = &ops[j];
@@ -273,8 +274,10 @@ impl<'p> Execution<'p> {
                     }
                 }
                 queue.pop_front();
-                state.done[j] += 1;
-                moved = true;
+                if ends {
+                    state.done[j] += 1;
+                    moved = true;
+                }
             }
         }
         Ok(moved)
@@ -325,9 +328,7 @@ impl<'p> Execution<'p> {
         // from there), when the transport reads the peer's memory.
         let direct = match (&p.prim, p.prim.recv_from()) {
             (Primitive::Recv { .. }, Some(from)) => io.reads_directly(from),
-            (Primitive::RecvCopySend { .. }, Some(from)) => {
-                p.prim.send_to().len() == 1 && io.reads_directly(from)
-            }
+            (Primitive::RecvCopySend { .. }, Some(from)) => io.reads_directly(from),
             _ => false,
         };
         let received = match (p.prim.recv_from(), p.recv_transfer) {
@@ -355,8 +356,8 @@ impl<'p> Execution<'p> {
         let op = self.op;
         // The payload to forward, if the primitive sends what it received.
         let mut outgoing: Option<Payload> = None;
-        // A send the transport still reads from the caller's memory.
-        let mut token: Option<u64> = None;
+        // Sends the transport still reads from the caller's memory.
+        let mut tokens = Tokens::default();
         match (&p.prim, received, src, dst) {
             (Primitive::Recv { .. } | Primitive::RecvCopySend { .. }, None, _, Some(dst))
                 if direct =>
@@ -371,54 +372,26 @@ impl<'p> Execution<'p> {
                 {
                     return Ok(false);
                 }
-                if let (Some(&peer), Some(&t)) =
-                    (p.prim.send_to().first(), p.send_transfers.first())
-                {
-                    // Forwarded from where it landed: final bytes, which the next rank
-                    // copies.
-                    let data = mem.read(dst).map_err(mem_err)?;
-                    match io
-                        .try_send_borrowed_for_copy(peer, tag(t), bytemuck::cast_slice(data))
-                        .map_err(|e| ExecError::Transport(at(), e))?
-                    {
-                        SendState::Done => {}
-                        SendState::InFlight(t) => token = Some(t),
-                        SendState::NoRoom => {
-                            // Received already: the send waits with the refused ones.
-                            let mut payload = io.alloc(bytes);
-                            payload
-                                .as_bytes_mut()
-                                .copy_from_slice(bytemuck::cast_slice(data));
-                            outgoing = Some(payload);
-                        }
-                    }
-                }
+                // Forwarded from where it landed: final bytes, which the next ranks copy.
+                let data = mem.read(dst).map_err(mem_err)?;
+                let sent = self
+                    .send_borrowed(c, j, p, bytemuck::cast_slice(data), true, false, &tag, io)
+                    .map_err(|e| ExecError::Transport(at(), e))?;
+                tokens = sent.unwrap_or_default();
             }
-            // One destination: straight from the caller's memory where the transport can.
-            (Primitive::Send { to, .. }, None, Some(src), _) if to.len() == 1 => {
-                let data = mem.read(src).map_err(mem_err)?;
-                let (Some(&peer), Some(&t)) = (to.first(), p.send_transfers.first()) else {
-                    return Err(ExecError::InconsistentPlan(at()));
-                };
-                let bytes = bytemuck::cast_slice(data);
-                let sent = if self.plan.reduces {
-                    io.try_send_borrowed(peer, tag(t), bytes)
-                } else {
-                    io.try_send_borrowed_for_copy(peer, tag(t), bytes)
-                };
-                match sent.map_err(|e| ExecError::Transport(at(), e))? {
-                    SendState::Done => {}
-                    SendState::NoRoom => return Ok(false), // this segment runs again later
-                    SendState::InFlight(t) => token = Some(t),
-                }
-            }
+            // Straight from the caller's memory to every destination where the transport
+            // can (several receivers may read it there).
             (Primitive::Send { .. }, None, Some(src), _) => {
                 let data = mem.read(src).map_err(mem_err)?;
-                let mut payload = io.alloc(bytes);
-                payload
-                    .as_bytes_mut()
-                    .copy_from_slice(bytemuck::cast_slice(data));
-                outgoing = Some(payload);
+                let for_copy = !self.plan.reduces;
+                let bytes = bytemuck::cast_slice(data);
+                match self
+                    .send_borrowed(c, j, p, bytes, for_copy, true, &tag, io)
+                    .map_err(|e| ExecError::Transport(at(), e))?
+                {
+                    Some(t) => tokens = t,
+                    None => return Ok(false), // this segment runs again later
+                }
             }
             (Primitive::Recv { .. }, Some(payload), _, Some(dst)) => {
                 let d = mem.write(dst).map_err(mem_err)?;
@@ -479,12 +452,60 @@ impl<'p> Execution<'p> {
         }
         let state = &mut self.channels[c];
         state.issued[j] += 1;
-        if token.is_some() || !state.in_flight[j].is_empty() {
-            state.in_flight[j].push_back(token);
-        } else {
+        let queue = &mut state.in_flight[j];
+        if tokens.first.is_none() && tokens.more.is_empty() && queue.is_empty() {
             state.done[j] += 1;
+        } else {
+            queue.extend(tokens.more.into_iter().map(|t| (Some(t), false)));
+            queue.push_back((tokens.first, true));
         }
         Ok(true)
+    }
+
+    /// Sends `data`, the caller's memory, to every destination of `p`: from that memory
+    /// where the transport can (`for_copy`: the receivers only copy it, so they may read
+    /// it there), else copied. Returns the tokens of the sends that still read it; `None`
+    /// when the first destination has no room yet and `may_wait` (nothing was sent: run
+    /// the segment again later). A destination refused after others were sent, or the
+    /// first one when the segment cannot wait, gets a copy that waits with the refused.
+    #[allow(clippy::too_many_arguments)] // the segment's full description; two callers
+    fn send_borrowed(
+        &mut self,
+        c: usize,
+        j: usize,
+        p: &PlannedPrimitive,
+        data: &[u8],
+        for_copy: bool,
+        may_wait: bool,
+        tag: &dyn Fn(u32) -> Tag,
+        io: &mut dyn Transport,
+    ) -> Result<Option<Tokens>, TransportError> {
+        let to = p.prim.send_to();
+        let mut tokens = Tokens::default();
+        for (i, (&peer, &t)) in to.iter().zip(&p.send_transfers).enumerate() {
+            let sent = if for_copy {
+                io.try_send_borrowed_for_copy(peer, tag(t), data)?
+            } else {
+                io.try_send_borrowed(peer, tag(t), data)?
+            };
+            match sent {
+                SendState::Done => {}
+                SendState::InFlight(token) if tokens.first.is_none() => tokens.first = Some(token),
+                SendState::InFlight(token) => tokens.more.push(token),
+                SendState::NoRoom if i == 0 && may_wait => return Ok(None),
+                SendState::NoRoom => {
+                    for (&peer, &t) in to[i..].iter().zip(&p.send_transfers[i..]) {
+                        let mut payload = io.alloc(data.len());
+                        payload.as_bytes_mut().copy_from_slice(data);
+                        if let Some(back) = io.try_send(peer, tag(t), payload)? {
+                            self.channels[c].pending.push_back((j, peer, tag(t), back));
+                        }
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(Some(tokens))
     }
 
     /// Sends `payload` to every destination of `p` (copies for all but the last).
@@ -520,6 +541,13 @@ impl<'p> Execution<'p> {
         }
         Ok(())
     }
+}
+
+/// The sends of one segment that still read the caller's memory.
+#[derive(Debug, Default)]
+struct Tokens {
+    first: Option<u64>,
+    more: Vec<u64>,
 }
 
 fn position(channel: usize, p: &PlannedPrimitive) -> Position {

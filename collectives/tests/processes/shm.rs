@@ -55,6 +55,29 @@ fn buffers_up_to_64_mib_over_shared_memory() {
     }
 }
 
+/// A send to several peers at once (mesh all_gather, a single_root broadcast's root) is
+/// read by each of them from the sender's memory, as a send to one peer is, and every
+/// result is right: each rank's sends of 256 KiB blocks all went single copy.
+#[test]
+fn a_send_to_several_peers_is_read_from_the_senders_memory_by_each() {
+    let results = finish(spawn("fanout", 4, &shm(&[])), Duration::from_secs(120));
+    all_succeed("4 ranks", &results);
+    let text: String = results.iter().map(|(_, out)| out.as_str()).collect();
+    for rank in 0..4 {
+        let sends: u64 = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("ZERO-COPY {rank} ")))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("rank {rank} printed no count: {text}"));
+        // Each of 3 rounds: its block to 3 peers (mesh), and as the root of one broadcast
+        // (rounds 0..3 have roots 0, 1, 2), the vector to 3 peers; every 128 KiB segment
+        // is one send.
+        let segments = (256 << 10) / (128 << 10);
+        let want = 3 * 3 * segments + if rank < 3 { 3 * segments } else { 0 };
+        assert_eq!(sends, want as u64, "rank {rank}: {text}");
+    }
+}
+
 /// `kill -9` of a rank in the middle of 4 MiB all_reduces over shared memory: every other
 /// rank fails naming it, within the timeout, and the dead rank's segment is gone.
 #[test]

@@ -831,8 +831,10 @@ impl Transport for ShmTransport {
         }
     }
 
+    /// The inner transport's, and the sends a peer read from this rank's memory (one
+    /// token each).
     fn zero_copy_sends(&self) -> u64 {
-        self.inner.zero_copy_sends()
+        self.next_token + self.inner.zero_copy_sends()
     }
 
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {

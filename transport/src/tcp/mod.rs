@@ -308,7 +308,12 @@ impl TcpTransport {
                 let pool = &mut self.pool;
                 let mut alloc = |len: usize| {
                     let mut v = pool.pop().unwrap_or_default();
-                    v.reserve(len);
+                    // A pooled buffer keeps its length (room the decoder need not clear)
+                    // unless it must grow: then its stale bytes are not worth copying.
+                    if v.capacity() < len {
+                        v.clear();
+                        v.reserve(len);
+                    }
                     v
                 };
                 match peer.decoder.feed(rest, &mut alloc) {
