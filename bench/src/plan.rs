@@ -105,6 +105,7 @@ pub fn plan(spec: &PlanSpec) -> Result<Plan, BenchError> {
         let levels = spec.hosts.as_ref().map(|hosts| Levels {
             hosts,
             local: spec.local_model,
+            receivers_read: false,
         });
         let cost = cost_levels(&schedules, elem_size, &spec.model, levels.as_ref());
         let (verified, verify_error) = if verifiable(&layout, &schedules) {

@@ -170,6 +170,7 @@ pub fn simulate(
         let levels = Levels {
             hosts: &hosts,
             local: spec.local_model,
+            receivers_read: false,
         };
         let mut this_row = Vec::new();
         for &a in &spec.algorithms {

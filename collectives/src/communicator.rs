@@ -69,6 +69,10 @@ pub struct Communicator {
     /// Rates inside a host: shared memory's when the transport shares it, else the
     /// network's.
     local_model: crate::schedule::cost::CostModel,
+    /// Whether ranks of a host read what they only copy from the sender's memory (shared
+    /// memory's single copy), for pricing: every rank assumes the same, whether or not
+    /// its own pairs could set it up.
+    local_reads: bool,
     /// The transport name tuning rules are looked up by, the same on every rank.
     tuning_key: &'static str,
     /// How a process group was built, for [`split`](Communicator::split) (`None` for
@@ -126,7 +130,8 @@ impl Communicator {
                 config.cost_model = CostModel::tcp();
             }
         }
-        let local_model = if name.starts_with("shm") || config.shared_memory_inside_hosts {
+        let local_reads = name.starts_with("shm") || config.shared_memory_inside_hosts;
+        let local_model = if local_reads {
             measured("shm").unwrap_or_else(CostModel::shared_memory)
         } else {
             config.cost_model
@@ -134,6 +139,7 @@ impl Communicator {
         Ok(Communicator {
             hosts,
             local_model,
+            local_reads,
             tuning_key,
             transport,
             rank,

@@ -338,6 +338,7 @@ mod tests {
         Levels {
             hosts,
             local: CostModel::shared_memory(),
+            receivers_read: false,
         }
     }
 

@@ -61,3 +61,53 @@ fn a_per_call_choice_applies_to_that_call_only() {
         );
     }
 }
+
+/// Over shared memory a rank reads what it only copies straight from the sender's memory
+/// (single copy), so a root that sends to every peer at once is not their bottleneck:
+/// with `receivers_read`, a single_root broadcast of 1 MiB on 4 ranks of one host is
+/// priced as one transfer, below the ring's; without, as three. A collective that reduces
+/// is priced alike either way (its messages go through the rings, copied by both sides).
+#[test]
+fn receivers_that_read_the_senders_memory_make_a_fan_out_cost_one_transfer() {
+    use rcoll::schedule::cost::{cost_levels, CostModel, Levels};
+    use rcoll::schedule::Layout;
+    use rcoll_transport::hosts::HostMap;
+    let hosts = HostMap::single(4);
+    let model = CostModel::shared_memory();
+    let bytes = 1usize << 20;
+    let layout = |collective| Layout {
+        collective,
+        nranks: 4,
+        count: bytes / 4,
+        root: rcoll::Rank::from(0usize),
+        in_place: true,
+    };
+    let price = |a: Algorithm, collective, receivers_read| {
+        let schedules = a.schedules_on(&layout(collective), Some(&hosts)).unwrap();
+        let levels = Levels {
+            hosts: &hosts,
+            local: model,
+            receivers_read,
+        };
+        cost_levels(&schedules, 4, &model, Some(&levels)).predicted_us
+    };
+    let transfer = 8.0 * bytes as f64 / (model.bandwidth_gbps * 1e3);
+    let fan_out = price(Algorithm::SingleRoot, Collective::Broadcast, true);
+    assert!(
+        (fan_out - (model.alpha_us + transfer)).abs() < 1e-6,
+        "{fan_out}"
+    );
+    let copied = price(Algorithm::SingleRoot, Collective::Broadcast, false);
+    assert!(
+        (copied - (model.alpha_us + 3.0 * transfer)).abs() < 1e-6,
+        "{copied}"
+    );
+    assert!(fan_out < price(Algorithm::Ring, Collective::Broadcast, true));
+    for a in [Algorithm::SingleRoot, Algorithm::Mesh, Algorithm::Ring] {
+        assert_eq!(
+            price(a, Collective::AllReduce, true),
+            price(a, Collective::AllReduce, false),
+            "{a}"
+        );
+    }
+}

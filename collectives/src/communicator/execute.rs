@@ -110,6 +110,7 @@ impl Communicator {
                     .map(|hosts| crate::schedule::cost::Levels {
                         hosts,
                         local: self.local_model,
+                        receivers_read: self.local_reads,
                     });
                 Ok(self.selector.choose(
                     layout,

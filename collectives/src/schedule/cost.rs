@@ -24,6 +24,11 @@ pub struct Levels<'a> {
     pub hosts: &'a HostMap,
     /// Rates inside a host (shared memory, or loopback).
     pub local: CostModel,
+    /// Whether a rank inside a host reads a message it only copies straight from the
+    /// sender's memory (shared memory's single copy): then, in a collective that reduces
+    /// nothing, a round inside a host costs the receiving side only, and a rank that
+    /// sends to several peers at once is not their bottleneck.
+    pub receivers_read: bool,
 }
 
 impl CostModel {
@@ -136,6 +141,10 @@ pub fn cost_levels(
     let mut messages = 0u64;
     let (mut cross_host_messages, mut cross_host_bytes) = (0u64, 0u64);
     let mut per_rank = vec![0u64; n];
+    let receivers_read = levels.is_some_and(|l| l.receivers_read)
+        && !schedules
+            .iter()
+            .any(|s| s.primitives().any(|(_, _, p)| p.reduces()));
     for (r, schedule) in schedules.iter().enumerate() {
         // Channels run concurrently: step s of every channel falls in round s.
         for (_, s, p) in schedule.primitives() {
@@ -188,7 +197,10 @@ pub fn cost_levels(
                     .unwrap_or(0),
             },
             local: (0..n)
-                .map(|r| local_sent[s][r].max(local_received[s][r]))
+                .map(|r| match receivers_read {
+                    true => local_received[s][r],
+                    false => local_sent[s][r].max(local_received[s][r]),
+                })
                 .max()
                 .unwrap_or(0),
             reduced: reduced[s].iter().copied().max().unwrap_or(0),
