@@ -106,6 +106,7 @@ pub fn plan(spec: &PlanSpec) -> Result<Plan, BenchError> {
             hosts,
             local: spec.local_model,
             receivers_read: false,
+            level_algorithms: None,
         });
         let cost = cost_levels(&schedules, elem_size, &spec.model, levels.as_ref());
         let (verified, verify_error) = if verifiable(&layout, &schedules) {

@@ -170,8 +170,15 @@ fn run_typed<T: Element>(
             "p2p".to_owned()
         } else {
             // The out-of-place choice; the cost model prices in-place calls the same way.
-            comm.algorithm_for::<T>(spec.collective, count, spec.root, false)
-                .to_string()
+            match comm.algorithm_for::<T>(spec.collective, count, spec.root, false) {
+                rcoll::Algorithm::Hierarchical => {
+                    match comm.level_algorithms_for::<T>(spec.collective, count, spec.root, false) {
+                        Some(levels) => format!("hierarchical({levels})"),
+                        None => "hierarchical".to_owned(),
+                    }
+                }
+                a => a.to_string(),
+            }
         };
         let report = summarise(
             spec,

@@ -171,6 +171,7 @@ pub fn simulate(
             hosts: &hosts,
             local: spec.local_model,
             receivers_read: false,
+            level_algorithms: None,
         };
         let mut this_row = Vec::new();
         for &a in &spec.algorithms {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use rcoll_transport::{Rank, Transport};
 
+use crate::algorithm::hierarchical::LevelAlgorithms;
 use crate::algorithm::Algorithm;
 use crate::buffer::Buffer;
 use crate::config::Config;
@@ -53,7 +54,9 @@ pub struct Communicator {
     seq: u32,
     p2p_sent: Vec<u32>,
     p2p_received: Vec<u32>,
-    plans: HashMap<(Layout, Algorithm), Arc<Plan>, foldhash::fast::RandomState>,
+    plans: HashMap<(Layout, Algorithm, LevelAlgorithms), Arc<Plan>, foldhash::fast::RandomState>,
+    /// The hierarchical levels' algorithms chosen per size bucket and element size.
+    level_choices: HashMap<(Layout, usize), LevelAlgorithms, foldhash::fast::RandomState>,
     scratch: Vec<u128>,
     /// The last call's layout, element size and forced algorithm, with its choice and plan.
     last_call: Option<(CallKey, Algorithm, Arc<Plan>)>,
@@ -150,6 +153,7 @@ impl Communicator {
             p2p_sent: vec![0; nranks],
             p2p_received: vec![0; nranks],
             plans: HashMap::default(),
+            level_choices: HashMap::default(),
             scratch: Vec::new(),
             spare: Default::default(),
             last_call: None,
@@ -276,6 +280,27 @@ impl Communicator {
         let layout = self.layout(collective, count, root, in_place);
         self.choose(&layout, std::mem::size_of::<T>(), None)
             .unwrap_or(Algorithm::Ring)
+    }
+
+    /// The algorithms the hierarchical schedule runs its two levels with, inside hosts and
+    /// across them, for a call like [`Communicator::algorithm_for`]'s: forced by
+    /// `RCOLL_LEVEL_ALGO`, else each level priced with its own rates. `None` when the
+    /// ranks do not form two levels (one host, or one rank per host).
+    pub fn level_algorithms_for<T: Element>(
+        &mut self,
+        collective: Collective,
+        count: usize,
+        root: usize,
+        in_place: bool,
+    ) -> Option<LevelAlgorithms> {
+        let hosts = self.hosts.as_deref()?;
+        if !crate::algorithm::hierarchical::has_levels(hosts)
+            || !Algorithm::Hierarchical.serves(collective)
+        {
+            return None;
+        }
+        let layout = self.layout(collective, count, root, in_place);
+        Some(self.levels_for(&layout, std::mem::size_of::<T>()))
     }
 
     /// Fails every pending and future call of every rank with an error naming this rank and

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::algorithm::hierarchical::LevelAlgorithms;
 use crate::algorithm::Algorithm;
 use crate::error::{Error, Result};
 use crate::schedule::cost::CostModel;
@@ -56,6 +57,10 @@ pub struct Config {
     /// rates, a rank alone on its host (whose own transport is only TCP or verbs)
     /// included, so that all ranks choose alike.
     pub shared_memory_inside_hosts: bool,
+    /// The algorithms of a hierarchical schedule's two levels, `local/global`
+    /// (`RCOLL_LEVEL_ALGO`, for example `mesh/ring`); `None` (`auto`) prices each level
+    /// with its own rates.
+    pub level_algorithms: Option<LevelAlgorithms>,
 }
 
 /// The order ranks stand in on rings.
@@ -80,6 +85,7 @@ impl Default for Config {
             net_file: None,
             tuning: None,
             shared_memory_inside_hosts: false,
+            level_algorithms: None,
         }
     }
 }
@@ -94,6 +100,15 @@ impl Config {
     pub fn with_vars(mut self, var: impl Fn(&str) -> Option<String>) -> Result<Config> {
         if let Some(v) = var("RCOLL_ALGO") {
             self.algorithm = parse_algorithm(&v)?;
+        }
+        if let Some(v) = var("RCOLL_LEVEL_ALGO") {
+            self.level_algorithms = match v.trim() {
+                "" | "auto" => None,
+                v => Some(
+                    v.parse()
+                        .map_err(|e| Error::Config(format!("RCOLL_LEVEL_ALGO={v:?}: {e}")))?,
+                ),
+            };
         }
         if let Some(v) = var("RCOLL_TIMEOUT") {
             self.timeout = v

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 
 use rcoll_transport::Rank;
 
+use crate::algorithm::hierarchical::{self, LevelAlgorithms};
 use crate::algorithm::Algorithm;
 use crate::schedule::cost::{cost_levels, Cost, CostModel, Levels};
 use crate::schedule::{Collective, Layout};
@@ -34,17 +35,56 @@ pub fn rank_algorithms(
             layout.nranks <= QUADRATIC_LIMIT
                 || !matches!(a, Algorithm::Mesh | Algorithm::SingleRoot)
         })
-        .filter(|a| {
-            *a != Algorithm::Hierarchical
-                || hosts.is_some_and(crate::algorithm::hierarchical::has_levels)
-        })
+        .filter(|a| *a != Algorithm::Hierarchical || hosts.is_some_and(hierarchical::has_levels))
         .filter_map(|a| {
-            let schedules = a.schedules_on(layout, hosts).ok()?;
+            let schedules = match (a, levels) {
+                (Algorithm::Hierarchical, Some(l)) => {
+                    let lv = level_algorithms(layout, elem_size, model, l);
+                    a.schedules_levels(layout, hosts, lv).ok()?
+                }
+                _ => a.schedules_on(layout, hosts).ok()?,
+            };
             Some((a, cost_levels(&schedules, elem_size, model, levels)))
         })
         .collect();
     priced.sort_by(|x, y| x.1.predicted_us.total_cmp(&y.1.predicted_us));
     priced
+}
+
+/// The algorithms of the hierarchical schedule's levels for `layout` (elements of
+/// `elem_size` bytes, the network at `model`'s rates): the forced ones, else each level
+/// priced with its own rates.
+pub fn level_algorithms(
+    layout: &Layout,
+    elem_size: usize,
+    model: &CostModel,
+    levels: &Levels<'_>,
+) -> LevelAlgorithms {
+    levels.level_algorithms.unwrap_or_else(|| {
+        if levels.hosts.nranks() == layout.nranks && hierarchical::has_levels(levels.hosts) {
+            hierarchical::choose_levels(
+                layout,
+                levels.hosts,
+                elem_size,
+                model,
+                &levels.local,
+                levels.receivers_read,
+            )
+        } else {
+            LevelAlgorithms::default()
+        }
+    })
+}
+
+/// `layout` with its count rounded up to a power of two bytes: what `Auto` prices, so
+/// that every size of one bucket gets one choice.
+pub fn bucket(layout: &Layout, elem_size: usize) -> Layout {
+    let bytes = layout.count.saturating_mul(elem_size);
+    let bucket_bytes = bytes.checked_next_power_of_two().unwrap_or(usize::MAX);
+    Layout {
+        count: bucket_bytes / elem_size.max(1),
+        ..*layout
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -85,10 +125,7 @@ impl Selector {
         if let Some(a) = self.cache.get(&key) {
             return *a;
         }
-        let representative = Layout {
-            count: bucket_bytes / elem_size.max(1),
-            ..*layout
-        };
+        let representative = bucket(layout, elem_size);
         let choice = rank_algorithms(&representative, elem_size, model, levels)
             .first()
             .map_or(Algorithm::Ring, |(a, _)| *a);

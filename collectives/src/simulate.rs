@@ -339,6 +339,7 @@ mod tests {
             hosts,
             local: CostModel::shared_memory(),
             receivers_read: false,
+            level_algorithms: None,
         }
     }
 

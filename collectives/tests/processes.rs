@@ -90,6 +90,15 @@ fn rank_main() {
             comm.transport_details()
         );
     }
+    if let Ok(want) = std::env::var("RCOLL_TEST_EXPECT_LEVELS") {
+        let got = comm.level_algorithms_for::<f32>(Collective::AllReduce, 1 << 10, 0, false);
+        assert_eq!(
+            got.map(|l| l.to_string()).as_deref(),
+            Some(want.as_str()),
+            "rank {}: the levels' algorithms",
+            comm.rank()
+        );
+    }
     if let Ok(want) = std::env::var("RCOLL_TEST_EXPECT_RING") {
         let order: Vec<String> = comm
             .hosts()

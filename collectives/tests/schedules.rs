@@ -249,6 +249,47 @@ fn hierarchical_on_every_host_shape() {
     assert!(checked > 1000, "{checked}");
 }
 
+/// Every pair of level algorithms (`RCOLL_LEVEL_ALGO`) gives valid hierarchical schedules
+/// on every host shape, uneven ones included; a level's algorithm that does not serve one
+/// of its sub-collectives runs the ring there.
+#[test]
+fn hierarchical_with_every_pair_of_level_algorithms() {
+    use rcoll::algorithm::hierarchical::{LevelAlgorithms, LEVEL_CANDIDATES};
+    let mut checked = 0;
+    for hosts in host_maps() {
+        let n = hosts.nranks();
+        for local in LEVEL_CANDIDATES {
+            for global in LEVEL_CANDIDATES {
+                let levels = LevelAlgorithms { local, global };
+                for collective in Collective::SCHEDULED
+                    .into_iter()
+                    .filter(|c| Algorithm::Hierarchical.serves(*c))
+                {
+                    let roots: Vec<usize> = if collective.is_rooted() {
+                        vec![0, n - 1]
+                    } else {
+                        vec![0]
+                    };
+                    for count in [1, 3 * n + 1] {
+                        for &root in &roots {
+                            checked += check_both_ways(collective, n, count, root, &|layout| {
+                                let schedules = Algorithm::Hierarchical
+                                    .schedules_levels(layout, Some(&hosts), levels)
+                                    .expect("served");
+                                (
+                                    schedules,
+                                    format!("hierarchical {levels} on {}", hosts.describe()),
+                                )
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 10_000, "{checked}");
+}
+
 /// Elements that cross into (`into`) or out of each host, by host: every send to a peer
 /// on another host counts its slice once per such peer.
 fn host_traffic(

@@ -88,6 +88,7 @@ fn receivers_that_read_the_senders_memory_make_a_fan_out_cost_one_transfer() {
             hosts: &hosts,
             local: model,
             receivers_read,
+            level_algorithms: None,
         };
         cost_levels(&schedules, 4, &model, Some(&levels)).predicted_us
     };
@@ -110,4 +111,72 @@ fn receivers_that_read_the_senders_memory_make_a_fan_out_cost_one_transfer() {
             "{a}"
         );
     }
+}
+
+/// The hierarchical schedule's levels are chosen each with its own rates: on 2 hosts of 4
+/// ranks, an 8-byte all_reduce reduces inside a host in fewer rounds than the ring's 3,
+/// which the whole schedule's price confirms; the choice is the same on every rank of a
+/// communicator, and `RCOLL_LEVEL_ALGO` forces it.
+#[test]
+fn hierarchical_levels_are_chosen_per_level() {
+    use rcoll::algorithm::hierarchical::{choose_levels, LevelAlgorithms};
+    use rcoll::schedule::cost::{cost_levels, CostModel, Levels};
+    use rcoll_transport::hosts::HostMap;
+    let hosts = HostMap::blocks(&[4, 4]);
+    let (network, shm) = (CostModel::tcp(), CostModel::shared_memory());
+    let levels = Levels {
+        hosts: &hosts,
+        local: shm,
+        receivers_read: true,
+        level_algorithms: None,
+    };
+    let layout = |count: usize| rcoll::schedule::Layout {
+        collective: Collective::AllReduce,
+        nranks: 8,
+        count,
+        root: rcoll::Rank::from(0usize),
+        in_place: false,
+    };
+    let price = |count: usize, lv: LevelAlgorithms| {
+        let all = Algorithm::Hierarchical
+            .schedules_levels(&layout(count), Some(&hosts), lv)
+            .unwrap();
+        cost_levels(&all, 4, &network, Some(&levels))
+    };
+    let small = choose_levels(&layout(2), &hosts, 4, &network, &shm, true);
+    assert_ne!(small.local, Algorithm::Ring, "{small}");
+    let (chosen, ring) = (price(2, small), price(2, LevelAlgorithms::default()));
+    assert!(
+        chosen.steps < ring.steps && chosen.predicted_us < ring.predicted_us,
+        "{small}: {chosen:?} against ring/ring {ring:?}"
+    );
+    // Large vectors: whatever each level takes, the whole is priced no worse than rings.
+    let count = 16 << 20;
+    let large = choose_levels(&layout(count), &hosts, 4, &network, &shm, true);
+    let (chosen, ring) = (
+        price(count, large),
+        price(count, LevelAlgorithms::default()),
+    );
+    assert!(
+        chosen.predicted_us <= ring.predicted_us * 1.01,
+        "{large}: {chosen:?} against ring/ring {ring:?}"
+    );
+    // A forced pair is taken as it is.
+    let forced: LevelAlgorithms = "binomial_tree/mesh".parse().unwrap();
+    assert_eq!(
+        rcoll::select::level_algorithms(
+            &layout(2),
+            4,
+            &network,
+            &Levels {
+                level_algorithms: Some(forced),
+                ..levels
+            }
+        ),
+        forced
+    );
+    assert!("double_binary_tree/ring"
+        .parse::<LevelAlgorithms>()
+        .is_err());
+    assert!("ring".parse::<LevelAlgorithms>().is_err());
 }

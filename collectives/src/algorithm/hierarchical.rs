@@ -58,9 +58,69 @@ use rcoll_transport::Rank;
 use super::{map_slices, partition, Algorithm};
 use crate::schedule::{Buffer, Collective, Extent, Layout, Primitive, Schedule, Slice};
 
-/// The flat algorithm of each level (single-channel, so that a phase's primitives can
-/// share one channel with the phases around it).
-const LEVEL: Algorithm = Algorithm::Ring;
+/// The flat algorithm of each level: `local` inside every host, `global` across hosts.
+/// Each must use one channel, so that a phase's primitives can share one channel with
+/// the phases around it ([`LevelAlgorithms::serve`]). The default is the ring at both
+/// levels; `Auto` prices each level with its own rates ([`choose_levels`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LevelAlgorithms {
+    /// Inside every host (shared memory).
+    pub local: Algorithm,
+    /// Across hosts, one rank per host (the network).
+    pub global: Algorithm,
+}
+
+impl Default for LevelAlgorithms {
+    fn default() -> Self {
+        LevelAlgorithms {
+            local: Algorithm::Ring,
+            global: Algorithm::Ring,
+        }
+    }
+}
+
+impl std::fmt::Display for LevelAlgorithms {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.local, self.global)
+    }
+}
+
+impl std::str::FromStr for LevelAlgorithms {
+    type Err = String;
+
+    /// `local/global`, for example `mesh/ring` (`RCOLL_LEVEL_ALGO`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (local, global) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s:?} is not local/global (for example mesh/ring)"))?;
+        let level = |name: &str| -> Result<Algorithm, String> {
+            let a: Algorithm = name.trim().parse()?;
+            if LEVEL_CANDIDATES.contains(&a) {
+                Ok(a)
+            } else {
+                Err(format!(
+                    "{a} cannot run a level (one of: {})",
+                    LEVEL_CANDIDATES.map(Algorithm::name).join(", ")
+                ))
+            }
+        };
+        Ok(LevelAlgorithms {
+            local: level(local)?,
+            global: level(global)?,
+        })
+    }
+}
+
+/// The flat algorithms that can run a level: each schedules every collective a level
+/// needs on one channel.
+pub const LEVEL_CANDIDATES: [Algorithm; 6] = [
+    Algorithm::Ring,
+    Algorithm::Mesh,
+    Algorithm::SingleRoot,
+    Algorithm::Tree,
+    Algorithm::BinomialTree,
+    Algorithm::HalvingDoubling,
+];
 
 /// Whether the hierarchical algorithm serves `collective`.
 pub fn serves(collective: Collective) -> bool {
@@ -79,21 +139,125 @@ pub fn has_levels(hosts: &HostMap) -> bool {
     hosts.nhosts() > 1 && hosts.nhosts() < hosts.nranks()
 }
 
-/// Rank `rank`'s hierarchical schedule for `layout` over `hosts` (the flat ring when
-/// there is only one level).
-pub fn schedule(layout: &Layout, rank: Rank, hosts: Option<&HostMap>) -> Schedule {
+/// Rank `rank`'s hierarchical schedule for `layout` over `hosts`, each level run by the
+/// algorithm `levels` names for it (the flat ring when there is only one level).
+pub fn schedule(
+    layout: &Layout,
+    rank: Rank,
+    hosts: Option<&HostMap>,
+    levels: LevelAlgorithms,
+) -> Schedule {
     let hosts = match hosts {
         Some(h) if h.nranks() == layout.nranks && has_levels(h) => h,
         _ => return super::ring::schedule(layout, rank, hosts),
     };
+    let lv = levels;
     match layout.collective {
-        Collective::AllReduce => all_reduce(layout, rank, hosts),
-        Collective::Broadcast => broadcast(layout, rank, hosts),
-        Collective::Reduce => reduce(layout, rank, hosts),
-        Collective::AllGather => all_gather(layout, rank, hosts),
-        Collective::ReduceScatter => reduce_scatter(layout, rank, hosts),
+        Collective::AllReduce => all_reduce(layout, rank, hosts, lv),
+        Collective::Broadcast => broadcast(layout, rank, hosts, lv),
+        Collective::Reduce => reduce(layout, rank, hosts, lv),
+        Collective::AllGather => all_gather(layout, rank, hosts, lv),
+        Collective::ReduceScatter => reduce_scatter(layout, rank, hosts, lv),
         // The flat ring in host order.
         _ => super::ring::schedule(layout, rank, Some(hosts)),
+    }
+}
+
+/// Each level's sub-collectives for `layout` on `hosts`, at the largest host's size and
+/// the largest block: `(local, global, phases sharing a host's link)`.
+fn level_layouts(layout: &Layout, hosts: &HostMap) -> (Vec<Layout>, Vec<Layout>, usize) {
+    let (h, l) = (hosts.nhosts(), widest(hosts));
+    let c = layout.count;
+    let shard = c.div_ceil(l.max(1));
+    let ip = layout.in_place;
+    match layout.collective {
+        Collective::AllReduce => (
+            vec![
+                sub_layout(Collective::Reduce, l, shard, 0, ip),
+                sub_layout(Collective::Broadcast, l, shard, 0, true),
+            ],
+            vec![sub_layout(Collective::AllReduce, h, shard, 0, true)],
+            l,
+        ),
+        Collective::Broadcast => (
+            vec![sub_layout(Collective::Broadcast, l, c, 0, true)],
+            vec![sub_layout(Collective::Broadcast, h, c, 0, ip)],
+            1,
+        ),
+        Collective::Reduce => (
+            vec![sub_layout(Collective::Reduce, l, c, 0, false)],
+            vec![sub_layout(Collective::Reduce, h, c, 0, true)],
+            1,
+        ),
+        Collective::AllGather => (
+            vec![sub_layout(Collective::Broadcast, l, c, 0, true)],
+            vec![sub_layout(Collective::AllGather, h, c, 0, ip)],
+            l,
+        ),
+        Collective::ReduceScatter => (
+            vec![sub_layout(Collective::Reduce, l, c, 0, false)],
+            vec![sub_layout(Collective::ReduceScatter, h, c, 0, false)],
+            l,
+        ),
+        _ => (Vec::new(), Vec::new(), 1),
+    }
+}
+
+/// The algorithm of each level the cost model prices cheapest for `layout` on `hosts`
+/// (elements of `elem_size` bytes): the local level's sub-collectives (a host's reduce
+/// to a shard's owner, its broadcast from it) at `local`'s rates on one host, with
+/// `receivers_read` as in [`Levels`](crate::schedule::cost::Levels); the global level's
+/// at `global`'s, its bandwidth shared by the phases that cross one host's link at
+/// once. Ties keep the ring. Depends on nothing a rank alone knows, so every rank of a
+/// communicator chooses alike.
+pub fn choose_levels(
+    layout: &Layout,
+    hosts: &HostMap,
+    elem_size: usize,
+    global: &crate::schedule::cost::CostModel,
+    local: &crate::schedule::cost::CostModel,
+    receivers_read: bool,
+) -> LevelAlgorithms {
+    use crate::schedule::cost::{cost_levels, CostModel, Levels};
+    let (locals, globals, sharing) = level_layouts(layout, hosts);
+    let one_host = HostMap::single(widest(hosts));
+    let inside = Levels {
+        hosts: &one_host,
+        local: *local,
+        receivers_read,
+        level_algorithms: None,
+    };
+    let across = CostModel {
+        bandwidth_gbps: global.bandwidth_gbps / sharing.max(1) as f64,
+        ..*global
+    };
+    // The cheapest candidate for these sub-layouts, priced by `price`.
+    let cheapest = |subs: &[Layout], price: &dyn Fn(&[Schedule]) -> f64| {
+        let mut best = (Algorithm::Ring, f64::INFINITY);
+        for a in LEVEL_CANDIDATES {
+            let total: f64 = subs
+                .iter()
+                .map(|sub| {
+                    let a = level_algorithm(a, sub);
+                    let all: Vec<Schedule> = (0..sub.nranks)
+                        .map(|v| a.generate_checked(sub, Rank::from(v)))
+                        .collect();
+                    price(&all)
+                })
+                .sum();
+            if total < best.1 {
+                best = (a, total);
+            }
+        }
+        best.0
+    };
+    LevelAlgorithms {
+        local: cheapest(&locals, &|all| {
+            cost_levels(all, elem_size, local, Some(&inside)).predicted_us
+        }),
+        global: cheapest(&globals, &|all| {
+            cost_levels(all, elem_size, &across, None).predicted_us
+        }),
     }
 }
 
@@ -143,9 +307,29 @@ impl Place<'_> {
     }
 }
 
-/// Embeds virtual rank `me`'s schedule of `sub` (by [`LEVEL`]) into `out` as `phase`.
-fn embed(out: &mut Schedule, sub: &Layout, me: usize, phase: &Phase<'_>) {
-    let s = LEVEL.generate_checked(sub, Rank::from(me));
+/// The algorithm that runs `sub` at a level asked to run `wanted`: `wanted` where it
+/// serves the sub-collective (on one channel), else the ring. An all_gather or
+/// reduce_scatter across hosts works on blocks that lie apart in the call's buffers (one
+/// local rank's on every host), so only algorithms that move one block per message can
+/// run it: ring and mesh for all_gather; the ring alone for reduce_scatter, whose output
+/// on a rank alone on its host lies inside its input when the call is in place.
+fn level_algorithm(wanted: Algorithm, sub: &Layout) -> Algorithm {
+    let fits = match sub.collective {
+        Collective::AllGather => matches!(wanted, Algorithm::Ring | Algorithm::Mesh),
+        Collective::ReduceScatter => wanted == Algorithm::Ring,
+        _ => true,
+    };
+    if LEVEL_CANDIDATES.contains(&wanted) && wanted.serves(sub.collective) && fits {
+        wanted
+    } else {
+        Algorithm::Ring
+    }
+}
+
+/// Embeds virtual rank `me`'s schedule of `sub` (by `algorithm`, see [`level_algorithm`])
+/// into `out` as `phase`.
+fn embed(out: &mut Schedule, sub: &Layout, me: usize, phase: &Phase<'_>, algorithm: Algorithm) {
+    let s = level_algorithm(algorithm, sub).generate_checked(sub, Rank::from(me));
     assert!(
         s.channels.len() <= 1,
         "a level's algorithm must use one channel"
@@ -199,26 +383,28 @@ fn map_peers(p: Primitive, f: impl Fn(Rank) -> Rank) -> Primitive {
 thread_local! {
     /// [`steps_of`]'s recent answers: every rank of a call asks the same few questions,
     /// each of which generates every virtual rank's schedule of a level.
-    static STEPS: std::cell::RefCell<super::recent::Recent<Layout, usize>> =
+    static STEPS: std::cell::RefCell<super::recent::Recent<(Layout, Algorithm), usize>> =
         const { std::cell::RefCell::new(super::recent::Recent::new(64)) };
 }
 
-/// Steps the sub-layout takes: the most any of its virtual ranks uses.
-fn steps_of(sub: &Layout) -> usize {
-    super::recent::recall(&STEPS, *sub, || count_steps(sub))
+/// Steps the sub-layout takes at a level that runs `algorithm`: the most any of its
+/// virtual ranks uses.
+fn steps_of(sub: &Layout, algorithm: Algorithm) -> usize {
+    let algorithm = level_algorithm(algorithm, sub);
+    super::recent::recall(&STEPS, (*sub, algorithm), || count_steps(sub, algorithm))
 }
 
-fn count_steps(sub: &Layout) -> usize {
+fn count_steps(sub: &Layout, algorithm: Algorithm) -> usize {
     // A ring all_reduce gives every rank the same steps (0 to 2(p-1), tested below):
     // rank 0's count is everyone's, without generating p schedules of p steps.
-    let ranks = if sub.collective == Collective::AllReduce && LEVEL == Algorithm::Ring {
+    let ranks = if sub.collective == Collective::AllReduce && algorithm == Algorithm::Ring {
         1
     } else {
         sub.nranks
     };
     (0..ranks)
         .map(|v| {
-            LEVEL
+            algorithm
                 .generate_checked(sub, Rank::from(v))
                 .channels
                 .iter()
@@ -246,7 +432,7 @@ fn sub_layout(
     }
 }
 
-fn all_reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
+fn all_reduce(layout: &Layout, rank: Rank, hosts: &HostMap, lv: LevelAlgorithms) -> Schedule {
     let mut out = Schedule::new(*layout, rank);
     let nhosts = hosts.nhosts();
     let me_host = hosts.host_of(rank);
@@ -270,18 +456,18 @@ fn all_reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
         .iter()
         .flat_map(|&l| {
             (0..l).map(move |root| {
-                steps_of(&sub_layout(
-                    Collective::Reduce,
-                    l,
-                    biggest,
-                    root,
-                    layout.in_place,
-                ))
+                steps_of(
+                    &sub_layout(Collective::Reduce, l, biggest, root, layout.in_place),
+                    lv.local,
+                )
             })
         })
         .max()
         .unwrap_or(0);
-    let global_steps = steps_of(&sub_layout(Collective::AllReduce, nhosts, biggest, 0, true));
+    let global_steps = steps_of(
+        &sub_layout(Collective::AllReduce, nhosts, biggest, 0, true),
+        lv.global,
+    );
     // The caller's data: in place, the one buffer (its input and output extents are
     // the whole of it); out of place, the input, then the output.
     let (input, output) = (
@@ -314,6 +500,7 @@ fn all_reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                 input: input.sub(offset, len).into(),
                 output: mine.into(),
             },
+            lv.local,
         );
         // 2. The owners of the shard, one per host, all_reduce it in place.
         if owner_here == rank {
@@ -329,6 +516,7 @@ fn all_reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                     input: mine.into(),
                     output: mine.into(),
                 },
+                lv.global,
             );
         }
         // 3. The owner broadcasts it on this host.
@@ -343,6 +531,7 @@ fn all_reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                 input: mine.into(),
                 output: mine.into(),
             },
+            lv.local,
         );
     }
     out
@@ -416,7 +605,7 @@ fn by_columns(
     out
 }
 
-fn all_gather(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
+fn all_gather(layout: &Layout, rank: Rank, hosts: &HostMap, lv: LevelAlgorithms) -> Schedule {
     let count = layout.count;
     let h = hosts.host_of(rank);
     let local = hosts.members(h);
@@ -429,7 +618,7 @@ fn all_gather(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
             let m = owners.len();
             // 1. The column's ranks, one per host that has it, all_gather across hosts.
             let global = sub_layout(Collective::AllGather, m, count, 0, layout.in_place);
-            let global_steps = steps_of(&global);
+            let global_steps = steps_of(&global, lv.global);
             if let Some(k) = owners.iter().position(|&r| r == rank) {
                 embed(
                     out,
@@ -445,6 +634,7 @@ fn all_gather(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                             at: blocks,
                         },
                     },
+                    lv.global,
                 );
             }
             // 2. Hosts without the column get its blocks from a rank that has them.
@@ -481,7 +671,7 @@ fn all_gather(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                     hosts.local_rank(server(hosts, h, c)),
                     true,
                 );
-                let each = steps_of(&inside);
+                let each = steps_of(&inside, lv.local);
                 for (k, &b) in blocks.iter().enumerate() {
                     embed(
                         out,
@@ -494,6 +684,7 @@ fn all_gather(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                             input: b.into(),
                             output: b.into(),
                         },
+                        lv.local,
                     );
                 }
             }
@@ -501,7 +692,7 @@ fn all_gather(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
     )
 }
 
-fn reduce_scatter(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
+fn reduce_scatter(layout: &Layout, rank: Rank, hosts: &HostMap, lv: LevelAlgorithms) -> Schedule {
     let count = layout.count;
     let h = hosts.host_of(rank);
     let local = hosts.members(h);
@@ -519,7 +710,7 @@ fn reduce_scatter(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
             };
             let inside_steps = |g: usize| match hosts.members(g).len() {
                 1 => 0,
-                _ => m * steps_of(&inside(g)),
+                _ => m * steps_of(&inside(g), lv.local),
             };
             let local_steps = (0..hosts.nhosts()).map(inside_steps).max().unwrap_or(0);
             // This host's sums of the column's blocks, on its server: scratch, or on a lone
@@ -537,7 +728,7 @@ fn reduce_scatter(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
             // 1. Inside each host, every block of the column is reduced to its server.
             if local.len() > 1 {
                 let sub = inside(h);
-                let each = steps_of(&sub);
+                let each = steps_of(&sub, lv.local);
                 for (k, &input) in inputs.iter().enumerate() {
                     embed(
                         out,
@@ -551,6 +742,7 @@ fn reduce_scatter(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                             // Written only on the server (the sub-layout's root).
                             output: part(k).into(),
                         },
+                        lv.local,
                     );
                 }
             }
@@ -599,6 +791,7 @@ fn reduce_scatter(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                         input,
                         output: Slice::output(0, count).into(),
                     },
+                    lv.global,
                 );
             }
         },
@@ -634,7 +827,7 @@ fn leader_tree(
     })
 }
 
-fn broadcast(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
+fn broadcast(layout: &Layout, rank: Rank, hosts: &HostMap, lv: LevelAlgorithms) -> Schedule {
     let Some((mut out, h, leads)) = leader_tree(layout, rank, hosts) else {
         return Schedule::new(*layout, rank);
     };
@@ -654,7 +847,7 @@ fn broadcast(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
         hosts.host_of(layout.root),
         layout.in_place,
     );
-    let global_steps = steps_of(&global);
+    let global_steps = steps_of(&global, lv.global);
     if leads[h] == rank {
         embed(
             &mut out,
@@ -667,6 +860,7 @@ fn broadcast(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                 input: input.into(),
                 output: output.into(),
             },
+            lv.global,
         );
     }
     let leader_local = hosts.local_rank(leads[h]);
@@ -682,11 +876,12 @@ fn broadcast(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
             input: output.into(),
             output: output.into(),
         },
+        lv.local,
     );
     out
 }
 
-fn reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
+fn reduce(layout: &Layout, rank: Rank, hosts: &HostMap, lv: LevelAlgorithms) -> Schedule {
     let Some((mut out, h, leads)) = leader_tree(layout, rank, hosts) else {
         return Schedule::new(*layout, rank);
     };
@@ -704,30 +899,50 @@ fn reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
     if leads[h] == rank && rank != layout.root {
         out.scratch_len = c;
     }
+    // In place, the root's host reduces in place: the root's sum lands in the buffer
+    // that holds its own contribution (elsewhere it goes to scratch).
+    let in_place_on = |x: usize| layout.in_place && x == hosts.host_of(layout.root);
+    // There every rank's one buffer is its sub-layout's: the root's output, the others'
+    // input.
+    let (sub_input, sub_output) = match in_place_on(h) {
+        true if rank == layout.root => (partial, partial),
+        true => (input, input),
+        false => (input, partial),
+    };
     let local_steps = (0..hosts.nhosts())
         .map(|x| {
             let m = hosts.members(x);
-            steps_of(&sub_layout(
-                Collective::Reduce,
-                m.len(),
-                c,
-                hosts.local_rank(leads[x]),
-                false,
-            ))
+            steps_of(
+                &sub_layout(
+                    Collective::Reduce,
+                    m.len(),
+                    c,
+                    hosts.local_rank(leads[x]),
+                    in_place_on(x),
+                ),
+                lv.local,
+            )
         })
         .max()
         .unwrap_or(0);
     embed(
         &mut out,
-        &sub_layout(Collective::Reduce, local.len(), c, leader_local, false),
+        &sub_layout(
+            Collective::Reduce,
+            local.len(),
+            c,
+            leader_local,
+            in_place_on(h),
+        ),
         hosts.local_rank(rank),
         &Phase {
             group: local,
             channel: 0,
             step: 0,
-            input: input.into(),
-            output: partial.into(),
+            input: sub_input.into(),
+            output: sub_output.into(),
         },
+        lv.local,
     );
     if leads[h] == rank {
         embed(
@@ -747,6 +962,7 @@ fn reduce(layout: &Layout, rank: Rank, hosts: &HostMap) -> Schedule {
                 input: partial.into(),
                 output: Slice::output(0, c).into(),
             },
+            lv.global,
         );
     }
     out
@@ -763,7 +979,7 @@ mod tests {
             for (count, in_place) in [(0, false), (1, true), (n + 3, false), (5 * n, true)] {
                 let sub = sub_layout(Collective::AllReduce, n, count, 0, in_place);
                 let steps = |r: usize| {
-                    LEVEL
+                    Algorithm::Ring
                         .generate_checked(&sub, Rank::from(r))
                         .channels
                         .iter()
@@ -773,7 +989,7 @@ mod tests {
                 };
                 let all: Vec<usize> = (0..n).map(steps).collect();
                 assert!(all.iter().all(|&s| s == all[0]), "n={n}: {all:?}");
-                assert_eq!(count_steps(&sub), all[0]);
+                assert_eq!(count_steps(&sub, Algorithm::Ring), all[0]);
             }
         }
     }

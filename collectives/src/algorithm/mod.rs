@@ -123,12 +123,29 @@ impl Algorithm {
     }
 
     /// Rank `rank`'s schedule for `layout` when the ranks run on `hosts` (only
-    /// [`Algorithm::Hierarchical`] looks; `None` is one host).
+    /// [`Algorithm::Hierarchical`] looks; `None` is one host), levels by the ring.
     pub fn schedule_on(
         self,
         layout: &Layout,
         rank: Rank,
         hosts: Option<&rcoll_transport::hosts::HostMap>,
+    ) -> Result<Schedule, ScheduleError> {
+        self.schedule_levels(
+            layout,
+            rank,
+            hosts,
+            hierarchical::LevelAlgorithms::default(),
+        )
+    }
+
+    /// Like [`Algorithm::schedule_on`], [`Algorithm::Hierarchical`] running its levels by
+    /// `levels` (the other algorithms ignore it).
+    pub fn schedule_levels(
+        self,
+        layout: &Layout,
+        rank: Rank,
+        hosts: Option<&rcoll_transport::hosts::HostMap>,
+        levels: hierarchical::LevelAlgorithms,
     ) -> Result<Schedule, ScheduleError> {
         if let Err(reason) = layout.check() {
             return Err(ScheduleError::InvalidLayout {
@@ -158,19 +175,18 @@ impl Algorithm {
                 in_place: false,
                 ..*layout
             };
-            let mut s = self.generate(&as_all_reduce, rank, hosts);
+            let mut s = self.generate(&as_all_reduce, rank, hosts, levels);
             s.layout = *layout;
             return Ok(s);
         }
         if layout.in_place && !self.native_in_place(layout.collective) {
-            return in_place_via_scratch(layout, rank, |l| self.generate(l, rank, hosts)).ok_or(
-                ScheduleError::Unsupported(UnsupportedAlgorithm {
+            return in_place_via_scratch(layout, rank, |l| self.generate(l, rank, hosts, levels))
+                .ok_or(ScheduleError::Unsupported(UnsupportedAlgorithm {
                     algorithm: self,
                     collective: layout.collective,
-                }),
-            );
+                }));
         }
-        Ok(self.generate(layout, rank, hosts))
+        Ok(self.generate(layout, rank, hosts, levels))
     }
 
     /// Every rank's schedule for `layout`, `result[r]` for rank `r`.
@@ -184,8 +200,18 @@ impl Algorithm {
         layout: &Layout,
         hosts: Option<&rcoll_transport::hosts::HostMap>,
     ) -> Result<Vec<Schedule>, ScheduleError> {
+        self.schedules_levels(layout, hosts, hierarchical::LevelAlgorithms::default())
+    }
+
+    /// Every rank's schedule for `layout` on `hosts` with `levels`, `result[r]` for rank `r`.
+    pub fn schedules_levels(
+        self,
+        layout: &Layout,
+        hosts: Option<&rcoll_transport::hosts::HostMap>,
+        levels: hierarchical::LevelAlgorithms,
+    ) -> Result<Vec<Schedule>, ScheduleError> {
         (0..layout.nranks)
-            .map(|r| self.schedule_on(layout, Rank::from(r), hosts))
+            .map(|r| self.schedule_levels(layout, Rank::from(r), hosts, levels))
             .collect()
     }
 
@@ -205,6 +231,7 @@ impl Algorithm {
         layout: &Layout,
         rank: Rank,
         hosts: Option<&rcoll_transport::hosts::HostMap>,
+        levels: hierarchical::LevelAlgorithms,
     ) -> Schedule {
         match self {
             Algorithm::Mesh => mesh::schedule(layout, rank),
@@ -215,7 +242,7 @@ impl Algorithm {
             Algorithm::Ring => ring::schedule(layout, rank, hosts),
             Algorithm::DoubleBinaryTree => double_binary_tree::schedule(layout, rank),
             Algorithm::HalvingDoubling => halving_doubling::schedule(layout, rank),
-            Algorithm::Hierarchical => hierarchical::schedule(layout, rank, hosts),
+            Algorithm::Hierarchical => hierarchical::schedule(layout, rank, hosts, levels),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use rcoll_transport::{Rank, TransportError};
 
+use crate::algorithm::hierarchical::LevelAlgorithms;
 use crate::algorithm::Algorithm;
 use crate::element::Element;
 use crate::engine::core::{ExecError, Position};
@@ -111,6 +112,7 @@ impl Communicator {
                         hosts,
                         local: self.local_model,
                         receivers_read: self.local_reads,
+                        level_algorithms: self.config.level_algorithms,
                     });
                 Ok(self.selector.choose(
                     layout,
@@ -184,13 +186,53 @@ impl Communicator {
         Ok(layout)
     }
 
-    pub(super) fn plan(&mut self, layout: &Layout, algorithm: Algorithm) -> Result<Arc<Plan>> {
-        if let Some(p) = self.plans.get(&(*layout, algorithm)) {
+    /// The algorithms of the hierarchical levels for `layout` (elements of `elem_size`
+    /// bytes): forced by `RCOLL_LEVEL_ALGO`, else priced per level for the layout's size
+    /// bucket, as `Auto` prices the hierarchical schedule (so every rank chooses alike).
+    pub(super) fn levels_for(&mut self, layout: &Layout, elem_size: usize) -> LevelAlgorithms {
+        let Some(hosts) = self.hosts.clone() else {
+            return LevelAlgorithms::default();
+        };
+        let levels = crate::schedule::cost::Levels {
+            hosts: &hosts,
+            local: self.local_model,
+            receivers_read: self.local_reads,
+            level_algorithms: self.config.level_algorithms,
+        };
+        let representative = crate::select::bucket(layout, elem_size);
+        let key = (representative, elem_size);
+        if let Some(l) = self.level_choices.get(&key) {
+            return *l;
+        }
+        let choice = crate::select::level_algorithms(
+            &representative,
+            elem_size,
+            &self.config.cost_model,
+            &levels,
+        );
+        if self.level_choices.len() >= PLAN_CACHE_LIMIT {
+            self.level_choices.clear();
+        }
+        self.level_choices.insert(key, choice);
+        choice
+    }
+
+    pub(super) fn plan(
+        &mut self,
+        layout: &Layout,
+        algorithm: Algorithm,
+        elem_size: usize,
+    ) -> Result<Arc<Plan>> {
+        let levels = match algorithm {
+            Algorithm::Hierarchical => self.levels_for(layout, elem_size),
+            _ => LevelAlgorithms::default(),
+        };
+        if let Some(p) = self.plans.get(&(*layout, algorithm, levels)) {
             return Ok(Arc::clone(p));
         }
         let rank = self.rank.0;
         let schedule = algorithm
-            .schedule_on(layout, self.rank, self.hosts.as_deref())
+            .schedule_levels(layout, self.rank, self.hosts.as_deref(), levels)
             .map_err(|e| Error::Internal {
                 rank,
                 what: e.to_string(),
@@ -204,7 +246,8 @@ impl Communicator {
         if self.plans.len() >= PLAN_CACHE_LIMIT {
             self.plans.clear();
         }
-        self.plans.insert((*layout, algorithm), Arc::clone(&plan));
+        self.plans
+            .insert((*layout, algorithm, levels), Arc::clone(&plan));
         Ok(plan)
     }
 
@@ -231,7 +274,7 @@ impl Communicator {
                     Ok(a) => a,
                     Err(e) => return Err(self.fail(e)),
                 };
-                let plan = match self.plan(&layout, algorithm) {
+                let plan = match self.plan(&layout, algorithm, elem) {
                     Ok(p) => p,
                     Err(e) => return Err(self.fail(e)),
                 };

@@ -29,6 +29,10 @@ pub struct Levels<'a> {
     /// nothing, a round inside a host costs the receiving side only, and a rank that
     /// sends to several peers at once is not their bottleneck.
     pub receivers_read: bool,
+    /// The algorithms of the hierarchical schedule's levels when they are forced
+    /// (`RCOLL_LEVEL_ALGO`); `None` prices each level with its own rates
+    /// ([`crate::algorithm::hierarchical::choose_levels`]).
+    pub level_algorithms: Option<crate::algorithm::hierarchical::LevelAlgorithms>,
 }
 
 impl CostModel {

@@ -332,6 +332,24 @@ fn cyclic_ranks_on_emulated_hosts_ring_host_by_host() {
     );
 }
 
+/// `RCOLL_LEVEL_ALGO` (root, 2 emulated hosts x 2 ranks): every collective of the main
+/// algorithms is right with the hierarchical levels run by other algorithms than the
+/// ring (binomial tree inside hosts, mesh across), and every rank reports them.
+#[test]
+fn forced_level_algorithms_run_every_collective_on_emulated_hosts() {
+    if !is_root() {
+        eprintln!("skipped: network namespaces need root");
+        return;
+    }
+    sweep_on_emulated_hosts(
+        &["--rate", "0"],
+        &[
+            ("RCOLL_LEVEL_ALGO", "binomial_tree/mesh"),
+            ("RCOLL_TEST_EXPECT_LEVELS", "binomial_tree/mesh"),
+        ],
+    );
+}
+
 /// `ci/multihost.sh` (root): 2 hosts x 2 ranks as network namespaces behind shaped links,
 /// this binary's sweep on each rank (shared memory inside a host, TCP across); every rank
 /// succeeds and the script leaves no namespace or link behind.
