@@ -52,6 +52,10 @@ pub struct PlanRow {
     pub verify_error: Option<String>,
     /// Whether this is the cheapest predicted algorithm.
     pub cheapest: bool,
+    /// The hierarchical schedule's level algorithms, each priced at its level's rates
+    /// (`local/global`); `None` for flat algorithms and one-level groups.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub levels: Option<String>,
 }
 
 /// Every algorithm that serves the collective, in [`Algorithm::ALL`] order.
@@ -99,15 +103,28 @@ pub fn plan(spec: &PlanSpec) -> Result<Plan, BenchError> {
         .into_iter()
         .filter(|a| a.serves(layout.collective))
     {
-        let schedules = algorithm
-            .schedules_on(&layout, spec.hosts.as_ref())
-            .map_err(|e| usage(e.to_string()))?;
         let levels = spec.hosts.as_ref().map(|hosts| Levels {
             hosts,
             local: spec.local_model,
             receivers_read: false,
             level_algorithms: None,
         });
+        let chosen = match (algorithm, &levels) {
+            (Algorithm::Hierarchical, Some(l))
+                if rcoll::algorithm::hierarchical::has_levels(l.hosts) =>
+            {
+                Some(rcoll::select::level_algorithms(
+                    &layout,
+                    elem_size,
+                    &spec.model,
+                    l,
+                ))
+            }
+            _ => None,
+        };
+        let schedules = algorithm
+            .schedules_levels(&layout, spec.hosts.as_ref(), chosen.unwrap_or_default())
+            .map_err(|e| usage(e.to_string()))?;
         let cost = cost_levels(&schedules, elem_size, &spec.model, levels.as_ref());
         let (verified, verify_error) = if verifiable(&layout, &schedules) {
             match verify(&layout, &schedules) {
@@ -123,6 +140,7 @@ pub fn plan(spec: &PlanSpec) -> Result<Plan, BenchError> {
             verified,
             verify_error,
             cheapest: false,
+            levels: chosen.map(|l| l.to_string()),
         });
     }
     let cheapest = rows
@@ -237,7 +255,14 @@ pub fn render_text(spec: &PlanSpec, plan: &Plan) -> String {
         .iter()
         .map(|r| {
             [
-                format!("{} {}", if r.cheapest { '*' } else { ' ' }, r.algorithm),
+                match &r.levels {
+                    Some(l) => format!(
+                        "{} {}({l})",
+                        if r.cheapest { '*' } else { ' ' },
+                        r.algorithm
+                    ),
+                    None => format!("{} {}", if r.cheapest { '*' } else { ' ' }, r.algorithm),
+                },
                 r.cost.steps.to_string(),
                 r.cost.total_bytes.to_string(),
                 r.cost.max_step_bytes_per_rank.to_string(),
@@ -378,6 +403,13 @@ mod tests {
         assert_eq!(row(&small, Algorithm::Mesh).cost.cross_host_messages, 8);
         assert!(small.rows.iter().all(|r| r.verified == Some(true)));
         assert!(render_text(&spec(8), &small).contains("cross_host_messages"));
+        // The hierarchical row names the algorithm each level got: at 8 bytes the mesh
+        // at both (one round each), verified like the others.
+        let hier = row(&small, Algorithm::Hierarchical);
+        assert_eq!(hier.levels.as_deref(), Some("mesh/mesh"));
+        assert_eq!(hier.cost.steps, 3, "{:?}", hier.cost);
+        assert!(render_text(&spec(8), &small).contains("hierarchical(mesh/mesh)"));
+        assert_eq!(row(&small, Algorithm::Ring).levels, None);
     }
 
     #[test]
