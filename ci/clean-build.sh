@@ -95,11 +95,17 @@ unshare --mount --fork bash -euo pipefail -c '
             echo \"== the C library as issue 13 states it: cc hello.c -I capi/include -L target/release -lrcoll; 2 ranks\"
             cc capi/examples/hello.c -I capi/include -L target/release -lrcoll -o /tmp/hello
             secret=\$(od -An -N16 -tx1 /dev/urandom | tr -d \" \\n\")
+            # Each rank waited for by its pid: a second \`wait -n\` finds no child left
+            # when both ranks have already exited, and fails with 127.
+            pids=()
             for r in 0 1; do
                 RCOLL_RANK=\$r RCOLL_WORLD_SIZE=2 RCOLL_ROOT_ADDR=127.0.0.1:29561 \\
                     RCOLL_UNIQUE_ID=\$secret LD_LIBRARY_PATH=target/release /tmp/hello &
+                pids+=(\$!)
             done
-            wait -n && wait -n
+            for pid in \"\${pids[@]}\"; do
+                wait \$pid
+            done
         "
 ' _ "$fs" "$repo" "$rustup_home" "$cargo_home" "$root/build" "$toolchain"
 echo "== clean build OK: target/clean-root/build/release/rcoll-bench"

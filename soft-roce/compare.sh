@@ -9,8 +9,14 @@
 # Prints: ib_write_bw (one direction, and -b both directions) at 1 and 8 MiB, ib_write_lat
 # at 8 B, rcoll all_reduce on 2 ranks (one per device) over verbs with registered buffers
 # (zero-copy) and with RCOLL_IB_ZERO_COPY=0, over TCP, iperf3, and rxe's retransmission
-# counters after each verbs run (emulated devices retransmit; each retry stalls a queue
-# pair for the ACK timeout).
+# counters after each verbs run. Each verbs row ends with rcoll's rate in MiB/s (perftest's
+# unit: its "MB/sec" are 2^20 bytes) out of place / in place and its ratio to ib_write_bw's
+# one-direction average of the same size; the 8-byte row with its ratio to ib_write_lat's
+# round trip (twice its average one-way time).
+#
+# rxe's retransmit timer is started when none is pending and never stopped, so queue pairs
+# that stream retry about once per ACK timeout although nothing is lost (sent_pkts equals
+# the peer's rcvd_pkts): completer_retry_err counts them, each resending up to 128 packets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bench=target/release/rcoll-bench
@@ -22,6 +28,16 @@ counters() {
         grep -o -E '(duplicate_request|completer_retry_err|out_of_seq_request) [0-9]+' | tr '\n' ' ')"
 }
 rows() { grep -v '^#' || true; }
+declare -A bw
+# rcoll rows with their rate in MiB/s and its ratio to ib_write_bw's average of that size.
+rated() {
+    rows | awk -v b1="${bw[1048576]:-0}" -v b8="${bw[8388608]:-0}" '{
+        ref = ($1 == 1048576) ? b1 : (($1 == 8388608) ? b8 : 0)
+        oop = $1 / $6 * 1e6 / 1048576; ip = $1 / $10 * 1e6 / 1048576
+        if (ref > 0) printf "%s   %.1f / %.1f MiB/s = %.2f / %.2f of ib_write_bw\n", $0, oop, ip, oop / ref, ip / ref
+        else print
+    }'
+}
 
 echo "MTU $(cat /sys/class/net/veth0/mtu), $(nproc) CPUs"
 for size in 1048576 8388608; do
@@ -34,22 +50,26 @@ for size in 1048576 8388608; do
         line=$(timeout 120 ib_write_bw -d rxe0 -x 1 -s "$size" -n "$iters" -F $both 10.99.0.2 2>&1 |
             grep -A1 '#bytes' | tail -n 1)
         wait
-        echo "ib_write_bw ${both:-  } $size B: $line   (bytes, iters, peak MB/s, average MB/s, Mmsg/s)"
+        echo "ib_write_bw ${both:-  } $size B: $line   (bytes, iters, peak MiB/s, average MiB/s, Mmsg/s)"
+        if [[ -z $both ]]; then bw[$size]=$(awk '{print $4}' <<<"$line"); fi
     done
 done
 timeout 60 ib_write_lat -d rxe1 -x 1 -s 8 -n 1000 -F >/dev/null 2>&1 &
 sleep 1
-echo "ib_write_lat 8 B: $(timeout 60 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 -F 10.99.0.2 2>&1 | grep -A1 '#bytes' | tail -n 1)   (bytes, iters, min, max, typical us, ...)"
+lat=$(timeout 60 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 -F 10.99.0.2 2>&1 | grep -A1 '#bytes' | tail -n 1)
+echo "ib_write_lat 8 B: $lat   (bytes, iters, min, max, typical, average us, ...)"
+rtt=$(awk '{print 2 * $6}' <<<"$lat")
 wait
 counters
 echo "== rcoll all_reduce, verbs, registered buffers (zero-copy)"
-$bench all_reduce --transport verbs "${devices[@]}" "${sizes[@]}" 2>&1 | rows
+$bench all_reduce --transport verbs "${devices[@]}" "${sizes[@]}" 2>&1 | rated
 counters
 echo "== rcoll all_reduce, verbs, copies into slots (RCOLL_IB_ZERO_COPY=0)"
-RCOLL_IB_ZERO_COPY=0 $bench all_reduce --transport verbs "${devices[@]}" "${sizes[@]}" 2>&1 | rows
+RCOLL_IB_ZERO_COPY=0 $bench all_reduce --transport verbs "${devices[@]}" "${sizes[@]}" 2>&1 | rated
 counters
 echo "== rcoll all_reduce, verbs, 8 B"
-$bench all_reduce --transport verbs "${devices[@]}" -b 8 -e 8 -n 1000 -w 100 -c 1 2>&1 | rows
+$bench all_reduce --transport verbs "${devices[@]}" -b 8 -e 8 -n 1000 -w 100 -c 1 2>&1 | rows |
+    awk -v rtt="${rtt:-0}" '{ if (rtt > 0) printf "%s   %.2f / %.2f of ib_write_lat round trip (%.1f us)\n", $0, $6 / rtt, $10 / rtt, rtt; else print }'
 echo "== rcoll all_reduce, TCP over the same veth pair"
 $bench all_reduce --transport tcp "${devices[@]}" "${sizes[@]}" 2>&1 | rows
 $bench all_reduce --transport tcp "${devices[@]}" -b 8 -e 8 -n 1000 -w 100 -c 1 2>&1 | rows

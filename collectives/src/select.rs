@@ -16,7 +16,7 @@ use crate::schedule::cost::{cost_levels, Cost, CostModel, Levels};
 use crate::schedule::{Collective, Layout};
 
 /// Beyond this many ranks the quadratic algorithms are not even priced.
-const QUADRATIC_LIMIT: usize = 64;
+pub const QUADRATIC_LIMIT: usize = 64;
 
 /// Every algorithm that serves `layout`, with its cost, cheapest first.
 /// With `levels`, pairs on one host are priced at the local rates and the hierarchical

@@ -60,7 +60,7 @@ use crate::schedule::{Buffer, Collective, Extent, Layout, Primitive, Schedule, S
 
 /// The flat algorithm of each level: `local` inside every host, `global` across hosts.
 /// Each must use one channel, so that a phase's primitives can share one channel with
-/// the phases around it ([`LevelAlgorithms::serve`]). The default is the ring at both
+/// the phases around it ([`LEVEL_CANDIDATES`]). The default is the ring at both
 /// levels; `Auto` prices each level with its own rates ([`choose_levels`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LevelAlgorithms {
@@ -151,13 +151,12 @@ pub fn schedule(
         Some(h) if h.nranks() == layout.nranks && has_levels(h) => h,
         _ => return super::ring::schedule(layout, rank, hosts),
     };
-    let lv = levels;
     match layout.collective {
-        Collective::AllReduce => all_reduce(layout, rank, hosts, lv),
-        Collective::Broadcast => broadcast(layout, rank, hosts, lv),
-        Collective::Reduce => reduce(layout, rank, hosts, lv),
-        Collective::AllGather => all_gather(layout, rank, hosts, lv),
-        Collective::ReduceScatter => reduce_scatter(layout, rank, hosts, lv),
+        Collective::AllReduce => all_reduce(layout, rank, hosts, levels),
+        Collective::Broadcast => broadcast(layout, rank, hosts, levels),
+        Collective::Reduce => reduce(layout, rank, hosts, levels),
+        Collective::AllGather => all_gather(layout, rank, hosts, levels),
+        Collective::ReduceScatter => reduce_scatter(layout, rank, hosts, levels),
         // The flat ring in host order.
         _ => super::ring::schedule(layout, rank, Some(hosts)),
     }
@@ -208,8 +207,9 @@ fn level_layouts(layout: &Layout, hosts: &HostMap) -> (Vec<Layout>, Vec<Layout>,
 /// to a shard's owner, its broadcast from it) at `local`'s rates on one host, with
 /// `receivers_read` as in [`Levels`](crate::schedule::cost::Levels); the global level's
 /// at `global`'s, its bandwidth shared by the phases that cross one host's link at
-/// once. Ties keep the ring. Depends on nothing a rank alone knows, so every rank of a
-/// communicator chooses alike.
+/// once. Ties keep the ring; beyond [`crate::select::QUADRATIC_LIMIT`] ranks at a level
+/// the quadratic algorithms are not priced there (as flat selection does). Depends on
+/// nothing a rank alone knows, so every rank of a communicator chooses alike.
 pub fn choose_levels(
     layout: &Layout,
     hosts: &HostMap,
@@ -234,7 +234,15 @@ pub fn choose_levels(
     // The cheapest candidate for these sub-layouts, priced by `price`.
     let cheapest = |subs: &[Layout], price: &dyn Fn(&[Schedule]) -> f64| {
         let mut best = (Algorithm::Ring, f64::INFINITY);
+        let quadratic = |a: Algorithm| matches!(a, Algorithm::Mesh | Algorithm::SingleRoot);
         for a in LEVEL_CANDIDATES {
+            if quadratic(a)
+                && subs
+                    .iter()
+                    .any(|s| s.nranks > crate::select::QUADRATIC_LIMIT)
+            {
+                continue;
+            }
             let total: f64 = subs
                 .iter()
                 .map(|sub| {
