@@ -100,7 +100,7 @@ unshare --mount --fork bash -euo pipefail -c '
             pids=()
             for r in 0 1; do
                 RCOLL_RANK=\$r RCOLL_WORLD_SIZE=2 RCOLL_ROOT_ADDR=127.0.0.1:29561 \\
-                    RCOLL_UNIQUE_ID=\$secret LD_LIBRARY_PATH=target/release /tmp/hello &
+                    RCOLL_UNIQUE_ID=\$secret LD_LIBRARY_PATH=target/release timeout 120 /tmp/hello &
                 pids+=(\$!)
             done
             for pid in \"\${pids[@]}\"; do

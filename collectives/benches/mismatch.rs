@@ -21,6 +21,7 @@ fn overhead(c: &mut Criterion) {
         count: 2,
         root: 0,
         segment_elems: 32768,
+        levels: None,
     };
     c.bench_function("fingerprint", |b| {
         b.iter(|| black_box(black_box(call).fingerprint()))

@@ -59,7 +59,7 @@ pub struct Communicator {
     level_choices: HashMap<(Layout, usize), LevelAlgorithms, foldhash::fast::RandomState>,
     scratch: Vec<u128>,
     /// The last call's layout, element size and forced algorithm, with its choice and plan.
-    last_call: Option<(CallKey, Algorithm, Arc<Plan>)>,
+    last_call: Option<(CallKey, Algorithm, Option<LevelAlgorithms>, Arc<Plan>)>,
     /// The engine's per-channel state, kept between calls.
     spare: crate::engine::core::Spare,
     next_algorithm: Option<Algorithm>,
@@ -293,14 +293,8 @@ impl Communicator {
         root: usize,
         in_place: bool,
     ) -> Option<LevelAlgorithms> {
-        let hosts = self.hosts.as_deref()?;
-        if !crate::algorithm::hierarchical::has_levels(hosts)
-            || !Algorithm::Hierarchical.serves(collective)
-        {
-            return None;
-        }
         let layout = self.layout(collective, count, root, in_place);
-        Some(self.levels_for(&layout, std::mem::size_of::<T>()))
+        self.levels_for(&layout, std::mem::size_of::<T>())
     }
 
     /// Fails every pending and future call of every rank with an error naming this rank and

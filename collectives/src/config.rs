@@ -103,7 +103,7 @@ impl Config {
         }
         if let Some(v) = var("RCOLL_LEVEL_ALGO") {
             self.level_algorithms = match v.trim() {
-                "" | "auto" => None,
+                v if v.is_empty() || v.eq_ignore_ascii_case("auto") => None,
                 v => Some(
                     v.parse()
                         .map_err(|e| Error::Config(format!("RCOLL_LEVEL_ALGO={v:?}: {e}")))?,

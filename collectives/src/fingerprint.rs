@@ -4,12 +4,13 @@
 //!
 //! ```text
 //!  bits 0-3 algorithm   4-7 element type   8-11 operation   12-15 collective
-//!  bits 16-31 hash of (count, root, segment length)
+//!  bits 16-31 hash of (count, root, segment length, the hierarchical levels' algorithms)
 //! ```
 //!
 //! It rides in the tag of every message at no extra byte, so its cost on an 8-byte
 //! collective is one hash per call.
 
+use crate::algorithm::hierarchical::{LevelAlgorithms, LEVEL_CANDIDATES};
 use crate::algorithm::Algorithm;
 use crate::element::DataType;
 use crate::op::ReduceOp;
@@ -32,6 +33,8 @@ pub struct Call {
     pub root: usize,
     /// Elements per segment.
     pub segment_elems: usize,
+    /// The algorithms of the hierarchical schedule's levels (`None` for flat ones).
+    pub levels: Option<LevelAlgorithms>,
 }
 
 fn index<T: PartialEq>(all: &[T], x: &T) -> u32 {
@@ -43,10 +46,15 @@ impl Call {
     pub fn fingerprint(&self) -> u32 {
         let algo = self.algorithm.map_or(0, |a| index(&Algorithm::ALL, &a) + 1) & 0xf;
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let levels = self.levels.map_or(0, |l| {
+            1 + u64::from(index(&LEVEL_CANDIDATES, &l.local))
+                + 16 * u64::from(index(&LEVEL_CANDIDATES, &l.global))
+        });
         for v in [
             self.count as u64,
             self.root as u64,
             self.segment_elems as u64,
+            levels,
         ] {
             h = (h ^ v).wrapping_mul(0x0000_0100_0000_01b3);
         }
@@ -92,7 +100,7 @@ pub fn explain(ours: u32, theirs: u32) -> String {
         })
         .collect();
     if ours >> 16 != theirs >> 16 {
-        diffs.push("count, root or segment size differ".into());
+        diffs.push("count, root, segment size or level algorithms differ".into());
     }
     if diffs.is_empty() {
         diffs.push("the calls differ".into());
@@ -113,6 +121,7 @@ mod tests {
             count: 1000,
             root: 0,
             segment_elems: 32768,
+            levels: None,
         }
     }
 
@@ -153,11 +162,22 @@ mod tests {
                     count: 1001,
                     ..call()
                 },
-                "count, root or segment size differ",
+                "count, root, segment size or level algorithms differ",
             ),
             (
                 Call { root: 1, ..call() },
-                "count, root or segment size differ",
+                "count, root, segment size or level algorithms differ",
+            ),
+            (
+                Call {
+                    algorithm: Some(Algorithm::Hierarchical),
+                    levels: Some(LevelAlgorithms {
+                        local: Algorithm::Mesh,
+                        global: Algorithm::Ring,
+                    }),
+                    ..call()
+                },
+                "algorithm ring here, hierarchical there",
             ),
         ];
         for (other, words) in cases {
@@ -166,5 +186,28 @@ mod tests {
             assert!(explain(a, b).contains(words), "{}", explain(a, b));
         }
         assert_eq!(call().fingerprint(), a);
+        // Hierarchical calls whose levels run different algorithms differ too.
+        let hier = |local, global| {
+            Call {
+                algorithm: Some(Algorithm::Hierarchical),
+                levels: Some(LevelAlgorithms { local, global }),
+                ..call()
+            }
+            .fingerprint()
+        };
+        let (x, y) = (
+            hier(Algorithm::Mesh, Algorithm::Ring),
+            hier(Algorithm::Ring, Algorithm::Ring),
+        );
+        assert_ne!(x, y);
+        assert!(
+            explain(x, y).contains("level algorithms differ"),
+            "{}",
+            explain(x, y)
+        );
+        assert_ne!(
+            hier(Algorithm::Ring, Algorithm::Mesh),
+            hier(Algorithm::Mesh, Algorithm::Ring)
+        );
     }
 }

@@ -51,16 +51,23 @@ pub fn rank_algorithms(
     priced
 }
 
-/// The algorithms of the hierarchical schedule's levels for `layout` (elements of
+/// The algorithms the hierarchical schedule's levels run for `layout` (elements of
 /// `elem_size` bytes, the network at `model`'s rates): the forced ones, else each level
-/// priced with its own rates.
+/// priced with its own rates; the effective ones for the collective
+/// ([`LevelAlgorithms::effective`]). The choice looks at neither the root nor whether
+/// the call is in place, which ranks of one call may differ in (the C API).
 pub fn level_algorithms(
     layout: &Layout,
     elem_size: usize,
     model: &CostModel,
     levels: &Levels<'_>,
 ) -> LevelAlgorithms {
-    levels.level_algorithms.unwrap_or_else(|| {
+    let layout = &Layout {
+        root: Rank::from(0usize),
+        in_place: false,
+        ..*layout
+    };
+    let chosen = levels.level_algorithms.unwrap_or_else(|| {
         if levels.hosts.nranks() == layout.nranks && hierarchical::has_levels(levels.hosts) {
             hierarchical::choose_levels(
                 layout,
@@ -73,7 +80,8 @@ pub fn level_algorithms(
         } else {
             LevelAlgorithms::default()
         }
-    })
+    });
+    chosen.effective(layout.collective)
 }
 
 /// `layout` with its count rounded up to a power of two bytes: what `Auto` prices, so

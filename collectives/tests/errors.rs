@@ -302,7 +302,7 @@ fn ranks_that_disagree_on_type_op_or_root_all_fail_and_say_how() {
             };
             c.all_reduce_in_place(&mut [0u64; 64], op)
         }),
-        ("count, root or segment size", |c| {
+        ("count, root, segment size or level algorithms", |c| {
             let root = usize::from(c.rank() == 1);
             c.broadcast_in_place(&mut [0u8; 64], root)
         }),

@@ -339,6 +339,10 @@ fn mismatch(comm: &mut Communicator) {
             if odd { ReduceOp::Max } else { ReduceOp::Sum },
         ),
         "root" => comm.broadcast_in_place(&mut vec![1u8; 1000], usize::from(odd)),
+        // Ranks whose RCOLL_LEVEL_ALGO differ (set per rank by the test).
+        "levels" => comm
+            .with_algorithm(Algorithm::Hierarchical)
+            .all_reduce_in_place(&mut vec![1f32; 1000], ReduceOp::Sum),
         other => panic!("unknown mismatch {other}"),
     };
     // A rank whose part was only sending learns of the disagreement from the abort of the
@@ -491,10 +495,16 @@ fn a_killed_rank_fails_the_others_naming_it_20_times_out_of_20() {
 #[test]
 fn ranks_that_disagree_on_count_type_op_or_root_all_fail() {
     for (kind, words) in [
-        ("count", "count, root or segment size differ"),
+        (
+            "count",
+            "count, root, segment size or level algorithms differ",
+        ),
         ("type", "element type"),
         ("op", "operation"),
-        ("root", "count, root or segment size differ"),
+        (
+            "root",
+            "count, root, segment size or level algorithms differ",
+        ),
     ] {
         let extra = [
             ("RCOLL_TEST_MISMATCH", kind.to_string()),
@@ -511,6 +521,46 @@ fn ranks_that_disagree_on_count_type_op_or_root_all_fail() {
             );
         }
     }
+}
+
+/// Two emulated hosts of two ranks (`RCOLL_HOST`, shared memory inside, TCP across)
+/// where rank 0 is told other level algorithms (`RCOLL_LEVEL_ALGO=mesh/ring`) than the
+/// others (`binomial_tree/ring`): a forced hierarchical all_reduce fails on every rank,
+/// whose errors say how the calls differ, instead of hanging or mixing data.
+#[test]
+fn ranks_that_disagree_on_level_algorithms_all_fail() {
+    let children = spawn_each("mismatch", 4, |r| {
+        vec![
+            ("RCOLL_TEST_MISMATCH", "levels".to_string()),
+            ("RCOLL_TIMEOUT", "5".to_string()),
+            ("RCOLL_TRANSPORT", "shm".to_string()),
+            ("RCOLL_HOST", format!("levels-host{}", r / 2)),
+            (
+                "RCOLL_LEVEL_ALGO",
+                if r == 0 {
+                    "mesh/ring"
+                } else {
+                    "binomial_tree/ring"
+                }
+                .to_string(),
+            ),
+        ]
+    });
+    let results = finish(children, Duration::from_secs(60));
+    // Every rank fails naming the disagreement: in the call, or (a rank still finishing
+    // its setup when the others abort) in its setup.
+    for (r, (_, out)) in results.iter().enumerate() {
+        assert!(
+            out.contains("level algorithms differ") || out.contains("disagrees"),
+            "rank {r}:\n{out}"
+        );
+    }
+    assert!(
+        results
+            .iter()
+            .any(|(_, out)| out.contains("level algorithms differ")),
+        "some rank names the level algorithms: {results:?}"
+    );
 }
 
 #[test]

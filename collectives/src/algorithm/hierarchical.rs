@@ -11,10 +11,14 @@
 //!
 //! ```text
 //!   host A (ranks 0 1 2)       host B (ranks 3 4 5)
-//!   1. local reduce of shard j to its owner         (ring among the host's ranks)
-//!   2. all_reduce of shard j among the owners of j   (ring across hosts, one rank each)
-//!   3. local broadcast of shard j from its owner     (ring among the host's ranks)
+//!   1. local reduce of shard j to its owner         (the local level's algorithm)
+//!   2. all_reduce of shard j among the owners of j   (the global level's, one rank per host)
+//!   3. local broadcast of shard j from its owner     (the local level's)
 //! ```
+//!
+//! Each level runs a flat algorithm of its own ([`LevelAlgorithms`]): the ring at both by
+//! default; `auto` prices each level at its own rates ([`choose_levels`]), and
+//! `RCOLL_LEVEL_ALGO` forces them. The byte counts below are the rings'.
 //!
 //! Every local rank drives its own shards across the network, as NCCL and han do; with
 //! even hosts the first and last phases together are a reduce-scatter and an all-gather.
@@ -110,6 +114,43 @@ impl std::str::FromStr for LevelAlgorithms {
         })
     }
 }
+
+impl LevelAlgorithms {
+    /// What runs at each level of `collective`'s hierarchical schedule when these are
+    /// asked for: a level's algorithm where it serves that level's sub-collectives (see
+    /// `level_algorithm`), else the ring. For example `tree/tree` runs all_gather as
+    /// `tree/ring` (across hosts only ring and mesh move one block per message), and
+    /// `halving_doubling` never runs inside a host (it serves neither reduce nor
+    /// broadcast).
+    pub fn effective(self, collective: Collective) -> LevelAlgorithms {
+        use Collective as C;
+        let (locals, globals): (&[Collective], &[Collective]) = match collective {
+            C::AllReduce => (&[C::Reduce, C::Broadcast], &[C::AllReduce]),
+            C::Broadcast => (&[C::Broadcast], &[C::Broadcast]),
+            C::Reduce => (&[C::Reduce], &[C::Reduce]),
+            C::AllGather => (&[C::Broadcast], &[C::AllGather]),
+            C::ReduceScatter => (&[C::Reduce], &[C::ReduceScatter]),
+            _ => return self,
+        };
+        let at = |wanted: Algorithm, subs: &[Collective]| {
+            let runs = |c: Collective| level_algorithm(wanted, &sub_layout(c, 2, 1, 0, false));
+            if subs.iter().all(|&c| runs(c) == wanted) {
+                wanted
+            } else {
+                Algorithm::Ring
+            }
+        };
+        LevelAlgorithms {
+            local: at(self.local, locals),
+            global: at(self.global, globals),
+        }
+    }
+}
+
+/// Beyond this many ranks at a level, `choose_levels` keeps the ring there without
+/// pricing (pricing every rank's schedule of a level of thousands costs more than a
+/// call).
+const PRICED_LEVEL_LIMIT: usize = 256;
 
 /// The flat algorithms that can run a level: each schedules every collective a level
 /// needs on one channel.
@@ -208,8 +249,11 @@ fn level_layouts(layout: &Layout, hosts: &HostMap) -> (Vec<Layout>, Vec<Layout>,
 /// `receivers_read` as in [`Levels`](crate::schedule::cost::Levels); the global level's
 /// at `global`'s, its bandwidth shared by the phases that cross one host's link at
 /// once. Ties keep the ring; beyond [`crate::select::QUADRATIC_LIMIT`] ranks at a level
-/// the quadratic algorithms are not priced there (as flat selection does). Depends on
-/// nothing a rank alone knows, so every rank of a communicator chooses alike.
+/// the quadratic algorithms are not priced there (as flat selection does), beyond
+/// `PRICED_LEVEL_LIMIT` (256) nothing is. Every rank of a communicator must pass the same
+/// arguments (the models and `receivers_read` are the group's, not a pair's); a rank
+/// that chose otherwise fails its call with a mismatch naming the level algorithms (they
+/// are in every message's fingerprint).
 pub fn choose_levels(
     layout: &Layout,
     hosts: &HostMap,
@@ -233,6 +277,9 @@ pub fn choose_levels(
     };
     // The cheapest candidate for these sub-layouts, priced by `price`.
     let cheapest = |subs: &[Layout], price: &dyn Fn(&[Schedule]) -> f64| {
+        if subs.iter().any(|s| s.nranks > PRICED_LEVEL_LIMIT) {
+            return Algorithm::Ring;
+        }
         let mut best = (Algorithm::Ring, f64::INFINITY);
         let quadratic = |a: Algorithm| matches!(a, Algorithm::Mesh | Algorithm::SingleRoot);
         for a in LEVEL_CANDIDATES {

@@ -186,13 +186,22 @@ impl Communicator {
         Ok(layout)
     }
 
-    /// The algorithms of the hierarchical levels for `layout` (elements of `elem_size`
-    /// bytes): forced by `RCOLL_LEVEL_ALGO`, else priced per level for the layout's size
-    /// bucket, as `Auto` prices the hierarchical schedule (so every rank chooses alike).
-    pub(super) fn levels_for(&mut self, layout: &Layout, elem_size: usize) -> LevelAlgorithms {
-        let Some(hosts) = self.hosts.clone() else {
-            return LevelAlgorithms::default();
-        };
+    /// The algorithms the hierarchical levels run for `layout` (elements of `elem_size`
+    /// bytes; the effective ones, see [`LevelAlgorithms::effective`]): forced by
+    /// `RCOLL_LEVEL_ALGO`, else priced per level for the layout's size bucket, as `Auto`
+    /// prices the hierarchical schedule. `None` when the group has no two levels.
+    pub(super) fn levels_for(
+        &mut self,
+        layout: &Layout,
+        elem_size: usize,
+    ) -> Option<LevelAlgorithms> {
+        let hosts = self.hosts.clone()?;
+        if hosts.nranks() != layout.nranks
+            || !crate::algorithm::hierarchical::has_levels(&hosts)
+            || !Algorithm::Hierarchical.serves(layout.collective)
+        {
+            return None;
+        }
         let levels = crate::schedule::cost::Levels {
             hosts: &hosts,
             local: self.local_model,
@@ -202,7 +211,7 @@ impl Communicator {
         let representative = crate::select::bucket(layout, elem_size);
         let key = (representative, elem_size);
         if let Some(l) = self.level_choices.get(&key) {
-            return *l;
+            return Some(*l);
         }
         let choice = crate::select::level_algorithms(
             &representative,
@@ -214,19 +223,17 @@ impl Communicator {
             self.level_choices.clear();
         }
         self.level_choices.insert(key, choice);
-        choice
+        Some(choice)
     }
 
+    /// `algorithm`'s plan for `layout`, its levels run by `levels` where it has them.
     pub(super) fn plan(
         &mut self,
         layout: &Layout,
         algorithm: Algorithm,
-        elem_size: usize,
+        levels: Option<LevelAlgorithms>,
     ) -> Result<Arc<Plan>> {
-        let levels = match algorithm {
-            Algorithm::Hierarchical => self.levels_for(layout, elem_size),
-            _ => LevelAlgorithms::default(),
-        };
+        let levels = levels.unwrap_or_default();
         if let Some(p) = self.plans.get(&(*layout, algorithm, levels)) {
             return Ok(Arc::clone(p));
         }
@@ -267,19 +274,23 @@ impl Communicator {
         // A call like the last one (the common case: a loop of one size) reuses its
         // choice and plan without a lookup: both depend only on this key.
         let key = (layout, elem, forced);
-        let (algorithm, plan) = match &self.last_call {
-            Some((k, a, p)) if *k == key => (*a, Arc::clone(p)),
+        let (algorithm, levels, plan) = match &self.last_call {
+            Some((k, a, l, p)) if *k == key => (*a, *l, Arc::clone(p)),
             _ => {
                 let algorithm = match self.choose(&layout, elem, forced) {
                     Ok(a) => a,
                     Err(e) => return Err(self.fail(e)),
                 };
-                let plan = match self.plan(&layout, algorithm, elem) {
+                let levels = match algorithm {
+                    Algorithm::Hierarchical => self.levels_for(&layout, elem),
+                    _ => None,
+                };
+                let plan = match self.plan(&layout, algorithm, levels) {
                     Ok(p) => p,
                     Err(e) => return Err(self.fail(e)),
                 };
-                self.last_call = Some((key, algorithm, Arc::clone(&plan)));
-                (algorithm, plan)
+                self.last_call = Some((key, algorithm, levels, Arc::clone(&plan)));
+                (algorithm, levels, plan)
             }
         };
         let seq = self.seq;
@@ -329,6 +340,7 @@ impl Communicator {
                 0
             },
             segment_elems: 0,
+            levels,
         };
         let result = self.run_plan(&plan, seq, call, &mut mem, longest);
         if result.is_ok() && req.op == ReduceOp::Avg && req.collective.reduces() {
@@ -444,6 +456,7 @@ impl Communicator {
             count: 0,
             root: 0,
             segment_elems: 0,
+            levels: None,
         };
         self.run_plan(&plan, P2P_BIT, call, &mut mem, longest)
     }
