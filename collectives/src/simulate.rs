@@ -1,7 +1,7 @@
 //! Prices real schedules at scale (thousands to 65,536 ranks) under the two-level
-//! alpha-beta-gamma model of [`cost_levels`], without holding every rank's schedule.
+//! alpha-beta-gamma model of [`cost_levels`](crate::schedule::cost::cost_levels), without holding every rank's schedule.
 //!
-//! [`cost_levels`] takes all `p` schedules at once and keeps per-round tables of `p`
+//! [`cost_levels`](crate::schedule::cost::cost_levels) takes all `p` schedules at once and keeps per-round tables of `p`
 //! entries: `p^2` primitives and cells for a ring, out of reach at 65,536 ranks. Here the
 //! schedules are generated one rank at a time and folded into per-round maxima:
 //!
@@ -11,7 +11,7 @@
 //! - a host's link load is summed over its members, so hosts are the unit priced.
 //!
 //! When every host fits in the budget of primitives visited, the price equals
-//! [`cost_levels`] exactly (tested). Beyond it, a spread sample of whole hosts is priced —
+//! [`cost_levels`](crate::schedule::cost::cost_levels) exactly (tested). Beyond it, a spread sample of whole hosts is priced —
 //! the first, the last, then midpoints of the gaps, until the budget is spent (at least
 //! three) — and totals are scaled to all hosts. The
 //! algorithms whose schedules grow with `p` per rank (ring, mesh) are the symmetric ones,
