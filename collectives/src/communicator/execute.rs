@@ -105,15 +105,7 @@ impl Communicator {
                 if let Some(a) = measured.filter(|a| a.serves(layout.collective)) {
                     return Ok(a);
                 }
-                let levels = self
-                    .hosts
-                    .as_deref()
-                    .map(|hosts| crate::schedule::cost::Levels {
-                        hosts,
-                        local: self.local_model,
-                        receivers_read: self.local_reads,
-                        level_algorithms: self.config.level_algorithms,
-                    });
+                let levels = self.hosts.as_deref().map(|hosts| self.levels_on(hosts));
                 Ok(self.selector.choose(
                     layout,
                     elem_size,
@@ -186,6 +178,20 @@ impl Communicator {
         Ok(layout)
     }
 
+    /// What pricing knows of the two levels on `hosts`: this group's rates inside a host,
+    /// whether receivers read senders' memory there, and any forced level algorithms.
+    fn levels_on<'h>(
+        &self,
+        hosts: &'h rcoll_transport::hosts::HostMap,
+    ) -> crate::schedule::cost::Levels<'h> {
+        crate::schedule::cost::Levels {
+            hosts,
+            local: self.local_model,
+            receivers_read: self.local_reads,
+            level_algorithms: self.config.level_algorithms,
+        }
+    }
+
     /// The algorithms the hierarchical levels run for `layout` (elements of `elem_size`
     /// bytes; the effective ones, see [`LevelAlgorithms::effective`]): forced by
     /// `RCOLL_LEVEL_ALGO`, else priced per level for the layout's size bucket, as `Auto`
@@ -202,12 +208,7 @@ impl Communicator {
         {
             return None;
         }
-        let levels = crate::schedule::cost::Levels {
-            hosts: &hosts,
-            local: self.local_model,
-            receivers_read: self.local_reads,
-            level_algorithms: self.config.level_algorithms,
-        };
+        let levels = self.levels_on(&hosts);
         let representative = crate::select::bucket(layout, elem_size);
         let key = (representative, elem_size);
         if let Some(l) = self.level_choices.get(&key) {
