@@ -79,6 +79,9 @@ pub struct Cell {
     pub hosts_priced: usize,
     /// Seconds the two pricings took.
     pub seconds: f64,
+    /// Hierarchical only: the levels' algorithms (local/global) at the small and the large
+    /// size, as the communicator chooses them.
+    pub levels: Option<(String, String)>,
 }
 
 impl SimulateArgs {
@@ -209,6 +212,10 @@ pub fn simulate(
                 large_busbw: algbw * busbw::factor(spec.collective, p),
                 hosts_priced: large.hosts_priced.min(small.hosts_priced),
                 seconds: started.elapsed().as_secs_f64(),
+                levels: small
+                    .levels
+                    .zip(large.levels)
+                    .map(|(s, l)| (s.to_string(), l.to_string())),
             });
         }
         row(&this_row);
@@ -239,13 +246,14 @@ pub fn header(spec: &SimulateSpec) -> String {
         s,
         "# per algorithm: {} time (us) and rounds | {} busbw (GB/s); * = hosts sampled; \
          seconds = time to price both; mesh and single_root only up to {QUADRATIC_LIMIT} ranks \
-         (as auto), naive_ring up to {CHAIN_LIMIT}",
+         (as auto), naive_ring up to {CHAIN_LIMIT}; levels = hierarchical's local/global \
+         algorithms at each size, chosen per level as auto chooses them",
         size_name(spec.small),
         size_name(spec.large)
     );
     let _ = writeln!(
         s,
-        "# {:>7} {:>6}  {:<18} {:>12} {:>7} {:>11} {:>8}",
+        "# {:>7} {:>6}  {:<18} {:>12} {:>7} {:>11} {:>8}  levels",
         "ranks", "hosts", "algorithm", "small_us", "rounds", "busbw", "seconds"
     );
     s
@@ -256,9 +264,13 @@ pub fn render_row(cells: &[Cell]) -> String {
     let mut s = String::new();
     for c in cells {
         let sampled = if c.hosts_priced < c.hosts { "*" } else { " " };
+        let levels = c
+            .levels
+            .as_ref()
+            .map_or_else(String::new, |(small, large)| format!("  {small}, {large}"));
         let _ = writeln!(
             s,
-            "  {:>7} {:>6}  {:<18} {:>12.2} {:>7} {:>10.2}{sampled} {:>8.3}",
+            "  {:>7} {:>6}  {:<18} {:>12.2} {:>7} {:>10.2}{sampled} {:>8.3}{levels}",
             c.ranks,
             c.hosts,
             c.algorithm.name(),
@@ -505,6 +517,35 @@ mod tests {
             ring_small > 100 * tree_small,
             "{ring_small} vs {tree_small}"
         );
+    }
+
+    /// Hierarchical rows name the levels they priced, chosen per level and size (at 8
+    /// bytes not rings: fewer rounds than ring/ring would take).
+    #[test]
+    fn hierarchical_rows_name_the_levels_chosen_per_size() {
+        let spec = SimulateSpec {
+            algorithms: vec![Algorithm::Ring, Algorithm::Hierarchical],
+            ..spec(Collective::AllReduce, 64)
+        };
+        let cells = simulate(&spec, |_| {}).expect("simulated");
+        let hier: Vec<&Cell> = cells
+            .iter()
+            .filter(|c| c.algorithm == Algorithm::Hierarchical)
+            .collect();
+        assert!(!hier.is_empty(), "no hierarchical row");
+        for c in &hier {
+            let (small, large) = c.levels.as_ref().expect("levels");
+            assert_ne!(small, "ring/ring", "{} ranks: 8 B on rings", c.ranks);
+            assert!(!large.is_empty());
+            assert!(
+                render_row(std::slice::from_ref(*c)).contains(&format!("{small}, {large}")),
+                "the row shows the levels"
+            );
+        }
+        assert!(cells
+            .iter()
+            .filter(|c| c.algorithm == Algorithm::Ring)
+            .all(|c| c.levels.is_none()));
     }
 
     #[test]

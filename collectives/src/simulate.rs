@@ -27,6 +27,7 @@ use std::rc::Rc;
 use rcoll_transport::hosts::HostMap;
 use rcoll_transport::Rank;
 
+use crate::algorithm::hierarchical::{has_levels, LevelAlgorithms};
 use crate::algorithm::{Algorithm, ScheduleError};
 use crate::schedule::cost::{price_rounds, Cost, CostModel, Levels, Round};
 use crate::schedule::{Layout, Schedule};
@@ -43,6 +44,9 @@ pub struct Pricing {
     pub hosts_priced: usize,
     /// Hosts in the job.
     pub hosts: usize,
+    /// The algorithms [`Algorithm::Hierarchical`]'s levels ran, as the communicator would
+    /// choose them for this layout (`None` for the other algorithms).
+    pub levels: Option<LevelAlgorithms>,
 }
 
 impl Pricing {
@@ -73,7 +77,11 @@ pub fn price(
             ),
         });
     }
-    let mut cache = Cache::new(algorithm, *layout, hosts);
+    // The hierarchical levels the communicator would run: chosen per level as `auto`
+    // chooses them (or forced by `levels`).
+    let chosen = (algorithm == Algorithm::Hierarchical && has_levels(hosts))
+        .then(|| crate::select::level_algorithms(layout, elem_size, model, levels));
+    let mut cache = Cache::new(algorithm, *layout, hosts, chosen.unwrap_or_default());
     // Hosts in an order whose every prefix is spread over the job (the ends first, then
     // midpoints); pricing stops once the primitives visited pass the budget.
     let order = spread_order(hosts.nhosts());
@@ -166,6 +174,7 @@ pub fn price(
         },
         hosts_priced,
         hosts: hosts.nhosts(),
+        levels: chosen,
     })
 }
 
@@ -199,17 +208,24 @@ struct Cache<'a> {
     algorithm: Algorithm,
     layout: Layout,
     hosts: &'a HostMap,
+    levels: LevelAlgorithms,
     recent: VecDeque<(Rank, Rc<Schedule>)>,
 }
 
 impl<'a> Cache<'a> {
     const CAPACITY: usize = 16;
 
-    fn new(algorithm: Algorithm, layout: Layout, hosts: &'a HostMap) -> Cache<'a> {
+    fn new(
+        algorithm: Algorithm,
+        layout: Layout,
+        hosts: &'a HostMap,
+        levels: LevelAlgorithms,
+    ) -> Cache<'a> {
         Cache {
             algorithm,
             layout,
             hosts,
+            levels,
             recent: VecDeque::with_capacity(Self::CAPACITY),
         }
     }
@@ -218,10 +234,12 @@ impl<'a> Cache<'a> {
         if let Some((_, s)) = self.recent.iter().find(|(x, _)| *x == r) {
             return Ok(Rc::clone(s));
         }
-        let s = Rc::new(
-            self.algorithm
-                .schedule_on(&self.layout, r, Some(self.hosts))?,
-        );
+        let s = Rc::new(self.algorithm.schedule_levels(
+            &self.layout,
+            r,
+            Some(self.hosts),
+            self.levels,
+        )?);
         if self.recent.len() == Self::CAPACITY {
             self.recent.pop_front();
         }
@@ -366,11 +384,14 @@ mod tests {
                     }
                     for count in [0, 1, 1000 * n + 3] {
                         let l = layout(c, n, count, n - 1);
-                        let Ok(all) = a.schedules_on(&l, Some(hosts)) else {
+                        let Ok(streamed) = price(a, &l, 4, &model, &lv, usize::MAX) else {
                             continue;
                         };
+                        let chosen = streamed.levels.unwrap_or_default();
+                        let all = a
+                            .schedules_levels(&l, Some(hosts), chosen)
+                            .expect("the schedules priced");
                         let whole = cost_levels(&all, 4, &model, Some(&lv));
-                        let streamed = price(a, &l, 4, &model, &lv, usize::MAX).expect("priced");
                         assert!(streamed.is_exact());
                         let what = format!("{a} {c} count {count} on {}", hosts.describe());
                         assert_eq!(streamed.cost.steps, whole.steps, "{what}");
@@ -422,6 +443,50 @@ mod tests {
             );
             assert_eq!(sampled.cost.steps, exact.cost.steps, "{a} {c}");
         }
+    }
+
+    /// The hierarchical schedule is priced with the levels the communicator would run
+    /// (not rings at both): what `auto` and `plan` price, and never dearer than rings.
+    #[test]
+    fn hierarchical_is_priced_with_the_levels_the_communicator_chooses() {
+        let model = CostModel::default();
+        let hosts = HostMap::blocks(&[4; 4]);
+        let lv = levels(&hosts);
+        for (count, elem) in [(2, 4), (1 << 20, 4), (16 << 20, 4)] {
+            let l = layout(Collective::AllReduce, 16, count, 0);
+            let priced =
+                price(Algorithm::Hierarchical, &l, elem, &model, &lv, usize::MAX).expect("priced");
+            let chosen = crate::select::level_algorithms(&l, elem, &model, &lv);
+            assert_eq!(priced.levels, Some(chosen), "count {count}");
+            let rings = Levels {
+                level_algorithms: Some(LevelAlgorithms::default()),
+                ..levels(&hosts)
+            };
+            let ring_ring = price(
+                Algorithm::Hierarchical,
+                &l,
+                elem,
+                &model,
+                &rings,
+                usize::MAX,
+            )
+            .expect("priced");
+            assert_eq!(ring_ring.levels, Some(LevelAlgorithms::default()));
+            assert!(
+                priced.cost.predicted_us <= ring_ring.cost.predicted_us,
+                "count {count}: {chosen} {} us, ring/ring {} us",
+                priced.cost.predicted_us,
+                ring_ring.cost.predicted_us
+            );
+            if count == 2 {
+                assert_ne!(chosen, LevelAlgorithms::default(), "8 B keeps rings");
+                assert!(priced.cost.steps < ring_ring.cost.steps);
+            }
+        }
+        // A flat algorithm has no levels.
+        let l = layout(Collective::AllReduce, 16, 2, 0);
+        let ring = price(Algorithm::Ring, &l, 4, &model, &lv, usize::MAX).expect("priced");
+        assert_eq!(ring.levels, None);
     }
 
     #[test]

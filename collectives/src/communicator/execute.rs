@@ -485,11 +485,12 @@ impl Communicator {
             }));
         }
         let timeout = self.config.timeout;
+        let fingerprint = call.fingerprint();
         let io = self.transport.as_mut();
         run(
             plan,
             seq,
-            call.fingerprint(),
+            fingerprint,
             call.segment_elems,
             call.op,
             mem,
@@ -504,7 +505,7 @@ impl Communicator {
         // A message of this (or an earlier) collective that nobody took: its sender ran a
         // different call, which this rank's part did not need to notice (another root).
         if seq & P2P_BIT == 0 {
-            self.recent[seq as usize % RECENT_CALLS] = (seq, call.fingerprint());
+            self.recent[seq as usize % RECENT_CALLS] = (seq, fingerprint);
             if let Some((peer, tag)) = self.transport.stale(seq) {
                 let old = tag.collective;
                 let ours = self.recent.iter().find(|(s, _)| *s == old).map(|(_, f)| *f);

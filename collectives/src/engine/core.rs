@@ -67,6 +67,10 @@ struct ChannelState {
     /// and for the call to return) only when it and every earlier one have completed, so
     /// no primitive writes memory a device is still reading.
     in_flight: Vec<VecDeque<(Option<u64>, bool)>>,
+    /// Segments per primitive (its length cut at the execution's segment size).
+    segments: Vec<usize>,
+    /// Entries in `in_flight`, all primitives together.
+    in_flight_len: usize,
     /// Every primitive before this one has completed.
     first_open: usize,
     /// Segments the transport refused for now (no credits), with the primitive that sent
@@ -114,6 +118,8 @@ impl<'p> Execution<'p> {
                     done: Vec::new(),
                     issued: Vec::new(),
                     in_flight: Vec::new(),
+                    segments: Vec::new(),
+                    in_flight_len: 0,
                     first_open: 0,
                     pending: VecDeque::new(),
                 });
@@ -125,6 +131,11 @@ impl<'p> Execution<'p> {
             state.issued.resize(n, 0);
             state.in_flight.iter_mut().for_each(VecDeque::clear);
             state.in_flight.resize_with(n, VecDeque::new);
+            state.in_flight_len = 0;
+            state.segments.clear();
+            state
+                .segments
+                .extend(c.ops.iter().map(|p| segments(p.prim.len(), segment_elems)));
             state.first_open = 0;
             state.pending.clear();
         }
@@ -144,12 +155,9 @@ impl<'p> Execution<'p> {
         for c in &mut self.channels {
             c.pending.clear();
             c.in_flight.iter_mut().for_each(VecDeque::clear);
+            c.in_flight_len = 0;
         }
         spare.0 = self.channels;
-    }
-
-    fn segments(&self, len: usize) -> usize {
-        len.div_ceil(self.segment_elems).max(1)
     }
 
     /// Does all the work possible now.
@@ -178,7 +186,7 @@ impl<'p> Execution<'p> {
                 return ops.get(*j).map(|p| (*peer, position(c, p)));
             }
             for (j, p) in ops.iter().enumerate().skip(state.first_open) {
-                let unfinished = state.done[j] < self.segments(p.prim.len());
+                let unfinished = state.done[j] < state.segments[j];
                 if let (true, Some(from)) = (unfinished, p.prim.recv_from()) {
                     return Some((from, position(c, p)));
                 }
@@ -209,12 +217,10 @@ impl<'p> Execution<'p> {
                     moved = true;
                 }
             }
-            while let Some(p) = ops.get(self.channels[c].first_open) {
-                let complete = self.segments(p.prim.len());
-                let state = &mut self.channels[c];
-                if state.done[state.first_open] < complete {
-                    break;
-                }
+            let state = &mut self.channels[c];
+            while state.first_open < ops.len()
+                && state.done[state.first_open] >= state.segments[state.first_open]
+            {
                 state.first_open += 1;
             }
         }
@@ -262,6 +268,9 @@ impl<'p> Execution<'p> {
     ) -> Result<bool, ExecError> {
         let mut moved = false;
         let state = &mut self.channels[c];
+        if state.in_flight_len == 0 {
+            return Ok(false);
+        }
         for (j, queue) in state.in_flight.iter_mut().enumerate() {
             while let Some(&(front, ends)) = queue.front() {
                 if let Some(token) = front {
@@ -274,6 +283,7 @@ impl<'p> Execution<'p> {
                     }
                 }
                 queue.pop_front();
+                state.in_flight_len -= 1;
                 if ends {
                     state.done[j] += 1;
                     moved = true;
@@ -286,10 +296,10 @@ impl<'p> Execution<'p> {
     /// Whether segment `k` of a primitive with dependencies `waits` may run now.
     fn ready(&self, c: usize, k: usize, waits: &[Dependency]) -> bool {
         let state = &self.channels[c];
-        let ops = &self.plan.channels[c].ops;
         waits.iter().all(|d| {
-            let theirs = self.segments(ops[d.op].prim.len());
-            state.done[d.op] >= d.needs(k, self.segment_elems, theirs)
+            let theirs = state.segments[d.op];
+            // All of it done: whatever segment k needs (the common case of small calls).
+            state.done[d.op] >= theirs || state.done[d.op] >= d.needs(k, self.segment_elems, theirs)
         })
     }
 
@@ -304,7 +314,7 @@ impl<'p> Execution<'p> {
     ) -> Result<bool, ExecError> {
         let len = p.prim.len();
         let k = self.channels[c].issued[j];
-        if k >= self.segments(len)
+        if k >= self.channels[c].segments[j]
             || !self.channels[c].pending.is_empty()
             || !self.ready(c, k, &p.waits)
         {
@@ -324,15 +334,20 @@ impl<'p> Execution<'p> {
             segment: k as u32,
             schedule,
         };
-        // Straight into the destination, from where the sender left it (and forwarded
-        // from there), when the transport reads the peer's memory.
+        // Straight into the destination (and forwarded from there) when the transport
+        // reads the peer's memory, or when the segment is small: no payload to hand back.
+        let small = bytes <= SMALL_SEGMENT;
         let direct = match (&p.prim, p.prim.recv_from()) {
-            (Primitive::Recv { .. }, Some(from)) => io.reads_directly(from),
-            (Primitive::RecvCopySend { .. }, Some(from)) => io.reads_directly(from),
+            (Primitive::Recv { .. } | Primitive::RecvCopySend { .. }, Some(from)) => {
+                small || io.reads_directly(from)
+            }
             _ => false,
         };
+        // A small segment to reduce into the destination lands here first.
+        let mut stack = [0u64; SMALL_SEGMENT / 8];
+        let stacked = small && matches!(p.prim, Primitive::RecvReduceCopy { .. });
         let received = match (p.prim.recv_from(), p.recv_transfer) {
-            _ if direct => None,
+            _ if direct || stacked => None,
             (Some(from), Some(t)) => {
                 match io
                     .try_recv(from, tag(t), bytes)
@@ -391,6 +406,25 @@ impl<'p> Execution<'p> {
                 {
                     Some(t) => tokens = t,
                     None => return Ok(false), // this segment runs again later
+                }
+            }
+            (Primitive::RecvReduceCopy { .. }, None, Some(src), Some(dst)) if stacked => {
+                let (Some(from), Some(t)) = (p.prim.recv_from(), p.recv_transfer) else {
+                    return Err(ExecError::InconsistentPlan(at()));
+                };
+                let landed = bytemuck::cast_slice_mut::<u64, u8>(&mut stack)
+                    .get_mut(..bytes)
+                    .ok_or_else(|| ExecError::InconsistentPlan(at()))?;
+                if !io
+                    .try_recv_into(from, tag(t), landed)
+                    .map_err(|e| ExecError::Transport(at(), e))?
+                {
+                    return Ok(false);
+                }
+                let x = typed::<T>(landed);
+                match mem.read_write(src, dst).map_err(mem_err)? {
+                    SrcDst::Same(d) => T::reduce_assign(op, d, &x),
+                    SrcDst::Disjoint(s, d) => T::reduce_to(op, d, &x, s),
                 }
             }
             (Primitive::Recv { .. }, Some(payload), _, Some(dst)) => {
@@ -456,6 +490,7 @@ impl<'p> Execution<'p> {
         if tokens.first.is_none() && tokens.more.is_empty() && queue.is_empty() {
             state.done[j] += 1;
         } else {
+            state.in_flight_len += tokens.more.len() + 1;
             queue.extend(tokens.more.into_iter().map(|t| (Some(t), false)));
             queue.push_back((tokens.first, true));
         }
@@ -541,6 +576,17 @@ impl<'p> Execution<'p> {
         }
         Ok(())
     }
+}
+
+/// Segments of at most this many bytes are received into their destination (or, to be
+/// reduced there, onto the stack) rather than as a payload: nothing to allocate or hand
+/// back, and a shared-memory transport copies them straight out of its ring.
+const SMALL_SEGMENT: usize = 64;
+
+/// Segments of a transfer of `len` elements cut every `segment_elems`: at least one (an
+/// empty primitive still runs once).
+fn segments(len: usize, segment_elems: usize) -> usize {
+    len.div_ceil(segment_elems.max(1)).max(1)
 }
 
 /// The sends of one segment that still read the caller's memory.

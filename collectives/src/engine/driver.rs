@@ -94,8 +94,9 @@ fn pump<T: Element>(
     io: &mut dyn Transport,
     timeout: Duration,
 ) -> Result<(), RunError> {
-    // Set when the engine first finds nothing to do (most small calls never do: no clock
-    // read for them).
+    // Set when the engine has found nothing to do for a while: a small call's spin for
+    // its peer's message reads no clock (the deadline starts that many polls late: by
+    // microseconds).
     let mut last_move: Option<Instant> = None;
     let mut idle_polls = 0u32;
     loop {
@@ -105,12 +106,10 @@ fn pump<T: Element>(
         }
         if moved {
             idle_polls = 0;
+            last_move = None;
             continue;
         }
         idle_polls = idle_polls.saturating_add(1);
-        if idle_polls == 1 {
-            last_move = Some(Instant::now());
-        }
         if idle_polls < SPINS_BEFORE_SLEEP {
             io.relax();
             continue;

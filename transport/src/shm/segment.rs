@@ -489,12 +489,36 @@ impl InRing {
         self.lent.count.load(Ordering::Relaxed)
     }
 
+    /// Takes the next message into `dst` if it is one carried in its descriptor, tagged
+    /// `tag` and exactly `dst.len()` bytes long; else leaves it (and any other) to
+    /// [`InRing::take`]. Whether it took one.
+    pub fn take_inline(&mut self, tag: [u64; 3], dst: &mut [u8]) -> bool {
+        if dst.len() > INLINE || !self.pending() {
+            return false;
+        }
+        let (ring, i) = (self.ring, self.tail);
+        let word = |w: usize| self.seg.desc(ring, i, w).load(Ordering::Relaxed);
+        let ours = word(D_LEN_SLOT) == dst.len() as u64 | NO_SLOT << 32
+            && (0..3).all(|k| word(D_TAG + k) == tag[k]);
+        if !ours {
+            return false;
+        }
+        for (k, chunk) in dst.chunks_mut(8).enumerate() {
+            let bytes = word(D_DATA + k).to_le_bytes();
+            chunk.copy_from_slice(&bytes[..chunk.len()]);
+        }
+        // Read: the sender may reuse the descriptor (as in `take`).
+        self.tail += 1;
+        self.seg.taken(ring).store(self.tail, Ordering::SeqCst);
+        true
+    }
+
     /// Takes the next message, if one was published: its header and its bytes (a slot's
     /// lent until the [`Lease`] drops; `on_release` runs when it does, to wake the sender).
     /// A message left in the sender's memory is refused unless `remote_ok`.
     pub fn take(
         &mut self,
-        on_release: Arc<dyn Fn() + Send + Sync>,
+        on_release: &Arc<dyn Fn() + Send + Sync>,
         remote_ok: bool,
     ) -> Option<Result<(Header, Body), Refused>> {
         if !self.pending() {
@@ -550,7 +574,7 @@ impl InRing {
                     addr,
                     len: header.len,
                     settled: false,
-                    on_release,
+                    on_release: Arc::clone(on_release),
                 }),
             )));
         }
@@ -574,7 +598,7 @@ impl InRing {
                 ring,
                 slot,
                 len: header.len,
-                on_release,
+                on_release: Arc::clone(on_release),
             }),
         )))
     }
@@ -915,7 +939,7 @@ mod tests {
             }
             assert!(outbox.send([i, 1, 2], len, |b| b.fill(i as u8)));
             let (h, body) = inbox
-                .take(nothing(), false)
+                .take(&nothing(), false)
                 .expect("published")
                 .expect("valid");
             assert_eq!((h.tag[0], h.len), (i, len));
@@ -934,7 +958,7 @@ mod tests {
             if let (Body::Lent(l), 0) = (body, i % 3) {
                 held.push(l);
             }
-            assert!(inbox.take(nothing(), false).is_none());
+            assert!(inbox.take(&nothing(), false).is_none());
         }
         assert_eq!(inbox.lent(), held.len());
         held.clear();
@@ -944,7 +968,7 @@ mod tests {
         for i in 0..4 {
             assert!(outbox.send([i, 0, 0], 50, |b| b[0] = 1));
             leases.push(lease(
-                inbox.take(nothing(), false).expect("sent").expect("ok").1,
+                inbox.take(&nothing(), false).expect("sent").expect("ok").1,
             ));
         }
         assert!(
@@ -960,12 +984,53 @@ mod tests {
             "a fifth unread descriptor"
         );
         assert!(matches!(
-            inbox.take(nothing(), false),
+            inbox.take(&nothing(), false),
             Some(Ok((Header { len: 8, .. }, Body::Inline(..))))
         ));
         assert!(outbox.send([9, 0, 0], 8, |_| {}), "a descriptor was read");
         // The other ring is untouched.
         assert!(!InRing::new(owner, 0).pending());
+    }
+
+    #[test]
+    fn take_inline_takes_only_the_inline_message_asked_for() {
+        let (owner, peer) = pair(SHAPE);
+        let mut inbox = InRing::new(owner, 1);
+        let mut outbox = OutRing::new(peer, 1);
+        let mut dst = [0u8; 5];
+        assert!(!inbox.take_inline([1, 2, 3], &mut dst), "nothing sent");
+        assert!(outbox.send([1, 2, 3], 5, |b| b.copy_from_slice(b"hello")));
+        // Another tag (any word of it), another length, a longer destination: left there.
+        for tag in [[9, 2, 3], [1, 9, 3], [1, 2, 9]] {
+            assert!(!inbox.take_inline(tag, &mut dst), "{tag:?}");
+        }
+        assert!(!inbox.take_inline([1, 2, 3], &mut [0u8; 4]));
+        assert!(!inbox.take_inline([1, 2, 3], &mut [0u8; INLINE + 1]));
+        assert_eq!(dst, [0; 5], "nothing written by a refusal");
+        assert!(inbox.take_inline([1, 2, 3], &mut dst));
+        assert_eq!(&dst, b"hello");
+        assert!(!inbox.pending(), "taken");
+        // A message through a slot is never taken inline, even of the asked length; the
+        // general path takes it, in order, with what follows.
+        assert!(outbox.send([4, 0, 0], 50, |b| b.fill(4)));
+        assert!(outbox.send([5, 0, 0], 3, |b| b.fill(5)));
+        assert!(!inbox.take_inline([4, 0, 0], &mut [0u8; 50]));
+        let (h, body) = inbox.take(&nothing(), false).expect("sent").expect("ok");
+        assert_eq!((h.tag[0], h.len), (4, 50));
+        drop(body);
+        let mut three = [0u8; 3];
+        assert!(inbox.take_inline([5, 0, 0], &mut three));
+        assert_eq!(three, [5; 3]);
+        // Descriptors read inline go back to the sender like any other.
+        for i in 0..SHAPE.slots as u64 {
+            assert!(outbox.send([i, 0, 0], 8, |b| b.fill(1)), "descriptor {i}");
+        }
+        assert!(
+            !outbox.send([9, 0, 0], 8, |_| {}),
+            "every descriptor unread"
+        );
+        assert!(inbox.take_inline([0, 0, 0], &mut [0u8; 8]));
+        assert!(outbox.send([9, 0, 0], 8, |_| {}), "one read inline");
     }
 
     #[test]
@@ -980,7 +1045,7 @@ mod tests {
         });
         let text = b"abcdefghijklmnopqrstuvwxyz0123456789";
         assert!(outbox.send([0; 3], text.len(), |b| b.copy_from_slice(text)));
-        let (_, body) = inbox.take(wake, false).expect("published").expect("valid");
+        let (_, body) = inbox.take(&wake, false).expect("published").expect("valid");
         let mut lease = lease(body);
         lease.bytes_mut()[0] = b'x';
         assert_eq!(lease.bytes()[..3], *b"xbc");
@@ -1005,37 +1070,37 @@ mod tests {
         // A slot that does not exist.
         publish(7, 100);
         assert_eq!(
-            inbox.take(nothing(), false).map(|r| r.err()),
+            inbox.take(&nothing(), false).map(|r| r.err()),
             Some(Some(Refused::NoSuchSlot(7)))
         );
         // A slot lent already: a second lease would alias the first.
         publish(1, 30);
         let first = inbox
-            .take(nothing(), false)
+            .take(&nothing(), false)
             .expect("published")
             .expect("valid");
         publish(1, 30);
         assert_eq!(
-            inbox.take(nothing(), false).map(|r| r.err()),
+            inbox.take(&nothing(), false).map(|r| r.err()),
             Some(Some(Refused::SlotLent(1)))
         );
         drop(first);
         // A length past the slot.
         publish(2, 101);
         assert_eq!(
-            inbox.take(nothing(), false).map(|r| r.err()),
+            inbox.take(&nothing(), false).map(|r| r.err()),
             Some(Some(Refused::TooLong(101)))
         );
         // An inline message longer than a descriptor holds.
         publish(NO_SLOT, INLINE as u64 + 1);
         assert_eq!(
-            inbox.take(nothing(), false).map(|r| r.err()),
+            inbox.take(&nothing(), false).map(|r| r.err()),
             Some(Some(Refused::InlineTooLong(INLINE as u64 + 1)))
         );
         // A sequence number that is not the next one: nothing arrived.
         peer.desc(0, published, D_SEQ)
             .store(published + 5, Ordering::Release);
-        assert!(inbox.take(nothing(), false).is_none());
+        assert!(inbox.take(&nothing(), false).is_none());
     }
 
     /// The remote message of a body.
@@ -1053,7 +1118,7 @@ mod tests {
         let mut outbox = OutRing::new(peer, 0);
         let (t, g) = outbox.send_remote([1, 2, 3], 0x1000, 100).expect("sent");
         let (h, body) = inbox
-            .take(nothing(), true)
+            .take(&nothing(), true)
             .expect("published")
             .expect("valid");
         assert_eq!((h.tag, h.len), ([1, 2, 3], 100));
@@ -1070,7 +1135,7 @@ mod tests {
         // Dropped unread (a failed call): done too.
         let (t, g) = outbox.send_remote([0; 3], 0x2000, 10).expect("sent");
         drop(remote(
-            inbox.take(nothing(), true).expect("sent").expect("ok").1,
+            inbox.take(&nothing(), true).expect("sent").expect("ok").1,
         ));
         assert!(outbox.ticket_done(t, g));
         // Every ticket in flight: no more sends until one is done.
@@ -1081,7 +1146,7 @@ mod tests {
                 .expect("a ticket");
             held.push((
                 sent,
-                remote(inbox.take(nothing(), true).expect("sent").expect("ok").1),
+                remote(inbox.take(&nothing(), true).expect("sent").expect("ok").1),
             ));
         }
         assert!(
@@ -1101,18 +1166,18 @@ mod tests {
         let mut outbox = OutRing::new(peer, 0);
         // Withdrawn before the read began.
         let (t, g) = outbox.send_remote([0; 3], 0x1000, 100).expect("sent");
-        let mut r = remote(inbox.take(nothing(), true).expect("sent").expect("ok").1);
+        let mut r = remote(inbox.take(&nothing(), true).expect("sent").expect("ok").1);
         assert_eq!(outbox.withdraw(t, g, false), Withdrawal::Withdrawn);
         assert_eq!(r.begin(), Err(Withdrawn::Before));
         // Given up during the read.
         let (t, g) = outbox.send_remote([0; 3], 0x1000, 100).expect("sent");
-        let mut r = remote(inbox.take(nothing(), true).expect("sent").expect("ok").1);
+        let mut r = remote(inbox.take(&nothing(), true).expect("sent").expect("ok").1);
         r.begin().expect("posted");
         assert_eq!(outbox.withdraw(t, g, true), Withdrawal::Withdrawn);
         assert_eq!(r.finish(), Err(Withdrawn::During));
         // Read already: nothing to withdraw.
         let (t, g) = outbox.send_remote([0; 3], 0x1000, 100).expect("sent");
-        let mut r = remote(inbox.take(nothing(), true).expect("sent").expect("ok").1);
+        let mut r = remote(inbox.take(&nothing(), true).expect("sent").expect("ok").1);
         r.begin().expect("posted");
         r.finish().expect("read");
         assert_eq!(outbox.withdraw(t, g, true), Withdrawal::Done);
@@ -1125,7 +1190,7 @@ mod tests {
         let mut outbox = OutRing::new(Arc::clone(&peer), 0);
         outbox.send_remote([0; 3], 0x1000, 100).expect("sent");
         assert_eq!(
-            inbox.take(nothing(), false).map(|r| r.err()),
+            inbox.take(&nothing(), false).map(|r| r.err()),
             Some(Some(Refused::RemoteNotAllowed))
         );
         // A ticket past the table, written by hand.
@@ -1136,7 +1201,7 @@ mod tests {
             .store(TICKETS as u64 | 7 << 32, Ordering::Relaxed);
         peer.desc(0, i, D_SEQ).store(i + 1, Ordering::Release);
         assert_eq!(
-            inbox.take(nothing(), true).map(|r| r.err()),
+            inbox.take(&nothing(), true).map(|r| r.err()),
             Some(Some(Refused::NoSuchTicket(TICKETS as u64)))
         );
         // Longer than a slot: refused like a slot's message (the receiver would allocate
@@ -1146,7 +1211,7 @@ mod tests {
             .store(101 | REMOTE << 32, Ordering::Relaxed);
         peer.desc(0, i, D_SEQ).store(i + 1, Ordering::Release);
         assert_eq!(
-            inbox.take(nothing(), true).map(|r| r.err()),
+            inbox.take(&nothing(), true).map(|r| r.err()),
             Some(Some(Refused::TooLong(101)))
         );
         let mut outbox = OutRing::new(peer, 1);

@@ -209,6 +209,7 @@ impl Prepared {
             send_blocked: false,
             seen_taken: 0,
             marked: false,
+            quick_misses: 0,
             small: Vec::new(),
             large: Vec::new(),
             outstanding: Vec::new(),
