@@ -14,9 +14,10 @@
 pub mod bootstrap;
 pub(crate) mod control;
 pub mod frame;
+mod sockets;
 
 use std::collections::VecDeque;
-use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::io::{self, IoSlice, Write};
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -185,199 +186,6 @@ impl TcpTransport {
         }
     }
 
-    /// Flushes every queue and reads every socket as far as they go without blocking;
-    /// answers pings.
-    fn progress(&mut self) {
-        for r in 0..self.peers.len() {
-            self.flush(r);
-            self.read(r);
-        }
-        while let Some(r) = self.pinged_by.pop() {
-            self.queue_control(r, Kind::Pong);
-            self.flush(r);
-        }
-    }
-
-    /// Queues a control frame (no payload) to peer `r`, behind what is queued.
-    fn queue_control(&mut self, r: usize, kind: Kind) {
-        let header = Header {
-            kind,
-            tag: Tag::default(),
-            len: 0,
-        }
-        .encode();
-        if let Some(Some(p)) = self.peers.get_mut(r) {
-            p.queue.push_back(Outgoing {
-                header,
-                payload: Payload::reuse(Vec::new(), 0),
-                written: 0,
-            });
-        }
-    }
-
-    /// Writes as much of peer `r`'s queue as the socket takes.
-    fn flush(&mut self, r: usize) {
-        let Some(Some(peer)) = self.peers.get_mut(r) else {
-            return;
-        };
-        while let Some(front) = peer.queue.front_mut() {
-            if peer.gone.is_some() {
-                break;
-            }
-            let total = HEADER_LEN + front.payload.len();
-            let (h, p) = if front.written < HEADER_LEN {
-                (&front.header[front.written..], front.payload.as_bytes())
-            } else {
-                (
-                    &[][..],
-                    &front.payload.as_bytes()[front.written - HEADER_LEN..],
-                )
-            };
-            match peer
-                .stream
-                .write_vectored(&[IoSlice::new(h), IoSlice::new(p)])
-            {
-                Ok(0) => {
-                    peer.gone = Some("connection closed while writing".into());
-                }
-                Ok(n) => {
-                    front.written += n;
-                    if front.written == total {
-                        if let Some(done) = peer.queue.pop_front() {
-                            // A shared-memory slot goes back to its sender (dropped).
-                            if !done.payload.is_foreign() && self.pool.len() < POOL_BUFFERS {
-                                self.pool.push(done.payload.into_storage());
-                            }
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => peer.gone = Some(format!("write failed: {e}")),
-            }
-        }
-    }
-
-    /// Reads peer `r`'s socket until it would block, decoding frames; or until the peer's
-    /// untaken messages reach its budget (the rest waits in the socket).
-    ///
-    /// The rest of a large payload is read straight into its buffer, with at most the
-    /// next header behind it (one pass over the bytes fewer than through `read_buf`).
-    fn read(&mut self, r: usize) {
-        let from = Rank::from(r);
-        let mut frames = std::mem::take(&mut self.frames);
-        while let Some(Some(peer)) = self.peers.get_mut(r) {
-            if peer.gone.is_some() || (peer.held >= self.peer_budget && !self.draining) {
-                break;
-            }
-            let (result, direct) = match peer.decoder.room(DIRECT_MIN) {
-                Some(room) => {
-                    let direct = room.len();
-                    let head = &mut self.read_buf[..HEADER_LEN];
-                    let mut bufs = [IoSliceMut::new(room), IoSliceMut::new(head)];
-                    (peer.stream.read_vectored(&mut bufs), direct)
-                }
-                None => {
-                    // After a large payload, most likely another: its header alone.
-                    let want = match peer.decoder.header_missing() {
-                        h if h > 0 && peer.large => h,
-                        _ => READ_CHUNK,
-                    };
-                    (peer.stream.read(&mut self.read_buf[..want]), 0)
-                }
-            };
-            let n = match result {
-                Ok(0) => {
-                    peer.gone = Some("connection closed by peer".into());
-                    break;
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    peer.gone = Some(format!("read failed: {e}"));
-                    break;
-                }
-            };
-            let direct = n.min(direct);
-            if direct > 0 {
-                frames.extend(peer.decoder.filled(direct));
-            }
-            let mut rest = &self.read_buf[..n - direct];
-            while !rest.is_empty() {
-                let pool = &mut self.pool;
-                let mut alloc = |len: usize| {
-                    let mut v = pool.pop().unwrap_or_default();
-                    // A pooled buffer keeps its length (room the decoder need not clear)
-                    // unless it must grow: then its stale bytes are not worth copying.
-                    if v.capacity() < len {
-                        v.clear();
-                        v.reserve(len);
-                    }
-                    v
-                };
-                match peer.decoder.feed(rest, &mut alloc) {
-                    Ok((used, frame)) => {
-                        rest = &rest[used..];
-                        frames.extend(frame);
-                    }
-                    Err(e) => {
-                        // The stream is no longer framed: nothing more from it can be
-                        // trusted. The group fails, naming the peer and what it sent.
-                        peer.gone = Some(format!("protocol error: {e}"));
-                        self.broken.get_or_insert(TransportError::Protocol {
-                            rank: self.rank,
-                            peer: from,
-                            reason: e.to_string(),
-                        });
-                        break;
-                    }
-                }
-            }
-            for frame in frames.drain(..) {
-                self.accept(r, frame);
-            }
-        }
-        // Frames completed before a protocol error or a close still count.
-        for frame in frames.drain(..) {
-            self.accept(r, frame);
-        }
-        self.frames = frames;
-    }
-
-    /// Files a frame that arrived whole from peer `r`, or answers it.
-    fn accept(&mut self, r: usize, frame: Frame) {
-        match frame.header.kind {
-            Kind::Data => {
-                if let Some(Some(peer)) = self.peers.get_mut(r) {
-                    peer.held += frame.payload.len();
-                    peer.large = frame.payload.len() >= DIRECT_MIN;
-                }
-            }
-            Kind::Ping => {
-                if !self.pinged_by.contains(&r) {
-                    self.pinged_by.push(r);
-                }
-                return;
-            }
-            Kind::Pong => {
-                if let Some(p) = self.ponged.get_mut(r) {
-                    *p = true;
-                }
-                return;
-            }
-            Kind::Abort => {}
-        }
-        deliver(
-            self.rank,
-            Rank::from(r),
-            frame,
-            &mut self.arrived,
-            &mut self.aborted,
-            &mut self.broken,
-        );
-    }
-
     fn take(
         &mut self,
         peer: Rank,
@@ -399,24 +207,6 @@ impl TcpTransport {
             p.held = p.held.saturating_sub(found.1.len());
         }
         Some(found)
-    }
-
-    /// Keeps flushing and reading for up to `limit` while a live peer has queued output:
-    /// best effort before an abort or a close, never blocking for long.
-    fn flush_briefly(&mut self, limit: Duration) {
-        let until = Instant::now() + limit;
-        while Instant::now() < until
-            && self
-                .peers
-                .iter()
-                .flatten()
-                .any(|p| p.gone.is_none() && !p.queue.is_empty())
-        {
-            self.progress();
-            let _ = self
-                .poll
-                .poll(&mut self.events, Some(Duration::from_millis(10)));
-        }
     }
 
     /// The error for a peer whose connection is gone. A peer that failed usually told
@@ -476,40 +266,6 @@ impl TcpTransport {
             .flatten()
             .find_map(|p| p.stream.local_addr().ok())
             .map(|a| a.ip())
-    }
-}
-
-/// Files a received frame: data into the arrival map, an abort into `aborted`.
-fn deliver(
-    me: Rank,
-    from: Rank,
-    frame: Frame,
-    arrived: &mut crate::transport::Arrivals<(Tag, Payload)>,
-    aborted: &mut Option<(Rank, String)>,
-    broken: &mut Option<TransportError>,
-) {
-    let Frame { header, payload } = frame;
-    match header.kind {
-        Kind::Data => {
-            let len = payload.len();
-            let payload = Payload::reuse(payload, len);
-            if arrived
-                .insert((from, header.tag.key()), (header.tag, payload))
-                .is_some()
-            {
-                broken.get_or_insert(TransportError::DuplicateTag {
-                    rank: me,
-                    peer: from,
-                    tag: header.tag,
-                });
-            }
-        }
-        Kind::Abort => {
-            let reason = String::from_utf8_lossy(&payload).into_owned();
-            aborted.get_or_insert((from, reason));
-        }
-        // Answered by the reader, never filed.
-        Kind::Ping | Kind::Pong => {}
     }
 }
 

@@ -1,0 +1,122 @@
+//! Sleeping and waking: the counters a rank records when it finds nothing, what it checks
+//! after raising its `sleeping` flag, and the wait itself (spin, then the doorbell).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{ShmTransport, HEAP_CAP, WAKE_CHECK};
+use crate::error::TransportError;
+use crate::transport::Transport;
+
+impl ShmTransport {
+    /// Records the counters of "nothing found" (see [`Self::moved`]): messages taken
+    /// and slots given back so far; only at the first failure since the last wait (a
+    /// later one would hide what moved in between, and the wait would sleep through it).
+    pub(super) fn mark_seen(&mut self) {
+        if self.marked {
+            return;
+        }
+        self.marked = true;
+        self.seen_drained = self.drained;
+        self.seen_released = self.released_total(Ordering::Acquire);
+        self.seen_taken = self.taken_total(Ordering::Acquire);
+    }
+
+    fn taken_total(&self, order: Ordering) -> u64 {
+        self.links
+            .iter()
+            .flatten()
+            .fold(0u64, |g, l| g.wrapping_add(l.outbox.taken(order)))
+    }
+
+    fn released_total(&self, order: Ordering) -> u64 {
+        self.links
+            .iter()
+            .flatten()
+            .fold(0u64, |g, l| g.wrapping_add(l.outbox.released(order)))
+    }
+
+    /// After this rank raised its `sleeping` flag: whether a message was published that it
+    /// has not taken, or a slot came back since it last found nothing. Sequentially
+    /// consistent loads of the counters a sender or receiver stores (sequentially
+    /// consistent) before it checks the flag: one of the two sees the other.
+    fn unseen(&self) -> bool {
+        self.links
+            .iter()
+            .flatten()
+            .any(|l| l.copied < HEAP_CAP && l.inbox.unread())
+            || self.drained != self.seen_drained
+            || self.released_total(Ordering::SeqCst) != self.seen_released
+            || (self.send_blocked && self.taken_total(Ordering::SeqCst) != self.seen_taken)
+    }
+
+    /// Whether anything moved since this rank last found nothing: a message waits on a
+    /// ring (one cache line per ring, the one its sender writes anyway), one was taken
+    /// since, or a slot came back.
+    fn moved(&self) -> bool {
+        self.links
+            .iter()
+            .flatten()
+            .any(|l| l.copied < HEAP_CAP && l.inbox.pending())
+            || self.drained != self.seen_drained
+            || self.released_total(Ordering::Acquire) != self.seen_released
+            || (self.send_blocked && self.taken_total(Ordering::Acquire) != self.seen_taken)
+    }
+
+    /// [`Transport::wait`]: until a ring moves, the deadline, or the transport beneath
+    /// has news.
+    pub(super) fn wait_rings(&mut self, deadline: Instant) -> Result<(), TransportError> {
+        self.check()?;
+        self.control(None, false)?;
+        // Whatever this rank waits for, its peers' messages come off the rings, and a
+        // full ring's slots are freed, so that a peer blocked on it moves on.
+        self.drain()?;
+        self.unpin();
+        let spin_until = Instant::now() + self.spin;
+        loop {
+            if self.moved() {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= spin_until || now >= deadline {
+                break;
+            }
+            self.relax();
+        }
+        // About to block: messages left in their senders' memory are read now (their
+        // senders may be waiting for that to go on).
+        if self.settle_remote()? {
+            return Ok(());
+        }
+        let sleeping = self.mine.sleeping();
+        sleeping.store(1, Ordering::SeqCst);
+        if self.unseen() {
+            sleeping.store(0, Ordering::Relaxed);
+            return Ok(());
+        }
+        // Unwatched, the bell is polled every millisecond; watched, the rings are looked
+        // at again every WAKE_CHECK whatever the bell says, so a lost ring costs that much,
+        // never the whole timeout (and is counted for the stall report).
+        let until = if self.bell_watched {
+            deadline.min(Instant::now() + WAKE_CHECK)
+        } else {
+            deadline.min(Instant::now() + Duration::from_millis(1))
+        };
+        let r = self.inner.wait(until);
+        self.mine.sleeping().store(0, Ordering::Relaxed);
+        let mut sink = [0u8; 64];
+        let mut rung = false;
+        while self.bell.recv(&mut sink).is_ok() {
+            rung = true;
+        }
+        if self.bell_watched
+            && !rung
+            && until < deadline
+            && Instant::now() >= until
+            && self.unseen()
+        {
+            self.late_wakeups += 1;
+        }
+        r
+    }
+}
