@@ -246,3 +246,56 @@ fn large_double_binary_tree() {
 fn large_halving_doubling() {
     large(Algorithm::HalvingDoubling);
 }
+
+/// One plan run with two segment sizes in turn: the same count of f32 and of f64 elements
+/// (one layout, one cached plan) cut into 8-byte segments, 2 and 1 elements each. The
+/// engine keeps a plan's segment counts between calls; each call must cut its own.
+#[test]
+fn one_plan_alternating_element_sizes_cuts_each_call_right() {
+    const COUNT: usize = 37;
+    let group = rcoll::local::Builder::new(3)
+        .timeout(TIMEOUT)
+        .segment_bytes(8);
+    let failures: Vec<String> = on_group(group, |comm| {
+        let rank = comm.rank() as f64;
+        let mut f = Vec::new();
+        for round in 0..4 {
+            for algorithm in [Algorithm::Ring, Algorithm::Mesh] {
+                let input: Vec<f32> = (0..COUNT).map(|i| (i as f64 + rank) as f32).collect();
+                let mut out = vec![0f32; COUNT];
+                let sent =
+                    comm.with_algorithm(algorithm)
+                        .all_reduce(&input, &mut out, ReduceOp::Sum);
+                if let Err(e) = sent {
+                    f.push(format!("round {round} {algorithm} f32: {e}"));
+                    continue;
+                }
+                let wide: Vec<f64> = (0..COUNT).map(|i| 2.0 * i as f64 + rank).collect();
+                let mut out64 = vec![0f64; COUNT];
+                let sent =
+                    comm.with_algorithm(algorithm)
+                        .all_reduce(&wide, &mut out64, ReduceOp::Sum);
+                if let Err(e) = sent {
+                    f.push(format!("round {round} {algorithm} f64: {e}"));
+                    continue;
+                }
+                for i in 0..COUNT {
+                    // Ranks 0, 1 and 2: 3i + 3 in f32, 6i + 3 in f64.
+                    let y = 3.0 * i as f64 + 3.0;
+                    if f64::from(out[i]) != y || out64[i] != 2.0 * y - 3.0 {
+                        f.push(format!(
+                            "round {round} {algorithm} element {i}: {} and {}",
+                            out[i], out64[i]
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        f
+    })
+    .into_iter()
+    .flatten()
+    .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -84,7 +84,11 @@ struct ChannelState {
 /// The per-channel state of an execution, kept between calls so that a small call
 /// allocates nothing ([`Execution::new`], [`Execution::recycle`]).
 #[derive(Default)]
-pub struct Spare(Vec<ChannelState>);
+pub struct Spare {
+    channels: Vec<ChannelState>,
+    /// The plan and segment size `channels` last ran: their segment counts still hold.
+    ran: Option<(u64, usize)>,
+}
 
 /// One rank's run of one plan.
 pub struct Execution<'p> {
@@ -109,7 +113,27 @@ impl<'p> Execution<'p> {
         op: ReduceOp,
         spare: &mut Spare,
     ) -> Self {
-        let mut channels = std::mem::take(&mut spare.0);
+        let segment_elems = segment_elems.max(1);
+        let mut channels = std::mem::take(&mut spare.channels);
+        // The same plan again (a loop of one call): its segment counts hold, and what
+        // `recycle` left is cleared; only the counters start over.
+        if spare.ran.take() == Some((plan.id, segment_elems))
+            && channels.len() == plan.channels.len()
+        {
+            for state in &mut channels {
+                state.done.fill(0);
+                state.issued.fill(0);
+                state.first_open = 0;
+            }
+            return Execution {
+                plan,
+                collective,
+                schedule,
+                segment_elems,
+                op,
+                channels,
+            };
+        }
         channels.truncate(plan.channels.len());
         for (i, c) in plan.channels.iter().enumerate() {
             let n = c.ops.len();
@@ -143,7 +167,7 @@ impl<'p> Execution<'p> {
             plan,
             collective,
             schedule,
-            segment_elems: segment_elems.max(1),
+            segment_elems,
             op,
             channels,
         }
@@ -157,7 +181,8 @@ impl<'p> Execution<'p> {
             c.in_flight.iter_mut().for_each(VecDeque::clear);
             c.in_flight_len = 0;
         }
-        spare.0 = self.channels;
+        spare.channels = self.channels;
+        spare.ran = Some((self.plan.id, self.segment_elems));
     }
 
     /// Does all the work possible now.

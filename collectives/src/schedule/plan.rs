@@ -168,7 +168,13 @@ pub struct Plan {
     /// Whether the collective reduces (else every message is only copied by its receiver,
     /// which lets a transport leave it in the sender's memory for the receiver to read).
     pub reduces: bool,
+    /// Unique to this plan (a clone keeps it: same primitives, same lengths): what an
+    /// execution's per-primitive state is kept by between calls.
+    pub id: u64,
 }
+
+/// The next plan's [`Plan::id`].
+static NEXT_PLAN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Why a schedule cannot run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -212,6 +218,7 @@ impl Plan {
                 schedule.layout.collective,
                 C::AllReduce | C::Reduce | C::ReduceScatter
             ),
+            id: NEXT_PLAN.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 
