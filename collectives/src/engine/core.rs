@@ -125,43 +125,36 @@ impl<'p> Execution<'p> {
                 state.issued.fill(0);
                 state.first_open = 0;
             }
-            return Execution {
-                plan,
-                collective,
-                schedule,
-                segment_elems,
-                op,
-                channels,
-            };
-        }
-        channels.truncate(plan.channels.len());
-        for (i, c) in plan.channels.iter().enumerate() {
-            let n = c.ops.len();
-            if i == channels.len() {
-                channels.push(ChannelState {
-                    done: Vec::new(),
-                    issued: Vec::new(),
-                    in_flight: Vec::new(),
-                    segments: Vec::new(),
-                    in_flight_len: 0,
-                    first_open: 0,
-                    pending: VecDeque::new(),
-                });
+        } else {
+            channels.truncate(plan.channels.len());
+            for (i, c) in plan.channels.iter().enumerate() {
+                let n = c.ops.len();
+                if i == channels.len() {
+                    channels.push(ChannelState {
+                        done: Vec::new(),
+                        issued: Vec::new(),
+                        in_flight: Vec::new(),
+                        segments: Vec::new(),
+                        in_flight_len: 0,
+                        first_open: 0,
+                        pending: VecDeque::new(),
+                    });
+                }
+                let state = &mut channels[i];
+                state.done.clear();
+                state.done.resize(n, 0);
+                state.issued.clear();
+                state.issued.resize(n, 0);
+                state.in_flight.iter_mut().for_each(VecDeque::clear);
+                state.in_flight.resize_with(n, VecDeque::new);
+                state.in_flight_len = 0;
+                state.segments.clear();
+                state
+                    .segments
+                    .extend(c.ops.iter().map(|p| segments(p.prim.len(), segment_elems)));
+                state.first_open = 0;
+                state.pending.clear();
             }
-            let state = &mut channels[i];
-            state.done.clear();
-            state.done.resize(n, 0);
-            state.issued.clear();
-            state.issued.resize(n, 0);
-            state.in_flight.iter_mut().for_each(VecDeque::clear);
-            state.in_flight.resize_with(n, VecDeque::new);
-            state.in_flight_len = 0;
-            state.segments.clear();
-            state
-                .segments
-                .extend(c.ops.iter().map(|p| segments(p.prim.len(), segment_elems)));
-            state.first_open = 0;
-            state.pending.clear();
         }
         Execution {
             plan,
