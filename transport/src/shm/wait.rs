@@ -48,9 +48,7 @@ impl ShmTransport {
             .iter()
             .flatten()
             .any(|l| l.copied < HEAP_CAP && l.inbox.unread())
-            || self.drained != self.seen_drained
-            || self.released_total(Ordering::SeqCst) != self.seen_released
-            || (self.send_blocked && self.taken_total(Ordering::SeqCst) != self.seen_taken)
+            || self.counted_since_seen(Ordering::SeqCst)
     }
 
     /// Whether anything moved since this rank last found nothing: a message waits on a
@@ -61,9 +59,15 @@ impl ShmTransport {
             .iter()
             .flatten()
             .any(|l| l.copied < HEAP_CAP && l.inbox.pending())
-            || self.drained != self.seen_drained
-            || self.released_total(Ordering::Acquire) != self.seen_released
-            || (self.send_blocked && self.taken_total(Ordering::Acquire) != self.seen_taken)
+            || self.counted_since_seen(Ordering::Acquire)
+    }
+
+    /// Whether the counters moved since [`Self::mark_seen`]: a message taken, a slot given
+    /// back, or (for a sender that found no room) a descriptor read; loaded with `order`.
+    fn counted_since_seen(&self, order: Ordering) -> bool {
+        self.drained != self.seen_drained
+            || self.released_total(order) != self.seen_released
+            || (self.send_blocked && self.taken_total(order) != self.seen_taken)
     }
 
     /// [`Transport::wait`]: until a ring moves, the deadline, or the transport beneath
