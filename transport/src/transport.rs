@@ -539,6 +539,15 @@ pub trait Transport: Send {
         false
     }
 
+    /// Whether a message of any length up to [`WHOLE_MAX`] bytes moves between this rank
+    /// and `peer`, both ways, in one piece and with one copy (each reads the other's
+    /// memory): a call whose every message is to or from `peer` then gains nothing by
+    /// cutting them into segments, and loses a read per segment. Both ranks of the pair
+    /// answer alike.
+    fn moves_whole(&self, _peer: Rank) -> bool {
+        false
+    }
+
     /// Returns a payload that is no longer needed.
     fn recycle(&mut self, payload: Payload);
 
@@ -556,6 +565,10 @@ pub trait Transport: Send {
     /// [`TransportError::Aborted`], waking all waiters.
     fn abort(&mut self, reason: &str);
 }
+
+/// The longest message [`Transport::moves_whole`] promises to move in one piece: lengths
+/// travel as 32 bits.
+pub const WHOLE_MAX: usize = 1 << 31;
 
 /// Whether a message of collective `seq` is stale once collective `current` is over:
 /// `seq` is `current` or up to 2^30 calls before it (sequence numbers are 31-bit and wrap),

@@ -462,6 +462,27 @@ impl Communicator {
         self.run_plan(&plan, P2P_BIT, call, &mut mem, longest)
     }
 
+    /// Whether a call of `collective` moves each message in one piece: two ranks whose
+    /// transport moves any length with one copy both ways, and a collective that only
+    /// moves data (each rank's messages go to the other rank once, from its input or
+    /// straight into its output: cutting them buys no pipelining, and costs a read per
+    /// segment). Both ranks answer alike: the collective is the same on both, and the
+    /// transport answers alike for both ends of a pair.
+    fn moves_whole(&self, collective: Collective) -> bool {
+        let pure_movement = matches!(
+            collective,
+            Collective::Broadcast
+                | Collective::AllGather
+                | Collective::Gather
+                | Collective::Scatter
+                | Collective::AllToAll
+        );
+        pure_movement
+            && self.nranks == 2
+            && !self.config.segment_bytes_set
+            && self.transport.moves_whole(Rank(1 - self.rank.0))
+    }
+
     /// Runs `plan` on `mem` for `call` and turns a failure into an [`Error`] that aborts
     /// the group. `longest` bounds the length of a transfer.
     pub(super) fn run_plan<T: Element>(
@@ -474,6 +495,12 @@ impl Communicator {
     ) -> Result<()> {
         let rank = self.rank.0;
         call.segment_elems = (self.config.segment_bytes / std::mem::size_of::<T>()).max(1);
+        if self.moves_whole(call.collective) {
+            // Every message of these is at most `count` elements (a block, or the whole
+            // vector of a broadcast), the same on both ranks.
+            let whole = rcoll_transport::WHOLE_MAX / std::mem::size_of::<T>();
+            call.segment_elems = call.segment_elems.max(call.count.min(whole));
+        }
         // Segment indices travel as u32 in tags.
         if longest.div_ceil(call.segment_elems) > u32::MAX as usize {
             let (collective, count, nranks) = (call.collective, longest, self.nranks);

@@ -55,26 +55,51 @@ fn buffers_up_to_64_mib_over_shared_memory() {
     }
 }
 
+/// Runs `scenario` on `n` ranks over shared memory, all of which must succeed: how many
+/// sends each rank's peers read from its memory (its `ZERO-COPY <rank> <sends>` line), and
+/// what the ranks printed.
+fn single_copy_sends(scenario: &str, n: usize) -> (Vec<u64>, String) {
+    let results = finish(spawn(scenario, n, &shm(&[])), Duration::from_secs(120));
+    all_succeed(&format!("{n} ranks"), &results);
+    let text: String = results.iter().map(|(_, out)| out.as_str()).collect();
+    let sends = (0..n)
+        .map(|rank| {
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix(&format!("ZERO-COPY {rank} ")))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or_else(|| panic!("rank {rank} printed no count: {text}"))
+        })
+        .collect();
+    (sends, text)
+}
+
 /// A send to several peers at once (mesh all_gather, a single_root broadcast's root) is
 /// read by each of them from the sender's memory, as a send to one peer is, and every
 /// result is right: each rank's sends of 256 KiB blocks all went single copy.
 #[test]
 fn a_send_to_several_peers_is_read_from_the_senders_memory_by_each() {
-    let results = finish(spawn("fanout", 4, &shm(&[])), Duration::from_secs(120));
-    all_succeed("4 ranks", &results);
-    let text: String = results.iter().map(|(_, out)| out.as_str()).collect();
-    for rank in 0..4 {
-        let sends: u64 = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix(&format!("ZERO-COPY {rank} ")))
-            .and_then(|n| n.trim().parse().ok())
-            .unwrap_or_else(|| panic!("rank {rank} printed no count: {text}"));
+    let (sends, text) = single_copy_sends("fanout", 4);
+    for (rank, sends) in sends.into_iter().enumerate() {
         // Each of 3 rounds: its block to 3 peers (mesh), and as the root of one broadcast
         // (rounds 0..3 have roots 0, 1, 2), the vector to 3 peers; every 128 KiB segment
         // is one send.
         let segments = (256 << 10) / (128 << 10);
         let want = 3 * 3 * segments + if rank < 3 { 3 * segments } else { 0 };
         assert_eq!(sends, want as u64, "rank {rank}: {text}");
+    }
+}
+
+/// On two ranks, a collective that only moves data sends each message in one piece, not
+/// in segments: every broadcast, all_gather, all_to_all, gather and scatter of 4 MiB and
+/// 3 elements is right, and each message was one read of the sender's memory.
+#[test]
+fn on_two_ranks_a_message_that_only_moves_is_read_in_one_piece() {
+    let (sends, text) = single_copy_sends("whole", 2);
+    for (rank, sends) in sends.into_iter().enumerate() {
+        // As the root of two broadcasts (one in place); all_gather twice; all_to_all
+        // once; gather (rank 1 to 0) and scatter (rank 0 to 1) once: one message each.
+        // Cut into 128 KiB segments, each would be 33.
+        assert_eq!(sends, 6, "rank {rank}: {text}");
     }
 }
 

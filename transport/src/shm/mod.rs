@@ -425,11 +425,11 @@ impl Transport for ShmTransport {
         tag: Tag,
         data: &[u8],
     ) -> Result<SendState, TransportError> {
-        let single = (self.single_copy..=self.slot_bytes).contains(&data.len());
-        if !single || !self.shares_memory_with(peer) {
+        if data.len() < self.single_copy || !self.shares_memory_with(peer) {
             return self.try_send_borrowed(peer, tag, data);
         }
         self.check()?;
+        let slot_bytes = self.slot_bytes;
         if let Some(Some(link)) = self.links.get_mut(peer.index()) {
             let sent = link.read_by.then(|| {
                 link.outbox
@@ -441,6 +441,12 @@ impl Transport for ShmTransport {
                 let token = SINGLE_COPY_TOKEN | self.next_token;
                 self.outstanding.push((token, peer, ticket, generation));
                 return Ok(SendState::InFlight(token));
+            }
+            if link.read_by && data.len() > slot_bytes {
+                // Longer than a slot: only the peer's read moves it, once a ticket frees.
+                self.mark_seen();
+                self.send_blocked = true;
+                return Ok(SendState::NoRoom);
             }
             // No ticket free (or no descriptor: then the copy below finds none either):
             // through the ring.
@@ -659,6 +665,10 @@ impl Transport for ShmTransport {
 
     fn reads_directly(&self, peer: Rank) -> bool {
         matches!(self.links.get(peer.index()), Some(Some(l)) if l.read_from.is_some())
+    }
+
+    fn moves_whole(&self, peer: Rank) -> bool {
+        matches!(self.links.get(peer.index()), Some(Some(l)) if l.read_from.is_some() && l.read_by)
     }
 
     fn recycle(&mut self, payload: Payload) {

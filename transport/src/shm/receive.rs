@@ -90,6 +90,10 @@ impl ShmTransport {
                         "wrote a {n}-byte message into a slot of {} bytes",
                         self.slot_bytes
                     ),
+                    Refused::RemoteTooLong(n) => format!(
+                        "left a {n}-byte message in its memory, more than {} bytes",
+                        crate::transport::WHOLE_MAX
+                    ),
                     Refused::InlineTooLong(n) => format!(
                         "published a {n}-byte message in a descriptor, which holds {}",
                         segment::INLINE
@@ -247,7 +251,9 @@ impl ShmTransport {
         let there: Vec<(Rank, crate::types::TagKey)> = self
             .arrived
             .iter()
-            .filter(|(_, (_, (m, _)))| matches!(m, Msg::There(_)))
+            // Longer than a slot: left where it is until asked for, into its destination
+            // (its sender's tickets bound how many wait so).
+            .filter(|(_, (_, (m, _)))| matches!(m, Msg::There(r) if r.len <= self.slot_bytes))
             .map(|(k, _)| *k)
             .collect();
         let mut any = false;

@@ -56,6 +56,8 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
+use crate::transport::WHOLE_MAX;
+
 mod out_ring;
 pub use out_ring::{OutRing, Withdrawal};
 
@@ -446,6 +448,8 @@ pub enum Refused {
     TooLong(u64),
     /// An inline message longer than a descriptor holds.
     InlineTooLong(u64),
+    /// A message left in the sender's memory longer than [`WHOLE_MAX`].
+    RemoteTooLong(u64),
     /// A message left in the sender's memory, from a sender that was not allowed to.
     RemoteNotAllowed,
     /// A message left in the sender's memory with a ticket that does not exist.
@@ -560,8 +564,8 @@ impl InRing {
             if !remote_ok {
                 return Some(Err(Refused::RemoteNotAllowed));
             }
-            if len > self.seg.shape.slot_bytes as u64 {
-                return Some(Err(Refused::TooLong(len)));
+            if len > WHOLE_MAX as u64 {
+                return Some(Err(Refused::RemoteTooLong(len)));
             }
             let (t, generation) = (ticket & 0xffff_ffff, ticket >> 32);
             if t >= TICKETS as u64 {

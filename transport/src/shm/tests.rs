@@ -281,6 +281,78 @@ fn a_large_send_is_read_from_the_senders_memory_when_taken() {
     assert_eq!(got[1], expected);
 }
 
+/// A message longer than a slot moves whole when the peer reads this rank's memory: the
+/// transport says so for the pair (both ends alike), a sender with every ticket taken is
+/// told to wait (not refused), and each arrives whole and right. One too long for the
+/// ring, to a peer that cannot read it, is refused.
+#[test]
+fn a_message_longer_than_a_slot_is_read_whole_and_waits_for_a_ticket() {
+    let len = 3 * 4096 + 5; // slots hold 4096 bytes
+    let got = group(2, 4, |mut t| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let peer = Rank::from(1 - t.rank().index());
+        assert!(t.moves_whole(peer), "{} moves whole with {peer}", t.rank());
+        if t.rank().index() == 0 {
+            let bufs: Vec<Vec<u8>> = (0..=segment::TICKETS)
+                .map(|m| (0..len).map(|i| (i + m) as u8).collect())
+                .collect();
+            // More messages than tickets: once tickets (or descriptors) run out, the
+            // sender is told to wait, not refused and not copied into a slot.
+            // A ticket is free again once its send is complete.
+            let (mut tokens, mut waited) = (std::collections::VecDeque::new(), 0);
+            for (m, buf) in bufs.iter().enumerate() {
+                loop {
+                    assert!(Instant::now() < deadline, "message {m} never went");
+                    match t.try_send_borrowed_for_copy(peer, tag(m as u32), buf) {
+                        Ok(SendState::InFlight(token)) => break tokens.push_back(token),
+                        Ok(SendState::NoRoom) => {
+                            waited += 1;
+                            let oldest = tokens.pop_front().expect("a send in flight");
+                            complete(&mut t, oldest, deadline);
+                        }
+                        other => panic!("message {m}: {other:?}"),
+                    }
+                }
+            }
+            assert!(waited > 0, "{} messages, none waited", bufs.len());
+            for token in tokens {
+                complete(&mut t, token, deadline);
+            }
+            Vec::new()
+        } else {
+            (0..=segment::TICKETS)
+                .map(|m| {
+                    let mut dst = vec![0u8; len];
+                    recv_into(&mut t, peer, tag(m as u32), &mut dst, deadline);
+                    dst
+                })
+                .collect()
+        }
+    });
+    for (m, dst) in got[1].iter().enumerate() {
+        let want: Vec<u8> = (0..len).map(|i| (i + m) as u8).collect();
+        assert!(*dst == want, "message {m} arrived wrong");
+    }
+    // Rank 1 cannot read rank 0's memory: rank 0's long message has no way to go.
+    group_with(
+        2,
+        4,
+        |r| (r == 1).then_some(SINGLE_COPY),
+        |mut t| {
+            let peer = Rank::from(1 - t.rank().index());
+            assert!(!t.moves_whole(peer), "{} moves whole with {peer}", t.rank());
+            if t.rank().index() == 0 {
+                let buf = vec![7u8; len];
+                let refused = t.try_send_borrowed_for_copy(peer, tag(1), &buf);
+                assert!(
+                    matches!(refused, Err(TransportError::MessageTooLarge { .. })),
+                    "{refused:?}"
+                );
+            }
+        },
+    );
+}
+
 /// A receiver that waits for another message than the one a sender left in its memory
 /// reads that one before it blocks: the sender, waiting for the read before it sends
 /// what the receiver waits for, must not wait forever.

@@ -70,6 +70,24 @@ impl ShmTransport {
             || (self.send_blocked && self.taken_total(order) != self.seen_taken)
     }
 
+    /// Whether a wait past its spin should spin on: a peer is reading this rank's memory
+    /// right now (it is done in the time a copy takes, and a sleeper would pay a wakeup on
+    /// top), and this rank has a core to itself. The control plane is asked too (at most
+    /// every millisecond): a reader that died never finishes.
+    fn keep_spinning(&mut self) -> Result<bool, TransportError> {
+        if self.crowded {
+            return Ok(false);
+        }
+        let links = &self.links;
+        let read = self.outstanding.iter().any(|&(_, peer, ticket, generation)| {
+            matches!(links.get(peer.index()), Some(Some(l)) if l.outbox.being_read(ticket, generation))
+        });
+        if read {
+            self.control(None, false)?;
+        }
+        Ok(read)
+    }
+
     /// [`Transport::wait`]: until a ring moves, the deadline, or the transport beneath
     /// has news.
     pub(super) fn wait_rings(&mut self, deadline: Instant) -> Result<(), TransportError> {
@@ -88,7 +106,7 @@ impl ShmTransport {
             }
             if looks % CLOCK_EVERY == 0 {
                 let now = Instant::now();
-                if now >= spin_until || now >= deadline {
+                if now >= deadline || now >= spin_until && !self.keep_spinning()? {
                     break;
                 }
             }

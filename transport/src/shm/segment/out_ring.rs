@@ -4,6 +4,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::transport::WHOLE_MAX;
+
 use super::{
     Segment, DONE, D_DATA, D_LEN_SLOT, D_SEQ, D_TAG, FREE, FULL, INLINE, NO_SLOT, POSTED, READING,
     REMOTE, REVOKED, TICKETS,
@@ -53,9 +55,10 @@ impl OutRing {
     /// receiver to read from there, under a free ticket: `Some((ticket, generation))`, or
     /// `None` (nothing published) when no descriptor or ticket is free. The memory must
     /// stay unchanged until [`OutRing::ticket_done`] says so.
-    /// Messages are at most [`OutRing::slot_bytes`] long, like those through a slot.
+    /// Messages are at most [`WHOLE_MAX`] long (a slot's length is no limit: the receiver
+    /// reads them into the destination it asks them for).
     pub fn send_remote(&mut self, tag: [u64; 3], addr: u64, len: usize) -> Option<(usize, u32)> {
-        if len > self.slot_bytes() || !self.desc_free() {
+        if len > WHOLE_MAX || !self.desc_free() {
             return None;
         }
         let t = self.tickets.iter().position(Option::is_none)?;
@@ -91,6 +94,13 @@ impl OutRing {
             return true;
         }
         false
+    }
+
+    /// Whether the receiver is reading the single-copy send under `ticket` right now.
+    pub fn being_read(&self, ticket: usize, generation: u32) -> bool {
+        let g = u64::from(generation) << 2;
+        self.tickets.get(ticket).copied().flatten() == Some(generation)
+            && self.seg.ticket(self.ring, ticket).load(Ordering::Relaxed) == g | READING
     }
 
     /// Gives up a single-copy send (the call failed): withdraws it if the receiver has not
