@@ -88,7 +88,9 @@ pub struct VariantTime {
 ///
 /// `time_us` is nccl-tests' time: the mean per-iteration time of the slowest rank (the
 /// largest of the ranks' means). `min_us`, `max_us` and `p99_us` describe that same rank's
-/// individual iterations, so they bracket `time_us`.
+/// individual iterations, so they bracket `time_us`; calls shorter than
+/// [`crate::run::BATCH_BELOW`] are timed in batches of [`crate::run::BATCH`], and each
+/// then counts its batch's mean (a clock read would be a tenth of such a call).
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct ModeReport {
     /// Mean microseconds per iteration on the slowest rank.

@@ -11,7 +11,7 @@
 //! own gather (as nccl-tests reduces its timings with MPI), and rank 0 builds the report.
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rcoll::schedule::BufferLayout;
 use rcoll::{Algorithm, Collective, Communicator, DataType, Element, Layout, Rank, ReduceOp};
@@ -299,6 +299,25 @@ impl<T: Element> Buffers<T> {
     }
 }
 
+/// Calls are timed in batches of this many when the warmup's took less than
+/// [`BATCH_BELOW`] each.
+pub const BATCH: usize = 64;
+
+/// See [`BATCH`].
+pub const BATCH_BELOW: Duration = Duration::from_micros(2);
+
+/// Each of `iters` calls' time in microseconds from the stamps at the ends of batches of
+/// `every` calls (the last may be shorter; `stamps[0]` is the start): its batch's mean.
+fn per_call_us(stamps: &[Instant], every: usize, iters: usize) -> Vec<f64> {
+    let mut times_us = Vec::with_capacity(iters);
+    for (b, w) in stamps.windows(2).enumerate() {
+        let calls = ((b + 1) * every).min(iters).saturating_sub(b * every);
+        let each = (w[1] - w[0]).as_secs_f64() * 1e6 / calls.max(1) as f64;
+        times_us.extend(std::iter::repeat_n(each, calls));
+    }
+    times_us
+}
+
 /// Warmup, timed iterations and the checked iteration of one mode of one size
 /// (`corrupt`: see [`CORRUPT`]).
 fn measure<T: Element>(
@@ -323,24 +342,34 @@ fn measure<T: Element>(
     let fill = |buffers: &mut Buffers<T>| buffers.fill(reference, rank, &extents);
     fill(&mut buffers);
     comm.barrier()?;
+    let warm = Instant::now();
     for _ in 0..spec.warmup {
         call(comm, spec, &mut buffers)?;
     }
+    let warm = warm.elapsed();
     comm.barrier()?;
-    // One clock read per iteration, where it ends (the next one's start): the mean is
+    // One clock read per batch of calls, where it ends (the next one's start): the mean is
     // the loop's time over its iterations, as the peers time theirs (one read before the
-    // loop and one after), with per-iteration spread for min, max and p99 at the cost of
-    // one read (~20 ns) per call instead of two.
-    let mut stamps = Vec::with_capacity(spec.iters + 1);
-    stamps.push(Instant::now());
-    for _ in 0..spec.iters {
-        call(comm, spec, &mut buffers)?;
-        stamps.push(Instant::now());
+    // loop and one after), with a spread for min, max and p99 at the cost of one read
+    // (~20-30 ns) per batch instead of two. A batch is one call, or BATCH calls when the
+    // warmup's calls were shorter than BATCH_BELOW (a read would be a tenth of one): each
+    // of its calls then counts its batch's mean.
+    let every = if spec.warmup > 0 && warm < BATCH_BELOW * spec.warmup as u32 {
+        BATCH
+    } else {
+        1
+    };
+    let batches = spec.iters.div_ceil(every);
+    // Every stamp's page touched before the loop: a fault in it would be timed.
+    let mut stamps = vec![Instant::now(); batches + 1];
+    stamps[0] = Instant::now();
+    for b in 0..batches {
+        for _ in b * every..((b + 1) * every).min(spec.iters) {
+            call(comm, spec, &mut buffers)?;
+        }
+        stamps[b + 1] = Instant::now();
     }
-    let times_us: Vec<f64> = stamps
-        .windows(2)
-        .map(|w| (w[1] - w[0]).as_secs_f64() * 1e6)
-        .collect();
+    let times_us = per_call_us(&stamps, every, spec.iters);
     let mut wrong = 0;
     if spec.check {
         fill(&mut buffers);
@@ -406,4 +435,29 @@ pub(crate) fn call<T: Element>(
 
 fn unsupported(collective: Collective) -> BenchError {
     BenchError::Usage(format!("rcoll-bench cannot run {collective} in this mode"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::per_call_us;
+
+    /// Batches of 4 calls over 10 calls: the last batch has 2; every call counts its
+    /// batch's mean, and together they add up to the loop's time.
+    #[test]
+    fn calls_timed_in_batches_count_their_batchs_mean() {
+        let t0 = std::time::Instant::now();
+        let at = |us: u64| t0 + std::time::Duration::from_micros(us);
+        let stamps = [at(0), at(40), at(48), at(58)];
+        let times = per_call_us(&stamps, 4, 10);
+        assert_eq!(times.len(), 10);
+        let want = [10.0, 10.0, 10.0, 10.0, 2.0, 2.0, 2.0, 2.0, 5.0, 5.0];
+        for (got, want) in times.iter().zip(want) {
+            assert!((got - want).abs() < 1e-9, "{times:?}");
+        }
+        assert!((times.iter().sum::<f64>() - 58.0).abs() < 1e-9);
+        // One call per batch: each call its own time.
+        let times = per_call_us(&stamps, 1, 3);
+        assert_eq!(times.len(), 3);
+        assert!((times[2] - 10.0).abs() < 1e-9, "{times:?}");
+    }
 }
