@@ -423,17 +423,30 @@ pub fn ring_send_recv(comm: &mut Communicator, len: usize) {
 /// checks that the error names rank `RCOLL_TEST_DEAD`; prints it for the parent process.
 /// Panics if `iters` calls all succeed.
 pub fn all_reduce_until_a_rank_dies(comm: &mut Communicator, elems: usize, iters: usize) {
+    let mut v = vec![1.0f32; elems];
+    until_a_rank_dies(iters, || {
+        comm.with_algorithm(Algorithm::Ring)
+            .all_reduce_in_place(&mut v, ReduceOp::Sum)
+    });
+}
+
+/// Like [`all_reduce_until_a_rank_dies`], with broadcasts of `elems` from rank 0.
+#[allow(dead_code)]
+pub fn broadcast_until_a_rank_dies(comm: &mut Communicator, elems: usize, iters: usize) {
+    let mut v = vec![1.0f32; elems];
+    until_a_rank_dies(iters, || comm.broadcast_in_place(&mut v, 0));
+}
+
+/// Runs `call` up to `iters` times until it fails, which it must, naming the rank
+/// `RCOLL_TEST_DEAD` (prints `RANK-ERROR <error>`).
+fn until_a_rank_dies(iters: usize, mut call: impl FnMut() -> rcoll::Result<()>) {
     let dead: usize = std::env::var("RCOLL_TEST_DEAD")
         .expect("dead rank")
         .parse()
         .expect("number");
-    let mut v = vec![1.0f32; elems];
     started();
     for _ in 0..iters {
-        if let Err(e) = comm
-            .with_algorithm(Algorithm::Ring)
-            .all_reduce_in_place(&mut v, ReduceOp::Sum)
-        {
+        if let Err(e) = call() {
             println!("RANK-ERROR {e}");
             assert!(
                 e.to_string().contains(&format!("rank {dead}")),

@@ -110,6 +110,8 @@ fn rank_main() {
         "sweep" => sweep(&mut comm),
         "large" => large(&mut comm),
         "killed" => killed(&mut comm),
+        // 64 MiB each: on two ranks over shared memory, one read of the root's memory.
+        "killed_broadcast" => common::broadcast_until_a_rank_dies(&mut comm, 16 << 20, 10_000),
         "mismatch" => mismatch(&mut comm),
         "soak" => soak(&mut comm),
         "fanout" => fanout(&mut comm),

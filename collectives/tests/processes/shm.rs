@@ -108,52 +108,80 @@ fn on_two_ranks_a_message_that_only_moves_is_read_in_one_piece() {
 #[test]
 fn a_killed_rank_on_shared_memory_fails_the_others_naming_it() {
     for trial in 0..5u64 {
-        let dead = 2;
-        let joined = StartedDir::new(4);
-        let mut children = spawn(
-            "killed",
-            4,
-            &shm(&[
-                ("RCOLL_TEST_DEAD", dead.to_string()),
-                ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
-            ]),
-        );
-        let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
-        joined.wait(Duration::from_secs(60));
-        std::thread::sleep(Duration::from_millis(53 * trial));
-        children[dead].kill().expect("kill");
-        let start = std::time::Instant::now();
-        let results = finish(children, Duration::from_secs(60));
-        for (r, (ok, out)) in results.iter().enumerate().filter(|(r, _)| *r != dead) {
-            assert!(
-                *ok && out.contains("RANK-ERROR"),
-                "trial {trial}: rank {r} did not report rank {dead}'s death:\n{out}"
-            );
-        }
-        assert!(start.elapsed() < Duration::from_secs(20), "trial {trial}");
-        assert_eq!(leftovers(&pids), Vec::<String>::new(), "trial {trial}");
+        killed_and_named("killed", 4, 2, trial);
     }
+}
+
+/// `kill -9` of either rank of two while 64 MiB broadcasts go whole (one read of the
+/// root's memory each, during which the root spins rather than sleeps): the reader's
+/// death, and the root's, are named by the other within the timeout.
+#[test]
+fn a_rank_killed_while_a_whole_message_is_read_is_named_by_the_other() {
+    for trial in 0..4u64 {
+        killed_and_named("killed_broadcast", 2, (1 - trial % 2) as usize, trial);
+    }
+}
+
+/// Runs `scenario` on `n` ranks over shared memory, kills rank `dead` once all started
+/// (and `53 * trial` ms more): every other rank reports an error naming it within 20 s,
+/// and no segment is left.
+fn killed_and_named(scenario: &str, n: usize, dead: usize, trial: u64) {
+    let joined = StartedDir::new(n);
+    let mut children = spawn(
+        scenario,
+        n,
+        &shm(&[
+            ("RCOLL_TEST_DEAD", dead.to_string()),
+            ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
+        ]),
+    );
+    let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
+    joined.wait(Duration::from_secs(60));
+    std::thread::sleep(Duration::from_millis(53 * trial));
+    children[dead].kill().expect("kill");
+    let start = std::time::Instant::now();
+    let results = finish(children, Duration::from_secs(60));
+    for (r, (ok, out)) in results.iter().enumerate().filter(|(r, _)| *r != dead) {
+        assert!(
+            *ok && out.contains("RANK-ERROR"),
+            "{scenario} trial {trial}: rank {r} did not report rank {dead}'s death:\n{out}"
+        );
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{scenario} trial {trial}"
+    );
+    assert_eq!(
+        leftovers(&pids),
+        Vec::<String>::new(),
+        "{scenario} trial {trial}"
+    );
 }
 
 /// A rank stopped with SIGSTOP: on shared memory nothing tells the others but the
 /// liveness probe; they fail within the timeout, naming it.
 #[test]
 fn a_stopped_rank_on_shared_memory_fails_the_others_within_the_timeout() {
-    let stopped = 1;
-    let joined = StartedDir::new(3);
-    let children = spawn(
-        "killed",
-        3,
-        &shm(&[
-            ("RCOLL_TEST_DEAD", stopped.to_string()),
-            ("RCOLL_TIMEOUT", "3".to_string()),
-            ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
-        ]),
-    );
-    joined.wait(Duration::from_secs(60));
-    let took = super::others_fail_naming_the_stopped_rank(children, stopped);
-    assert!(took < Duration::from_secs(15), "took {took:?}");
-    eprintln!("a stopped rank on shared memory: the others failed {took:?} after SIGSTOP");
+    // 3 ranks of 4 MiB all_reduces; then 2 ranks of 64 MiB broadcasts, read whole from
+    // the root's memory, with the reader stopped (the root spins while it reads).
+    for (scenario, n, stopped) in [("killed", 3, 1), ("killed_broadcast", 2, 1)] {
+        let joined = StartedDir::new(n);
+        let children = spawn(
+            scenario,
+            n,
+            &shm(&[
+                ("RCOLL_TEST_DEAD", stopped.to_string()),
+                ("RCOLL_TIMEOUT", "3".to_string()),
+                ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
+            ]),
+        );
+        joined.wait(Duration::from_secs(60));
+        let took = super::others_fail_naming_the_stopped_rank(children, stopped);
+        assert!(took < Duration::from_secs(15), "{scenario}: took {took:?}");
+        eprintln!(
+            "{scenario}: a stopped rank on shared memory: the others failed {took:?} after SIGSTOP"
+        );
+    }
 }
 
 /// Hosts emulated with `RCOLL_HOST`: 2 hosts x 2 ranks, 3 hosts x 1, 2 (cyclic) and 3

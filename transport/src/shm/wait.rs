@@ -11,6 +11,11 @@ use crate::transport::Transport;
 /// Looks at the rings per clock read while a wait spins.
 const CLOCK_EVERY: u32 = 16;
 
+/// How much longer than its spin a wait spins while a peer reads this rank's memory: a
+/// 64 MiB read takes 5-13 ms here; past this, sleeping costs little beside the read (and a
+/// stopped reader burns no core).
+const READ_SPIN: Duration = Duration::from_millis(20);
+
 impl ShmTransport {
     /// Records the counters of "nothing found" (see [`Self::moved`]): messages taken
     /// and slots given back so far; only at the first failure since the last wait (a
@@ -72,20 +77,22 @@ impl ShmTransport {
 
     /// Whether a wait past its spin should spin on: a peer is reading this rank's memory
     /// right now (it is done in the time a copy takes, and a sleeper would pay a wakeup on
-    /// top), and this rank has a core to itself. The control plane is asked too (at most
-    /// every millisecond): a reader that died never finishes.
+    /// top), and this rank has a core to itself. The control plane's word on that reader
+    /// is asked too (its connections read at most every millisecond): a reader that died
+    /// never finishes, and its death is this wait's error.
     fn keep_spinning(&mut self) -> Result<bool, TransportError> {
         if self.crowded {
             return Ok(false);
         }
         let links = &self.links;
-        let read = self.outstanding.iter().any(|&(_, peer, ticket, generation)| {
+        let reader = self.outstanding.iter().find_map(|&(_, peer, ticket, generation)| {
             matches!(links.get(peer.index()), Some(Some(l)) if l.outbox.being_read(ticket, generation))
+                .then_some(peer)
         });
-        if read {
-            self.control(None, false)?;
+        match reader {
+            Some(peer) => self.control(Some(peer), false).map(|()| true),
+            None => Ok(false),
         }
-        Ok(read)
     }
 
     /// [`Transport::wait`]: until a ring moves, the deadline, or the transport beneath
@@ -106,7 +113,10 @@ impl ShmTransport {
             }
             if looks % CLOCK_EVERY == 0 {
                 let now = Instant::now();
-                if now >= deadline || now >= spin_until && !self.keep_spinning()? {
+                let past = now.saturating_duration_since(spin_until);
+                if now >= deadline
+                    || now >= spin_until && (past >= READ_SPIN || !self.keep_spinning()?)
+                {
                     break;
                 }
             }
