@@ -29,11 +29,13 @@ counters() {
 }
 rows() { grep -v '^#' || true; }
 declare -A bw
-# rcoll rows with their rate in MiB/s and its ratio to ib_write_bw's average of that size.
+# rcoll rows with their rate in MiB/s and its ratio to ib_write_bw's average of that size;
+# the rate is busbw (size / time times the collective's bus factor, $1: 1 by default, 1/2
+# for all_gather on 2 ranks).
 rated() {
-    rows | awk -v b1="${bw[1048576]:-0}" -v b8="${bw[8388608]:-0}" '{
+    rows | awk -v f="${1:-1}" -v b1="${bw[1048576]:-0}" -v b8="${bw[8388608]:-0}" '{
         ref = ($1 == 1048576) ? b1 : (($1 == 8388608) ? b8 : 0)
-        oop = $1 / $6 * 1e6 / 1048576; ip = $1 / $10 * 1e6 / 1048576
+        oop = f * $1 / $6 * 1e6 / 1048576; ip = f * $1 / $10 * 1e6 / 1048576
         if (ref > 0) printf "%s   %.1f / %.1f MiB/s = %.2f / %.2f of ib_write_bw\n", $0, oop, ip, oop / ref, ip / ref
         else print
     }'
@@ -66,6 +68,10 @@ $bench all_reduce --transport verbs "${devices[@]}" "${sizes[@]}" 2>&1 | rated
 counters
 echo "== rcoll all_reduce, verbs, copies into slots (RCOLL_IB_ZERO_COPY=0)"
 RCOLL_IB_ZERO_COPY=0 $bench all_reduce --transport verbs "${devices[@]}" "${sizes[@]}" 2>&1 | rated
+counters
+echo "== rcoll broadcast and all_gather (busbw), verbs, registered buffers, 8 MiB"
+$bench broadcast --transport verbs "${devices[@]}" -b 8M -e 8M -n 20 -w 3 -c 1 2>&1 | rated
+$bench all_gather --transport verbs "${devices[@]}" -b 8M -e 8M -n 20 -w 3 -c 1 2>&1 | rated 0.5
 counters
 echo "== rcoll all_reduce, verbs, 8 B"
 $bench all_reduce --transport verbs "${devices[@]}" -b 8 -e 8 -n 1000 -w 100 -c 1 2>&1 | rows |
