@@ -129,7 +129,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub ranks: Option<usize>,
     /// `auto` (the cost model chooses per size), an algorithm name (mesh, single_root,
-    /// tree, binomial_tree, naive_ring, ring, double_binary_tree, halving_doubling,
+    /// tree, binomial_tree, naive_ring, ring, double_binary_tree, halving_doubling, recursive_doubling,
     /// hierarchical), or `all`: every algorithm that serves the collective and auto,
     /// interleaved at each size (out of place), with auto's regret (its time over the best).
     #[arg(long, default_value = "auto")]

@@ -281,6 +281,7 @@ fn short(v: Option<Algorithm>) -> &'static str {
         Some(Algorithm::DoubleBinaryTree) => "dbt",
         Some(Algorithm::HalvingDoubling) => "hd",
         Some(Algorithm::Hierarchical) => "hier",
+        Some(Algorithm::RecursiveDoubling) => "rd",
         Some(_) => "other",
     }
 }

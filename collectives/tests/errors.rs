@@ -120,6 +120,7 @@ fn ranks_that_disagree_on_the_count_all_fail() {
         Algorithm::Mesh,
         Algorithm::Tree,
         Algorithm::HalvingDoubling,
+        Algorithm::RecursiveDoubling,
     ] {
         let results = on_ranks(4, Some(algorithm), LONG, |comm| {
             let n = if comm.rank() == 1 { 1000 } else { 1001 };

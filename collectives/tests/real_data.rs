@@ -208,6 +208,11 @@ fn halving_doubling() {
 }
 
 #[test]
+fn recursive_doubling() {
+    matrix(Algorithm::RecursiveDoubling);
+}
+
+#[test]
 fn large_mesh() {
     large(Algorithm::Mesh);
 }
@@ -245,6 +250,11 @@ fn large_double_binary_tree() {
 #[test]
 fn large_halving_doubling() {
     large(Algorithm::HalvingDoubling);
+}
+
+#[test]
+fn large_recursive_doubling() {
+    large(Algorithm::RecursiveDoubling);
 }
 
 /// One plan run with two segment sizes in turn: the same count of f32 and of f64 elements

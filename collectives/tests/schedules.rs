@@ -119,6 +119,11 @@ fn halving_doubling() {
 }
 
 #[test]
+fn recursive_doubling() {
+    sweep(Algorithm::RecursiveDoubling);
+}
+
+#[test]
 fn hierarchical_on_one_host() {
     // No host map: one level, the flat ring.
     sweep(Algorithm::Hierarchical);

@@ -27,17 +27,17 @@ use rcoll_transport::Rank;
 use super::partition_shared;
 use crate::schedule::{Collective, Extent, Layout, Primitive, Schedule, Slice};
 
-/// The participant structure of one call.
-struct Group {
+/// The participant structure of one call (shared with [`super::recursive_doubling`]).
+pub(super) struct Group {
     n: usize,
     /// Largest power of two not above `n`.
     p2: usize,
     /// Ranks that fold into a partner: `n - p2`.
-    extra: usize,
+    pub(super) extra: usize,
 }
 
 impl Group {
-    fn new(n: usize) -> Group {
+    pub(super) fn new(n: usize) -> Group {
         let p2 = if n == 0 {
             1
         } else {
@@ -50,12 +50,12 @@ impl Group {
         }
     }
 
-    fn rounds(&self) -> usize {
+    pub(super) fn rounds(&self) -> usize {
         self.p2.trailing_zeros() as usize
     }
 
     /// The participant id of `r`, or `None` for a rank that folds into `r + 1`.
-    fn id(&self, r: usize) -> Option<usize> {
+    pub(super) fn id(&self, r: usize) -> Option<usize> {
         if r < 2 * self.extra {
             (r % 2 == 1).then_some(r / 2)
         } else {
@@ -63,8 +63,80 @@ impl Group {
         }
     }
 
+    /// The participant id of this schedule's rank; or, for a rank that folds into the
+    /// next one, `None` after scheduling its part: handing `give` over first, and taking
+    /// the result into `back` at step `last`.
+    pub(super) fn id_or_fold(
+        &self,
+        s: &mut Schedule,
+        give: Slice,
+        last: usize,
+        back: Slice,
+    ) -> Option<usize> {
+        let r = s.rank.index();
+        let id = self.id(r);
+        if id.is_none() {
+            let partner = Rank::from(r + 1);
+            s.push(
+                0,
+                Primitive::Send {
+                    to: vec![partner],
+                    src: give,
+                },
+            );
+            s.push(
+                last,
+                Primitive::Recv {
+                    from: partner,
+                    dst: back,
+                },
+            );
+        }
+        id
+    }
+
+    /// An all_reduce of the layout's vector in the output: ranks that fold hand theirs
+    /// over and take the result back at step `last`; their partners reduce it into the
+    /// output at step 0, run `body` (schedule, participant id, whether it folded a
+    /// partner in: then its partial sum is in the output, else still in the input) and
+    /// hand the result back at step `last`.
+    pub(super) fn all_reduce_folded(
+        &self,
+        s: &mut Schedule,
+        last: usize,
+        body: impl FnOnce(&mut Schedule, usize, bool),
+    ) {
+        let c = s.layout.count;
+        let r = s.rank.index();
+        let all = Slice::output(0, c);
+        let Some(id) = self.id_or_fold(s, Slice::input(0, c), last, all) else {
+            return;
+        };
+        let folded = r < 2 * self.extra;
+        if folded {
+            s.push(
+                0,
+                Primitive::RecvReduceCopy {
+                    from: Rank::from(r - 1),
+                    src: Slice::input(0, c),
+                    dst: all,
+                },
+            );
+        }
+        body(s, id, folded);
+        if folded {
+            s.push(
+                last,
+                Primitive::Send {
+                    to: vec![Rank::from(r - 1)],
+                    src: all,
+                },
+            );
+        }
+    }
+
     /// The rank that acts for participant `i`.
-    fn rank(&self, i: usize) -> Rank {
+    pub(super) fn rank(&self, i: usize) -> Rank {
         Rank::from(if i < self.extra {
             2 * i + 1
         } else {
@@ -190,59 +262,21 @@ fn double(s: &mut Schedule, g: &Group, id: usize, parts: &[Extent], step0: usize
 }
 
 fn all_reduce(s: &mut Schedule, g: &Group) {
-    let c = s.layout.count;
-    let r = s.rank.index();
-    let all = Slice::output(0, c);
     let m = g.rounds();
-    let Some(id) = g.id(r) else {
-        s.push(
-            0,
-            Primitive::Send {
-                to: vec![Rank::from(r + 1)],
-                src: Slice::input(0, c),
+    g.all_reduce_folded(s, 2 * m + 1, |s, id, folded| {
+        let parts = partition_shared(s.layout.count, g.p2);
+        halve(
+            s,
+            g,
+            id,
+            &parts,
+            Working {
+                fresh: !folded,
+                work: Slice::output,
             },
         );
-        s.push(
-            2 * m + 1,
-            Primitive::Recv {
-                from: Rank::from(r + 1),
-                dst: all,
-            },
-        );
-        return;
-    };
-    let folded = r < 2 * g.extra;
-    if folded {
-        s.push(
-            0,
-            Primitive::RecvReduceCopy {
-                from: Rank::from(r - 1),
-                src: Slice::input(0, c),
-                dst: all,
-            },
-        );
-    }
-    let parts = partition_shared(c, g.p2);
-    halve(
-        s,
-        g,
-        id,
-        &parts,
-        Working {
-            fresh: !folded,
-            work: Slice::output,
-        },
-    );
-    double(s, g, id, &parts, m + 1);
-    if folded {
-        s.push(
-            2 * m + 1,
-            Primitive::Send {
-                to: vec![Rank::from(r - 1)],
-                src: all,
-            },
-        );
-    }
+        double(s, g, id, &parts, m + 1);
+    });
 }
 
 fn reduce_scatter(s: &mut Schedule, g: &Group) {
@@ -250,21 +284,7 @@ fn reduce_scatter(s: &mut Schedule, g: &Group) {
     let r = s.rank.index();
     let m = g.rounds();
     let out = Slice::output(0, c);
-    let Some(id) = g.id(r) else {
-        s.push(
-            0,
-            Primitive::Send {
-                to: vec![Rank::from(r + 1)],
-                src: Slice::input(0, n * c),
-            },
-        );
-        s.push(
-            m + 1,
-            Primitive::Recv {
-                from: Rank::from(r + 1),
-                dst: out,
-            },
-        );
+    let Some(id) = g.id_or_fold(s, Slice::input(0, n * c), m + 1, out) else {
         return;
     };
     let folded = r < 2 * g.extra;
@@ -313,21 +333,7 @@ fn all_gather(s: &mut Schedule, g: &Group) {
     let r = s.rank.index();
     let m = g.rounds();
     let all = Slice::output(0, n * c);
-    let Some(id) = g.id(r) else {
-        s.push(
-            0,
-            Primitive::Send {
-                to: vec![Rank::from(r + 1)],
-                src: Slice::input(0, c),
-            },
-        );
-        s.push(
-            m + 1,
-            Primitive::Recv {
-                from: Rank::from(r + 1),
-                dst: all,
-            },
-        );
+    let Some(id) = g.id_or_fold(s, Slice::input(0, c), m + 1, all) else {
         return;
     };
     let folded = r < 2 * g.extra;

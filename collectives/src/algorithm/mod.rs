@@ -13,6 +13,7 @@
 //! | `ring` | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ | ✓ |
 //! | `double_binary_tree` | ✓ | ✓ | ✓ | | | | | | ✓ |
 //! | `halving_doubling` | ✓ | | | ✓ | ✓ | | | | ✓ |
+//! | `recursive_doubling` | ✓ | | | | | | | | ✓ |
 //! | `hierarchical` | ✓ | ✓ | ✓ | | | | | | |
 //!
 //! Common to all: with one rank every collective is a local copy (or nothing, in place);
@@ -27,6 +28,7 @@ pub mod hierarchical;
 pub mod mesh;
 pub mod naive_ring;
 mod recent;
+pub mod recursive_doubling;
 pub mod ring;
 pub mod single_root;
 pub mod tree;
@@ -61,6 +63,8 @@ pub enum Algorithm {
     DoubleBinaryTree,
     /// Recursive halving and doubling (Rabenseifner for all_reduce).
     HalvingDoubling,
+    /// The whole vector exchanged with partners at distance 1, 2, 4, ... (all_reduce).
+    RecursiveDoubling,
     /// A local level inside each host and a global one across hosts ([`hierarchical`]);
     /// the flat ring where the group has one level.
     Hierarchical,
@@ -68,7 +72,7 @@ pub enum Algorithm {
 
 impl Algorithm {
     /// Every algorithm.
-    pub const ALL: [Algorithm; 9] = [
+    pub const ALL: [Algorithm; 10] = [
         Algorithm::Mesh,
         Algorithm::SingleRoot,
         Algorithm::Tree,
@@ -78,6 +82,7 @@ impl Algorithm {
         Algorithm::DoubleBinaryTree,
         Algorithm::HalvingDoubling,
         Algorithm::Hierarchical,
+        Algorithm::RecursiveDoubling,
     ];
 
     /// The snake_case name.
@@ -91,6 +96,7 @@ impl Algorithm {
             Algorithm::Ring => "ring",
             Algorithm::DoubleBinaryTree => "double_binary_tree",
             Algorithm::HalvingDoubling => "halving_doubling",
+            Algorithm::RecursiveDoubling => "recursive_doubling",
             Algorithm::Hierarchical => "hierarchical",
         }
     }
@@ -113,6 +119,7 @@ impl Algorithm {
                 collective,
                 C::AllReduce | C::AllGather | C::ReduceScatter | C::Barrier
             ),
+            Algorithm::RecursiveDoubling => matches!(collective, C::AllReduce | C::Barrier),
             Algorithm::Hierarchical => hierarchical::serves(collective),
         }
     }
@@ -242,6 +249,7 @@ impl Algorithm {
             Algorithm::Ring => ring::schedule(layout, rank, hosts),
             Algorithm::DoubleBinaryTree => double_binary_tree::schedule(layout, rank),
             Algorithm::HalvingDoubling => halving_doubling::schedule(layout, rank),
+            Algorithm::RecursiveDoubling => recursive_doubling::schedule(layout, rank),
             Algorithm::Hierarchical => hierarchical::schedule(layout, rank, hosts, levels),
         }
     }
