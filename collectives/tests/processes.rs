@@ -220,10 +220,11 @@ fn soak(comm: &mut Communicator) {
     );
 }
 
-const MAIN_ALGORITHMS: [Algorithm; 6] = [
+const MAIN_ALGORITHMS: [Algorithm; 7] = [
     Algorithm::Ring,
     Algorithm::DoubleBinaryTree,
     Algorithm::HalvingDoubling,
+    Algorithm::RecursiveDoubling,
     Algorithm::Tree,
     Algorithm::Mesh,
     Algorithm::Hierarchical,
