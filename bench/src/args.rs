@@ -252,12 +252,19 @@ pub struct ModelArgs {
     /// Reduction throughput in GB/s [default: 10].
     #[arg(long, allow_negative_numbers = true)]
     pub reduce_gbps: Option<f64>,
+    /// Microseconds per message a rank sends or receives (across hosts, with hosts)
+    /// [default: 0.25].
+    #[arg(long, allow_negative_numbers = true)]
+    pub overhead_us: Option<f64>,
     /// Latency per round inside a host in microseconds [default: 1].
     #[arg(long, allow_negative_numbers = true)]
     pub local_alpha_us: Option<f64>,
     /// Bandwidth between two ranks of a host in Gbit/s [default: 50].
     #[arg(long, allow_negative_numbers = true)]
     pub local_bandwidth_gbps: Option<f64>,
+    /// Microseconds per message a rank sends or receives inside a host [default: 0.1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub local_overhead_us: Option<f64>,
 }
 
 impl ModelArgs {
@@ -279,6 +286,12 @@ impl ModelArgs {
                 defaults.reduce_gbytes_per_s,
                 false,
             )?,
+            overhead_us: positive(
+                "--overhead-us",
+                self.overhead_us,
+                defaults.overhead_us,
+                true,
+            )?,
         };
         let local = CostModel::shared_memory();
         let local_model = CostModel {
@@ -295,6 +308,12 @@ impl ModelArgs {
                 false,
             )?,
             reduce_gbytes_per_s: model.reduce_gbytes_per_s,
+            overhead_us: positive(
+                "--local-overhead-us",
+                self.local_overhead_us,
+                local.overhead_us,
+                true,
+            )?,
         };
         Ok((model, local_model))
     }

@@ -45,6 +45,8 @@ pub struct Sample {
     pub bytes: f64,
     /// Bytes reduced by the busiest rank, summed over steps.
     pub reduced: f64,
+    /// Messages the busiest rank sends and receives, summed over rounds.
+    pub messages: f64,
     /// Measured microseconds.
     pub time_us: f64,
 }
@@ -148,10 +150,11 @@ pub fn run(args: CalibrateArgs) -> Result<(), BenchError> {
             continue;
         };
         print(&format!(
-            "# {kind}: alpha {:.2} us, {:.2} Gbit/s, reduce {:.2} GB/s; median error {:.0}% over {} times\n",
+            "# {kind}: alpha {:.2} us, {:.2} Gbit/s, reduce {:.2} GB/s, {:.2} us per message; median error {:.0}% over {} times\n",
             model.alpha_us,
             model.bandwidth_gbps,
             model.reduce_gbytes_per_s,
+            model.overhead_us,
             100.0 * median_error(&model, &of_kind),
             of_kind.len()
         ));
@@ -235,18 +238,19 @@ fn digest(r: &Record) -> Result<Digest, BenchError> {
                 Sample {
                     rounds: unit(CostModel {
                         alpha_us: 1.0,
-                        bandwidth_gbps: f64::INFINITY,
-                        reduce_gbytes_per_s: f64::INFINITY,
+                        ..NOTHING
                     }),
                     bytes: unit(CostModel {
-                        alpha_us: 0.0,
                         bandwidth_gbps: 0.008,
-                        reduce_gbytes_per_s: f64::INFINITY,
+                        ..NOTHING
                     }),
                     reduced: unit(CostModel {
-                        alpha_us: 0.0,
-                        bandwidth_gbps: f64::INFINITY,
                         reduce_gbytes_per_s: 0.001,
+                        ..NOTHING
+                    }),
+                    messages: unit(CostModel {
+                        overhead_us: 1.0,
+                        ..NOTHING
                     }),
                     time_us: t,
                 },
@@ -265,9 +269,20 @@ fn digest(r: &Record) -> Result<Digest, BenchError> {
     Ok((rule, samples))
 }
 
-/// Non-negative least squares on relative error: `alpha R + beta B + gamma G ~ t`.
+/// A model that charges nothing: the base of the unit models that price one term each.
+const NOTHING: CostModel = CostModel {
+    alpha_us: 0.0,
+    bandwidth_gbps: f64::INFINITY,
+    reduce_gbytes_per_s: f64::INFINITY,
+    overhead_us: 0.0,
+};
+
+/// The terms fitted: rounds, bytes, reduced bytes, messages.
+const TERMS: usize = 4;
+
+/// Non-negative least squares on relative error: `alpha R + beta B + gamma G + o M ~ t`.
 pub fn fit(samples: &[Sample]) -> Option<CostModel> {
-    let rows: Vec<[f64; 3]> = samples
+    let rows: Vec<[f64; TERMS]> = samples
         .iter()
         .filter(|s| s.time_us > 0.0 && s.time_us.is_finite())
         .map(|s| {
@@ -275,23 +290,24 @@ pub fn fit(samples: &[Sample]) -> Option<CostModel> {
                 s.rounds / s.time_us,
                 s.bytes / s.time_us,
                 s.reduced / s.time_us,
+                s.messages / s.time_us,
             ]
         })
         .collect();
-    if rows.len() < 3 {
+    if rows.len() < TERMS {
         return None;
     }
     // A term no sample has (no reductions measured) cannot be fitted: it stays free.
-    let mut active = [0, 1, 2].map(|i| rows.iter().any(|r| r[i] > 0.0));
-    let mut x = [0.0; 3];
-    for _ in 0..3 {
+    let mut active = [0, 1, 2, 3].map(|i| rows.iter().any(|r| r[i] > 0.0));
+    let mut x = [0.0; TERMS];
+    for _ in 0..TERMS {
         x = solve(&rows, active)?;
-        match (0..3).find(|&i| active[i] && x[i] < 0.0) {
+        match (0..TERMS).find(|&i| active[i] && x[i] < 0.0) {
             Some(i) => active[i] = false,
             None => break,
         }
     }
-    let [alpha, beta, gamma] = x.map(|v| v.max(0.0));
+    let [alpha, beta, gamma, overhead] = x.map(|v| v.max(0.0));
     // beta and gamma are microseconds per byte; a rate of zero cost is "very fast".
     let rate = |per_byte: f64, scale: f64| {
         if per_byte > 0.0 {
@@ -304,15 +320,16 @@ pub fn fit(samples: &[Sample]) -> Option<CostModel> {
         alpha_us: alpha,
         bandwidth_gbps: rate(beta, 8.0),
         reduce_gbytes_per_s: rate(gamma, 1.0),
+        overhead_us: overhead,
     })
 }
 
 /// The least-squares solution of `rows . x = 1` over the `active` unknowns (the others 0).
-fn solve(rows: &[[f64; 3]], active: [bool; 3]) -> Option<[f64; 3]> {
-    let idx: Vec<usize> = (0..3).filter(|&i| active[i]).collect();
+fn solve(rows: &[[f64; TERMS]], active: [bool; TERMS]) -> Option<[f64; TERMS]> {
+    let idx: Vec<usize> = (0..TERMS).filter(|&i| active[i]).collect();
     let k = idx.len();
     if k == 0 {
-        return Some([0.0; 3]);
+        return Some([0.0; TERMS]);
     }
     // Normal equations, scaled per column so that bytes and rounds are comparable.
     let scale: Vec<f64> = idx
@@ -353,7 +370,7 @@ fn solve(rows: &[[f64; 3]], active: [bool; 3]) -> Option<[f64; 3]> {
             }
         }
     }
-    let mut x = [0.0; 3];
+    let mut x = [0.0; TERMS];
     for (a, &i) in idx.iter().enumerate() {
         x[i] = m[a][k] / m[a][a] / scale[a];
     }
@@ -367,7 +384,10 @@ pub fn median_error(model: &CostModel, samples: &[Sample]) -> f64 {
     let mut errors: Vec<f64> = samples
         .iter()
         .map(|s| {
-            let predicted = model.alpha_us * s.rounds + beta * s.bytes + gamma * s.reduced;
+            let predicted = model.alpha_us * s.rounds
+                + beta * s.bytes
+                + gamma * s.reduced
+                + model.overhead_us * s.messages;
             (predicted - s.time_us).abs() / s.time_us
         })
         .collect();
@@ -382,23 +402,28 @@ mod tests {
     /// Times made from known rates (with 5% of deterministic noise) give those rates back.
     #[test]
     fn the_fit_recovers_known_rates() {
-        let (alpha, beta, gamma) = (25.0, 8.0 / (12.0 * 1e3), 1.0 / (3.0 * 1e3));
+        let (alpha, beta, gamma, o) = (25.0, 8.0 / (12.0 * 1e3), 1.0 / (3.0 * 1e3), 4.0);
         let samples: Vec<Sample> = (0..40)
             .map(|i| {
                 let rounds = (1 + i % 7) as f64;
                 let bytes = 8.0 * 4f64.powi(i % 12);
                 let reduced = if i % 3 == 0 { 0.0 } else { bytes / 2.0 };
+                // One message per round each way, or a mesh's p-1 (here 3, 5 or 7).
+                let messages = 2.0 * rounds * (1 + 2 * (i % 4)) as f64;
                 let noise = 1.0 + 0.05 * ((i * 7919) % 11) as f64 / 10.0 - 0.025;
                 Sample {
                     rounds,
                     bytes,
                     reduced,
-                    time_us: (alpha * rounds + beta * bytes + gamma * reduced) * noise,
+                    messages,
+                    time_us: (alpha * rounds + beta * bytes + gamma * reduced + o * messages)
+                        * noise,
                 }
             })
             .collect();
         let m = fit(&samples).expect("fitted");
         assert!((m.alpha_us / alpha - 1.0).abs() < 0.1, "{m:?}");
+        assert!((m.overhead_us / o - 1.0).abs() < 0.1, "{m:?}");
         assert!((m.bandwidth_gbps / 12.0 - 1.0).abs() < 0.1, "{m:?}");
         assert!((m.reduce_gbytes_per_s / 3.0 - 1.0).abs() < 0.2, "{m:?}");
         assert!(median_error(&m, &samples) < 0.05);
@@ -413,12 +438,14 @@ mod tests {
                 rounds: 2.0,
                 bytes: 1000.0 * (i + 1) as f64,
                 reduced: 0.0,
+                messages: 0.0,
                 time_us: 10.0 + 0.001 * 1000.0 * (i + 1) as f64,
             })
             .collect();
         let m = fit(&samples).expect("fitted");
         assert!(m.alpha_us > 0.0 && m.bandwidth_gbps > 0.0, "{m:?}");
         assert_eq!(m.reduce_gbytes_per_s, 1e5);
-        assert!(fit(&samples[..2]).is_none());
+        assert_eq!(m.overhead_us, 0.0);
+        assert!(fit(&samples[..3]).is_none());
     }
 }

@@ -208,18 +208,19 @@ pub fn render_text(spec: &PlanSpec, plan: &Plan) -> String {
     let m = &spec.model;
     let _ = writeln!(
         out,
-        "# model: alpha {} us, bandwidth {} Gbit/s, reduce {} GB/s",
-        m.alpha_us, m.bandwidth_gbps, m.reduce_gbytes_per_s
+        "# model: alpha {} us, bandwidth {} Gbit/s, reduce {} GB/s, {} us per message sent or received",
+        m.alpha_us, m.bandwidth_gbps, m.reduce_gbytes_per_s, m.overhead_us
     );
     if let Some(hosts) = &spec.hosts {
         let lm = &spec.local_model;
         let _ = writeln!(
             out,
-            "# hosts: {}; inside a host: alpha {} us, bandwidth {} Gbit/s; across: the model \
-             above, one link per host",
+            "# hosts: {}; inside a host: alpha {} us, bandwidth {} Gbit/s, {} us per message; \
+             across: the model above, one link per host",
             hosts.describe(),
             lm.alpha_us,
-            lm.bandwidth_gbps
+            lm.bandwidth_gbps,
+            lm.overhead_us
         );
         let order: Vec<String> = hosts.ring_order().iter().map(|r| r.0.to_string()).collect();
         let (host_hops, rack_hops) = hosts.ring_crossings();

@@ -232,7 +232,7 @@ pub fn header(spec: &SimulateSpec) -> String {
     let _ = writeln!(
         s,
         "# rcoll simulate {}: {} ranks per host; across hosts {} us, {} Gbit/s per host link; \
-         inside {} us, {} Gbit/s; reduce {} GB/s; {}",
+         inside {} us, {} Gbit/s; reduce {} GB/s; {} / {} us per message across / inside; {}",
         spec.collective,
         spec.ranks_per_host,
         m.alpha_us,
@@ -240,6 +240,8 @@ pub fn header(spec: &SimulateSpec) -> String {
         l.alpha_us,
         l.bandwidth_gbps,
         m.reduce_gbytes_per_s,
+        m.overhead_us,
+        l.overhead_us,
         spec.dtype
     );
     let _ = writeln!(

@@ -123,6 +123,7 @@ pub fn price(
                         rank_acc.add(s, Load::Sent, bytes);
                         rank_acc.add(s, Load::Messages, 1);
                     } else {
+                        rank_acc.add(s, Load::GlobalEnds, 1);
                         host_acc.add(s, Load::Sent, bytes);
                         host_acc.add(s, Load::Messages, 1);
                         acc.cross_host_messages += 1;
@@ -142,6 +143,9 @@ pub fn price(
                         // Its round has a sender, priced or not.
                         acc.sends(s);
                         let bytes = n * (p.len() * elem_size) as u64;
+                        if !local {
+                            rank_acc.add(s, Load::GlobalEnds, n);
+                        }
                         let loads = if local { &mut rank_acc } else { &mut host_acc };
                         loads.add(s, Load::Received, bytes);
                         loads.add(s, Load::Messages, n);
@@ -253,7 +257,10 @@ enum Load {
     Sent,
     Received,
     Reduced,
+    /// Message ends (sent or received): a rank's inside its host, a host's across.
     Messages,
+    /// A rank's message ends across hosts.
+    GlobalEnds,
 }
 
 #[derive(Clone, Copy)]
@@ -267,18 +274,18 @@ enum Level {
 /// One rank's (or host's) loads per round, sparse: only the rounds it touches are reset.
 #[derive(Default)]
 struct RankLoads {
-    /// `[sent, received, reduced, messages]` per round.
-    rounds: Vec<[u64; 4]>,
+    /// `[sent, received, reduced, messages, global ends]` per round.
+    rounds: Vec<[u64; 5]>,
     touched: Vec<usize>,
 }
 
 impl RankLoads {
     fn add(&mut self, round: usize, load: Load, bytes: u64) {
         if self.rounds.len() <= round {
-            self.rounds.resize(round + 1, [0; 4]);
+            self.rounds.resize(round + 1, [0; 5]);
         }
         let cell = &mut self.rounds[round];
-        if *cell == [0; 4] {
+        if *cell == [0; 5] {
             self.touched.push(round);
         }
         cell[load as usize] += bytes;
@@ -286,7 +293,7 @@ impl RankLoads {
 
     fn clear(&mut self) {
         for &s in &self.touched {
-            self.rounds[s] = [0; 4];
+            self.rounds[s] = [0; 5];
         }
         self.touched.clear();
     }
@@ -294,13 +301,15 @@ impl RankLoads {
     /// Raises the job's per-round maxima to this rank's (or host's) loads.
     fn fold_into(&self, acc: &mut Accumulator, level: Level) {
         for &s in &self.touched {
-            let [sent, received, reduced, messages] = self.rounds[s];
+            let [sent, received, reduced, messages, global_ends] = self.rounds[s];
             let round = acc.round(s);
             let busiest = sent.max(received);
             match level {
                 Level::Local => {
                     round.local = round.local.max(busiest);
                     round.local_messages |= messages > 0;
+                    round.local_ends = round.local_ends.max(messages);
+                    round.global_ends = round.global_ends.max(global_ends);
                     round.reduced = round.reduced.max(reduced);
                 }
                 Level::Global => {

@@ -169,6 +169,7 @@ mod tests {
                     alpha_us: 30.0,
                     bandwidth_gbps: 12.0,
                     reduce_gbytes_per_s: 3.0,
+                    overhead_us: 0.0,
                 },
             )]),
             rules: rules

@@ -93,16 +93,12 @@ fn receivers_that_read_the_senders_memory_make_a_fan_out_cost_one_transfer() {
         cost_levels(&schedules, 4, &model, Some(&levels)).predicted_us
     };
     let transfer = 8.0 * bytes as f64 / (model.bandwidth_gbps * 1e3);
+    // Either way the root posts three messages.
+    let round = model.alpha_us + 3.0 * model.overhead_us;
     let fan_out = price(Algorithm::SingleRoot, Collective::Broadcast, true);
-    assert!(
-        (fan_out - (model.alpha_us + transfer)).abs() < 1e-6,
-        "{fan_out}"
-    );
+    assert!((fan_out - (round + transfer)).abs() < 1e-6, "{fan_out}");
     let copied = price(Algorithm::SingleRoot, Collective::Broadcast, false);
-    assert!(
-        (copied - (model.alpha_us + 3.0 * transfer)).abs() < 1e-6,
-        "{copied}"
-    );
+    assert!((copied - (round + 3.0 * transfer)).abs() < 1e-6, "{copied}");
     assert!(fan_out < price(Algorithm::Ring, Collective::Broadcast, true));
     for a in [Algorithm::SingleRoot, Algorithm::Mesh, Algorithm::Ring] {
         assert_eq!(
@@ -179,4 +175,37 @@ fn hierarchical_levels_are_chosen_per_level() {
         .parse::<LevelAlgorithms>()
         .is_err());
     assert!("ring".parse::<LevelAlgorithms>().is_err());
+}
+
+/// Every message a rank sends or receives costs it `overhead_us`: mesh's one round of
+/// p-1 messages each way is priced alpha + 2(p-1) o, and at 8 bytes `auto` leaves it for
+/// recursive doubling's log2 p rounds of one message each way once p-1 messages cost
+/// more than the rounds saved (32 and 64 ranks on the default rates), not on 4 ranks.
+#[test]
+fn each_message_end_costs_its_rank_the_overhead() {
+    use rcoll::schedule::cost::{cost, CostModel};
+    use rcoll::schedule::Layout;
+    use rcoll::select::rank_algorithms;
+    let model = CostModel::default();
+    let layout = |nranks| Layout {
+        collective: Collective::AllReduce,
+        nranks,
+        count: 2,
+        root: rcoll::Rank::from(0usize),
+        in_place: false,
+    };
+    let beta = 8.0 / (model.bandwidth_gbps * 1e3);
+    let gamma = 1.0 / (model.reduce_gbytes_per_s * 1e3);
+    let mesh = cost(&Algorithm::Mesh.schedules(&layout(4)).unwrap(), 4, &model);
+    // Sends 3 x 8 bytes, receives 3 and reduces them.
+    let want = model.alpha_us + 6.0 * model.overhead_us + beta * 24.0 + gamma * 24.0;
+    assert!((mesh.predicted_us - want).abs() < 1e-9, "{mesh:?}");
+    let rd = Algorithm::RecursiveDoubling;
+    let doubling = cost(&rd.schedules(&layout(4)).unwrap(), 4, &model);
+    let want = 2.0 * (model.alpha_us + 2.0 * model.overhead_us + beta * 8.0 + gamma * 8.0);
+    assert!((doubling.predicted_us - want).abs() < 1e-9, "{doubling:?}");
+    let best = |n| rank_algorithms(&layout(n), 4, &model, None)[0].0;
+    assert_eq!(best(4), Algorithm::Mesh);
+    assert_eq!(best(32), rd);
+    assert_eq!(best(64), rd);
 }

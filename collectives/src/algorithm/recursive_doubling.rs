@@ -17,9 +17,10 @@
 //! commutative operations this library has, every rank ends with the same bits.
 //!
 //! Steps and bytes (p a power of two): log2 p rounds, each sending and receiving D: D log2 p
-//! per rank. Cost: `log2 p (alpha + D beta + D gamma)`. One message per rank per round,
-//! where `mesh` sends p-1 in its one round: it wins while latency and per-message costs
-//! dominate, on more than a few ranks; the fix-up adds two rounds moving D.
+//! per rank. Cost: `log2 p (alpha + 2 o + D beta + D gamma)`. One message each way per rank
+//! per round, where `mesh` sends and receives p-1 in its one round (`alpha + 2(p-1) o`):
+//! it wins while latency and per-message costs dominate, on more than a few ranks; the
+//! fix-up adds two rounds moving D.
 
 use rcoll_transport::Rank;
 

@@ -6,7 +6,11 @@
 //! (`beta` per byte); per step, it charges the largest number of bytes any rank reduces at
 //! the reduction rate (`gamma` per byte):
 //!
-//! `T = sum over rounds (alpha + beta * max_rank max(sent, received)) + sum over steps gamma * max_rank reduced`
+//! `T = sum over rounds (alpha + o * max_rank messages + beta * max_rank max(sent, received)) + sum over steps gamma * max_rank reduced`
+//!
+//! where a rank's messages in a round count every message it sends and every one it
+//! receives, each costing `o` of its time (a post, a completion, a system call): what
+//! separates one round of p-1 messages per rank (mesh) from log p rounds of one.
 //!
 //! This is the unpipelined bound of the textbook analysis (and of the seed lecture's table);
 //! the engine pipelines segments within a step and can beat it for chain and tree shapes.
@@ -43,6 +47,7 @@ impl CostModel {
             alpha_us: 1.0,
             bandwidth_gbps: 50.0,
             reduce_gbytes_per_s: 10.0,
+            overhead_us: 0.1,
         }
     }
 
@@ -53,6 +58,7 @@ impl CostModel {
             alpha_us: 20.0,
             bandwidth_gbps: 10.0,
             reduce_gbytes_per_s: 10.0,
+            overhead_us: 3.0,
         }
     }
 
@@ -70,15 +76,21 @@ pub struct CostModel {
     pub bandwidth_gbps: f64,
     /// Reduction throughput in gigabytes per second (gamma = 1 / (reduce_gbytes_per_s * 1000) us per byte).
     pub reduce_gbytes_per_s: f64,
+    /// Microseconds of a rank's time per message it sends or receives (o); 0 in tuning
+    /// files written before it existed.
+    #[serde(default)]
+    pub overhead_us: f64,
 }
 
 impl Default for CostModel {
-    /// A 100 Gbit/s fabric with 2 us per round, reducing at 10 GB/s.
+    /// A 100 Gbit/s fabric with 2 us per round and 0.25 us per message end, reducing at
+    /// 10 GB/s.
     fn default() -> Self {
         CostModel {
             alpha_us: 2.0,
             bandwidth_gbps: 100.0,
             reduce_gbytes_per_s: 10.0,
+            overhead_us: 0.25,
         }
     }
 }
@@ -134,6 +146,9 @@ pub fn cost_levels(
         .unwrap_or(0);
     let mut sent = vec![vec![0u64; n]; nsteps];
     let mut received = vec![vec![0u64; n]; nsteps];
+    // Message ends (sent or received) per rank, across hosts and inside them.
+    let mut ends = vec![vec![0u64; n]; nsteps];
+    let mut local_ends = vec![vec![0u64; n]; nsteps];
     // Inside hosts, per rank (only with levels).
     let mut local_sent = vec![vec![0u64; n]; nsteps];
     let mut local_received = vec![vec![0u64; n]; nsteps];
@@ -158,17 +173,21 @@ pub fn cost_levels(
             }
             for to in p.send_to() {
                 round[s] = true;
-                let (tx, rx) = if same_host(r, to.index()) {
+                let (tx, rx, count) = if same_host(r, to.index()) {
                     local_messages[s] = true;
-                    (&mut local_sent, &mut local_received)
+                    (&mut local_sent, &mut local_received, &mut local_ends)
                 } else {
                     global_messages[s] = true;
                     if levels.is_some() {
                         cross_host_messages += 1;
                         cross_host_bytes += bytes;
                     }
-                    (&mut sent, &mut received)
+                    (&mut sent, &mut received, &mut ends)
                 };
+                count[s][r] += 1;
+                if let Some(row) = count[s].get_mut(to.index()) {
+                    *row += 1;
+                }
                 tx[s][r] += bytes;
                 if let Some(row) = rx[s].get_mut(to.index()) {
                     *row += bytes;
@@ -208,6 +227,8 @@ pub fn cost_levels(
                 .max()
                 .unwrap_or(0),
             reduced: reduced[s].iter().copied().max().unwrap_or(0),
+            global_ends: ends[s].iter().copied().max().unwrap_or(0),
+            local_ends: local_ends[s].iter().copied().max().unwrap_or(0),
         })
         .collect();
     let (predicted_us, max_step) = price_rounds(&rounds, model, levels.map(|l| &l.local));
@@ -238,6 +259,10 @@ pub(crate) struct Round {
     pub local: u64,
     /// Bytes the busiest rank reduces.
     pub reduced: u64,
+    /// Messages the busiest rank sends and receives across hosts (all, without levels).
+    pub global_ends: u64,
+    /// Messages the busiest rank sends and receives inside its host (with levels).
+    pub local_ends: u64,
 }
 
 /// The model's sum over `rounds`, and the most bytes of any one round. With `local`
@@ -254,12 +279,16 @@ pub(crate) fn price_rounds(
     for r in rounds {
         if r.sends {
             let global = if r.global_messages || local.is_none() {
-                model.alpha_us + model.beta() * r.global as f64
+                model.alpha_us
+                    + model.overhead_us * r.global_ends as f64
+                    + model.beta() * r.global as f64
             } else {
                 0.0
             };
             let within = match local {
-                Some(l) if r.local_messages => l.alpha_us + l.beta() * r.local as f64,
+                Some(l) if r.local_messages => {
+                    l.alpha_us + l.overhead_us * r.local_ends as f64 + l.beta() * r.local as f64
+                }
                 _ => 0.0,
             };
             predicted_us += global.max(within);
