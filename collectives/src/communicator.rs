@@ -57,6 +57,9 @@ pub struct Communicator {
     plans: HashMap<(Layout, Algorithm, LevelAlgorithms), Arc<Plan>, foldhash::fast::RandomState>,
     /// The hierarchical levels' algorithms chosen per size bucket and element size.
     level_choices: HashMap<(Layout, usize), LevelAlgorithms, foldhash::fast::RandomState>,
+    /// The tuning file's measured choice per (collective, bytes): a rule lookup scans the
+    /// file's rules, too slow to repeat for every small call.
+    measured: HashMap<(Collective, usize), Option<Algorithm>, foldhash::fast::RandomState>,
     scratch: Vec<u128>,
     /// The last call's layout, element size and forced algorithm, with its choice and plan.
     last_call: Option<(CallKey, Algorithm, Option<LevelAlgorithms>, Arc<Plan>)>,
@@ -154,6 +157,7 @@ impl Communicator {
             p2p_received: vec![0; nranks],
             plans: HashMap::default(),
             level_choices: HashMap::default(),
+            measured: HashMap::default(),
             scratch: Vec::new(),
             spare: Default::default(),
             last_call: None,

@@ -98,10 +98,19 @@ impl Communicator {
             Some(a) if a.serves(layout.collective) => Ok(a),
             _ => {
                 let bytes = layout.count.saturating_mul(elem_size);
-                let measured =
-                    self.config.tuning.as_ref().and_then(|t| {
-                        t.rule(self.tuning_key, layout.collective, self.nranks, bytes)
-                    });
+                let key = (layout.collective, bytes);
+                let measured = match (self.config.tuning.as_ref(), self.measured.get(&key)) {
+                    (None, _) => None,
+                    (Some(_), Some(&known)) => known,
+                    (Some(t), None) => {
+                        let rule = t.rule(self.tuning_key, layout.collective, self.nranks, bytes);
+                        if self.measured.len() >= PLAN_CACHE_LIMIT {
+                            self.measured.clear();
+                        }
+                        self.measured.insert(key, rule);
+                        rule
+                    }
+                };
                 if let Some(a) = measured.filter(|a| a.serves(layout.collective)) {
                     return Ok(a);
                 }
