@@ -114,8 +114,8 @@ fn rank_main() {
         "killed_broadcast" => common::broadcast_until_a_rank_dies(&mut comm, 16 << 20, 10_000),
         "mismatch" => mismatch(&mut comm),
         "soak" => soak(&mut comm),
-        "fanout" => fanout(&mut comm),
-        "whole" => whole(&mut comm),
+        "fanout" => shm::fanout(&mut comm),
+        "whole" => shm::whole(&mut comm),
         "split" => split::split(&mut comm),
         "background" => split::background(comm),
         "auto" => {
@@ -240,100 +240,6 @@ fn sweep(comm: &mut Communicator) {
     );
     // Point-to-point around the ring.
     ring_send_recv(comm, 5000);
-}
-
-/// Sends to several peers at once, each large enough to be read from the sender's memory
-/// over shared memory: mesh all_gather (every rank sends its block to all) and a
-/// single_root broadcast (the root sends to all), checked element by element. Prints how
-/// many sends peers read from this rank's memory (`ZERO-COPY <rank> <sends>`).
-fn fanout(comm: &mut Communicator) {
-    let (n, me) = (comm.size(), comm.rank());
-    let count = 64 << 10; // 256 KiB of f32 per block
-    let block: Vec<f32> = (0..count).map(|i| (me * count + i) as f32).collect();
-    let before = comm.zero_copy_sends();
-    for round in 0..3 {
-        let mut all = vec![-1f32; n * count];
-        comm.with_algorithm(Algorithm::Mesh)
-            .all_gather(&block, &mut all)
-            .expect("mesh all_gather");
-        let wrong = all.iter().enumerate().filter(|(i, x)| **x != *i as f32);
-        assert_eq!(wrong.count(), 0, "rank {me}: mesh all_gather round {round}");
-        let root = round % n;
-        let mut v = if me == root {
-            block.clone()
-        } else {
-            vec![-1f32; count]
-        };
-        comm.with_algorithm(Algorithm::SingleRoot)
-            .broadcast_in_place(&mut v, root)
-            .expect("single_root broadcast");
-        let want = (0..count).map(|i| (root * count + i) as f32);
-        assert!(
-            v.iter().copied().eq(want),
-            "rank {me}: broadcast from {root}"
-        );
-    }
-    println!("ZERO-COPY {me} {}", comm.zero_copy_sends() - before);
-}
-
-/// On two ranks, the collectives that only move data, each of 4 MiB and 3 elements more,
-/// checked element by element: broadcast from each root and all_gather, in place and out,
-/// all_to_all, gather and scatter. Prints how many sends the peer read from this rank's
-/// memory (`ZERO-COPY <rank> <sends>`).
-fn whole(comm: &mut Communicator) {
-    let (n, me) = (comm.size(), comm.rank());
-    assert_eq!(n, 2, "two ranks");
-    let count = (1 << 20) + 3;
-    let value = |rank: usize, i: usize| (rank * count + i) as f32;
-    let mine: Vec<f32> = (0..count).map(|i| value(me, i)).collect();
-    let before = comm.zero_copy_sends();
-    let mut wrong = Vec::new();
-    let mut check = |what: &str, got: &[f32], want: &dyn Fn(usize) -> f32| {
-        let bad = (0..got.len()).filter(|&i| got[i] != want(i)).count();
-        if bad > 0 {
-            wrong.push(format!("{what}: {bad} of {} elements wrong", got.len()));
-        }
-    };
-    for root in 0..n {
-        let mut out = vec![-1f32; count];
-        comm.broadcast(&mine, &mut out, root).expect("broadcast");
-        check(&format!("broadcast from {root}"), &out, &|i| value(root, i));
-        let mut buf = if me == root {
-            mine.clone()
-        } else {
-            vec![-1f32; count]
-        };
-        comm.broadcast_in_place(&mut buf, root)
-            .expect("broadcast in place");
-        check(&format!("broadcast in place from {root}"), &buf, &|i| {
-            value(root, i)
-        });
-    }
-    let mut all = vec![-1f32; n * count];
-    comm.all_gather(&mine, &mut all).expect("all_gather");
-    check("all_gather", &all, &|i| value(i / count, i % count));
-    let mut all = vec![-1f32; n * count];
-    all[me * count..(me + 1) * count].copy_from_slice(&mine);
-    comm.all_gather_in_place(&mut all)
-        .expect("all_gather in place");
-    check("all_gather in place", &all, &|i| {
-        value(i / count, i % count)
-    });
-    // Block j of rank r's input: r's values of block j.
-    let blocks: Vec<f32> = (0..n * count).map(|i| value(me, i)).collect();
-    let mut got = vec![-1f32; n * count];
-    comm.all_to_all(&blocks, &mut got).expect("all_to_all");
-    check("all_to_all", &got, &|i| {
-        value(i / count, me * count + i % count)
-    });
-    let mut gathered = vec![-1f32; if me == 0 { n * count } else { 0 }];
-    comm.gather(&mine, &mut gathered, 0).expect("gather");
-    check("gather to 0", &gathered, &|i| value(i / count, i % count));
-    let mut part = vec![-1f32; count];
-    comm.scatter(&blocks, &mut part, 0).expect("scatter");
-    check("scatter from 0", &part, &|i| value(0, me * count + i));
-    assert!(wrong.is_empty(), "rank {me}: {}", wrong.join("; "));
-    println!("ZERO-COPY {me} {}", comm.zero_copy_sends() - before);
 }
 
 /// all_reduce, broadcast, all_gather and reduce_scatter of 64 MiB of f32 and of an odd
