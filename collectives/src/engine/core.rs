@@ -88,6 +88,8 @@ pub struct Spare {
     channels: Vec<ChannelState>,
     /// The plan and segment size `channels` last ran: their segment counts still hold.
     ran: Option<(u64, usize)>,
+    /// The small-call executor's state ([`super::small`]).
+    pub(super) small: super::small::SmallSpare,
 }
 
 /// One rank's run of one plan.
@@ -481,18 +483,10 @@ impl<'p> Execution<'p> {
                 outgoing = Some(payload);
             }
             (Primitive::Copy { .. }, None, Some(src), Some(dst)) => {
-                if let SrcDst::Disjoint(s, d) = mem.read_write(src, dst).map_err(mem_err)? {
-                    d.copy_from_slice(s);
-                }
+                copy_or_reduce(None, mem, src, dst, at)?;
             }
             (Primitive::Reduce { .. }, None, Some(src), Some(dst)) => {
-                match mem.read_write(src, dst).map_err(mem_err)? {
-                    SrcDst::Disjoint(s, d) => T::reduce_assign(op, d, s),
-                    // Nothing to do for an empty slice (a barrier's token).
-                    SrcDst::Same([]) => {}
-                    // x op x: Plan::new rejects it (it would count a contribution twice).
-                    SrcDst::Same(_) => return Err(ExecError::InconsistentPlan(at())),
-                }
+                copy_or_reduce(Some(op), mem, src, dst, at)?;
             }
             // Every primitive has exactly the slices and message its kind names, by
             // construction of `Plan`.
@@ -596,10 +590,35 @@ impl<'p> Execution<'p> {
     }
 }
 
+/// The primitives that move no message: a copy (`op` `None`) or a reduction of `src` into
+/// `dst`; `at` names the primitive in errors.
+pub(super) fn copy_or_reduce<T: Element>(
+    op: Option<ReduceOp>,
+    mem: &mut Memory<'_, T>,
+    src: crate::schedule::plan::Location,
+    dst: crate::schedule::plan::Location,
+    at: impl Fn() -> Position,
+) -> Result<(), ExecError> {
+    match (
+        op,
+        mem.read_write(src, dst)
+            .map_err(|e| ExecError::Memory(at(), e))?,
+    ) {
+        (None, SrcDst::Disjoint(s, d)) => d.copy_from_slice(s),
+        (None, SrcDst::Same(_)) => {}
+        (Some(op), SrcDst::Disjoint(s, d)) => T::reduce_assign(op, d, s),
+        // Nothing to do for an empty slice (a barrier's token).
+        (Some(_), SrcDst::Same([])) => {}
+        // x op x: Plan::new rejects it (it would count a contribution twice).
+        (Some(_), SrcDst::Same(_)) => return Err(ExecError::InconsistentPlan(at())),
+    }
+    Ok(())
+}
+
 /// Segments of at most this many bytes are received into their destination (or, to be
 /// reduced there, onto the stack) rather than as a payload: nothing to allocate or hand
 /// back, and a shared-memory transport copies them straight out of its ring.
-const SMALL_SEGMENT: usize = 64;
+pub(super) const SMALL_SEGMENT: usize = 64;
 
 /// Segments of a transfer of `len` elements cut every `segment_elems`: at least one (an
 /// empty primitive still runs once).
@@ -614,7 +633,7 @@ struct Tokens {
     more: Vec<u64>,
 }
 
-fn position(channel: usize, p: &PlannedPrimitive) -> Position {
+pub(super) fn position(channel: usize, p: &PlannedPrimitive) -> Position {
     Position {
         channel,
         step: p.step,
@@ -623,7 +642,7 @@ fn position(channel: usize, p: &PlannedPrimitive) -> Position {
 }
 
 /// The payload's bytes as elements: borrowed when aligned, copied when not.
-fn typed<T: Element>(bytes: &[u8]) -> Cow<'_, [T]> {
+pub(super) fn typed<T: Element>(bytes: &[u8]) -> Cow<'_, [T]> {
     match bytemuck::try_cast_slice(bytes) {
         Ok(s) => Cow::Borrowed(s),
         Err(_) => Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
@@ -631,7 +650,7 @@ fn typed<T: Element>(bytes: &[u8]) -> Cow<'_, [T]> {
 }
 
 /// Runs `f` on the payload's bytes as elements, through an aligned copy if need be.
-fn with_typed_mut<T: Element>(bytes: &mut [u8], f: impl FnOnce(&mut [T])) {
+pub(super) fn with_typed_mut<T: Element>(bytes: &mut [u8], f: impl FnOnce(&mut [T])) {
     match bytemuck::try_cast_slice_mut(bytes) {
         Ok(s) => f(s),
         Err(_) => {

@@ -8,6 +8,7 @@ use rcoll_transport::Transport;
 
 use super::core::{ExecError, Execution, Position, Progress, Spare};
 use super::memory::Memory;
+use super::small::{self, SmallExecution};
 use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::schedule::plan::Plan;
@@ -65,21 +66,72 @@ pub fn run<T: Element>(
     timeout: Duration,
     spare: &mut Spare,
 ) -> Result<(), RunError> {
-    let mut exec = Execution::new(plan, collective, schedule, segment_elems, op, spare);
-    // A panic below (a bug) must not hand the caller back a buffer a device still reads
-    // either: reap, then let it go on.
+    if small::fits::<T>(plan, segment_elems) {
+        let exec = SmallExecution::new(plan, collective, schedule, op, &mut spare.small);
+        let (exec, result) = drive(exec, mem, io, timeout);
+        exec.recycle();
+        result
+    } else {
+        let exec = Execution::new(plan, collective, schedule, segment_elems, op, spare);
+        let (exec, result) = drive(exec, mem, io, timeout);
+        exec.recycle(spare);
+        result
+    }
+}
+
+/// What the driver needs of an executor.
+trait Executor {
+    fn poll<T: Element>(
+        &mut self,
+        mem: &mut Memory<'_, T>,
+        io: &mut dyn Transport,
+    ) -> Result<Progress, ExecError>;
+    fn blocked_on(&self) -> Option<(rcoll_transport::Rank, Position)>;
+}
+
+impl Executor for Execution<'_> {
+    fn poll<T: Element>(
+        &mut self,
+        mem: &mut Memory<'_, T>,
+        io: &mut dyn Transport,
+    ) -> Result<Progress, ExecError> {
+        Execution::poll(self, mem, io)
+    }
+    fn blocked_on(&self) -> Option<(rcoll_transport::Rank, Position)> {
+        Execution::blocked_on(self)
+    }
+}
+
+impl Executor for SmallExecution<'_, '_> {
+    fn poll<T: Element>(
+        &mut self,
+        mem: &mut Memory<'_, T>,
+        io: &mut dyn Transport,
+    ) -> Result<Progress, ExecError> {
+        SmallExecution::poll(self, mem, io)
+    }
+    fn blocked_on(&self) -> Option<(rcoll_transport::Rank, Position)> {
+        SmallExecution::blocked_on(self)
+    }
+}
+
+/// Pumps `exec` to the end; on failure (or a panic: a bug) the transport first reaps the
+/// sends still reading the caller's memory, so the caller never gets back a buffer a
+/// device still reads.
+fn drive<E: Executor, T: Element>(
+    mut exec: E,
+    mem: &mut Memory<'_, T>,
+    io: &mut dyn Transport,
+    timeout: Duration,
+) -> (E, Result<(), RunError>) {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         pump(&mut exec, mem, &mut *io, timeout)
     }));
     match result {
-        Ok(Ok(())) => {
-            exec.recycle(spare);
-            Ok(())
-        }
+        Ok(Ok(())) => (exec, Ok(())),
         Ok(Err(e)) => {
             io.reap_borrowed();
-            exec.recycle(spare);
-            Err(e)
+            (exec, Err(e))
         }
         Err(panic) => {
             io.reap_borrowed();
@@ -88,8 +140,8 @@ pub fn run<T: Element>(
     }
 }
 
-fn pump<T: Element>(
-    exec: &mut Execution<'_>,
+fn pump<E: Executor, T: Element>(
+    exec: &mut E,
     mem: &mut Memory<'_, T>,
     io: &mut dyn Transport,
     timeout: Duration,

@@ -171,6 +171,15 @@ pub struct Plan {
     /// Unique to this plan (a clone keeps it: same primitives, same lengths): what an
     /// execution's per-primitive state is kept by between calls.
     pub id: u64,
+    /// Elements of the longest primitive: a segment size at least this long runs every
+    /// primitive in one segment.
+    pub longest: usize,
+    /// For a plan of one channel of at most 64 primitives, each primitive's dependencies
+    /// as a bit mask of earlier primitives (bit `i`: it waits for primitive `i`); empty
+    /// otherwise. When every primitive is one segment, a dependency is on the whole
+    /// earlier primitive, which is all the small-call executor needs
+    /// ([`crate::engine::small`]).
+    pub waits_mask: Vec<u64>,
 }
 
 /// The next plan's [`Plan::id`].
@@ -211,8 +220,24 @@ impl Plan {
             .map(|(c, ch)| plan_channel(schedule, c, &ch.steps, buffers))
             .collect::<Result<_, _>>()?;
         use super::Collective as C;
+        let channels: Vec<PlannedChannel> = channels;
+        let longest = channels
+            .iter()
+            .flat_map(|c| c.ops.iter().map(|p| p.prim.len()))
+            .max()
+            .unwrap_or(0);
+        let waits_mask = match channels.as_slice() {
+            [one] if one.ops.len() <= 64 => one
+                .ops
+                .iter()
+                .map(|p| p.waits.iter().fold(0u64, |m, d| m | 1u64 << d.op))
+                .collect(),
+            _ => Vec::new(),
+        };
         Ok(Plan {
             channels,
+            longest,
+            waits_mask,
             scratch_len: schedule.scratch_len,
             reduces: matches!(
                 schedule.layout.collective,
