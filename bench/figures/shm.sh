@@ -21,11 +21,11 @@ for n in 2 4; do
     echo "== all_reduce, $n ranks, round $round: rcoll"
     $B all_reduce --ranks "$n" -b 8 -e 8 -n 20000 -w 1000 2>&1 | rows
     $B all_reduce --ranks "$n" -b 64K -e 64M -f 4 2>&1 | rows
-  done
-  for c in broadcast:broadcast allgather:all_gather reducescatter:reduce_scatter; do
-    echo "== ${c##*:}, $n ranks: Open MPI shm, then rcoll (1 MiB, 64 MiB)"
-    "$P/run_mpi.sh" "$n" shm "${c%%:*}" -b 1M -e 64M -f 64 2>&1 | rows
-    $B "${c##*:}" --ranks "$n" -b 1M -e 64M -f 64 2>&1 | rows
+    for c in broadcast:broadcast allgather:all_gather reducescatter:reduce_scatter; do
+      echo "== ${c##*:}, $n ranks, round $round: Open MPI shm, then rcoll (1 MiB, 64 MiB)"
+      "$P/run_mpi.sh" "$n" shm "${c%%:*}" -b 1M -e 64M -f 64 2>&1 | rows
+      $B "${c##*:}" --ranks "$n" -b 1M -e 64M -f 64 2>&1 | rows
+    done
   done
 done
 if [ "$(id -u)" -eq 0 ]; then
