@@ -24,6 +24,12 @@ fn leftovers(pids: &[u32]) -> Vec<String> {
 }
 
 /// `extra` on top of shared memory required (and checked by every rank).
+/// Single copy (off by default): the receiver reads sends from 32 KiB straight from the
+/// sender's memory.
+fn single_copy_on() -> (&'static str, String) {
+    ("RCOLL_SHM_SINGLE_COPY", "on".to_string())
+}
+
 fn shm(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
     let mut env = vec![
         ("RCOLL_TRANSPORT", "shm".to_string()),
@@ -34,12 +40,14 @@ fn shm(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
 }
 
 /// Every collective x the main algorithms, in place and out, 0 to 10,007 elements, and
-/// point to point, on 2 to 8 ranks of this host over shared memory; nothing left in
-/// /dev/shm afterwards.
+/// point to point, on 2 to 8 ranks of this host over shared memory (single copy on odd
+/// rank counts); nothing left in /dev/shm afterwards.
 #[test]
 fn every_collective_over_shared_memory_on_2_to_8_ranks() {
     for n in 2..=8 {
-        let children = spawn("sweep", n, &shm(&[]));
+        // Through the ring, and on odd rank counts with single copy from 32 KiB.
+        let env: Vec<_> = (n % 2 == 1).then(single_copy_on).into_iter().collect();
+        let children = spawn("sweep", n, &shm(&env));
         let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
         let results = finish(children, Duration::from_secs(300));
         all_succeed(&format!("{n} ranks"), &results);
@@ -49,12 +57,13 @@ fn every_collective_over_shared_memory_on_2_to_8_ranks() {
 
 /// The large end: all_reduce, broadcast, all_gather and reduce_scatter of 64 MiB (and
 /// sizes that are not a multiple of the segment), in place and out, checked element by
-/// element, on 2 and 4 ranks.
+/// element, on 2 and 4 ranks through the ring, and on 2 with single copy.
 #[test]
 fn buffers_up_to_64_mib_over_shared_memory() {
-    for n in [2, 4] {
-        let results = finish(spawn("large", n, &shm(&[])), Duration::from_secs(300));
-        all_succeed(&format!("{n} ranks"), &results);
+    for (n, single_copy) in [(2, false), (4, false), (2, true)] {
+        let env: Vec<_> = single_copy.then(single_copy_on).into_iter().collect();
+        let results = finish(spawn("large", n, &shm(&env)), Duration::from_secs(300));
+        all_succeed(&format!("{n} ranks, single copy {single_copy}"), &results);
     }
 }
 
@@ -62,7 +71,10 @@ fn buffers_up_to_64_mib_over_shared_memory() {
 /// sends each rank's peers read from its memory (its `ZERO-COPY <rank> <sends>` line), and
 /// what the ranks printed.
 fn single_copy_sends(scenario: &str, n: usize) -> (Vec<u64>, String) {
-    let results = finish(spawn(scenario, n, &shm(&[])), Duration::from_secs(120));
+    let results = finish(
+        spawn(scenario, n, &shm(&[single_copy_on()])),
+        Duration::from_secs(120),
+    );
     all_succeed(&format!("{n} ranks"), &results);
     let text: String = results.iter().map(|(_, out)| out.as_str()).collect();
     let sends = (0..n)
@@ -110,8 +122,9 @@ fn on_two_ranks_a_message_that_only_moves_is_read_in_one_piece() {
 /// rank fails naming it, within the timeout, and the dead rank's segment is gone.
 #[test]
 fn a_killed_rank_on_shared_memory_fails_the_others_naming_it() {
-    for trial in 0..5u64 {
-        killed_and_named("killed", 4, 2, trial);
+    for trial in 0..6u64 {
+        // Through the ring, and with single copy (every other trial).
+        killed_and_named("killed", 4, 2, trial, trial % 2 == 1);
     }
 }
 
@@ -121,23 +134,21 @@ fn a_killed_rank_on_shared_memory_fails_the_others_naming_it() {
 #[test]
 fn a_rank_killed_while_a_whole_message_is_read_is_named_by_the_other() {
     for trial in 0..4u64 {
-        killed_and_named("killed_broadcast", 2, (1 - trial % 2) as usize, trial);
+        killed_and_named("killed_broadcast", 2, (1 - trial % 2) as usize, trial, true);
     }
 }
 
-/// Runs `scenario` on `n` ranks over shared memory, kills rank `dead` once all started
-/// (and `53 * trial` ms more): every other rank reports an error naming it within 20 s,
-/// and no segment is left.
-fn killed_and_named(scenario: &str, n: usize, dead: usize, trial: u64) {
+/// Runs `scenario` on `n` ranks over shared memory (`single_copy` on or off), kills rank
+/// `dead` once all started (and `53 * trial` ms more): every other rank reports an error
+/// naming it within 20 s, and no segment is left.
+fn killed_and_named(scenario: &str, n: usize, dead: usize, trial: u64, single_copy: bool) {
     let joined = StartedDir::new(n);
-    let mut children = spawn(
-        scenario,
-        n,
-        &shm(&[
-            ("RCOLL_TEST_DEAD", dead.to_string()),
-            ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
-        ]),
-    );
+    let mut env = vec![
+        ("RCOLL_TEST_DEAD", dead.to_string()),
+        ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
+    ];
+    env.extend(single_copy.then(single_copy_on));
+    let mut children = spawn(scenario, n, &shm(&env));
     let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
     joined.wait(Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(53 * trial));
@@ -165,19 +176,20 @@ fn killed_and_named(scenario: &str, n: usize, dead: usize, trial: u64) {
 /// liveness probe; they fail within the timeout, naming it.
 #[test]
 fn a_stopped_rank_on_shared_memory_fails_the_others_within_the_timeout() {
-    // 3 ranks of 4 MiB all_reduces; then 2 ranks of 64 MiB broadcasts, read whole from
-    // the root's memory, with the reader stopped (the root spins while it reads).
-    for (scenario, n, stopped) in [("killed", 3, 1), ("killed_broadcast", 2, 1)] {
+    // 3 ranks of 4 MiB all_reduces through the ring; then 2 ranks of 64 MiB broadcasts
+    // with single copy, read whole from the root's memory, with the reader stopped (the
+    // root spins while it reads).
+    for (scenario, n, stopped, single_copy) in
+        [("killed", 3, 1, false), ("killed_broadcast", 2, 1, true)]
+    {
         let joined = StartedDir::new(n);
-        let children = spawn(
-            scenario,
-            n,
-            &shm(&[
-                ("RCOLL_TEST_DEAD", stopped.to_string()),
-                ("RCOLL_TIMEOUT", "3".to_string()),
-                ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
-            ]),
-        );
+        let mut env = vec![
+            ("RCOLL_TEST_DEAD", stopped.to_string()),
+            ("RCOLL_TIMEOUT", "3".to_string()),
+            ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
+        ];
+        env.extend(single_copy.then(single_copy_on));
+        let children = spawn(scenario, n, &shm(&env));
         joined.wait(Duration::from_secs(60));
         let took = super::others_fail_naming_the_stopped_rank(children, stopped);
         assert!(took < Duration::from_secs(15), "{scenario}: took {took:?}");
