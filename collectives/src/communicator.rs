@@ -65,6 +65,8 @@ pub struct Communicator {
     last_call: Option<(CallKey, Algorithm, Option<LevelAlgorithms>, Arc<Plan>)>,
     /// The engine's per-channel state, kept between calls.
     spare: crate::engine::core::Spare,
+    /// The last call's description and fingerprint.
+    last_fingerprint: Option<(crate::fingerprint::Call, u32)>,
     next_algorithm: Option<Algorithm>,
     /// `(sequence, fingerprint)` of the last few collectives, to explain a stale message
     /// that arrives after its call has ended here.
@@ -163,6 +165,7 @@ impl Communicator {
             measured: HashMap::default(),
             scratch: Vec::new(),
             spare: Default::default(),
+            last_fingerprint: None,
             last_call: None,
             next_algorithm: None,
             recent: [(u32::MAX, 0); RECENT_CALLS],
