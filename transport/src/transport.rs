@@ -586,6 +586,11 @@ pub type Arrivals<V> =
 /// The first stale message in a backend's arrival map: [`Transport::stale`] for backends
 /// that keep arrived messages by `(peer, tag)`.
 pub fn stale_in<V>(arrived: &Arrivals<(Tag, V)>, current: u32) -> Option<(Rank, Tag)> {
+    // Checked after every call: an empty map that once held many entries would otherwise
+    // be scanned bucket by bucket.
+    if arrived.is_empty() {
+        return None;
+    }
     arrived
         .iter()
         .find(|(_, (tag, _))| is_stale(tag.collective, current))
