@@ -218,9 +218,8 @@ impl Plan {
             .iter()
             .enumerate()
             .map(|(c, ch)| plan_channel(schedule, c, &ch.steps, buffers))
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
         use super::Collective as C;
-        let channels: Vec<PlannedChannel> = channels;
         let longest = channels
             .iter()
             .flat_map(|c| c.ops.iter().map(|p| p.prim.len()))
