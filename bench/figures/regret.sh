@@ -5,6 +5,11 @@
 # half the sizes were never measured by the calibration).
 #
 #   bench/figures/regret.sh [OUT_DIR]        (default /tmp/rcoll-regret)
+#
+# MODES (default "builtin models-only tuned") picks the modes; with builtin alone nothing
+# is calibrated. Each run prints auto's worst regret and the worst regret of its choice (the
+# chosen algorithm's own forced run in the same rounds over the best: no noise between two
+# runs of one schedule).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-/tmp/rcoll-regret}
@@ -12,18 +17,19 @@ mkdir -p "$out"
 cargo build --release -q -p rcoll-bench
 b=target/release/rcoll-bench
 tuning="$out/tuning.json"
-if [ ! -f "$tuning" ]; then
+modes=${MODES:-builtin models-only tuned}
+if [[ $modes != builtin ]] && [ ! -f "$tuning" ]; then
     $b calibrate --transport tcp --ranks 2,3,4 --collectives all_reduce -o "$tuning" > "$out/calibrate-tcp.txt"
     $b calibrate --transport shm --ranks 2,3,4 --collectives all_reduce --merge -o "$tuning" > "$out/calibrate-shm.txt"
 fi
-python3 - "$tuning" "$out/models-only.json" <<'PY'
+[[ $modes == builtin ]] || python3 - "$tuning" "$out/models-only.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); d["rules"] = []
 json.dump(d, open(sys.argv[2], "w"), indent=1)
 PY
 for t in tcp shm; do
     for n in 2 3 4; do
-        for mode in builtin models-only tuned; do
+        for mode in $modes; do
             case $mode in
                 builtin) env=();;
                 models-only) env=(RCOLL_TUNING_FILE="$out/models-only.json");;
@@ -31,7 +37,7 @@ for t in tcp shm; do
             esac
             env ${env[@]+"${env[@]}"} $b all_reduce --ranks $n --transport $t --algo all \
                 -b 8 -e 64M -f 2 -n 10 -w 2 > "$out/$t-$n-$mode.txt"
-            echo "$t $n ranks, $mode: $(grep "auto's regret" "$out/$t-$n-$mode.txt")"
+            echo "$t $n ranks, $mode: $(grep -E "auto's (regret|choice)" "$out/$t-$n-$mode.txt" | tr '\n' ' ')"
         done
     done
 done

@@ -2,7 +2,10 @@
 //! timings interleaved (round i of every variant before round i+1 of any, so that drift
 //! in the machine's speed falls on all alike; a round is a block of back-to-back calls
 //! after a barrier), out of place, each result checked;
-//! then auto's regret, its time over the best algorithm's.
+//! then auto's regret, its time over the best algorithm's, and the regret of its choice: the
+//! time of the algorithm auto chose, run forced in the same rounds, over the best. The two
+//! differ by noise alone (auto runs the schedule it chose): the first is what a user sees,
+//! the second whether the choice was right.
 //!
 //! A variant's time is the median over rounds of the slowest rank's mean time per call in
 //! that round: the collective ends when its last rank does, and the median keeps one
@@ -72,6 +75,19 @@ impl Compared {
         let (_, best) = self.best(variants)?;
         (best > 0.0).then(|| auto / best)
     }
+
+    /// The time of the algorithm auto chose, run forced, over the best algorithm's: the
+    /// regret of the choice without the noise between two runs of one schedule. `None`
+    /// when the choice was not run forced (or its result was wrong).
+    pub fn choice_regret(&self, variants: &[Option<Algorithm>]) -> Option<f64> {
+        let chosen = variants
+            .iter()
+            .zip(&self.times_us)
+            .find_map(|(v, t)| (*v == Some(self.choice)).then_some(*t))
+            .flatten()?;
+        let (_, best) = self.best(variants)?;
+        (best > 0.0).then(|| chosen / best)
+    }
 }
 
 /// Runs the comparison on this rank; rank 0 prints the table through `print` and returns
@@ -90,6 +106,7 @@ pub fn run_typed<T: Element>(
     }
     let mut reports = Vec::new();
     let mut worst: Option<(f64, usize)> = None;
+    let mut worst_choice: Option<(f64, usize)> = None;
     for &size in &spec.sizes {
         let count = layout_count(spec.collective, size, elem, n);
         let layout = Layout {
@@ -161,6 +178,11 @@ pub fn run_typed<T: Element>(
                 worst = Some((r, bytes));
             }
         }
+        if let Some(r) = compared.choice_regret(&variants).filter(|_| count > 0) {
+            if worst_choice.is_none_or(|(w, _)| r > w) {
+                worst_choice = Some((r, bytes));
+            }
+        }
         print(&row(&compared, &variants));
         let mut report = SizeReport::new(
             spec,
@@ -194,6 +216,12 @@ pub fn run_typed<T: Element>(
             ),
             None => "# auto's regret: nothing to compare\n".to_owned(),
         });
+        if let Some((r, bytes)) = worst_choice {
+            print(&format!(
+                "# auto's choice (run forced in the same rounds) over the best: worst {r:.2} \
+                 at {bytes} B\n"
+            ));
+        }
     }
     Ok(reports)
 }
@@ -292,14 +320,15 @@ fn header(spec: &BenchSpec, variants: &[Option<Algorithm>]) -> String {
         s,
         "# --algo all: out of place, {} interleaved rounds (blocks of {BLOCK} calls up to {} \
          after a barrier) after {} warmup calls each; time (us) = median over rounds of the \
-         slowest rank's mean; regret = auto / best; x = a wrong result",
+         slowest rank's mean; regret = auto / best; choice = the chosen algorithm run \
+         forced, over the best; x = a wrong result",
         spec.iters, BLOCK_LIMIT_BYTES, spec.warmup
     );
     let _ = write!(s, "# {:>10}  {:>18}", "size (B)", "auto's choice");
     for v in variants {
         let _ = write!(s, " {:>9}", short(*v));
     }
-    let _ = writeln!(s, "  {:>6} {:>7}", "best", "regret");
+    let _ = writeln!(s, "  {:>6} {:>7} {:>7}", "best", "regret", "choice");
     s
 }
 
@@ -317,10 +346,18 @@ fn row(c: &Compared, variants: &[Option<Algorithm>]) -> String {
     }
     match (c.best(variants), c.regret(variants)) {
         (Some((a, _)), Some(r)) => {
-            let flag = if r > REGRET_LIMIT { " !" } else { "" };
-            let _ = write!(s, "  {:>6} {r:>7.2}{flag}", short(Some(a)));
+            let _ = write!(s, "  {:>6} {r:>7.2}", short(Some(a)));
         }
         _ => s.push_str("       -       -"),
+    }
+    match c.choice_regret(variants) {
+        Some(r) => {
+            let _ = write!(s, " {r:>7.2}");
+        }
+        None => s.push_str("       -"),
+    }
+    if c.regret(variants).is_some_and(|r| r > REGRET_LIMIT) {
+        s.push_str(" !");
     }
     s.push('\n');
     s
@@ -354,5 +391,31 @@ mod tests {
             ..c
         };
         assert_eq!(wrong_best.best(&variants), Some((Algorithm::Ring, 11.0)));
+    }
+
+    #[test]
+    fn the_choice_is_priced_by_its_own_forced_run() {
+        let variants = [None, Some(Algorithm::Ring), Some(Algorithm::Tree)];
+        let c = Compared {
+            size: 8,
+            choice: Algorithm::Ring,
+            times_us: vec![Some(12.0), Some(11.0), Some(10.0)],
+        };
+        assert!((c.choice_regret(&variants).expect("choice") - 1.1).abs() < 1e-12);
+        let right = Compared {
+            choice: Algorithm::Tree,
+            ..c.clone()
+        };
+        assert!((right.choice_regret(&variants).expect("choice") - 1.0).abs() < 1e-12);
+        let not_run = Compared {
+            choice: Algorithm::Mesh,
+            ..c.clone()
+        };
+        assert_eq!(not_run.choice_regret(&variants), None);
+        let wrong = Compared {
+            times_us: vec![Some(12.0), None, Some(10.0)],
+            ..c
+        };
+        assert_eq!(wrong.choice_regret(&variants), None);
     }
 }

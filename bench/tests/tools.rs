@@ -39,7 +39,8 @@ fn simulate_prices_real_schedules_per_rank_count_and_draws_them() {
 }
 
 /// `--algo all`: one row per size with auto's choice, a time for auto and every algorithm
-/// that serves the collective (all results right: no `x`), the best and auto's regret.
+/// that serves the collective (all results right: no `x`), the best, auto's regret and the
+/// regret of its choice (its forced run over the best: 1 when it is the best).
 #[test]
 fn algo_all_times_every_algorithm_and_auto_and_reports_the_regret() {
     let out = output(bench().args([
@@ -78,14 +79,41 @@ fn algo_all_times_every_algorithm_and_auto_and_reports_the_regret() {
     let rows = rows(&stdout);
     assert_eq!(rows.len(), 3, "{stdout}"); // 96 B, 3 KiB, 96 KiB
     for r in &rows {
-        // size, choice, auto + 8 algorithms, best, regret, and `!` past 1.10
+        // size, choice, auto + 8 algorithms, best, regret, choice's regret, `!` past 1.10
         let r = r.strip_suffix(&["!"]).unwrap_or(r);
-        assert_eq!(r.len(), 2 + 1 + serving.len() + 2, "{r:?}");
+        assert_eq!(r.len(), 2 + 1 + serving.len() + 3, "{r:?}");
         assert!(!r.contains(&"x"), "a wrong result: {r:?}");
         let regret: f64 = r[2 + 1 + serving.len() + 1].parse().expect("regret");
         assert!(regret > 0.0, "{r:?}");
+        let best = r[2 + 1 + serving.len()];
+        let chosen: f64 = r[2 + 1 + serving.len() + 2]
+            .parse()
+            .expect("choice's regret");
+        let times: Vec<f64> = r[3..3 + serving.len()]
+            .iter()
+            .map(|t| t.parse().expect("a time"))
+            .collect();
+        let at = |name: &str| times[serving.iter().position(|s| *s == name).expect("served")];
+        let choice = match r[1] {
+            "single_root" => "single",
+            "binomial_tree" => "binom",
+            "naive_ring" => "nring",
+            "halving_doubling" => "hd",
+            "hierarchical" => "hier",
+            other => other,
+        };
+        // Times are printed to 0.1 us and ratios to 0.01.
+        let (c, b) = (at(choice), at(best));
+        let low = (c - 0.05) / (b + 0.05) - 0.005;
+        let high = (c + 0.05) / (b - 0.05).max(1e-9) + 0.005;
+        assert!(low <= chosen && chosen <= high, "{r:?}");
+        assert!(chosen >= 1.0 - 1e-9, "{r:?}");
     }
     assert!(stdout.contains("# auto's regret: worst "), "{stdout}");
+    assert!(
+        stdout.contains("# auto's choice (run forced in the same rounds) over the best: worst "),
+        "{stdout}"
+    );
 }
 
 /// `calibrate` writes a tuning file whose rules auto then follows, size by size; a file
