@@ -37,7 +37,7 @@ for t in tcp shm; do
             esac
             env ${env[@]+"${env[@]}"} $b all_reduce --ranks $n --transport $t --algo all \
                 -b 8 -e 64M -f 2 -n 10 -w 2 > "$out/$t-$n-$mode.txt"
-            echo "$t $n ranks, $mode: $(grep -E "auto's (regret|choice)" "$out/$t-$n-$mode.txt" | tr '\n' ' ')"
+            echo "$t $n ranks, $mode: $(grep -E "^# auto's (regret|choice \()" "$out/$t-$n-$mode.txt" | tr '\n' ' ')"
         done
     done
 done

@@ -257,9 +257,16 @@ impl Communicator {
         self.transport.zero_copy_sends()
     }
 
+    /// How many segments peers' devices wrote straight into this rank's registered
+    /// destinations so far (over verbs, offered by the receiver: no copy out of a slot).
+    pub fn placed_receives(&self) -> u64 {
+        self.transport.placed_receives()
+    }
+
     /// Sends from this communicator's registered buffers that a device may still be
-    /// reading: 0 whenever no call is running (a call returns, successfully or not, only
-    /// once the device is done with the caller's memory).
+    /// reading, and ranges of them offered to a peer's device to write: 0 whenever no call
+    /// is running (a call returns, successfully or not, only once no device touches the
+    /// caller's memory any more).
     pub fn borrowed_in_flight(&self) -> usize {
         self.transport.borrowed_in_flight()
     }

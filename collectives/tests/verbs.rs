@@ -226,7 +226,19 @@ fn zero_copy(comm: &mut Communicator) {
         "all_gather"
     );
     assert!(comm.zero_copy_sends() > 0, "no send went zero-copy");
-    println!("rank {r}: {} zero-copy sends", comm.zero_copy_sends());
+    let placed = comm.placed_receives();
+    println!(
+        "rank {r}: {} zero-copy sends, {placed} receives written in place",
+        comm.zero_copy_sends()
+    );
+    if std::env::var("RCOLL_IB_DIRECT").as_deref() == Ok("0") {
+        assert_eq!(placed, 0, "RCOLL_IB_DIRECT=0 offers nothing");
+    } else {
+        // Broadcast, all_gather and the all-gather half of every all_reduce only copy what
+        // they receive: some of it lands in place.
+        assert!(placed > 0, "no receive landed in its destination");
+    }
+    assert_eq!(comm.borrowed_in_flight(), 0, "an offer outlived its call");
 }
 
 /// Loops over an all_reduce until the group fails (one rank is killed); the error must
@@ -321,6 +333,14 @@ fn registered_buffers_go_zero_copy_and_stay_correct() {
         let results = finish(spawn("zero_copy", n, |_| vec![]), Duration::from_secs(900));
         all_ok(&format!("{n} ranks"), &results);
     }
+    // Without offers: every message through slots, the same results.
+    let results = finish(
+        spawn("zero_copy", 2, |_| {
+            vec![("RCOLL_IB_DIRECT".into(), "0".into())]
+        }),
+        Duration::from_secs(900),
+    );
+    all_ok("2 ranks, RCOLL_IB_DIRECT=0", &results);
 }
 
 #[test]
@@ -442,7 +462,8 @@ fn a_blackholed_link_fails_both_ranks_within_the_timeout() {
 
 /// Zero-copy all_reduces from a registered buffer until a peer dies. When the call fails no
 /// send may still be reading the buffer (a write to the dead peer would otherwise retry for
-/// seconds after the call returned), and the buffer is dropped (deregistered, freed) at once.
+/// seconds after the call returned), no range of it may still be offered to a peer's device
+/// to write, and the buffer is dropped (deregistered, freed) at once.
 fn killed_zero_copy(comm: &mut Communicator) {
     let mut buf = comm.alloc::<f32>(4 << 20).expect("alloc");
     common::started();

@@ -1,11 +1,12 @@
 //! The verbs backend's wire formats from arbitrary bytes — an endpoint (from the TCP
-//! bootstrap), a credit message, a slot header — as a hostile peer could send them:
+//! bootstrap), a credit message (slots and offers), a slot header — as a hostile peer could
+//! send them:
 //! decoding must never panic, and whatever decodes must encode back to the same value.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rcoll_transport::verbs::wire::{
-    decode_header, encode_header, Credit, Endpoint, CREDIT_BYTES, HEADER,
+    decode_header, encode_header, Credit, Endpoint, Grant, CREDIT_BYTES, HEADER,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -18,6 +19,13 @@ fuzz_target!(|data: &[u8]| {
             credit.encode(&mut out);
             assert_eq!(out, c);
         }
+    }
+    if let Some(grants) = Grant::decode_all(data) {
+        let mut out = Vec::new();
+        for g in &grants {
+            g.encode(&mut out);
+        }
+        assert_eq!(Grant::decode_all(&out), Some(grants));
     }
     if let Some((tag, len)) = decode_header(data) {
         let mut h = [0u8; HEADER];

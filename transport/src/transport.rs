@@ -445,10 +445,10 @@ pub trait Transport: Send {
         std::thread::yield_now();
     }
 
-    /// Makes sure no device reads caller memory lent by [`Transport::try_send_borrowed`]
-    /// any more, before the engine hands the caller its buffer back after a failure: waits
-    /// briefly for those sends, then stops the queues that still have them and reaps what
-    /// they flush. The transport may be unusable afterwards (it failed anyway). Backends
+    /// Makes sure no device reads caller memory lent by [`Transport::try_send_borrowed`],
+    /// or writes caller memory offered by [`Transport::offer`], any more, before the engine
+    /// hands the caller its buffer back after a failure: waits briefly for those sends,
+    /// then stops the queues that still have them or an offer, and reaps what they flush. The transport may be unusable afterwards (it failed anyway). Backends
     /// that never leave a device reading caller memory have nothing to do.
     fn reap_borrowed(&mut self) {}
 
@@ -494,7 +494,8 @@ pub trait Transport: Send {
         None
     }
 
-    /// Sends from caller memory that a device may still be reading (for diagnostics and
+    /// Sends from caller memory that a device may still be reading, and caller memory
+    /// offered to a peer's device to write ([`Transport::offer`]) (for diagnostics and
     /// tests: 0 after every call returns).
     fn borrowed_in_flight(&self) -> usize {
         0
@@ -532,6 +533,39 @@ pub trait Transport: Send {
         }
     }
 
+    /// Offers `dst`, memory of a [`Registered`] from this transport, as the place where
+    /// `peer`'s message `tag` (exactly `dst.len()` bytes) may land: the peer's device then
+    /// writes it there, and [`Transport::try_recv_into`] finds it in place rather than
+    /// copying it out of a slot. `Ok(false)`: not offered (the backend cannot, the memory is
+    /// not registered for it, the message is too small, or enough offers are out); the
+    /// message arrives as usual either way. [`Offered::Later`]: not now (enough offers are
+    /// out), ask again; [`Offered::No`]: this destination cannot be offered at all.
+    ///
+    /// After an offer the caller leaves `dst` alone (neither reads nor writes it) until
+    /// `try_recv_into` with the same `peer`, `tag` and `dst` returned `true`, however the
+    /// message came, or until [`Transport::reap_borrowed`] after a failure, which withdraws
+    /// every offer; and it keeps `dst`'s memory allocated that long.
+    fn offer(
+        &mut self,
+        _peer: Rank,
+        _tag: Tag,
+        _dst: &mut [u8],
+    ) -> Result<Offered, TransportError> {
+        Ok(Offered::No)
+    }
+
+    /// Whether [`Transport::offer`] may place messages from `peer` (take them with
+    /// [`Transport::try_recv_into`] then).
+    fn places_directly(&self, _peer: Rank) -> bool {
+        false
+    }
+
+    /// Messages written straight into offered destinations so far (for tests and
+    /// diagnostics).
+    fn placed_receives(&self) -> u64 {
+        0
+    }
+
     /// Whether messages from `peer` are best taken with [`Transport::try_recv_into`] (and
     /// forwarded from where they landed with [`Transport::try_send_borrowed`]) than as a
     /// payload: the backend reads them from the sender's memory, once.
@@ -564,6 +598,17 @@ pub trait Transport: Send {
     /// Fails every pending and future operation of every rank in the group with
     /// [`TransportError::Aborted`], waking all waiters.
     fn abort(&mut self, reason: &str);
+}
+
+/// What [`Transport::offer`] did with a destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Offered {
+    /// Offered (or already offered): leave it alone until the message is taken.
+    Yes,
+    /// Not now (enough offers are out): ask again later.
+    Later,
+    /// Never: this backend, peer, memory or size does not allow it.
+    No,
 }
 
 /// The longest message [`Transport::moves_whole`] promises to move in one piece: lengths

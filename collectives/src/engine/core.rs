@@ -15,7 +15,7 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use rcoll_transport::{Payload, Rank, SendState, Tag, Transport, TransportError};
+use rcoll_transport::{Offered, Payload, Rank, SendState, Tag, Transport, TransportError};
 
 use super::memory::{Memory, OutOfRange, SrcDst};
 use crate::element::Element;
@@ -69,6 +69,9 @@ struct ChannelState {
     in_flight: Vec<VecDeque<(Option<u64>, bool)>>,
     /// Segments per primitive (its length cut at the execution's segment size).
     segments: Vec<usize>,
+    /// Per primitive, the segments offered to the transport as destinations so far
+    /// ([`Transport::offer`]); `usize::MAX` once the transport said it never will.
+    offered: Vec<usize>,
     /// Entries in `in_flight`, all primitives together.
     in_flight_len: usize,
     /// Every primitive before this one has completed.
@@ -125,6 +128,7 @@ impl<'p> Execution<'p> {
             for state in &mut channels {
                 state.done.fill(0);
                 state.issued.fill(0);
+                state.offered.fill(0);
                 state.first_open = 0;
             }
         } else {
@@ -137,6 +141,7 @@ impl<'p> Execution<'p> {
                         issued: Vec::new(),
                         in_flight: Vec::new(),
                         segments: Vec::new(),
+                        offered: Vec::new(),
                         in_flight_len: 0,
                         first_open: 0,
                         pending: VecDeque::new(),
@@ -147,6 +152,8 @@ impl<'p> Execution<'p> {
                 state.done.resize(n, 0);
                 state.issued.clear();
                 state.issued.resize(n, 0);
+                state.offered.clear();
+                state.offered.resize(n, 0);
                 state.in_flight.iter_mut().for_each(VecDeque::clear);
                 state.in_flight.resize_with(n, VecDeque::new);
                 state.in_flight_len = 0;
@@ -357,11 +364,13 @@ impl<'p> Execution<'p> {
         // Straight into the destination (and forwarded from there) when the transport
         // reads the peer's memory, or when the segment is small: no payload to hand back.
         let small = bytes <= SMALL_SEGMENT;
-        let direct = match (&p.prim, p.prim.recv_from()) {
+        // Or when the transport can have the peer write it there ([`Transport::offer`]).
+        let (direct, placed) = match (&p.prim, p.prim.recv_from()) {
             (Primitive::Recv { .. } | Primitive::RecvCopySend { .. }, Some(from)) => {
-                small || io.reads_directly(from)
+                let placed = !small && io.places_directly(from);
+                (small || placed || io.reads_directly(from), placed)
             }
-            _ => false,
+            _ => (false, false),
         };
         // A small segment to reduce into the destination lands here first.
         let mut stack = [0u64; SMALL_SEGMENT / 8];
@@ -400,6 +409,9 @@ impl<'p> Execution<'p> {
                 let (Some(from), Some(t)) = (p.prim.recv_from(), p.recv_transfer) else {
                     return Err(ExecError::InconsistentPlan(at()));
                 };
+                if placed {
+                    self.offer_ahead(c, j, p, k, from, t, mem, io)?;
+                }
                 let d = mem.write(dst).map_err(mem_err)?;
                 if !io
                     .try_recv_into(from, tag(t), bytemuck::cast_slice_mut(d))
@@ -509,6 +521,59 @@ impl<'p> Execution<'p> {
         Ok(true)
     }
 
+    /// Offers the transport the destinations of receive `p`'s segments from `k` on, as far
+    /// as [`OFFER_AHEAD`] and their dependencies allow (a segment whose memory an earlier
+    /// primitive still uses is offered once it is free), so that its peer's device may
+    /// write them in place. An offered segment's memory is left alone until
+    /// `try_recv_into` takes it, which this primitive does segment by segment.
+    #[allow(clippy::too_many_arguments)] // the receive's full description; one caller
+    fn offer_ahead<T: Element>(
+        &mut self,
+        c: usize,
+        j: usize,
+        p: &PlannedPrimitive,
+        k: usize,
+        from: Rank,
+        transfer: u32,
+        mem: &mut Memory<'_, T>,
+        io: &mut dyn Transport,
+    ) -> Result<(), ExecError> {
+        let state = &self.channels[c];
+        let Some(dst) = p.dst else {
+            return Ok(());
+        };
+        let end = state.segments[j].min(k + OFFER_AHEAD);
+        let mut next = state.offered[j].max(k);
+        let at = || position(c, p);
+        while next < end && self.ready(c, next, &p.waits) {
+            let lo = next * self.segment_elems;
+            let mut l = dst;
+            l.offset += lo;
+            l.len = p.prim.len().saturating_sub(lo).min(self.segment_elems);
+            let d = mem.write(l).map_err(|e| ExecError::Memory(at(), e))?;
+            let tag = Tag {
+                collective: self.collective,
+                channel: c as u16,
+                transfer,
+                segment: next as u32,
+                schedule: self.schedule,
+            };
+            match io
+                .offer(from, tag, bytemuck::cast_slice_mut(d))
+                .map_err(|e| ExecError::Transport(at(), e))?
+            {
+                Offered::Yes => next += 1,
+                Offered::Later => break,
+                Offered::No => {
+                    next = usize::MAX;
+                    break;
+                }
+            }
+        }
+        self.channels[c].offered[j] = next;
+        Ok(())
+    }
+
     /// Sends `data`, the caller's memory, to every destination of `p`: from that memory
     /// where the transport can (`for_copy`: the receivers only copy it, so they may read
     /// it there), else copied. Returns the tokens of the sends that still read it; `None`
@@ -614,6 +679,9 @@ pub(super) fn copy_or_reduce<T: Element>(
     }
     Ok(())
 }
+
+/// Segments of a receive offered ahead of the one it waits for ([`Transport::offer`]).
+const OFFER_AHEAD: usize = 64;
 
 /// Segments of at most this many bytes are received into their destination (or, to be
 /// reduced there, onto the stack) rather than as a payload: nothing to allocate or hand

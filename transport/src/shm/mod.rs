@@ -80,7 +80,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::TransportError;
 use crate::hosts::HostMap;
-use crate::transport::{stale_in, Foreign, Payload, Registered, SendState, Transport};
+use crate::transport::{stale_in, Foreign, Offered, Payload, Registered, SendState, Transport};
 use crate::types::{Rank, Tag};
 use segment::{InRing, Lease, OutRing, Remote, Segment, Withdrawal};
 
@@ -674,6 +674,22 @@ impl Transport for ShmTransport {
 
     fn reads_directly(&self, peer: Rank) -> bool {
         matches!(self.links.get(peer.index()), Some(Some(l)) if l.read_from.is_some())
+    }
+
+    fn offer(&mut self, peer: Rank, tag: Tag, dst: &mut [u8]) -> Result<Offered, TransportError> {
+        if self.shares_memory_with(peer) {
+            return Ok(Offered::No);
+        }
+        self.check()?;
+        self.inner.offer(peer, tag, dst)
+    }
+
+    fn places_directly(&self, peer: Rank) -> bool {
+        !self.shares_memory_with(peer) && self.inner.places_directly(peer)
+    }
+
+    fn placed_receives(&self) -> u64 {
+        self.inner.placed_receives()
     }
 
     fn moves_whole(&self, peer: Rank) -> bool {

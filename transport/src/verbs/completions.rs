@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::ffi::{self, VerbsError};
 use super::wire::CREDIT_BYTES;
 use super::wire::{
-    decode_header, HEADER, HELLO, WR_BIND, WR_CREDIT, WR_DATA, WR_HELLO, WR_INLINE, WR_KIND,
+    decode_header, HEADER, HELLO, OFFER, WR_BIND, WR_CREDIT, WR_DATA, WR_HELLO, WR_INLINE, WR_KIND,
     WR_RECV, WR_WINDOW_WRITE,
 };
 use super::{VerbsTransport, CTRL_BYTES};
@@ -126,7 +126,9 @@ impl VerbsTransport {
                 };
                 let index = (c.wr_id & 0xffff_ffff) as u32;
                 if c.opcode == ffi::WC_RECV_RDMA_WITH_IMM {
-                    if self.scoped && c.imm != HELLO {
+                    if c.imm != HELLO && c.imm & OFFER != 0 {
+                        self.landed(from, c.imm, c.byte_len as usize);
+                    } else if self.scoped && c.imm != HELLO {
                         // A write with immediate leaves the window open behind it.
                         self.fail(TransportError::Protocol {
                             rank: self.rank,

@@ -1,18 +1,23 @@
 //! The data path: [`Transport`] for [`VerbsTransport`]. Sends go by RDMA WRITE WITH IMM
-//! into a slot the peer lent, from one of this rank's registered buffers or (zero copy)
-//! straight from registered caller memory; receives are the slots themselves.
+//! into a slot the peer lent, or into a destination it offered for that message, from one
+//! of this rank's registered buffers or (zero copy) straight from registered caller memory;
+//! receives are the slots themselves, or already in place.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::ffi::{Access, MemoryRegion, Sge, VerbsError};
-use super::wire::{encode_header, wr, Credit, HEADER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE};
-use super::{Peer, VerbsTransport, ZERO_COPY_MIN};
+use super::wire::{
+    encode_header, wr, Credit, Grant, HEADER, OFFER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE,
+};
+use super::{Offer, Peer, VerbsTransport, OFFER_MIN, ZERO_COPY_MIN};
 
 /// How long [`Transport::reap_borrowed`] waits for stopped queue pairs to flush.
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 use crate::error::TransportError;
-use crate::transport::{check_arrival, Payload, Registered, SendState, Transport};
+use crate::transport::{
+    check_arrival, is_stale, Offered, Payload, Registered, SendState, Transport,
+};
 use crate::types::{Rank, Tag};
 
 impl Transport for VerbsTransport {
@@ -57,12 +62,15 @@ impl Transport for VerbsTransport {
                 max: self.slot_bytes,
             });
         }
-        if !self.room_for(p)? {
-            return Ok(Some(payload));
+        let offer = self.take_offer(p, tag, len);
+        if offer.is_none() {
+            if !self.room_for(p)? {
+                return Ok(Some(payload));
+            }
+            // The peer's slot must hold it (peers configured with smaller segments lend
+            // smaller slots): checked before any buffer changes hands.
+            self.check_slot_fits(p, HEADER + len)?;
         }
-        // The peer's slot must hold it (peers configured with smaller segments lend smaller
-        // slots): checked before any buffer changes hands.
-        self.check_slot_fits(p, HEADER + len)?;
         // The message must sit in one of this transport's registered buffers.
         let mut payload = payload;
         let id = if payload.head() == HEADER {
@@ -83,10 +91,32 @@ impl Transport for VerbsTransport {
                 (id, v)
             }
         };
+        let lkey = self.bufs[id as usize].mr.lkey();
+        if let Some(credit) = offer {
+            // The data alone, into the destination offered for it.
+            self.next_wr = self.next_wr.wrapping_add(1);
+            let wr_id = wr(WR_DATA, p, self.next_wr);
+            let sge = Sge {
+                addr: v.as_ptr() as u64 + HEADER as u64,
+                len: len as u32,
+                lkey,
+            };
+            // SAFETY: `v` is registered (buffer `id`) and moves into `inflight` below,
+            // untouched until this work request completes or is flushed.
+            return match unsafe { self.post_offered(p, wr_id, sge, &credit) } {
+                Ok(()) => {
+                    self.inflight.insert(wr_id, (id, v));
+                    Ok(None)
+                }
+                Err(e) => {
+                    self.free.push((id, v));
+                    Err(e)
+                }
+            };
+        }
         if let Some(h) = v.first_chunk_mut::<HEADER>() {
             encode_header(tag, len, h);
         }
-        let lkey = self.bufs[id as usize].mr.lkey();
         let total = HEADER + len;
         // `room_for` and `check_slot_fits` saw the peer and its first credit.
         let Some((peer_state, credit)) = self.peers[p]
@@ -133,21 +163,31 @@ impl Transport for VerbsTransport {
     fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
         let mut words = Registered::zeroed_words(self.rank, bytes, "a registered buffer")?;
         let start = words.as_ptr() as usize;
+        // Peers write it only where this rank offers it (and only when it offers at all).
+        let remote = self.direct;
         // SAFETY: the region covers `words`, which the returned `Registered` owns; the
         // guard holding the region is dropped before `words` (field order of `Registered`),
-        // and neither is dropped while a posted send may read them (the guard counts them;
-        // `Registered` leaks both instead). The device only reads the memory, for sends
-        // posted by `try_send_borrowed`; no remote access is granted.
+        // and neither is dropped while a posted send may read them or an offer of them is
+        // out (the guard counts both; `Registered` leaks both instead). The device reads
+        // the memory for sends posted by `try_send_borrowed`, and writes it for offers
+        // (`offer`): ranges the engine leaves alone until the message is taken, or until
+        // `reap_borrowed` stopped the queue pair after a failure.
         let mr = unsafe {
             MemoryRegion::register(
                 &self.pd,
                 words.as_mut_ptr().cast(),
                 words.len() * 8,
-                Access::Local,
+                if remote {
+                    Access::RemoteWrite
+                } else {
+                    Access::Local
+                },
             )
         }
         .map_err(|e| self.verbs_error(None, e))?;
-        let guard = self.registry.enter(start, start + words.len() * 8, mr);
+        let guard = self
+            .registry
+            .enter(start, start + words.len() * 8, mr, remote);
         Ok(Registered::with_registration(words, bytes, Box::new(guard)))
     }
 
@@ -167,6 +207,31 @@ impl Transport for VerbsTransport {
         };
         self.check()?;
         let p = self.peer_index(peer)?;
+        if let Some(credit) = self.take_offer(p, tag, data.len()) {
+            self.next_wr = self.next_wr.wrapping_add(1);
+            let wr_id = wr(WR_DATA, p, self.next_wr);
+            let sge = Sge {
+                addr: data.as_ptr() as u64,
+                len: data.len() as u32,
+                lkey: region.lkey,
+            };
+            // Counted before the device can read: the memory is not freed while nonzero.
+            region.reading.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: `data` lies in registered caller memory (`lkey` from the registry),
+            // which stays allocated while its count is nonzero and which the engine does
+            // not return to the caller before this work request completed or was reaped.
+            return match unsafe { self.post_offered(p, wr_id, sge, &credit) } {
+                Ok(()) => {
+                    self.borrowed.insert(wr_id, (p, region.reading));
+                    self.zero_copy += 1;
+                    Ok(SendState::InFlight(wr_id))
+                }
+                Err(e) => {
+                    region.reading.fetch_sub(1, Ordering::Release);
+                    Err(e)
+                }
+            };
+        }
         if !self.room_for(p)? {
             return Ok(SendState::NoRoom);
         }
@@ -270,6 +335,8 @@ impl Transport for VerbsTransport {
             self.nranks - 1,
             if self.scoped {
                 "memory windows (one peer, one write)"
+            } else if self.direct {
+                "registered regions, and destinations offered in registered buffers"
             } else {
                 "registered regions"
             }
@@ -281,7 +348,8 @@ impl Transport for VerbsTransport {
             self.peers[p].as_ref().map(|x| {
                 format!(
                     "{}: {} of its slots to write, {} lent to it, {} owed ({} unsent), {} of \
-                     its messages held, {} send-queue places taken ({} binds)",
+                     its messages held, {} send-queue places taken ({} binds), {} \
+                     destinations offered to it, {} of its offers held",
                     Rank::from(p),
                     x.credits.len(),
                     x.advertised.len(),
@@ -289,7 +357,9 @@ impl Transport for VerbsTransport {
                     x.owed.len(),
                     x.held,
                     x.sends,
-                    x.binds
+                    x.binds,
+                    x.offers_out,
+                    x.offers.len()
                 )
             })
         };
@@ -311,7 +381,9 @@ impl Transport for VerbsTransport {
     }
 
     fn reap_borrowed(&mut self) {
-        if self.borrowed.is_empty() {
+        // Landed and never taken: nothing more to do with them.
+        self.placed.clear();
+        if self.borrowed.is_empty() && self.offers.is_empty() {
             return;
         }
         // Most complete on their own within a moment.
@@ -320,13 +392,19 @@ impl Transport for VerbsTransport {
             self.progress();
             std::thread::yield_now();
         }
-        if self.borrowed.is_empty() {
+        if self.borrowed.is_empty() && self.offers.is_empty() {
             return;
         }
         // The rest may wait on a dead peer for the whole retry budget (7 ACK timeouts):
-        // stop their queue pairs, and the device flushes every work request at once.
-        let stuck: std::collections::BTreeSet<usize> =
-            self.borrowed.values().map(|(p, _)| *p).collect();
+        // stop their queue pairs, and the device flushes every work request at once. A
+        // peer holding an offer could still write the caller's memory: its pair stops too
+        // (a stopped queue pair executes no more incoming writes).
+        let stuck: std::collections::BTreeSet<usize> = self
+            .borrowed
+            .values()
+            .map(|(p, _)| *p)
+            .chain(self.offers.values().map(|o| o.peer))
+            .collect();
         for &p in &stuck {
             if let Some(peer) = self.peers[p].as_mut() {
                 if let Err(e) = peer.qp.stop() {
@@ -339,10 +417,20 @@ impl Transport for VerbsTransport {
             rank: self.rank,
             by: self.rank,
             reason: format!(
-                "queue pairs to {} stopped to reclaim sends from caller memory after a failure",
+                "queue pairs to {} stopped to reclaim sends from, and offers of, caller \
+                 memory after a failure",
                 stopped.join(", ")
             ),
         });
+        // Their peers can no longer write here: the offers are void.
+        for (_, o) in self.offers.drain() {
+            o.reading.fetch_sub(1, Ordering::Release);
+        }
+        self.offered.clear();
+        for peer in self.peers.iter_mut().flatten() {
+            peer.offers_out = 0;
+            peer.owed.retain(|g| matches!(g, Grant::Slot(_)));
+        }
         let until = Instant::now() + REAP_TIMEOUT;
         while !self.borrowed.is_empty() && Instant::now() < until {
             self.progress();
@@ -363,16 +451,124 @@ impl Transport for VerbsTransport {
     }
 
     fn borrowed_in_flight(&self) -> usize {
-        self.borrowed.len()
+        self.borrowed.len() + self.offers.len()
     }
 
     fn send_complete(&mut self, token: u64) -> Result<bool, TransportError> {
-        if !self.inflight.contains_key(&token) {
+        // A zero-copy write into an offer has no slot buffer in flight: only its region's
+        // count.
+        let pending = |t: &Self| t.inflight.contains_key(&token) || t.borrowed.contains_key(&token);
+        if !pending(self) {
             return Ok(true);
         }
         self.progress();
         self.check()?;
-        Ok(!self.inflight.contains_key(&token))
+        Ok(!pending(self))
+    }
+
+    fn offer(&mut self, peer: Rank, tag: Tag, dst: &mut [u8]) -> Result<Offered, TransportError> {
+        self.check()?;
+        let n = dst.len();
+        // An offer and its tag take two records of one credit message.
+        if !self.direct || n < OFFER_MIN || n > self.slot_bytes || self.per_credit_msg < 2 {
+            return Ok(Offered::No);
+        }
+        let p = self.peer_index(peer)?;
+        let key = (peer, tag.key());
+        if self.offered.contains_key(&key) {
+            return Ok(Offered::Yes);
+        }
+        if self.placed.contains_key(&key) || self.arrived.contains_key(&key) {
+            return Ok(Offered::No);
+        }
+        let limit = self.offer_limit();
+        let id = OFFER | (self.next_offer & (OFFER - 1));
+        match self.peers[p].as_ref() {
+            None => return Ok(Offered::No),
+            Some(x) if x.offers_out >= limit || self.offers.contains_key(&id) => {
+                return Ok(Offered::Later)
+            }
+            Some(_) => {}
+        }
+        let addr = dst.as_ptr() as usize;
+        let Some((region, rkey)) = self
+            .registry
+            .lookup(addr, n)
+            .and_then(|r| r.rkey.map(|k| (r, k)))
+        else {
+            return Ok(Offered::No);
+        };
+        let Some(state) = self.peers[p].as_mut() else {
+            return Ok(Offered::No);
+        };
+        self.next_offer = self.next_offer.wrapping_add(1);
+        state.offers_out += 1;
+        let credit = Credit {
+            id,
+            addr: addr as u64,
+            rkey,
+            len: n as u32,
+        };
+        state.owed.push(Grant::Offer(credit, tag));
+        // Counted before the peer can write: the memory is not freed while nonzero.
+        region.reading.fetch_add(1, Ordering::Relaxed);
+        self.offers.insert(
+            id,
+            Offer {
+                peer: p,
+                key: tag.key(),
+                addr,
+                len: n,
+                reading: region.reading,
+            },
+        );
+        self.offered.insert(key, id);
+        self.offers_due = true;
+        Ok(Offered::Yes)
+    }
+
+    fn places_directly(&self, peer: Rank) -> bool {
+        self.direct && matches!(self.peers.get(peer.index()), Some(Some(_)))
+    }
+
+    fn placed_receives(&self) -> u64 {
+        self.placed_count
+    }
+
+    fn try_recv_into(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        // Offers made since the last look go out before anything else.
+        if self.offers_due {
+            self.offers_due = false;
+            self.send_credits(true);
+        }
+        let key = (peer, tag.key());
+        if !self.placed.contains_key(&key) {
+            if let Some(payload) = self.try_recv(peer, tag, dst.len())? {
+                self.withdraw(peer, tag.key());
+                dst.copy_from_slice(payload.as_bytes());
+                self.recycle(payload);
+                return Ok(true);
+            }
+        }
+        match self.placed.remove(&key) {
+            Some((addr, len)) if addr == dst.as_ptr() as usize && len == dst.len() => Ok(true),
+            Some((addr, len)) => Err(TransportError::Protocol {
+                rank: self.rank,
+                peer,
+                reason: format!(
+                    "its message {tag} was written into the {len} bytes offered at {addr:#x}, \
+                     but asked for into {} bytes at {:#x}",
+                    dst.len(),
+                    dst.as_ptr() as usize
+                ),
+            }),
+            None => Ok(false),
+        }
     }
 
     fn try_recv(
@@ -451,6 +647,14 @@ impl Transport for VerbsTransport {
     }
 
     fn stale(&mut self, current: u32) -> Option<(Rank, Tag)> {
+        // Offers for this call or earlier ones were not used: each tag is sent once, and
+        // this rank's call is over.
+        for peer in self.peers.iter_mut().flatten() {
+            if !peer.offers.is_empty() {
+                peer.offers
+                    .retain(|_, (tag, _)| !is_stale(tag.collective, current));
+            }
+        }
         // Only what has arrived: channels are FIFO, so a stale message is here before
         // anything its sender sent later, and a later call that hears from it sees it.
         crate::transport::stale_in(&self.arrived, current)
@@ -494,6 +698,10 @@ impl Drop for VerbsTransport {
             // Its queue pair is destroyed: the device reads nothing more.
             reading.fetch_sub(1, Ordering::Release);
         }
+        for (_, o) in self.offers.drain() {
+            // Likewise: no peer writes through a destroyed queue pair.
+            o.reading.fetch_sub(1, Ordering::Release);
+        }
         graveyard.extend(self.inflight.drain().map(|(_, (_, v))| v));
         graveyard.extend(self.free.drain(..).map(|(_, v)| v));
         graveyard.extend(self.arrived.drain().map(|(_, (_, p))| p.into_storage()));
@@ -506,6 +714,63 @@ impl Drop for VerbsTransport {
 }
 
 impl VerbsTransport {
+    /// The destination peer `p` offered for `tag`, taken if it is for a message of `len`
+    /// bytes of this call (the fingerprint) and the send queue has room. An offer for
+    /// another fingerprint or length is dropped: the message goes to a slot, whose header
+    /// the peer checks (and names the mismatch).
+    fn take_offer(&mut self, p: usize, tag: Tag, len: usize) -> Option<Credit> {
+        let depth = self.send_depth;
+        let peer = self.peers[p].as_mut()?;
+        if peer.offers.is_empty() {
+            return None;
+        }
+        let key = tag.key();
+        let &(offered, credit) = peer.offers.get(&key)?;
+        if offered.schedule != tag.schedule || credit.len as usize != len {
+            peer.offers.remove(&key);
+            return None;
+        }
+        if peer.sends >= depth {
+            return None;
+        }
+        peer.offers.remove(&key);
+        Some(credit)
+    }
+
+    /// Posts `sge` into the destination `credit` offers, as `wr_id`: RDMA WRITE WITH IMM
+    /// (the offer's id), the data alone.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_write_imm`](super::ffi::QueuePair::post_write_imm).
+    unsafe fn post_offered(
+        &mut self,
+        p: usize,
+        wr_id: u64,
+        sge: Sge,
+        credit: &Credit,
+    ) -> Result<(), TransportError> {
+        let Some(peer) = self.peers[p].as_mut() else {
+            return Err(TransportError::InvalidPeer {
+                rank: self.rank,
+                peer: Rank::from(p),
+                nranks: self.nranks,
+            });
+        };
+        // SAFETY: the caller's contract.
+        let posted = unsafe {
+            peer.qp
+                .post_write_imm(wr_id, &[sge], credit.addr, credit.rkey, credit.id, false)
+        };
+        match posted {
+            Ok(()) => {
+                peer.sends += 1;
+                Ok(())
+            }
+            Err(e) => Err(self.broken_by(p, e)),
+        }
+    }
+
     /// A failure to post to peer `p`: the transport is broken (a message may be half
     /// posted), and the error names the peer.
     fn broken_by(&mut self, p: usize, e: VerbsError) -> TransportError {

@@ -36,6 +36,22 @@
 //! - Credits travel as inline SENDs on the same queue pair, batched; the bind of a
 //!   window precedes its credit on the same send queue, so it is valid when the peer
 //!   reads the credit.
+//! - **Offers** (`RCOLL_IB_DIRECT`, default on, with regions): a message the engine will
+//!   only copy (a broadcast's, an all-gather's) can land straight in its destination. The
+//!   receiver offers a range of its registered output for one tag — a credit with the
+//!   [`wire::OFFER`] bit, followed by the tag, in a credit message — and a sender that holds
+//!   the offer when it sends that tag writes the data alone there with RDMA WRITE WITH IMM
+//!   (the offer's id); the receiver takes it in place, with no copy out of a slot. An offer
+//!   is one message's: a sender without it (yet) uses a slot as before, and the receiver then
+//!   withdraws the offer when the message arrives; the sender forgets offers it never used
+//!   once its call is over (each tag is sent once). The engine offers a receive's segments
+//!   ahead of their arrival as soon as nothing else uses their memory, up to
+//!   [`offer_limit`](VerbsTransport::offer_limit) per peer: more than the slots a sender
+//!   may fill ahead, so that after the first window the offers are there first. On a
+//!   failure, every pair with an offer out is stopped before the call returns
+//!   ([`Transport::reap_borrowed`]): no device writes a buffer given back. Caller memory is
+//!   then registered for remote writes, as slots are without windows; with windows (scoped)
+//!   nothing is offered.
 //! - A received payload is the registered slot itself: the engine reduces into it and may
 //!   forward it with `try_send`, which writes it to the next peer straight from that memory
 //!   (zero copy on forward). Messages that fit inline go inline.
@@ -83,13 +99,22 @@ use ffi::{
     CompletionChannel, CompletionQueue, MemoryRegion, MemoryWindow, ProtectionDomain, QueuePair,
 };
 use registry::Registry;
-use wire::Credit;
+use wire::{Credit, Grant};
 
 /// Bytes of each receive buffer for credit messages.
 const CTRL_BYTES: usize = 256;
 
 /// Default slots advertised to each peer.
 pub const DEFAULT_WINDOW: usize = 16;
+
+/// Smallest message offered a destination: below it a copy out of a slot costs less than a
+/// credit message of its own.
+pub const OFFER_MIN: usize = 16 * 1024;
+
+/// Most offers a sender keeps: past it new ones are dropped (their messages go to slots).
+/// Honest receivers stay far below (see [`VerbsTransport::offer_limit`]); within one call a
+/// sender may hold some it will not use, until the call is over.
+const OFFERS_HELD_MAX: usize = 1 << 16;
 
 /// Tunables of the verbs backend.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,6 +136,10 @@ pub struct Options {
     /// Whether sends from registered caller memory go zero-copy (`RCOLL_IB_ZERO_COPY`,
     /// default on; `0` copies them into slots like other sends).
     pub zero_copy: bool,
+    /// Whether this rank offers peers ranges of its registered destinations to write
+    /// messages into (`RCOLL_IB_DIRECT`, default on; see the module docs). Only without
+    /// windows: with [`Options::scoped`] nothing is offered.
+    pub direct: bool,
     /// Whether peers write this rank's slots through memory windows, one per grant, which
     /// they invalidate with the message (`RCOLL_IB_SCOPED=1|0`): a peer can write only the
     /// slot it was lent, only once, and only from its own queue pair. Off, every slot is a
@@ -170,6 +199,7 @@ impl Options {
             )
         };
         let zero_copy = !off("RCOLL_IB_ZERO_COPY");
+        let direct = !off("RCOLL_IB_DIRECT");
         let scoped = match std::env::var("RCOLL_IB_SCOPED").as_deref().map(str::trim) {
             Ok("") | Err(_) => None,
             Ok(_) => Some(!off("RCOLL_IB_SCOPED")),
@@ -177,6 +207,7 @@ impl Options {
         Ok(Options {
             scoped,
             zero_copy,
+            direct,
             ack_timeout,
             slot_bytes: slot_bytes.max(64),
             window: DEFAULT_WINDOW,
@@ -185,6 +216,16 @@ impl Options {
             spin,
         })
     }
+}
+
+/// A destination this rank offered a peer (see the module docs).
+struct Offer {
+    peer: usize,
+    key: crate::types::TagKey,
+    addr: usize,
+    len: usize,
+    /// Its region's count of device accesses (the memory is not freed while nonzero).
+    reading: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A registered buffer: header room + slot.
@@ -204,8 +245,13 @@ struct Peer {
     credits: VecDeque<Credit>,
     /// This rank's slots lent to the peer, by id.
     advertised: HashMap<u32, Vec<u8>>,
-    /// Slots to advertise to the peer.
-    owed: Vec<Credit>,
+    /// Slots and offers to send the peer.
+    owed: Vec<Grant>,
+    /// Destinations the peer offered this rank for one message each, by tag (see the module
+    /// docs): used by the send of that tag, forgotten once this rank's call is over.
+    offers: HashMap<crate::types::TagKey, (Tag, Credit)>,
+    /// This rank's offers to the peer neither taken nor withdrawn.
+    offers_out: usize,
     /// Slots the peer should get but no buffer was free for, or that wait until this rank
     /// holds fewer of its messages.
     deficit: usize,
@@ -273,6 +319,20 @@ pub struct VerbsTransport {
     borrowed: HashMap<u64, (usize, Arc<std::sync::atomic::AtomicUsize>)>,
     /// Whether to send from registered caller memory (`Options::zero_copy`).
     zero_copy_on: bool,
+    /// Whether to offer destinations (`Options::direct`, and not scoped).
+    direct: bool,
+    /// This rank's offers out (neither written nor withdrawn), by id.
+    offers: HashMap<u32, Offer>,
+    /// The same, by peer and tag.
+    offered: crate::transport::Arrivals<u32>,
+    /// Messages written into their offered destination and not yet taken: where.
+    placed: crate::transport::Arrivals<(usize, usize)>,
+    /// The next offer's id (below [`wire::OFFER`]).
+    next_offer: u32,
+    /// An offer was made since offers last went out: they go before this rank waits.
+    offers_due: bool,
+    /// Messages that landed in offered destinations.
+    placed_count: u64,
     /// The peer and credit of the last message sent (for [`Fault::StaleWrite`]).
     last_credit: Option<(usize, Credit)>,
     /// Whether this rank's slots are lent through memory windows (`Options::scoped`, and

@@ -1,5 +1,6 @@
-//! Registered caller memory: address ranges, their local keys, and how many sends a device
-//! may still be reading from each (so that memory is never freed under the NIC).
+//! Registered caller memory: address ranges, their keys, and how many device accesses may
+//! still be under way in each — sends reading it, offers a peer may write (so that memory
+//! is never freed under the NIC).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,7 +18,9 @@ pub const ZERO_COPY_MIN: usize = 16 * 1024;
 pub(super) struct Region {
     pub(super) end: usize,
     pub(super) lkey: u32,
-    /// Posted sends from this range not yet completed or flushed.
+    /// The remote key, when peers may write it (offered destinations).
+    pub(super) rkey: Option<u32>,
+    /// Posted sends from this range not yet completed or flushed, and offers of it out.
     pub(super) reading: Arc<AtomicUsize>,
 }
 
@@ -33,8 +36,9 @@ impl Registry {
         (start.checked_add(len)? <= region.end).then(|| region.clone())
     }
 
-    /// Enters `[start, end)` registered as `mr`; the guard takes it out again.
-    pub(super) fn enter(&self, start: usize, end: usize, mr: MemoryRegion) -> Guard {
+    /// Enters `[start, end)` registered as `mr` (for remote writes when `remote`); the
+    /// guard takes it out again.
+    pub(super) fn enter(&self, start: usize, end: usize, mr: MemoryRegion, remote: bool) -> Guard {
         let reading = Arc::new(AtomicUsize::new(0));
         if let Ok(mut map) = self.0.lock() {
             map.insert(
@@ -42,6 +46,7 @@ impl Registry {
                 Region {
                     end,
                     lkey: mr.lkey(),
+                    rkey: remote.then(|| mr.rkey()),
                     reading: reading.clone(),
                 },
             );
@@ -67,8 +72,8 @@ pub(super) struct Guard {
 
 impl Registration for Guard {
     fn in_use(&self) -> bool {
-        // Acquire: pairs with the release of the completion that brought it to zero, after
-        // which the device is done with the memory.
+        // Acquire: pairs with the release of the completion (or withdrawal) that brought it
+        // to zero, after which no device touches the memory.
         self.reading.load(Ordering::Acquire) > 0
     }
 }

@@ -155,6 +155,13 @@ pub fn upgrade_for(
         zero_copy: 0,
         borrowed: HashMap::new(),
         zero_copy_on: opts.zero_copy,
+        direct: opts.direct && !scoped,
+        offers: HashMap::new(),
+        offered: Default::default(),
+        placed: Default::default(),
+        next_offer: 0,
+        offers_due: false,
+        placed_count: 0,
         cq,
         pd,
         _channel: channel,
@@ -180,9 +187,15 @@ fn verbs_failure(rank: Rank, peer: Option<usize>) -> impl Fn(VerbsError) -> Tran
     }
 }
 
-/// Slots per receive queue and send queue.
+/// Slots per receive queue and send queue. A receive is taken by each write into a slot
+/// (at most `window` lent), each write into an offered destination and each credit
+/// message (at most one per slot or offer out): offers add twice their limit.
 fn depths(window: usize) -> (u32, u32) {
-    ((2 * window + 8) as u32, (2 * window + 8) as u32)
+    let offers = super::VerbsTransport::offer_limit_for(window);
+    (
+        (2 * window + 8 + 2 * offers) as u32,
+        (2 * window + 8) as u32,
+    )
 }
 
 /// Opens the device and makes the domain, channel and completion queue this rank uses.
@@ -247,6 +260,8 @@ fn connect_peers(
             credits: VecDeque::new(),
             advertised: HashMap::new(),
             owed: Vec::new(),
+            offers: HashMap::new(),
+            offers_out: 0,
             deficit: 0,
             held: 0,
             sends: 0,

@@ -121,6 +121,73 @@ impl Endpoint {
     }
 }
 
+/// The bit of a credit's id that makes it an offer: not a slot but a range of the receiver's
+/// registered destination, for one message (its tag follows in the next record). Written
+/// with the data alone (no header), and with this id as the immediate.
+pub const OFFER: u32 = 1 << 30;
+
+/// What a credit message lends, record by record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grant {
+    /// A slot, for any message.
+    Slot(Credit),
+    /// A destination for the message `Tag` only, of exactly `len` bytes (its id has
+    /// [`OFFER`] set).
+    Offer(Credit, Tag),
+}
+
+impl Grant {
+    /// Appends its records: one for a slot, two for an offer (the credit, then the tag).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Grant::Slot(c) => c.encode(out),
+            Grant::Offer(c, tag) => {
+                c.encode(out);
+                let mut h = [0u8; HEADER];
+                encode_header(*tag, 0, &mut h);
+                // The tag's fields, past the magic: 20 bytes.
+                out.extend_from_slice(&h[4..4 + CREDIT_BYTES]);
+            }
+        }
+    }
+
+    /// Records it takes in a credit message.
+    pub fn records(&self) -> usize {
+        match self {
+            Grant::Slot(_) => 1,
+            Grant::Offer(..) => 2,
+        }
+    }
+
+    /// Decodes a credit message (`None` if its length is not whole records, or an offer
+    /// lacks its tag, or a slot's id has the offer bit).
+    pub fn decode_all(b: &[u8]) -> Option<Vec<Grant>> {
+        if b.len() % CREDIT_BYTES != 0 {
+            return None;
+        }
+        let mut records = b.chunks_exact(CREDIT_BYTES);
+        let mut out = Vec::with_capacity(b.len() / CREDIT_BYTES);
+        while let Some(r) = records.next() {
+            let c = Credit::decode(r)?;
+            if c.id & OFFER == 0 {
+                out.push(Grant::Slot(c));
+                continue;
+            }
+            let t = records.next()?;
+            let mut h = [0u8; HEADER];
+            h[0..4].copy_from_slice(&MAGIC.to_le_bytes());
+            h[4..4 + CREDIT_BYTES].copy_from_slice(t);
+            // The record is the header's bytes 4..24 (its length, 24..28, stays 0); its
+            // padding (header 6..8) must be zero.
+            match decode_header(&h) {
+                Some((tag, 0)) if h[6..8] == [0, 0] => out.push(Grant::Offer(c, tag)),
+                _ => return None,
+            }
+        }
+        Some(out)
+    }
+}
+
 /// Writes a slot header for `tag` and `len` bytes into `out`.
 pub fn encode_header(tag: Tag, len: usize, out: &mut [u8; HEADER]) {
     out[0..4].copy_from_slice(&MAGIC.to_le_bytes());
@@ -208,6 +275,47 @@ mod tests {
         assert_eq!(Endpoint::decode(&b), Some(ep));
         assert_eq!(Endpoint::decode(&b[..b.len() - 1]), None);
         assert_eq!(Endpoint::decode(&[0; 40]), None);
+    }
+
+    #[test]
+    fn offers_and_slots_round_trip_in_one_message_and_garbage_is_refused() {
+        let tag = Tag {
+            collective: 9,
+            channel: 2,
+            transfer: 3,
+            segment: 4,
+            schedule: 0xfeed,
+        };
+        let slot = Credit {
+            id: 7,
+            addr: 0x1000,
+            rkey: 5,
+            len: 64,
+        };
+        let offer = Credit {
+            id: OFFER | 1,
+            addr: 0x7f00_0000_0000,
+            rkey: 6,
+            len: 131_072,
+        };
+        let grants = [
+            Grant::Slot(slot),
+            Grant::Offer(offer, tag),
+            Grant::Slot(slot),
+        ];
+        let mut msg = Vec::new();
+        for g in &grants {
+            g.encode(&mut msg);
+        }
+        let records: usize = grants.iter().map(Grant::records).sum();
+        assert_eq!(msg.len(), records * CREDIT_BYTES);
+        assert_eq!(Grant::decode_all(&msg).as_deref(), Some(&grants[..]));
+        // An offer cut from its tag, a ragged length, nonzero padding in the tag record.
+        assert_eq!(Grant::decode_all(&msg[..2 * CREDIT_BYTES]), None);
+        assert_eq!(Grant::decode_all(&msg[..msg.len() - 1]), None);
+        let mut bad = msg.clone();
+        bad[2 * CREDIT_BYTES + 2] = 1;
+        assert_eq!(Grant::decode_all(&bad), None);
     }
 
     #[test]
