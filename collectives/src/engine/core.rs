@@ -70,7 +70,7 @@ struct ChannelState {
     /// Segments per primitive (its length cut at the execution's segment size).
     segments: Vec<usize>,
     /// Per primitive, the segments offered to the transport as destinations so far
-    /// ([`Transport::offer`]); `usize::MAX` once the transport said it never will.
+    /// ([`Transport::offer`]), with [`NO_MORE_OFFERS`] set once it refused one for good.
     offered: Vec<usize>,
     /// Entries in `in_flight`, all primitives together.
     in_flight_len: usize,
@@ -364,10 +364,16 @@ impl<'p> Execution<'p> {
         // Straight into the destination (and forwarded from there) when the transport
         // reads the peer's memory, or when the segment is small: no payload to hand back.
         let small = bytes <= SMALL_SEGMENT;
-        // Or when the transport can have the peer write it there ([`Transport::offer`]).
+        // Or when the transport can have the peer write it there ([`Transport::offer`]):
+        // while offers may still be made, and for every segment that was offered. Past a
+        // refusal (memory not registered, a segment too small), a segment to forward goes
+        // on as the payload it came in, with no copy back out.
         let (direct, placed) = match (&p.prim, p.prim.recv_from()) {
             (Primitive::Recv { .. } | Primitive::RecvCopySend { .. }, Some(from)) => {
-                let placed = !small && io.places_directly(from);
+                let offered = self.channels[c].offered[j];
+                let placed = !small
+                    && (offered & NO_MORE_OFFERS == 0 || k < offered & !NO_MORE_OFFERS)
+                    && io.places_directly(from);
                 (small || placed || io.reads_directly(from), placed)
             }
             _ => (false, false),
@@ -542,6 +548,9 @@ impl<'p> Execution<'p> {
         let Some(dst) = p.dst else {
             return Ok(());
         };
+        if state.offered[j] & NO_MORE_OFFERS != 0 {
+            return Ok(());
+        }
         let end = state.segments[j].min(k + OFFER_AHEAD);
         let mut next = state.offered[j].max(k);
         let at = || position(c, p);
@@ -564,8 +573,9 @@ impl<'p> Execution<'p> {
             {
                 Offered::Yes => next += 1,
                 Offered::Later => break,
+                // The segments before it stay offered: they are taken where they land.
                 Offered::No => {
-                    next = usize::MAX;
+                    next |= NO_MORE_OFFERS;
                     break;
                 }
             }
@@ -682,6 +692,9 @@ pub(super) fn copy_or_reduce<T: Element>(
 
 /// Segments of a receive offered ahead of the one it waits for ([`Transport::offer`]).
 const OFFER_AHEAD: usize = 64;
+
+/// The flag of `ChannelState::offered` that says the transport refused an offer for good.
+const NO_MORE_OFFERS: usize = 1 << (usize::BITS - 1);
 
 /// Segments of at most this many bytes are received into their destination (or, to be
 /// reduced there, onto the stack) rather than as a payload: nothing to allocate or hand

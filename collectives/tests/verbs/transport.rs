@@ -238,7 +238,10 @@ pub fn faulty() {
         }
     };
     let slot = 1 << 20;
-    let raw = matches!(fault.as_str(), "garbage" | "oversized" | "beyond");
+    let raw = matches!(
+        fault.as_str(),
+        "garbage" | "oversized" | "beyond" | "forged_offer"
+    );
     if t.rank().index() == 0 {
         if raw {
             // Rank 1 says it has finished its setup first: a raw write that lands while rank 1
@@ -266,6 +269,7 @@ pub fn faulty() {
                 Fault::Raw(other, m.to_vec())
             }
             "beyond" => Fault::Raw(other, vec![0x77; HEADER + slot + 4096]),
+            "forged_offer" => Fault::ForgedOffer(other),
             f => panic!("unknown fault {f}"),
         };
         let verbs = t
@@ -372,6 +376,41 @@ fn a_stale_credit_garbage_or_an_overrun_slot_breaks_the_pair_naming_the_peer() {
             results[1].1
         );
     }
+}
+
+/// A peer that says it wrote into a destination this rank never offered it (regions, where
+/// offers are made): the pair breaks, each side naming the other.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_write_into_a_destination_never_offered_breaks_the_pair_naming_the_peer() {
+    let results = finish(
+        spawn("fault", 2, |_| {
+            vec![
+                ("RCOLL_IB_SCOPED".into(), "0".into()),
+                ("RCOLL_TEST_FAULT".into(), "forged_offer".into()),
+                ("RCOLL_SEGMENT_BYTES".into(), (1 << 20).to_string()),
+            ]
+        }),
+        Duration::from_secs(120),
+    );
+    all_ok("forged_offer", &results);
+    for (r, (_, out)) in results.iter().enumerate() {
+        assert!(
+            out.contains("destinations offered in registered buffers"),
+            "rank {r} does not offer destinations:\n{out}"
+        );
+        let named = format!("{}", Rank::from(1 - r));
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("RANK-ERROR") && l.contains(&named)),
+            "rank {r} did not name its peer:\n{out}"
+        );
+    }
+    assert!(
+        results[1].1.contains("which it does not hold"),
+        "rank 1 should say the destination was never offered:\n{}",
+        results[1].1
+    );
 }
 
 /// A peer that invalidates a window it was lent once more, after its message: a correct

@@ -475,11 +475,12 @@ impl Transport for VerbsTransport {
         }
         let p = self.peer_index(peer)?;
         let key = (peer, tag.key());
-        if self.offered.contains_key(&key) {
+        // Already offered, or already here: `try_recv_into` takes it either way.
+        if self.offered.contains_key(&key)
+            || self.placed.contains_key(&key)
+            || self.arrived.contains_key(&key)
+        {
             return Ok(Offered::Yes);
-        }
-        if self.placed.contains_key(&key) || self.arrived.contains_key(&key) {
-            return Ok(Offered::No);
         }
         let limit = self.offer_limit();
         let id = OFFER | (self.next_offer & (OFFER - 1));
@@ -838,6 +839,9 @@ pub enum Fault {
     /// Write these bytes as a whole slot's content (header included; longer than the slot
     /// if so) into the peer's next slot, and say the message is there.
     Raw(Rank, Vec<u8>),
+    /// Write 8 bytes into the peer's next slot, but say they landed in a destination the
+    /// peer never offered (an immediate with the offer bit).
+    ForgedOffer(Rank),
 }
 
 impl VerbsTransport {
@@ -942,6 +946,44 @@ impl VerbsTransport {
                 self.inflight.insert(wr_id, (id, v));
                 posted.map_err(|(e, _)| self.broken_by(p, e))?;
                 Ok(true)
+            }
+            Fault::ForgedOffer(peer) => {
+                let p = self.peer_index(peer)?;
+                if !self.room_for(p)? {
+                    return Ok(false);
+                }
+                let bytes = [0x5au8; 8];
+                let sge = Sge {
+                    addr: bytes.as_ptr() as u64,
+                    len: bytes.len() as u32,
+                    lkey: 0,
+                };
+                self.next_wr = self.next_wr.wrapping_add(1);
+                let wr_id = wr(WR_INLINE, p, self.next_wr);
+                let Some(state) = self.peers[p].as_mut() else {
+                    return Ok(true);
+                };
+                let Some(credit) = state.credits.pop_front() else {
+                    return Ok(false);
+                };
+                // SAFETY: inline: the bytes are copied during the call, while alive.
+                let posted = unsafe {
+                    state.qp.post_write_imm(
+                        wr_id,
+                        &[sge],
+                        credit.addr,
+                        credit.rkey,
+                        OFFER | 0x3039,
+                        true,
+                    )
+                };
+                match posted {
+                    Ok(()) => {
+                        state.sends += 1;
+                        Ok(true)
+                    }
+                    Err(e) => Err(self.broken_by(p, e)),
+                }
             }
         }
     }
