@@ -225,6 +225,28 @@ fn zero_copy(comm: &mut Communicator) {
         all.iter().enumerate().all(|(i, &x)| x == i as i64),
         "all_gather"
     );
+    // Point-to-point receives are never offered: their tags are never stale, so an offer a
+    // sender did not use would wait for the tag to come round again.
+    let before = comm.placed_receives();
+    let mut from_left = comm.alloc::<f32>(1 << 20).expect("alloc");
+    let mut to_right = comm.alloc::<f32>(1 << 20).expect("alloc");
+    to_right
+        .iter_mut()
+        .enumerate()
+        .for_each(|(i, x)| *x = mine(i));
+    let left = (r + n - 1) % n;
+    comm.send_recv(&to_right, (r + 1) % n, &mut from_left, left)
+        .expect("send_recv");
+    let theirs = |i: usize| ((left + 1) * (i % 1000)) as f32;
+    assert!(
+        from_left.iter().enumerate().all(|(i, &x)| x == theirs(i)),
+        "send_recv"
+    );
+    assert_eq!(
+        comm.placed_receives(),
+        before,
+        "a point-to-point receive was offered"
+    );
     assert!(comm.zero_copy_sends() > 0, "no send went zero-copy");
     let placed = comm.placed_receives();
     println!(

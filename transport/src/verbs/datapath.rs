@@ -473,6 +473,11 @@ impl Transport for VerbsTransport {
         if !self.direct || n < OFFER_MIN || n > self.slot_bytes || self.per_credit_msg < 2 {
             return Ok(Offered::No);
         }
+        // Point-to-point tags are never stale (`is_stale`), so a sender would keep an
+        // offer it did not use until the tag came round again: collectives only.
+        if tag.collective & (1 << 31) != 0 {
+            return Ok(Offered::No);
+        }
         let p = self.peer_index(peer)?;
         let key = (peer, tag.key());
         // Already offered, or already here: `try_recv_into` takes it either way.
