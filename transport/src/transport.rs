@@ -619,9 +619,11 @@ pub const WHOLE_MAX: usize = 1 << 31;
 /// `seq` is `current` or up to 2^30 calls before it (sequence numbers are 31-bit and wrap),
 /// and it is not point-to-point.
 pub fn is_stale(seq: u32, current: u32) -> bool {
-    const P2P: u32 = 1 << 31;
     seq & P2P == 0 && current.wrapping_sub(seq) & !P2P < 1 << 30
 }
+
+/// The bit of a tag's sequence number that marks point-to-point messages.
+pub(crate) const P2P: u32 = 1 << 31;
 
 /// Messages that arrived and wait for the call that asks for them, by sender and tag
 /// (bounded by each transport's credits or slots, so a hostile sender cannot grow it).

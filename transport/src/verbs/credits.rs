@@ -2,13 +2,11 @@
 //! memory, credits and offers sent as inline SENDs in batches, and the room a sender needs
 //! before it posts a write.
 
-use std::sync::atomic::Ordering;
-
 use super::ffi::{Access, MemoryRegion, MemoryWindow, Sge};
 use super::wire::{wr, Credit, Grant, CREDIT_BYTES, HEADER, WR_BIND, WR_CREDIT, WR_RECV};
 use super::{Buf, VerbsError, VerbsTransport, CTRL_BYTES, OFFERS_HELD_MAX};
 use crate::error::TransportError;
-use crate::types::{Rank, TagKey};
+use crate::types::Rank;
 
 impl VerbsTransport {
     /// Registers slot `v`'s memory (its whole length) for peers to write: through windows
@@ -180,73 +178,6 @@ impl VerbsTransport {
                 reason: "offered a destination although it lends memory windows".into(),
             });
         }
-    }
-
-    /// Most offers out to one peer: twice the slots it may fill ahead, so that once its
-    /// first window is written the offers of what follows are there before it sends.
-    pub(super) fn offer_limit(&self) -> usize {
-        Self::offer_limit_for(self.window)
-    }
-
-    /// [`offer_limit`](Self::offer_limit) for `window` slots per peer.
-    pub(super) fn offer_limit_for(window: usize) -> usize {
-        2 * window
-    }
-
-    /// The message `key` from `from` arrived in a slot: its offer, if one is out, is
-    /// withdrawn here (and not sent, if it has not gone yet). The peer sent that tag, so it
-    /// will never use the offer; it forgets it when its call is over.
-    pub(super) fn withdraw(&mut self, from: Rank, key: TagKey) {
-        let Some(id) = self.offered.remove(&(from, key)) else {
-            return;
-        };
-        if let Some(o) = self.offers.remove(&id) {
-            o.reading.fetch_sub(1, Ordering::Release);
-            if let Some(Some(peer)) = self.peers.get_mut(o.peer) {
-                peer.offers_out = peer.offers_out.saturating_sub(1);
-                peer.owed
-                    .retain(|g| !matches!(g, Grant::Offer(c, _) if c.id == id));
-            }
-        }
-    }
-
-    /// A write into offer `id` from `from`, of `len` bytes, completed: the message is in
-    /// place. Into an offer this rank did not make to `from`, or of another length, it is
-    /// a protocol error naming the peer (the offer stays out: the failure's reap stops the
-    /// pair).
-    pub(super) fn landed(&mut self, from: usize, id: u32, len: usize) {
-        let reason = match self.offers.get(&id) {
-            Some(o) if o.peer == from && o.len == len => None,
-            Some(o) if o.peer != from => Some(format!(
-                "wrote into destination {id:#x}, which this rank offered rank {}",
-                o.peer
-            )),
-            Some(o) => Some(format!(
-                "wrote {len} bytes into a destination of {} offered for one message",
-                o.len
-            )),
-            None => Some(format!(
-                "wrote into destination {id:#x}, which it does not hold"
-            )),
-        };
-        if let Some(reason) = reason {
-            return self.fail(TransportError::Protocol {
-                rank: self.rank,
-                peer: Rank::from(from),
-                reason,
-            });
-        }
-        let Some(o) = self.offers.remove(&id) else {
-            return;
-        };
-        o.reading.fetch_sub(1, Ordering::Release);
-        if let Some(Some(peer)) = self.peers.get_mut(from) {
-            peer.offers_out = peer.offers_out.saturating_sub(1);
-        }
-        let key = (Rank::from(from), o.key);
-        self.offered.remove(&key);
-        self.placed.insert(key, (o.addr, o.len));
-        self.placed_count += 1;
     }
 
     /// Gives peers that are owed slots a free (or newly registered) buffer each.

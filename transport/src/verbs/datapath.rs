@@ -7,10 +7,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::ffi::{Access, MemoryRegion, Sge, VerbsError};
-use super::wire::{
-    encode_header, wr, Credit, Grant, HEADER, OFFER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE,
-};
-use super::{Offer, Peer, VerbsTransport, OFFER_MIN, ZERO_COPY_MIN};
+use super::wire::{encode_header, wr, Credit, Grant, HEADER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE};
+use super::{Peer, VerbsTransport, ZERO_COPY_MIN};
 
 /// How long [`Transport::reap_borrowed`] waits for stopped queue pairs to flush.
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
@@ -467,70 +465,7 @@ impl Transport for VerbsTransport {
     }
 
     fn offer(&mut self, peer: Rank, tag: Tag, dst: &mut [u8]) -> Result<Offered, TransportError> {
-        self.check()?;
-        let n = dst.len();
-        // An offer and its tag take two records of one credit message.
-        if !self.direct || n < OFFER_MIN || n > self.slot_bytes || self.per_credit_msg < 2 {
-            return Ok(Offered::No);
-        }
-        // Point-to-point tags are never stale (`is_stale`), so a sender would keep an
-        // offer it did not use until the tag came round again: collectives only.
-        if tag.collective & (1 << 31) != 0 {
-            return Ok(Offered::No);
-        }
-        let p = self.peer_index(peer)?;
-        let key = (peer, tag.key());
-        // Already offered, or already here: `try_recv_into` takes it either way.
-        if self.offered.contains_key(&key)
-            || self.placed.contains_key(&key)
-            || self.arrived.contains_key(&key)
-        {
-            return Ok(Offered::Yes);
-        }
-        let limit = self.offer_limit();
-        let id = OFFER | (self.next_offer & (OFFER - 1));
-        match self.peers[p].as_ref() {
-            None => return Ok(Offered::No),
-            Some(x) if x.offers_out >= limit || self.offers.contains_key(&id) => {
-                return Ok(Offered::Later)
-            }
-            Some(_) => {}
-        }
-        let addr = dst.as_ptr() as usize;
-        let Some((region, rkey)) = self
-            .registry
-            .lookup(addr, n)
-            .and_then(|r| r.rkey.map(|k| (r, k)))
-        else {
-            return Ok(Offered::No);
-        };
-        let Some(state) = self.peers[p].as_mut() else {
-            return Ok(Offered::No);
-        };
-        self.next_offer = self.next_offer.wrapping_add(1);
-        state.offers_out += 1;
-        let credit = Credit {
-            id,
-            addr: addr as u64,
-            rkey,
-            len: n as u32,
-        };
-        state.owed.push(Grant::Offer(credit, tag));
-        // Counted before the peer can write: the memory is not freed while nonzero.
-        region.reading.fetch_add(1, Ordering::Relaxed);
-        self.offers.insert(
-            id,
-            Offer {
-                peer: p,
-                key: tag.key(),
-                addr,
-                len: n,
-                reading: region.reading,
-            },
-        );
-        self.offered.insert(key, id);
-        self.offers_due = true;
-        Ok(Offered::Yes)
+        self.make_offer(peer, tag, dst)
     }
 
     fn places_directly(&self, peer: Rank) -> bool {
@@ -547,40 +482,7 @@ impl Transport for VerbsTransport {
         tag: Tag,
         dst: &mut [u8],
     ) -> Result<bool, TransportError> {
-        // Offers made since the last look go out before anything else.
-        if self.offers_due {
-            self.offers_due = false;
-            self.send_credits(true);
-        }
-        let key = (peer, tag.key());
-        // (Most receives have no offer: no hashing then.)
-        if self.placed.is_empty() || !self.placed.contains_key(&key) {
-            if let Some(payload) = self.try_recv(peer, tag, dst.len())? {
-                if !self.offered.is_empty() {
-                    self.withdraw(peer, tag.key());
-                }
-                dst.copy_from_slice(payload.as_bytes());
-                self.recycle(payload);
-                return Ok(true);
-            }
-            if self.placed.is_empty() {
-                return Ok(false);
-            }
-        }
-        match self.placed.remove(&key) {
-            Some((addr, len)) if addr == dst.as_ptr() as usize && len == dst.len() => Ok(true),
-            Some((addr, len)) => Err(TransportError::Protocol {
-                rank: self.rank,
-                peer,
-                reason: format!(
-                    "its message {tag} was written into the {len} bytes offered at {addr:#x}, \
-                     but asked for into {} bytes at {:#x}",
-                    dst.len(),
-                    dst.as_ptr() as usize
-                ),
-            }),
-            None => Ok(false),
-        }
+        self.take_into(peer, tag, dst)
     }
 
     fn try_recv(
@@ -726,66 +628,9 @@ impl Drop for VerbsTransport {
 }
 
 impl VerbsTransport {
-    /// The destination peer `p` offered for `tag`, taken if it is for a message of `len`
-    /// bytes of this call (the fingerprint) and the send queue has room. An offer for
-    /// another fingerprint or length is dropped: the message goes to a slot, whose header
-    /// the peer checks (and names the mismatch).
-    fn take_offer(&mut self, p: usize, tag: Tag, len: usize) -> Option<Credit> {
-        let depth = self.send_depth;
-        let peer = self.peers[p].as_mut()?;
-        if peer.offers.is_empty() {
-            return None;
-        }
-        let key = tag.key();
-        let &(offered, credit) = peer.offers.get(&key)?;
-        if offered.schedule != tag.schedule || credit.len as usize != len {
-            peer.offers.remove(&key);
-            return None;
-        }
-        if peer.sends >= depth {
-            return None;
-        }
-        peer.offers.remove(&key);
-        Some(credit)
-    }
-
-    /// Posts `sge` into the destination `credit` offers, as `wr_id`: RDMA WRITE WITH IMM
-    /// (the offer's id), the data alone.
-    ///
-    /// # Safety
-    ///
-    /// As [`QueuePair::post_write_imm`](super::ffi::QueuePair::post_write_imm).
-    unsafe fn post_offered(
-        &mut self,
-        p: usize,
-        wr_id: u64,
-        sge: Sge,
-        credit: &Credit,
-    ) -> Result<(), TransportError> {
-        let Some(peer) = self.peers[p].as_mut() else {
-            return Err(TransportError::InvalidPeer {
-                rank: self.rank,
-                peer: Rank::from(p),
-                nranks: self.nranks,
-            });
-        };
-        // SAFETY: the caller's contract.
-        let posted = unsafe {
-            peer.qp
-                .post_write_imm(wr_id, &[sge], credit.addr, credit.rkey, credit.id, false)
-        };
-        match posted {
-            Ok(()) => {
-                peer.sends += 1;
-                Ok(())
-            }
-            Err(e) => Err(self.broken_by(p, e)),
-        }
-    }
-
     /// A failure to post to peer `p`: the transport is broken (a message may be half
     /// posted), and the error names the peer.
-    fn broken_by(&mut self, p: usize, e: VerbsError) -> TransportError {
+    pub(super) fn broken_by(&mut self, p: usize, e: VerbsError) -> TransportError {
         let e = self.verbs_error(Some(p), e);
         self.fail(e.clone());
         e
@@ -800,7 +645,7 @@ impl Peer {
     /// # Safety
     ///
     /// As [`QueuePair::post_write_imm`](super::ffi::QueuePair::post_write_imm).
-    unsafe fn post_message(
+    pub(super) unsafe fn post_message(
         &mut self,
         p: usize,
         wr_id: u64,
@@ -832,170 +677,6 @@ impl Peer {
             .map_err(|e| (e, false))?;
             self.sends += 1;
             Ok(())
-        }
-    }
-}
-
-/// What a buggy or hostile rank may do to a peer's slots ([`VerbsTransport::inject`]).
-#[doc(hidden)]
-#[derive(Clone, Debug)]
-pub enum Fault {
-    /// Write these bytes (inline) once more into the slot this rank's last `try_send`
-    /// used, with the credit it used then.
-    StaleWrite(Vec<u8>),
-    /// Invalidate once more, with no data, the window of the slot this rank's last
-    /// `try_send` used (SEND WITH INVALIDATE behind a zero-length RDMA WRITE): what a
-    /// buggy or hostile peer may do with a key it was lent once.
-    StaleInvalidate,
-    /// Write these bytes as a whole slot's content (header included; longer than the slot
-    /// if so) into the peer's next slot, and say the message is there.
-    Raw(Rank, Vec<u8>),
-    /// Write 8 bytes into the peer's next slot, but say they landed in a destination the
-    /// peer never offered (an immediate with the offer bit).
-    ForgedOffer(Rank),
-}
-
-impl VerbsTransport {
-    /// Fault injection, for the tests of what a peer's device and this transport do with
-    /// a misbehaving rank: commits `fault`; `Ok(false)` if the peer has lent no slot yet
-    /// (call again after `wait`). With windows (the default) a stale write is refused by
-    /// the peer's device (a remote access error breaks the pair); with regions it lands
-    /// in whatever the slot holds now.
-    #[doc(hidden)]
-    pub fn inject(&mut self, fault: Fault) -> Result<bool, TransportError> {
-        match fault {
-            Fault::StaleWrite(bytes) => {
-                let Some((p, credit)) = self.last_credit else {
-                    return Ok(true);
-                };
-                let sge = Sge {
-                    addr: bytes.as_ptr() as u64,
-                    len: bytes.len() as u32,
-                    lkey: 0,
-                };
-                self.next_wr = self.next_wr.wrapping_add(1);
-                let wr_id = wr(WR_WINDOW_WRITE, p, self.next_wr);
-                let Some(peer) = self.peers[p].as_mut() else {
-                    return Ok(true);
-                };
-                // SAFETY: inline: the bytes are copied during the call, while borrowed.
-                let posted = unsafe {
-                    peer.qp
-                        .post_write_imm(wr_id, &[sge], credit.addr, credit.rkey, credit.id, true)
-                };
-                match posted {
-                    Ok(()) => {
-                        peer.sends += 1;
-                        Ok(true)
-                    }
-                    Err(e) => Err(self.broken_by(p, e)),
-                }
-            }
-            Fault::StaleInvalidate => {
-                let Some((p, credit)) = self.last_credit else {
-                    return Ok(true);
-                };
-                self.next_wr = self.next_wr.wrapping_add(1);
-                let ids = (
-                    wr(WR_WINDOW_WRITE, p, self.next_wr),
-                    wr(WR_INLINE, p, self.next_wr),
-                );
-                let Some(peer) = self.peers[p].as_mut() else {
-                    return Ok(true);
-                };
-                let note = credit.id.to_le_bytes();
-                // SAFETY: no data (a zero-length write reads no local memory); the note is
-                // inline.
-                let posted = unsafe {
-                    peer.qp
-                        .post_write_invalidate(ids, &[], credit.addr, credit.rkey, &note, true)
-                };
-                match posted {
-                    Ok(()) => {
-                        peer.sends += 2;
-                        Ok(true)
-                    }
-                    Err((e, _)) => Err(self.broken_by(p, e)),
-                }
-            }
-            Fault::Raw(peer, bytes) => {
-                let p = self.peer_index(peer)?;
-                if !self.room_for(p)? {
-                    return Ok(false);
-                }
-                let (id, mut v) = self
-                    .take_buffer()
-                    .map_err(|e| self.verbs_error(Some(p), e))?;
-                let n = bytes.len().min(v.len());
-                v[..n].copy_from_slice(&bytes[..n]);
-                let lkey = self.bufs[id as usize].mr.lkey();
-                // Past the buffer: the buffer again (the bytes do not matter there).
-                let sges = [
-                    Sge {
-                        addr: v.as_ptr() as u64,
-                        len: n as u32,
-                        lkey,
-                    },
-                    Sge {
-                        addr: v.as_ptr() as u64,
-                        len: (bytes.len() - n).min(v.len()) as u32,
-                        lkey,
-                    },
-                ];
-                self.next_wr = self.next_wr.wrapping_add(1);
-                let wr_id = wr(WR_DATA, p, self.next_wr);
-                let Some(state) = self.peers[p].as_mut() else {
-                    self.free.push((id, v));
-                    return Ok(true);
-                };
-                let Some(credit) = state.credits.pop_front() else {
-                    self.free.push((id, v));
-                    return Ok(false);
-                };
-                // SAFETY: `v` is registered and moves into `inflight` until the completion.
-                let posted = unsafe { state.post_message(p, wr_id, &sges, &credit, false) };
-                self.inflight.insert(wr_id, (id, v));
-                posted.map_err(|(e, _)| self.broken_by(p, e))?;
-                Ok(true)
-            }
-            Fault::ForgedOffer(peer) => {
-                let p = self.peer_index(peer)?;
-                if !self.room_for(p)? {
-                    return Ok(false);
-                }
-                let bytes = [0x5au8; 8];
-                let sge = Sge {
-                    addr: bytes.as_ptr() as u64,
-                    len: bytes.len() as u32,
-                    lkey: 0,
-                };
-                self.next_wr = self.next_wr.wrapping_add(1);
-                let wr_id = wr(WR_INLINE, p, self.next_wr);
-                let Some(state) = self.peers[p].as_mut() else {
-                    return Ok(true);
-                };
-                let Some(credit) = state.credits.pop_front() else {
-                    return Ok(false);
-                };
-                // SAFETY: inline: the bytes are copied during the call, while alive.
-                let posted = unsafe {
-                    state.qp.post_write_imm(
-                        wr_id,
-                        &[sge],
-                        credit.addr,
-                        credit.rkey,
-                        OFFER | 0x3039,
-                        true,
-                    )
-                };
-                match posted {
-                    Ok(()) => {
-                        state.sends += 1;
-                        Ok(true)
-                    }
-                    Err(e) => Err(self.broken_by(p, e)),
-                }
-            }
         }
     }
 }

@@ -45,11 +45,11 @@
 //!   is one message's: a sender without it (yet) uses a slot as before, and the receiver then
 //!   withdraws the offer when the message arrives; the sender forgets offers it never used
 //!   once its call is over (each tag is sent once). The engine offers a receive's segments
-//!   ahead of their arrival as soon as nothing else uses their memory, up to
-//!   [`offer_limit`](VerbsTransport::offer_limit) per peer: more than the slots a sender
+//!   ahead of their arrival as soon as nothing else uses their memory, up to twice the
+//!   window per peer: more than the slots a sender
 //!   may fill ahead, so that after the first window the offers are there first. On a
 //!   failure, every pair with an offer out is stopped before the call returns
-//!   ([`Transport::reap_borrowed`]): no device writes a buffer given back. Caller memory is
+//!   ([`crate::Transport::reap_borrowed`]): no device writes a buffer given back. Caller memory is
 //!   then registered for remote writes, as slots are without windows; with windows (scoped)
 //!   nothing is offered.
 //! - A received payload is the registered slot itself: the engine reduces into it and may
@@ -71,7 +71,9 @@ mod completions;
 mod credits;
 mod datapath;
 mod device;
+mod faults;
 mod ffi;
+mod offers;
 mod registry;
 pub mod select;
 mod setup;
@@ -87,8 +89,8 @@ use crate::tcp::TcpTransport;
 use crate::transport::Payload;
 use crate::types::{Rank, Tag};
 
-pub use datapath::Fault;
 pub use device::{choose, choose_for, library, prefix_of, probe, PortReport, Selection};
+pub use faults::Fault;
 pub use ffi::{device_names, VerbsError};
 pub use registry::ZERO_COPY_MIN;
 pub use setup::{agree, connect, upgrade, upgrade_for};

@@ -1,0 +1,255 @@
+//! Offers: ranges of this rank's registered destinations lent to a peer for one message
+//! each, and the sender's side of them (see the module docs of [`super`]): making them,
+//! writing into them, and taking what landed, withdrawing what a slot overtook.
+
+use std::sync::atomic::Ordering;
+
+use super::ffi::Sge;
+use super::wire::{Credit, Grant, OFFER};
+use super::{Offer, VerbsTransport, OFFER_MIN};
+use crate::error::TransportError;
+use crate::transport::{Offered, Transport, P2P};
+use crate::types::{Rank, Tag, TagKey};
+
+impl VerbsTransport {
+    /// [`Transport::offer`]: `dst` offered to `peer` for `tag`, if it can be.
+    pub(super) fn make_offer(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        dst: &mut [u8],
+    ) -> Result<Offered, TransportError> {
+        self.check()?;
+        let n = dst.len();
+        // An offer and its tag take two records of one credit message.
+        if !self.direct || n < OFFER_MIN || n > self.slot_bytes || self.per_credit_msg < 2 {
+            return Ok(Offered::No);
+        }
+        // Point-to-point tags are never stale (`is_stale`), so a sender would keep an
+        // offer it did not use until the tag came round again: collectives only.
+        if tag.collective & P2P != 0 {
+            return Ok(Offered::No);
+        }
+        let p = self.peer_index(peer)?;
+        let key = (peer, tag.key());
+        // Already offered, or already here: `try_recv_into` takes it either way.
+        if self.offered.contains_key(&key)
+            || self.placed.contains_key(&key)
+            || self.arrived.contains_key(&key)
+        {
+            return Ok(Offered::Yes);
+        }
+        let limit = self.offer_limit();
+        let id = OFFER | (self.next_offer & (OFFER - 1));
+        match self.peers[p].as_ref() {
+            None => return Ok(Offered::No),
+            Some(x) if x.offers_out >= limit || self.offers.contains_key(&id) => {
+                return Ok(Offered::Later)
+            }
+            Some(_) => {}
+        }
+        let addr = dst.as_ptr() as usize;
+        let Some((region, rkey)) = self
+            .registry
+            .lookup(addr, n)
+            .and_then(|r| r.rkey.map(|k| (r, k)))
+        else {
+            return Ok(Offered::No);
+        };
+        let Some(state) = self.peers[p].as_mut() else {
+            return Ok(Offered::No);
+        };
+        self.next_offer = self.next_offer.wrapping_add(1);
+        state.offers_out += 1;
+        let credit = Credit {
+            id,
+            addr: addr as u64,
+            rkey,
+            len: n as u32,
+        };
+        state.owed.push(Grant::Offer(credit, tag));
+        // Counted before the peer can write: the memory is not freed while nonzero.
+        region.reading.fetch_add(1, Ordering::Relaxed);
+        self.offers.insert(
+            id,
+            Offer {
+                peer: p,
+                key: tag.key(),
+                addr,
+                len: n,
+                reading: region.reading,
+            },
+        );
+        self.offered.insert(key, id);
+        self.offers_due = true;
+        Ok(Offered::Yes)
+    }
+
+    /// [`Transport::try_recv_into`]: the message in place if it landed in its offered
+    /// destination, else copied out of its slot (withdrawing its offer).
+    pub(super) fn take_into(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        // Offers made since the last look go out before anything else.
+        if self.offers_due {
+            self.offers_due = false;
+            self.send_credits(true);
+        }
+        let key = (peer, tag.key());
+        // (Most receives have no offer: no hashing then.)
+        if self.placed.is_empty() || !self.placed.contains_key(&key) {
+            if let Some(payload) = self.try_recv(peer, tag, dst.len())? {
+                if !self.offered.is_empty() {
+                    self.withdraw(peer, tag.key());
+                }
+                dst.copy_from_slice(payload.as_bytes());
+                self.recycle(payload);
+                return Ok(true);
+            }
+            if self.placed.is_empty() {
+                return Ok(false);
+            }
+        }
+        match self.placed.remove(&key) {
+            Some((addr, len)) if addr == dst.as_ptr() as usize && len == dst.len() => Ok(true),
+            Some((addr, len)) => Err(TransportError::Protocol {
+                rank: self.rank,
+                peer,
+                reason: format!(
+                    "its message {tag} was written into the {len} bytes offered at {addr:#x}, \
+                     but asked for into {} bytes at {:#x}",
+                    dst.len(),
+                    dst.as_ptr() as usize
+                ),
+            }),
+            None => Ok(false),
+        }
+    }
+
+    /// Most offers out to one peer: twice the slots it may fill ahead, so that once its
+    /// first window is written the offers of what follows are there before it sends.
+    pub(super) fn offer_limit(&self) -> usize {
+        Self::offer_limit_for(self.window)
+    }
+
+    /// [`offer_limit`](Self::offer_limit) for `window` slots per peer.
+    pub(super) fn offer_limit_for(window: usize) -> usize {
+        2 * window
+    }
+
+    /// The message `key` from `from` arrived in a slot: its offer, if one is out, is
+    /// withdrawn here (and not sent, if it has not gone yet). The peer sent that tag, so it
+    /// will never use the offer; it forgets it when its call is over.
+    pub(super) fn withdraw(&mut self, from: Rank, key: TagKey) {
+        let Some(id) = self.offered.remove(&(from, key)) else {
+            return;
+        };
+        if let Some(o) = self.offers.remove(&id) {
+            o.reading.fetch_sub(1, Ordering::Release);
+            if let Some(Some(peer)) = self.peers.get_mut(o.peer) {
+                peer.offers_out = peer.offers_out.saturating_sub(1);
+                peer.owed
+                    .retain(|g| !matches!(g, Grant::Offer(c, _) if c.id == id));
+            }
+        }
+    }
+
+    /// A write into offer `id` from `from`, of `len` bytes, completed: the message is in
+    /// place. Into an offer this rank did not make to `from`, or of another length, it is
+    /// a protocol error naming the peer (the offer stays out: the failure's reap stops the
+    /// pair).
+    pub(super) fn landed(&mut self, from: usize, id: u32, len: usize) {
+        let reason = match self.offers.get(&id) {
+            Some(o) if o.peer == from && o.len == len => None,
+            Some(o) if o.peer != from => Some(format!(
+                "wrote into destination {id:#x}, which this rank offered rank {}",
+                o.peer
+            )),
+            Some(o) => Some(format!(
+                "wrote {len} bytes into a destination of {} offered for one message",
+                o.len
+            )),
+            None => Some(format!(
+                "wrote into destination {id:#x}, which it does not hold"
+            )),
+        };
+        if let Some(reason) = reason {
+            return self.fail(TransportError::Protocol {
+                rank: self.rank,
+                peer: Rank::from(from),
+                reason,
+            });
+        }
+        let Some(o) = self.offers.remove(&id) else {
+            return;
+        };
+        o.reading.fetch_sub(1, Ordering::Release);
+        if let Some(Some(peer)) = self.peers.get_mut(from) {
+            peer.offers_out = peer.offers_out.saturating_sub(1);
+        }
+        let key = (Rank::from(from), o.key);
+        self.offered.remove(&key);
+        self.placed.insert(key, (o.addr, o.len));
+        self.placed_count += 1;
+    }
+
+    /// The destination peer `p` offered for `tag`, taken if it is for a message of `len`
+    /// bytes of this call (the fingerprint) and the send queue has room. An offer for
+    /// another fingerprint or length is dropped: the message goes to a slot, whose header
+    /// the peer checks (and names the mismatch).
+    pub(super) fn take_offer(&mut self, p: usize, tag: Tag, len: usize) -> Option<Credit> {
+        let depth = self.send_depth;
+        let peer = self.peers[p].as_mut()?;
+        if peer.offers.is_empty() {
+            return None;
+        }
+        let key = tag.key();
+        let &(offered, credit) = peer.offers.get(&key)?;
+        if offered.schedule != tag.schedule || credit.len as usize != len {
+            peer.offers.remove(&key);
+            return None;
+        }
+        if peer.sends >= depth {
+            return None;
+        }
+        peer.offers.remove(&key);
+        Some(credit)
+    }
+
+    /// Posts `sge` into the destination `credit` offers, as `wr_id`: RDMA WRITE WITH IMM
+    /// (the offer's id), the data alone.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_write_imm`](super::ffi::QueuePair::post_write_imm).
+    pub(super) unsafe fn post_offered(
+        &mut self,
+        p: usize,
+        wr_id: u64,
+        sge: Sge,
+        credit: &Credit,
+    ) -> Result<(), TransportError> {
+        let Some(peer) = self.peers[p].as_mut() else {
+            return Err(TransportError::InvalidPeer {
+                rank: self.rank,
+                peer: Rank::from(p),
+                nranks: self.nranks,
+            });
+        };
+        // SAFETY: the caller's contract.
+        let posted = unsafe {
+            peer.qp
+                .post_write_imm(wr_id, &[sge], credit.addr, credit.rkey, credit.id, false)
+        };
+        match posted {
+            Ok(()) => {
+                peer.sends += 1;
+                Ok(())
+            }
+            Err(e) => Err(self.broken_by(p, e)),
+        }
+    }
+}
