@@ -71,12 +71,9 @@ impl OutRing {
         self.seg
             .ticket(ring, t)
             .store(g | POSTED, Ordering::Relaxed);
-        self.seg
-            .desc(ring, i, D_DATA)
-            .store(addr, Ordering::Relaxed);
-        self.seg
-            .desc(ring, i, D_DATA + 1)
-            .store(t as u64 | u64::from(generation) << 32, Ordering::Relaxed);
+        let d = self.seg.desc(ring, i);
+        d[D_DATA].store(addr, Ordering::Relaxed);
+        d[D_DATA + 1].store(t as u64 | u64::from(generation) << 32, Ordering::Relaxed);
         self.publish(tag, len, REMOTE);
         Some((t, generation))
     }
@@ -185,11 +182,10 @@ impl OutRing {
         let slot = if len <= INLINE {
             let mut bytes = [0u8; INLINE];
             fill(&mut bytes[..len]);
+            let d = self.seg.desc(ring, i);
             for (k, chunk) in bytes.chunks_exact(8).enumerate() {
                 let w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
-                self.seg
-                    .desc(ring, i, D_DATA + k)
-                    .store(w, Ordering::Relaxed);
+                d[D_DATA + k].store(w, Ordering::Relaxed);
             }
             NO_SLOT
         } else {
@@ -216,18 +212,13 @@ impl OutRing {
     /// publishes it.
     fn publish(&mut self, tag: [u64; 3], len: usize, slot: u64) {
         let (ring, i) = (self.ring, self.head);
+        let d = self.seg.desc(ring, i);
         for (k, w) in tag.iter().enumerate() {
-            self.seg
-                .desc(ring, i, D_TAG + k)
-                .store(*w, Ordering::Relaxed);
+            d[D_TAG + k].store(*w, Ordering::Relaxed);
         }
-        self.seg
-            .desc(ring, i, D_LEN_SLOT)
-            .store(len as u64 | slot << 32, Ordering::Relaxed);
+        d[D_LEN_SLOT].store(len as u64 | slot << 32, Ordering::Relaxed);
         // Everything above is visible to the receiver that sees this number.
-        self.seg
-            .desc(ring, i, D_SEQ)
-            .store(i + 1, Ordering::Release);
+        d[D_SEQ].store(i + 1, Ordering::Release);
         self.head += 1;
         // Sequentially consistent: ordered before the check of the receiver's `sleeping`
         // flag that follows (see `ShmTransport::wait`).

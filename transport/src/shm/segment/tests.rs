@@ -188,11 +188,9 @@ fn a_peer_that_writes_nonsense_into_its_ring_is_refused() {
     let (owner, peer) = pair(SHAPE);
     let mut published = 0u64;
     let mut publish = |slot: u64, len: u64| {
-        peer.desc(0, published, D_LEN_SLOT)
-            .store(len | slot << 32, Ordering::Relaxed);
+        peer.desc(0, published)[D_LEN_SLOT].store(len | slot << 32, Ordering::Relaxed);
         published += 1;
-        peer.desc(0, published - 1, D_SEQ)
-            .store(published, Ordering::Release);
+        peer.desc(0, published - 1)[D_SEQ].store(published, Ordering::Release);
     };
     let mut inbox = InRing::new(Arc::clone(&owner), 0);
     // A slot that does not exist.
@@ -226,8 +224,7 @@ fn a_peer_that_writes_nonsense_into_its_ring_is_refused() {
         Some(Some(Refused::InlineTooLong(INLINE as u64 + 1)))
     );
     // A sequence number that is not the next one: nothing arrived.
-    peer.desc(0, published, D_SEQ)
-        .store(published + 5, Ordering::Release);
+    peer.desc(0, published)[D_SEQ].store(published + 5, Ordering::Release);
     assert!(inbox.take(&nothing(), false).is_none());
 }
 
@@ -323,11 +320,9 @@ fn a_message_in_the_senders_memory_is_refused_unless_allowed_or_with_a_bad_ticke
     );
     // A ticket past the table, written by hand.
     let i = 1;
-    peer.desc(0, i, D_LEN_SLOT)
-        .store(100 | REMOTE << 32, Ordering::Relaxed);
-    peer.desc(0, i, D_DATA + 1)
-        .store(TICKETS as u64 | 7 << 32, Ordering::Relaxed);
-    peer.desc(0, i, D_SEQ).store(i + 1, Ordering::Release);
+    peer.desc(0, i)[D_LEN_SLOT].store(100 | REMOTE << 32, Ordering::Relaxed);
+    peer.desc(0, i)[D_DATA + 1].store(TICKETS as u64 | 7 << 32, Ordering::Relaxed);
+    peer.desc(0, i)[D_SEQ].store(i + 1, Ordering::Release);
     assert_eq!(
         inbox.take(&nothing(), true).map(|r| r.err()),
         Some(Some(Refused::NoSuchTicket(TICKETS as u64)))
@@ -336,9 +331,8 @@ fn a_message_in_the_senders_memory_is_refused_unless_allowed_or_with_a_bad_ticke
     // limit: the receiver reads it into the destination it asks it for.)
     let too_long = WHOLE_MAX as u64 + 1;
     let i = 2;
-    peer.desc(0, i, D_LEN_SLOT)
-        .store(too_long | REMOTE << 32, Ordering::Relaxed);
-    peer.desc(0, i, D_SEQ).store(i + 1, Ordering::Release);
+    peer.desc(0, i)[D_LEN_SLOT].store(too_long | REMOTE << 32, Ordering::Relaxed);
+    peer.desc(0, i)[D_SEQ].store(i + 1, Ordering::Release);
     assert_eq!(
         inbox.take(&nothing(), true).map(|r| r.err()),
         Some(Some(Refused::RemoteTooLong(too_long)))
