@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Auto's regret (its time over the best algorithm's), per size, all_reduce on 2, 3 and 4
 # ranks over tcp and shm, 8 B to 64 MiB: built-in rates, then a tuning file written by
-# `rcoll-bench calibrate` in a run of its own (calibrated at -f 4, evaluated here at -f 2:
-# half the sizes were never measured by the calibration).
+# `rcoll-bench calibrate` in a run of its own (every power of two, as evaluated here).
 #
 #   bench/figures/regret.sh [OUT_DIR]        (default /tmp/rcoll-regret)
 #

@@ -2,9 +2,16 @@
 # TCP on loopback against Open MPI's tcp BTL and Gloo, interleaved in one run: the
 # commands behind the TCP figures of the performance issue's closing note (all_reduce,
 # 4 ranks: 1 to 64 MiB, and 8 bytes). Needs ../shared/peers built (peers/build.sh; PEERS
-# points elsewhere, for a writable copy).
+# points elsewhere, for a writable copy) and iperf3.
 #
-# Usage: bench/figures/tcp.sh [--rounds N] [--ranks N]   (from the repository root)
+# Each round also measures what loopback TCP carries on this machine: N iperf3 streams
+# at once (N = ranks; 1 MiB writes, which loopback moves faster than iperf3's default
+# 128 KiB), each its own sender and receiver process, all cores busy. An all_reduce over
+# TCP moves at least 2(N-1) x size bytes through it, all ranks together (each sends
+# 2(N-1)/N of the vector, the least any algorithm can): the time that takes at the
+# streams' rate is printed per size as a reference ("at the loopback rate"). It is no strict
+# bound (small vectors stay in cache, where loopback runs faster than iperf3's streams)
+# and leaves out the reductions, which need the same cores.
 set -u
 cd "$(dirname "$0")/../.."
 rounds=2
@@ -20,7 +27,37 @@ P=${PEERS:-../shared/peers}
 B=target/release/rcoll-bench
 cargo build --release -p rcoll-bench >/dev/null 2>&1
 rows() { grep -E "^ +[0-9]|^\[rank 0\] +[0-9]"; }
+# GB/s that $n concurrent iperf3 streams carry over loopback together.
+loopback() {
+  local dir port pids=()
+  dir=$(mktemp -d)
+  for i in $(seq 1 "$n"); do
+    port=$((5300 + i))
+    iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
+    pids+=($!)
+  done
+  sleep 0.5
+  for i in $(seq 1 "$n"); do
+    port=$((5300 + i))
+    iperf3 -c 127.0.0.1 -p "$port" -t 3 -l 1M -J >"$dir/$i.json" 2>/dev/null &
+  done
+  wait
+  python3 - "$dir" <<'PY'
+import glob, json, sys
+rates = [json.load(open(f))["end"]["sum_received"]["bits_per_second"] / 8e9
+         for f in sorted(glob.glob(sys.argv[1] + "/*.json"))]
+print(f"{sum(rates):.2f} {' '.join(f'{r:.2f}' for r in rates)}")
+PY
+  rm -rf "$dir"
+}
 for round in $(seq 1 "$rounds"); do
+  read -r total each < <(loopback)
+  echo "== loopback TCP, round $round: $n iperf3 streams at once carry $total GB/s ($each)"
+  for size in 1048576 4194304 16777216 67108864; do
+    awk -v s="$size" -v n="$n" -v a="$total" 'BEGIN {
+      printf "   all_reduce of %9d B on %d ranks at the loopback rate: %9.1f us (2(N-1) x size / %.2f GB/s)\n",
+        s, n, 2 * (n - 1) * s / (a * 1e3), a }'
+  done
   echo "== all_reduce, $n ranks, round $round: Open MPI tcp (1 MiB to 64 MiB, then 8 B)"
   "$P/run_mpi.sh" "$n" tcp allreduce -b 1M -e 64M -f 4 2>&1 | rows
   "$P/run_mpi.sh" "$n" tcp allreduce -b 8 -e 8 2>&1 | rows

@@ -116,33 +116,46 @@ fn algo_all_times_every_algorithm_and_auto_and_reports_the_regret() {
     );
 }
 
+/// `calibrate` of all_reduce on 2 local ranks from 8 bytes, one warmup call, into `file`,
+/// with `extra` arguments.
+fn calibrate_local(file: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    output(
+        bench()
+            .args(["calibrate", "--transport", "local", "--ranks", "2"])
+            .args(["--collectives", "all_reduce", "-b", "8", "-w", "1"])
+            .args(extra)
+            .args(["-o", file.to_str().expect("utf-8 path")]),
+    )
+}
+
+/// By default `calibrate` measures every power of two: each size bucket auto chooses for
+/// (it rounds sizes up to one) gets a rule of its own, none borrowed from a neighbour.
+#[test]
+fn calibrate_measures_every_size_bucket_by_default() {
+    let file = json_path("calibrate-buckets");
+    succeeded(&calibrate_local(&file, &["-e", "128", "-n", "2"]));
+    let text = std::fs::read_to_string(&file).expect("the tuning file");
+    let _ = std::fs::remove_file(&file);
+    let tuning: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let mut sizes: Vec<u64> = tuning["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["bytes"].as_u64())
+        .collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, [8, 16, 32, 64, 128], "{text}");
+}
+
 /// `calibrate` writes a tuning file whose rules auto then follows, size by size; a file
 /// that cannot be read is refused before anything runs, naming the variable.
 #[test]
 fn calibrate_writes_a_tuning_file_that_auto_follows() {
     let file = json_path("calibrate");
-    let out = output(bench().args([
-        "calibrate",
-        "--transport",
-        "local",
-        "--ranks",
-        "2",
-        "--collectives",
-        "all_reduce",
-        "-b",
-        "8",
-        "-e",
-        "32K",
-        "-f",
-        "8",
-        "-n",
-        "3",
-        "-w",
-        "1",
-        "-o",
-        file.to_str().expect("utf-8 path"),
-    ]));
-    succeeded(&out);
+    succeeded(&calibrate_local(
+        &file,
+        &["-e", "32K", "-f", "8", "-n", "3"],
+    ));
     let text = std::fs::read_to_string(&file).expect("the tuning file");
     let tuning: serde_json::Value = serde_json::from_str(&text).expect("JSON");
     assert!(

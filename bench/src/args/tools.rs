@@ -99,8 +99,10 @@ pub struct CalibrateArgs {
     /// Largest size in bytes.
     #[arg(short = 'e', long = "maxbytes", default_value = "64M", value_parser = bytes)]
     pub maxbytes: usize,
-    /// Size factor between measurements.
-    #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
+    /// Size factor between measurements. The default, 2, measures every size bucket auto
+    /// chooses for (it rounds sizes up to a power of two); with 4, half the buckets follow
+    /// the rule of a neighbouring size.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 2)]
     pub stepfactor: usize,
     /// Timed iterations per size and algorithm.
     #[arg(short = 'n', long = "iters", default_value_t = 10)]
