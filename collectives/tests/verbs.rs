@@ -186,6 +186,7 @@ fn large(comm: &mut Communicator) {
 /// all_gather; the sources stay intact and the zero-copy path is taken.
 fn zero_copy(comm: &mut Communicator) {
     let (n, r) = (comm.size(), comm.rank());
+    println!("rank {r}: {}", comm.transport_details());
     let mine = |i: usize| ((r + 1) * (i % 1000)) as f32;
     let total = |i: usize| ((n * (n + 1) / 2) * (i % 1000)) as f32;
     for count in [1 << 20, 16 << 20] {
@@ -355,6 +356,26 @@ fn registered_buffers_go_zero_copy_and_stay_correct() {
         let results = finish(spawn("zero_copy", n, |_| vec![]), Duration::from_secs(900));
         all_ok(&format!("{n} ranks"), &results);
     }
+    // With memory windows (the default off Soft-RoCE): each offer its own window, written
+    // and invalidated by the sender, or invalidated here when a slot overtook it.
+    for n in [2, 3] {
+        let results = finish(
+            spawn("zero_copy", n, |_| {
+                vec![("RCOLL_IB_SCOPED".into(), "1".into())]
+            }),
+            Duration::from_secs(900),
+        );
+        all_ok(&format!("{n} ranks, RCOLL_IB_SCOPED=1"), &results);
+        for (r, (_, out)) in results.iter().enumerate() {
+            assert!(
+                out.contains("destinations offered through windows"),
+                "rank {r} does not offer through windows:\n{out}"
+            );
+            for line in out.lines().filter(|l| l.contains("written in place")) {
+                println!("{n} ranks, windows: {line}");
+            }
+        }
+    }
     // Without offers: every message through slots, the same results.
     let results = finish(
         spawn("zero_copy", 2, |_| {
@@ -509,6 +530,7 @@ fn killed_zero_copy(comm: &mut Communicator) {
 #[test]
 #[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
 fn a_killed_peer_leaves_no_send_reading_a_returned_buffer() {
+    // The second trial lends windows: offers out are windows bound to the dead peer's pair.
     for trial in 0..2 {
         let dead = 2;
         let joined = StartedDir::new(3);
@@ -517,6 +539,7 @@ fn a_killed_peer_leaves_no_send_reading_a_returned_buffer() {
                 ("RCOLL_TEST_DEAD".into(), dead.to_string()),
                 ("RCOLL_TIMEOUT".into(), "20".into()),
                 ("RCOLL_TEST_STARTED_DIR".into(), joined.path.clone()),
+                ("RCOLL_IB_SCOPED".into(), (trial % 2).to_string()),
             ]
         });
         joined.wait(Duration::from_secs(60));

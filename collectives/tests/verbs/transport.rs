@@ -240,7 +240,7 @@ pub fn faulty() {
     let slot = 1 << 20;
     let raw = matches!(
         fault.as_str(),
-        "garbage" | "oversized" | "beyond" | "forged_offer"
+        "garbage" | "oversized" | "beyond" | "forged_offer" | "immediate_into_offer"
     );
     if t.rank().index() == 0 {
         if raw {
@@ -270,6 +270,7 @@ pub fn faulty() {
             }
             "beyond" => Fault::Raw(other, vec![0x77; HEADER + slot + 4096]),
             "forged_offer" => Fault::ForgedOffer(other),
+            "immediate_into_offer" => Fault::ImmediateIntoOffer(other, tag(0)),
             f => panic!("unknown fault {f}"),
         };
         let verbs = t
@@ -298,6 +299,30 @@ pub fn faulty() {
         let e = broken(&mut t, &intact);
         intact();
         println!("RANK-ERROR {e}");
+    } else if fault == "immediate_into_offer" {
+        // Message 0 offered into registered memory (a window over it), then ready.
+        let mut dst = t.alloc_registered(64 << 10).expect("registered memory");
+        while t.offer(other, tag(0), dst.as_bytes_mut()).expect("offer")
+            != rcoll::transport::Offered::Yes
+        {
+            t.wait(Instant::now() + Duration::from_millis(20))
+                .expect("wait");
+        }
+        send(&mut t, 1, 1, 8);
+        let got = loop {
+            match t.try_recv_into(other, tag(0), dst.as_bytes_mut()) {
+                Ok(true) => break Ok(()),
+                Ok(false) => {
+                    assert!(Instant::now() < deadline, "rank 1 stalled");
+                    let _ = t.wait(Instant::now() + Duration::from_millis(20));
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        match got {
+            Ok(()) => panic!("rank 1 took a write into its window that left the window open"),
+            Err(e) => println!("RANK-ERROR {e}"),
+        }
     } else {
         send(&mut t, 1, 1, 8);
         match recv(&mut t, 0, slot) {
@@ -409,6 +434,44 @@ fn a_write_into_a_destination_never_offered_breaks_the_pair_naming_the_peer() {
     assert!(
         results[1].1.contains("which it does not hold"),
         "rank 1 should say the destination was never offered:\n{}",
+        results[1].1
+    );
+}
+
+/// A peer that writes a destination offered through a window with an immediate (as into a
+/// region) leaves the window open behind it: the pair breaks, each side naming the other,
+/// and the receiver never takes the write as its message.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_write_with_an_immediate_into_an_offered_window_breaks_the_pair_naming_the_peer() {
+    let results = finish(
+        spawn("fault", 2, |_| {
+            vec![
+                ("RCOLL_IB_SCOPED".into(), "1".into()),
+                ("RCOLL_TEST_FAULT".into(), "immediate_into_offer".into()),
+                ("RCOLL_SEGMENT_BYTES".into(), (1 << 20).to_string()),
+            ]
+        }),
+        Duration::from_secs(120),
+    );
+    all_ok("immediate_into_offer", &results);
+    for (r, (_, out)) in results.iter().enumerate() {
+        assert!(
+            out.contains("destinations offered through windows"),
+            "rank {r} does not offer through windows:\n{out}"
+        );
+        let named = format!("{}", Rank::from(1 - r));
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("RANK-ERROR") && l.contains(&named)),
+            "rank {r} did not name its peer:\n{out}"
+        );
+    }
+    assert!(
+        results[1]
+            .1
+            .contains("with an immediate instead of invalidating its window"),
+        "rank 1 should say the window was left open:\n{}",
         results[1].1
     );
 }

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use super::ffi::{self, VerbsError};
 use super::wire::CREDIT_BYTES;
 use super::wire::{
-    decode_header, HEADER, HELLO, OFFER, WR_BIND, WR_CREDIT, WR_DATA, WR_HELLO, WR_INLINE, WR_KIND,
-    WR_RECV, WR_WINDOW_WRITE,
+    decode_header, HEADER, HELLO, OFFER, WR_BIND, WR_CREDIT, WR_DATA, WR_HELLO, WR_INLINE,
+    WR_INVALIDATE, WR_KIND, WR_RECV, WR_WINDOW_WRITE,
 };
 use super::{VerbsTransport, CTRL_BYTES};
 use crate::error::TransportError;
@@ -72,11 +72,15 @@ impl VerbsTransport {
                 WR_DATA | WR_INLINE if scoped => "SEND WITH INVALIDATE (after its RDMA WRITE)",
                 WR_DATA | WR_INLINE => "RDMA WRITE WITH IMM",
                 WR_WINDOW_WRITE => "RDMA WRITE (into a window)",
-                WR_BIND => "BIND MW (lending a slot)",
+                WR_BIND => "BIND MW (lending a slot or offering a destination)",
+                WR_INVALIDATE => "LOCAL INVALIDATE (withdrawing an offer)",
                 WR_CREDIT => "SEND (credits)",
                 WR_HELLO => "RDMA WRITE WITH IMM (connectivity check)",
                 _ => "RECV",
             };
+            if kind == WR_INVALIDATE {
+                self.withdrawn((c.wr_id & 0xffff_ffff) as u32, false);
+            }
             let mut status = ffi::status_str(c.status);
             if kind == WR_HELLO || c.status == 12 {
                 // Retries exhausted at setup is almost always addressing: say what was used.
@@ -120,25 +124,37 @@ impl VerbsTransport {
                     self.replenish_due = true;
                 }
             }
+            WR_INVALIDATE => {
+                if let Some(Some(peer)) = self.peers.get_mut(p) {
+                    peer.sends = peer.sends.saturating_sub(1);
+                }
+                self.withdrawn((c.wr_id & 0xffff_ffff) as u32, true);
+            }
             WR_RECV => {
                 let Some(&from) = self.by_qpn.get(&c.qp_num) else {
                     return;
                 };
                 let index = (c.wr_id & 0xffff_ffff) as u32;
                 if c.opcode == ffi::WC_RECV_RDMA_WITH_IMM {
-                    if c.imm != HELLO && c.imm & OFFER != 0 {
-                        self.landed(from, c.imm, c.byte_len as usize);
-                    } else if self.scoped && c.imm != HELLO {
-                        // A write with immediate leaves the window open behind it.
+                    if self.scoped && c.imm != HELLO {
+                        // A write with immediate leaves the window (a slot's or an offer's)
+                        // open behind it.
+                        let what = if c.imm & OFFER != 0 {
+                            "destination"
+                        } else {
+                            "slot"
+                        };
                         self.fail(TransportError::Protocol {
                             rank: self.rank,
                             peer: Rank::from(from),
                             reason: format!(
-                                "wrote slot {} with an immediate instead of invalidating its \
-                                 window",
+                                "wrote {what} {:#x} with an immediate instead of invalidating \
+                                 its window",
                                 c.imm
                             ),
                         });
+                    } else if c.imm != HELLO && c.imm & OFFER != 0 {
+                        self.landed(from, c.imm, c.byte_len as usize);
                     } else {
                         self.arrival(from, c.imm);
                     }
@@ -179,6 +195,26 @@ impl VerbsTransport {
         // after this returns, so the device is not writing these bytes.
         let note = unsafe { peer.ctrl.copy_out(index as usize * CTRL_BYTES, len.min(4)) };
         let id = <[u8; 4]>::try_from(note.as_slice()).map(u32::from_le_bytes);
+        // A write into an offered destination: its window must be the one revoked.
+        if let Some(id) = id.ok().filter(|id| id & OFFER != 0) {
+            let window_key = self
+                .offers
+                .get(&id)
+                .filter(|o| o.peer == from)
+                .and_then(|o| o.window.as_ref().map(ffi::MemoryWindow::rkey));
+            if window_key == Some(rkey) {
+                let len = self.offers.get(&id).map_or(0, |o| o.len);
+                return self.landed(from, id, len);
+            }
+            return self.fail(TransportError::Protocol {
+                rank: me,
+                peer: Rank::from(from),
+                reason: format!(
+                    "its notice for destination {id:#x} invalidated key {rkey:#x}, which is \
+                     not the window of a destination offered to it"
+                ),
+            });
+        }
         let lent_key = id.ok().and_then(|id| {
             peer.advertised.contains_key(&id).then(|| {
                 self.bufs[id as usize]

@@ -157,26 +157,15 @@ impl VerbsTransport {
                 reason: format!("sent a credit message that does not decode: {msg:02x?}"),
             });
         };
-        let mut refused = false;
         for g in grants {
             match g {
                 Grant::Slot(c) => peer.credits.push_back(c),
-                // A peer that lends windows never offers (this rank would write its offer
-                // with an immediate, which it refuses).
-                Grant::Offer(..) if peer.scoped => refused = true,
                 // Dropping an offer is always safe: the message goes to a slot.
                 Grant::Offer(..) if peer.offers.len() >= OFFERS_HELD_MAX => {}
                 Grant::Offer(c, tag) => {
                     peer.offers.insert(tag.key(), (tag, c));
                 }
             }
-        }
-        if refused {
-            self.fail(TransportError::Protocol {
-                rank: self.rank,
-                peer: Rank::from(from),
-                reason: "offered a destination although it lends memory windows".into(),
-            });
         }
     }
 

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::ffi::{Access, MemoryRegion, Sge, VerbsError};
+use super::registry::Remote;
 use super::wire::{encode_header, wr, Credit, Grant, HEADER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE};
 use super::{Peer, VerbsTransport, ZERO_COPY_MIN};
 
@@ -106,8 +107,13 @@ impl Transport for VerbsTransport {
                     self.inflight.insert(wr_id, (id, v));
                     Ok(None)
                 }
-                Err(e) => {
-                    self.free.push((id, v));
+                Err((e, posted)) => {
+                    // A posted write still reads `v`: it stays in flight until then.
+                    if posted {
+                        self.inflight.insert(wr_id, (id, v));
+                    } else {
+                        self.free.push((id, v));
+                    }
                     Err(e)
                 }
             };
@@ -161,8 +167,14 @@ impl Transport for VerbsTransport {
     fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
         let mut words = Registered::zeroed_words(self.rank, bytes, "a registered buffer")?;
         let start = words.as_ptr() as usize;
-        // Peers write it only where this rank offers it (and only when it offers at all).
-        let remote = self.direct;
+        // Peers write it only where this rank offers it (and only when it offers at all):
+        // with scoped grants through a window bound over each offer, else under the
+        // region's key.
+        let remote = match (self.direct, self.scoped) {
+            (false, _) => Remote::None,
+            (true, false) => Remote::Region,
+            (true, true) => Remote::Windows,
+        };
         // SAFETY: the region covers `words`, which the returned `Registered` owns; the
         // guard holding the region is dropped before `words` (field order of `Registered`),
         // and neither is dropped while a posted send may read them or an offer of them is
@@ -175,10 +187,10 @@ impl Transport for VerbsTransport {
                 &self.pd,
                 words.as_mut_ptr().cast(),
                 words.len() * 8,
-                if remote {
-                    Access::RemoteWrite
-                } else {
-                    Access::Local
+                match remote {
+                    Remote::None => Access::Local,
+                    Remote::Region => Access::RemoteWrite,
+                    Remote::Windows => Access::Windows,
                 },
             )
         }
@@ -224,8 +236,14 @@ impl Transport for VerbsTransport {
                     self.zero_copy += 1;
                     Ok(SendState::InFlight(wr_id))
                 }
-                Err(e) => {
-                    region.reading.fetch_sub(1, Ordering::Release);
+                Err((e, posted)) => {
+                    // A posted write still reads the memory: its completion (or flush,
+                    // or the reap) releases it.
+                    if posted {
+                        self.borrowed.insert(wr_id, (p, region.reading));
+                    } else {
+                        region.reading.fetch_sub(1, Ordering::Release);
+                    }
                     Err(e)
                 }
             };
@@ -331,7 +349,10 @@ impl Transport for VerbsTransport {
             super::select::mtu_bytes(s.active_mtu),
             self.peers.iter().flatten().count(),
             self.nranks - 1,
-            if self.scoped {
+            if self.scoped && self.direct {
+                "memory windows (one peer, one write), and destinations offered through \
+                 windows over registered buffers"
+            } else if self.scoped {
                 "memory windows (one peer, one write)"
             } else if self.direct {
                 "registered regions, and destinations offered in registered buffers"
@@ -381,7 +402,7 @@ impl Transport for VerbsTransport {
     fn reap_borrowed(&mut self) {
         // Landed and never taken: nothing more to do with them.
         self.placed.clear();
-        if self.borrowed.is_empty() && self.offers.is_empty() {
+        if self.borrowed.is_empty() && self.offers.is_empty() && self.withdrawing.is_empty() {
             return;
         }
         // Most complete on their own within a moment.
@@ -390,7 +411,7 @@ impl Transport for VerbsTransport {
             self.progress();
             std::thread::yield_now();
         }
-        if self.borrowed.is_empty() && self.offers.is_empty() {
+        if self.borrowed.is_empty() && self.offers.is_empty() && self.withdrawing.is_empty() {
             return;
         }
         // The rest may wait on a dead peer for the whole retry budget (7 ACK timeouts):
@@ -402,6 +423,7 @@ impl Transport for VerbsTransport {
             .values()
             .map(|(p, _)| *p)
             .chain(self.offers.values().map(|o| o.peer))
+            .chain(self.withdrawing.values().map(|o| o.peer))
             .collect();
         for &p in &stuck {
             if let Some(peer) = self.peers[p].as_mut() {
@@ -420,8 +442,10 @@ impl Transport for VerbsTransport {
                 stopped.join(", ")
             ),
         });
-        // Their peers can no longer write here: the offers are void.
-        for (_, o) in self.offers.drain() {
+        // Their peers can no longer write here: the offers are void (their windows, bound
+        // to stopped pairs, are freed).
+        for (_, o) in self.offers.drain().chain(self.withdrawing.drain()) {
+            drop(o.window);
             o.reading.fetch_sub(1, Ordering::Release);
         }
         self.offered.clear();
@@ -449,7 +473,7 @@ impl Transport for VerbsTransport {
     }
 
     fn borrowed_in_flight(&self) -> usize {
-        self.borrowed.len() + self.offers.len()
+        self.borrowed.len() + self.offers.len() + self.withdrawing.len()
     }
 
     fn send_complete(&mut self, token: u64) -> Result<bool, TransportError> {
@@ -603,6 +627,14 @@ impl Drop for VerbsTransport {
         for b in &mut self.bufs {
             b.window = None;
         }
+        for o in self
+            .offers
+            .values_mut()
+            .chain(self.withdrawing.values_mut())
+        {
+            o.window = None;
+        }
+        self.offer_windows.clear();
         let mut graveyard: Vec<Vec<u8>> = Vec::new();
         for peer in self.peers.iter_mut().flatten() {
             graveyard.extend(peer.advertised.drain().map(|(_, v)| v));
@@ -612,7 +644,7 @@ impl Drop for VerbsTransport {
             // Its queue pair is destroyed: the device reads nothing more.
             reading.fetch_sub(1, Ordering::Release);
         }
-        for (_, o) in self.offers.drain() {
+        for (_, o) in self.offers.drain().chain(self.withdrawing.drain()) {
             // Likewise: no peer writes through a destroyed queue pair.
             o.reading.fetch_sub(1, Ordering::Release);
         }

@@ -5,7 +5,7 @@ use super::ffi::Sge;
 use super::wire::{wr, OFFER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE};
 use super::VerbsTransport;
 use crate::error::TransportError;
-use crate::types::Rank;
+use crate::types::{Rank, Tag};
 
 /// What a buggy or hostile rank may do to a peer's slots ([`VerbsTransport::inject`]).
 #[doc(hidden)]
@@ -24,6 +24,10 @@ pub enum Fault {
     /// Write 8 bytes into the peer's next slot, but say they landed in a destination the
     /// peer never offered (an immediate with the offer bit).
     ForgedOffer(Rank),
+    /// Write the whole of the peer's offer for `Tag` (once it holds one) with an
+    /// immediate, as into a region, leaving the offer's window open instead of
+    /// invalidating it; `Ok(false)` until the offer came.
+    ImmediateIntoOffer(Rank, Tag),
 }
 
 impl VerbsTransport {
@@ -165,6 +169,54 @@ impl VerbsTransport {
                         Ok(true)
                     }
                     Err(e) => Err(self.broken_by(p, e)),
+                }
+            }
+            Fault::ImmediateIntoOffer(peer, tag) => {
+                let p = self.peer_index(peer)?;
+                self.progress();
+                let Some(state) = self.peers[p].as_mut() else {
+                    return Ok(true);
+                };
+                let Some((_, credit)) = state.offers.remove(&tag.key()) else {
+                    return Ok(false);
+                };
+                let (id, mut v) = self
+                    .take_buffer()
+                    .map_err(|e| self.verbs_error(Some(p), e))?;
+                let n = (credit.len as usize).min(v.len());
+                v[..n].fill(0x5a);
+                let sge = Sge {
+                    addr: v.as_ptr() as u64,
+                    len: n as u32,
+                    lkey: self.bufs[id as usize].mr.lkey(),
+                };
+                self.next_wr = self.next_wr.wrapping_add(1);
+                let wr_id = wr(WR_DATA, p, self.next_wr);
+                let Some(state) = self.peers[p].as_mut() else {
+                    self.free.push((id, v));
+                    return Ok(true);
+                };
+                // SAFETY: `v` is registered and moves into `inflight` until the completion.
+                let posted = unsafe {
+                    state.qp.post_write_imm(
+                        wr_id,
+                        &[sge],
+                        credit.addr,
+                        credit.rkey,
+                        credit.id,
+                        false,
+                    )
+                };
+                match posted {
+                    Ok(()) => {
+                        state.sends += 1;
+                        self.inflight.insert(wr_id, (id, v));
+                        Ok(true)
+                    }
+                    Err(e) => {
+                        self.free.push((id, v));
+                        Err(self.broken_by(p, e))
+                    }
                 }
             }
         }

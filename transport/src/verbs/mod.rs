@@ -50,8 +50,13 @@
 //!   may fill ahead, so that after the first window the offers are there first. On a
 //!   failure, every pair with an offer out is stopped before the call returns
 //!   ([`crate::Transport::reap_borrowed`]): no device writes a buffer given back. Caller memory is
-//!   then registered for remote writes, as slots are without windows; with windows (scoped)
-//!   nothing is offered.
+//!   then registered for remote writes, as slots are without windows. With windows (scoped),
+//!   it is registered for windows instead: each offer binds a window over its range on the
+//!   peer's queue pair (only while nothing but binds is in flight there, as for slots), the
+//!   sender writes through it and invalidates it with a SEND WITH INVALIDATE naming the
+//!   offer, and an offer a slot overtook is invalidated here (LOCAL INVALIDATE) before the
+//!   receive returns, so the peer can write only the one range, once, and only while the
+//!   receive is under way.
 //! - A received payload is the registered slot itself: the engine reduces into it and may
 //!   forward it with `try_send`, which writes it to the next peer straight from that memory
 //!   (zero copy on forward). Messages that fit inline go inline.
@@ -139,8 +144,8 @@ pub struct Options {
     /// default on; `0` copies them into slots like other sends).
     pub zero_copy: bool,
     /// Whether this rank offers peers ranges of its registered destinations to write
-    /// messages into (`RCOLL_IB_DIRECT`, default on; see the module docs). Only without
-    /// windows: with [`Options::scoped`] nothing is offered.
+    /// messages into (`RCOLL_IB_DIRECT`, default on; see the module docs): under the
+    /// region's key, or with [`Options::scoped`] through a window per offer.
     pub direct: bool,
     /// Whether peers write this rank's slots through memory windows, one per grant, which
     /// they invalidate with the message (`RCOLL_IB_SCOPED=1|0`): a peer can write only the
@@ -228,6 +233,8 @@ struct Offer {
     len: usize,
     /// Its region's count of device accesses (the memory is not freed while nonzero).
     reading: Arc<std::sync::atomic::AtomicUsize>,
+    /// With scoped grants, the window bound over it on the peer's queue pair.
+    window: Option<MemoryWindow>,
 }
 
 /// A registered buffer: header room + slot.
@@ -321,10 +328,14 @@ pub struct VerbsTransport {
     borrowed: HashMap<u64, (usize, Arc<std::sync::atomic::AtomicUsize>)>,
     /// Whether to send from registered caller memory (`Options::zero_copy`).
     zero_copy_on: bool,
-    /// Whether to offer destinations (`Options::direct`, and not scoped).
+    /// Whether to offer destinations (`Options::direct`).
     direct: bool,
     /// This rank's offers out (neither written nor withdrawn), by id.
     offers: HashMap<u32, Offer>,
+    /// Offers a slot overtook whose windows are being invalidated here, by id.
+    withdrawing: HashMap<u32, Offer>,
+    /// Unbound windows for offers (scoped grants).
+    offer_windows: Vec<MemoryWindow>,
     /// The same, by peer and tag.
     offered: crate::transport::Arrivals<u32>,
     /// Messages written into their offered destination and not yet taken: where.

@@ -4,9 +4,12 @@
 
 use std::sync::atomic::Ordering;
 
-use super::ffi::Sge;
-use super::wire::{Credit, Grant, OFFER};
+use super::ffi::{MemoryWindow, Sge, VerbsError};
+use super::wire::{wr, Credit, Grant, OFFER, WR_BIND, WR_INVALIDATE};
 use super::{Offer, VerbsTransport, OFFER_MIN};
+
+/// How long a withdrawal waits for the local invalidation of its window.
+const INVALIDATE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 use crate::error::TransportError;
 use crate::transport::{Offered, Transport, P2P};
 use crate::types::{Rank, Tag, TagKey};
@@ -41,20 +44,62 @@ impl VerbsTransport {
         }
         let limit = self.offer_limit();
         let id = OFFER | (self.next_offer & (OFFER - 1));
+        let (scoped, depth) = (self.scoped, self.send_depth);
         match self.peers[p].as_ref() {
             None => return Ok(Offered::No),
             Some(x) if x.offers_out >= limit || self.offers.contains_key(&id) => {
                 return Ok(Offered::Later)
             }
+            // A window is bound only behind nothing but binds (Soft-RoCE executes a bind
+            // again when it retransmits a request ahead of it), with room for the bind
+            // and the credit message that carries the offer.
+            Some(x) if scoped && (x.sends != x.binds || x.sends + 2 > depth) => {
+                return Ok(Offered::Later)
+            }
             Some(_) => {}
         }
         let addr = dst.as_ptr() as usize;
-        let Some((region, rkey)) = self
-            .registry
-            .lookup(addr, n)
-            .and_then(|r| r.rkey.map(|k| (r, k)))
-        else {
+        let Some(region) = self.registry.lookup(addr, n) else {
             return Ok(Offered::No);
+        };
+        let (window, rkey) = match (scoped, region.rkey, &region.windows) {
+            (false, Some(rkey), _) => (None, rkey),
+            (true, _, Some(mr)) => {
+                let mut window = match self.offer_windows.pop() {
+                    Some(w) => w,
+                    None => match MemoryWindow::new(&self.pd) {
+                        Ok(w) => w,
+                        Err(_) => return Ok(Offered::No),
+                    },
+                };
+                let Some(state) = self.peers[p].as_mut() else {
+                    self.offer_windows.push(window);
+                    return Ok(Offered::No);
+                };
+                // SAFETY: `addr..addr + n` lies in `mr` (the registry's lookup); the engine
+                // leaves it alone until the message is taken or the call fails (the
+                // contract of `offer`), and the window stays bound until the peer's
+                // invalidation of it completes here (`landed`), or this rank's
+                // (`withdraw`), or its queue pair is stopped (`reap_borrowed`): in each
+                // case before the receive or the call returns.
+                match unsafe {
+                    state
+                        .qp
+                        .post_bind(wr(WR_BIND, p, id), &mut window, mr, addr as u64, n)
+                } {
+                    Ok(rkey) => {
+                        state.sends += 1;
+                        state.binds += 1;
+                        (Some(window), rkey)
+                    }
+                    Err(e) => {
+                        // Not bound: the window is as it was.
+                        self.offer_windows.push(window);
+                        return Err(self.broken_by(p, e));
+                    }
+                }
+            }
+            _ => return Ok(Offered::No),
         };
         let Some(state) = self.peers[p].as_mut() else {
             return Ok(Offered::No);
@@ -78,6 +123,7 @@ impl VerbsTransport {
                 addr,
                 len: n,
                 reading: region.reading,
+                window,
             },
         );
         self.offered.insert(key, id);
@@ -103,7 +149,7 @@ impl VerbsTransport {
         if self.placed.is_empty() || !self.placed.contains_key(&key) {
             if let Some(payload) = self.try_recv(peer, tag, dst.len())? {
                 if !self.offered.is_empty() {
-                    self.withdraw(peer, tag.key());
+                    self.withdraw(peer, tag.key())?;
                 }
                 dst.copy_from_slice(payload.as_bytes());
                 self.recycle(payload);
@@ -142,19 +188,73 @@ impl VerbsTransport {
 
     /// The message `key` from `from` arrived in a slot: its offer, if one is out, is
     /// withdrawn here (and not sent, if it has not gone yet). The peer sent that tag, so it
-    /// will never use the offer; it forgets it when its call is over.
-    pub(super) fn withdraw(&mut self, from: Rank, key: TagKey) {
+    /// will never use the offer; it forgets it when its call is over. A window bound for
+    /// it is invalidated before this returns: the peer can no longer write there.
+    pub(super) fn withdraw(&mut self, from: Rank, key: TagKey) -> Result<(), TransportError> {
         let Some(id) = self.offered.remove(&(from, key)) else {
+            return Ok(());
+        };
+        let Some(mut o) = self.offers.remove(&id) else {
+            return Ok(());
+        };
+        let p = o.peer;
+        let Some(peer) = self.peers.get_mut(p).and_then(Option::as_mut) else {
+            o.reading.fetch_sub(1, Ordering::Release);
+            return Ok(());
+        };
+        peer.offers_out = peer.offers_out.saturating_sub(1);
+        peer.owed
+            .retain(|g| !matches!(g, Grant::Offer(c, _) if c.id == id));
+        let Some(window) = o.window.take() else {
+            o.reading.fetch_sub(1, Ordering::Release);
+            return Ok(());
+        };
+        // The peer never invalidates it (it sent this tag to a slot), so this is the
+        // window's only invalidation.
+        if let Err(e) = peer
+            .qp
+            .post_local_invalidate(wr(WR_INVALIDATE, p, id), &window)
+        {
+            o.window = Some(window);
+            self.withdrawing.insert(id, o);
+            return Err(self.broken_by(p, e));
+        }
+        peer.sends += 1;
+        o.window = Some(window);
+        self.withdrawing.insert(id, o);
+        // A local operation: done within moments, or the transport fails (the failure's
+        // reap stops the pair).
+        let until = std::time::Instant::now() + INVALIDATE_WAIT;
+        while self.withdrawing.contains_key(&id) {
+            self.check()?;
+            if std::time::Instant::now() >= until {
+                return Err(self.broken_by(
+                    p,
+                    VerbsError::new(
+                        "LOCAL INVALIDATE",
+                        libc::ETIMEDOUT,
+                        "the window of an offer a slot overtook was not invalidated in time",
+                    ),
+                ));
+            }
+            self.progress();
+        }
+        self.check()
+    }
+
+    /// The invalidation of withdrawn offer `id`'s window completed (`ok`) or was flushed:
+    /// either way no peer writes through it any more.
+    pub(super) fn withdrawn(&mut self, id: u32, ok: bool) {
+        let Some(mut o) = self.withdrawing.remove(&id) else {
             return;
         };
-        if let Some(o) = self.offers.remove(&id) {
-            o.reading.fetch_sub(1, Ordering::Release);
-            if let Some(Some(peer)) = self.peers.get_mut(o.peer) {
-                peer.offers_out = peer.offers_out.saturating_sub(1);
-                peer.owed
-                    .retain(|g| !matches!(g, Grant::Offer(c, _) if c.id == id));
+        if let Some(w) = o.window.take() {
+            // Unbound: ready for another offer. Flushed, its state is unknown: freed.
+            if ok {
+                self.offer_windows.push(w);
             }
         }
+        o.reading.fetch_sub(1, Ordering::Release);
     }
 
     /// A write into offer `id` from `from`, of `len` bytes, completed: the message is in
@@ -183,9 +283,13 @@ impl VerbsTransport {
                 reason,
             });
         }
-        let Some(o) = self.offers.remove(&id) else {
+        let Some(mut o) = self.offers.remove(&id) else {
             return;
         };
+        // The peer's invalidation unbound the window (`notice` checked its key).
+        if let Some(w) = o.window.take() {
+            self.offer_windows.push(w);
+        }
         o.reading.fetch_sub(1, Ordering::Release);
         if let Some(Some(peer)) = self.peers.get_mut(from) {
             peer.offers_out = peer.offers_out.saturating_sub(1);
@@ -212,15 +316,18 @@ impl VerbsTransport {
             peer.offers.remove(&key);
             return None;
         }
-        if peer.sends >= depth {
+        // The write (and, into a window, its invalidation) must fit the send queue.
+        if peer.sends + peer.wrs_per_message() > depth {
             return None;
         }
         peer.offers.remove(&key);
         Some(credit)
     }
 
-    /// Posts `sge` into the destination `credit` offers, as `wr_id`: RDMA WRITE WITH IMM
-    /// (the offer's id), the data alone.
+    /// Posts `sge` into the destination `credit` offers, as `wr_id`: the data alone, with
+    /// RDMA WRITE WITH IMM (the offer's id), or into the window of a peer with scoped
+    /// grants RDMA WRITE and then SEND WITH INVALIDATE of the offer's id. On an error,
+    /// whether the write was posted (its completion is still to come).
     ///
     /// # Safety
     ///
@@ -231,25 +338,19 @@ impl VerbsTransport {
         wr_id: u64,
         sge: Sge,
         credit: &Credit,
-    ) -> Result<(), TransportError> {
+    ) -> Result<(), (TransportError, bool)> {
         let Some(peer) = self.peers[p].as_mut() else {
-            return Err(TransportError::InvalidPeer {
+            let e = TransportError::InvalidPeer {
                 rank: self.rank,
                 peer: Rank::from(p),
                 nranks: self.nranks,
-            });
+            };
+            return Err((e, false));
         };
         // SAFETY: the caller's contract.
-        let posted = unsafe {
-            peer.qp
-                .post_write_imm(wr_id, &[sge], credit.addr, credit.rkey, credit.id, false)
-        };
-        match posted {
-            Ok(()) => {
-                peer.sends += 1;
-                Ok(())
-            }
-            Err(e) => Err(self.broken_by(p, e)),
+        match unsafe { peer.post_message(p, wr_id, &[sge], credit, false) } {
+            Ok(()) => Ok(()),
+            Err((e, posted)) => Err((self.broken_by(p, e), posted)),
         }
     }
 }

@@ -20,6 +20,9 @@ pub(super) struct Region {
     pub(super) lkey: u32,
     /// The remote key, when peers may write it (offered destinations).
     pub(super) rkey: Option<u32>,
+    /// The region itself, when registered for memory windows (offered destinations, with
+    /// scoped grants: each offer binds a window over its range).
+    pub(super) windows: Option<Arc<MemoryRegion>>,
     /// Posted sends from this range not yet completed or flushed, and offers of it out.
     pub(super) reading: Arc<AtomicUsize>,
 }
@@ -36,17 +39,25 @@ impl Registry {
         (start.checked_add(len)? <= region.end).then(|| region.clone())
     }
 
-    /// Enters `[start, end)` registered as `mr` (for remote writes when `remote`); the
-    /// guard takes it out again.
-    pub(super) fn enter(&self, start: usize, end: usize, mr: MemoryRegion, remote: bool) -> Guard {
+    /// Enters `[start, end)` registered as `mr`, for `remote` writes; the guard takes it
+    /// out again.
+    pub(super) fn enter(
+        &self,
+        start: usize,
+        end: usize,
+        mr: MemoryRegion,
+        remote: Remote,
+    ) -> Guard {
         let reading = Arc::new(AtomicUsize::new(0));
+        let mr = Arc::new(mr);
         if let Ok(mut map) = self.0.lock() {
             map.insert(
                 start,
                 Region {
                     end,
                     lkey: mr.lkey(),
-                    rkey: remote.then(|| mr.rkey()),
+                    rkey: (remote == Remote::Region).then(|| mr.rkey()),
+                    windows: (remote == Remote::Windows).then(|| mr.clone()),
                     reading: reading.clone(),
                 },
             );
@@ -60,6 +71,15 @@ impl Registry {
     }
 }
 
+/// How peers may write a registered range: not at all, anywhere under the region's key,
+/// or through windows bound over pieces of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Remote {
+    None,
+    Region,
+    Windows,
+}
+
 /// A [`crate::Registered`]'s registration: dropped before its memory, it leaves the
 /// registry and deregisters — unless a device may still read the memory, in which case the
 /// owner leaks both ([`Registration::in_use`]).
@@ -67,7 +87,7 @@ pub(super) struct Guard {
     start: usize,
     registry: Registry,
     reading: Arc<AtomicUsize>,
-    _mr: MemoryRegion,
+    _mr: Arc<MemoryRegion>,
 }
 
 impl Registration for Guard {

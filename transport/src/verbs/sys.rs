@@ -474,6 +474,8 @@ pub const IBV_ACCESS_MW_BIND: c_int = 16;
 pub const IBV_MW_TYPE_2: c_uint = 2;
 /// `IBV_WR_RDMA_WRITE`.
 pub const IBV_WR_RDMA_WRITE: c_uint = 0;
+/// `IBV_WR_LOCAL_INV`.
+pub const IBV_WR_LOCAL_INV: c_uint = 7;
 /// `IBV_WR_BIND_MW`.
 pub const IBV_WR_BIND_MW: c_uint = 8;
 /// `IBV_WR_SEND_WITH_INV`.

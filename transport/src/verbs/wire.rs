@@ -234,6 +234,9 @@ pub const WR_WINDOW_WRITE: u64 = 6 << 56;
 /// An unsignaled bind of a window for a grant: completes only on failure (the next credit
 /// message's completion retires it).
 pub const WR_BIND: u64 = 7 << 56;
+/// A signaled LOCAL INVALIDATE of the window of an offer a slot overtook (its index: the
+/// offer's id).
+pub const WR_INVALIDATE: u64 = 8 << 56;
 /// The mask of the kind.
 pub const WR_KIND: u64 = 0xff << 56;
 

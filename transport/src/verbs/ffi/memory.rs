@@ -28,6 +28,10 @@ pub struct MemoryRegion {
 
 // SAFETY: see `Context`.
 unsafe impl Send for MemoryRegion {}
+// SAFETY: through `&self` a region is only read: its keys (fields the provider wrote at
+// registration and never changes) and its pointer, which binds pass to the provider (that
+// reads the same fields). Deregistration takes it by value (`Drop`).
+unsafe impl Sync for MemoryRegion {}
 
 impl MemoryRegion {
     /// Registers `len` bytes at `addr` for local writes and `access`.

@@ -47,7 +47,7 @@ impl std::fmt::Display for VerbsError {
 }
 
 impl VerbsError {
-    fn new(verb: &'static str, errno: i32, what: &str) -> VerbsError {
+    pub(in crate::verbs) fn new(verb: &'static str, errno: i32, what: &str) -> VerbsError {
         let text = io::Error::from_raw_os_error(errno);
         let message = if what.is_empty() {
             format!("{text}")

@@ -569,6 +569,29 @@ impl QueuePair {
         Ok((list, used.len() as i32))
     }
 
+    /// Posts a signaled LOCAL INVALIDATE of `window`'s current key as `wr_id`: once it
+    /// completes, the window is unbound (the peer's writes through it fail with a remote
+    /// access error) and may be bound again. Only for a window this side bound and the
+    /// peer has not invalidated: a second invalidation is an error on a correct device,
+    /// and Soft-RoCE (6.1) dereferences NULL on it.
+    pub fn post_local_invalidate(
+        &mut self,
+        wr_id: u64,
+        window: &MemoryWindow,
+    ) -> Result<(), VerbsError> {
+        let mut wr = sys::ibv_send_wr::zeroed();
+        wr.wr_id = wr_id;
+        wr.opcode = sys::IBV_WR_LOCAL_INV;
+        wr.send_flags = sys::IBV_SEND_SIGNALED;
+        // `invalidate_rkey` shares the immediate's place, in host order.
+        wr.imm_data = window.rkey();
+        let mut bad: *mut sys::ibv_send_wr = ptr::null_mut();
+        // SAFETY: the QP is live and `wr` outlives the call; the request names no memory
+        // (the device only revokes a key).
+        let rc = unsafe { sys::ibv_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        VerbsError::check("ibv_post_send", rc, "LOCAL INVALIDATE")
+    }
+
     /// Posts a signaled SEND of `data`, inline (copied during the call).
     pub fn post_send_inline(&mut self, wr_id: u64, data: &[u8]) -> Result<(), VerbsError> {
         if data.len() > self.max_inline as usize {
