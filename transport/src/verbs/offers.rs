@@ -7,12 +7,12 @@ use std::sync::atomic::Ordering;
 use super::ffi::{MemoryWindow, Sge, VerbsError};
 use super::wire::{wr, Credit, Grant, OFFER, WR_BIND, WR_INVALIDATE};
 use super::{Offer, VerbsTransport, OFFER_MIN};
-
-/// How long a withdrawal waits for the local invalidation of its window.
-const INVALIDATE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 use crate::error::TransportError;
 use crate::transport::{Offered, Transport, P2P};
 use crate::types::{Rank, Tag, TagKey};
+
+/// How long a withdrawal waits for the local invalidation of its window.
+const INVALIDATE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl VerbsTransport {
     /// [`Transport::offer`]: `dst` offered to `peer` for `tag`, if it can be.
