@@ -2,7 +2,7 @@
 //! misbehaving rank.
 
 use super::ffi::Sge;
-use super::wire::{wr, OFFER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE};
+use super::wire::{wr, Credit, OFFER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE};
 use super::VerbsTransport;
 use crate::error::TransportError;
 use crate::types::{Rank, Tag};
@@ -152,24 +152,12 @@ impl VerbsTransport {
                 let Some(credit) = state.credits.pop_front() else {
                     return Ok(false);
                 };
-                // SAFETY: inline: the bytes are copied during the call, while alive.
-                let posted = unsafe {
-                    state.qp.post_write_imm(
-                        wr_id,
-                        &[sge],
-                        credit.addr,
-                        credit.rkey,
-                        OFFER | 0x3039,
-                        true,
-                    )
+                let forged = Credit {
+                    id: OFFER | 0x3039,
+                    ..credit
                 };
-                match posted {
-                    Ok(()) => {
-                        state.sends += 1;
-                        Ok(true)
-                    }
-                    Err(e) => Err(self.broken_by(p, e)),
-                }
+                // SAFETY: inline: the bytes are copied during the call, while alive.
+                unsafe { self.post_imm(p, wr_id, sge, &forged, true) }.map(|()| true)
             }
             Fault::ImmediateIntoOffer(peer, tag) => {
                 let p = self.peer_index(peer)?;
@@ -192,33 +180,57 @@ impl VerbsTransport {
                 };
                 self.next_wr = self.next_wr.wrapping_add(1);
                 let wr_id = wr(WR_DATA, p, self.next_wr);
-                let Some(state) = self.peers[p].as_mut() else {
-                    self.free.push((id, v));
-                    return Ok(true);
-                };
-                // SAFETY: `v` is registered and moves into `inflight` until the completion.
-                let posted = unsafe {
-                    state.qp.post_write_imm(
-                        wr_id,
-                        &[sge],
-                        credit.addr,
-                        credit.rkey,
-                        credit.id,
-                        false,
-                    )
-                };
-                match posted {
+                // SAFETY: `v` is registered and moves into `inflight` (until the completion)
+                // once posted.
+                match unsafe { self.post_imm(p, wr_id, sge, &credit, false) } {
                     Ok(()) => {
-                        state.sends += 1;
                         self.inflight.insert(wr_id, (id, v));
                         Ok(true)
                     }
                     Err(e) => {
                         self.free.push((id, v));
-                        Err(self.broken_by(p, e))
+                        Err(e)
                     }
                 }
             }
+        }
+    }
+}
+
+impl VerbsTransport {
+    /// Posts `sge` into `credit`'s memory on peer `p` with RDMA WRITE WITH IMM (the
+    /// credit's id), as `wr_id`, counting the send.
+    ///
+    /// # Safety
+    ///
+    /// As [`QueuePair::post_write_imm`](super::ffi::QueuePair::post_write_imm).
+    unsafe fn post_imm(
+        &mut self,
+        p: usize,
+        wr_id: u64,
+        sge: Sge,
+        credit: &Credit,
+        inline: bool,
+    ) -> Result<(), TransportError> {
+        let Some(state) = self.peers[p].as_mut() else {
+            return Err(TransportError::InvalidPeer {
+                rank: self.rank,
+                peer: Rank::from(p),
+                nranks: self.nranks,
+            });
+        };
+        // SAFETY: the caller's contract.
+        let posted = unsafe {
+            state
+                .qp
+                .post_write_imm(wr_id, &[sge], credit.addr, credit.rkey, credit.id, inline)
+        };
+        match posted {
+            Ok(()) => {
+                state.sends += 1;
+                Ok(())
+            }
+            Err(e) => Err(self.broken_by(p, e)),
         }
     }
 }
