@@ -403,38 +403,50 @@ fn a_stale_credit_garbage_or_an_overrun_slot_breaks_the_pair_naming_the_peer() {
     }
 }
 
-/// A peer that says it wrote into a destination this rank never offered it (regions, where
-/// offers are made): the pair breaks, each side naming the other.
-#[test]
-#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
-fn a_write_into_a_destination_never_offered_breaks_the_pair_naming_the_peer() {
+/// Runs `fault` on 2 ranks (`scoped` windows or regions): both ranks offer destinations
+/// (`offers`, as their details say), both fail naming the other, and rank 1 says
+/// `rank1_says`.
+fn offer_fault_breaks_the_pair(fault: &str, scoped: bool, offers: &str, rank1_says: &str) {
     let results = finish(
         spawn("fault", 2, |_| {
             vec![
-                ("RCOLL_IB_SCOPED".into(), "0".into()),
-                ("RCOLL_TEST_FAULT".into(), "forged_offer".into()),
+                ("RCOLL_IB_SCOPED".into(), u8::from(scoped).to_string()),
+                ("RCOLL_TEST_FAULT".into(), fault.into()),
                 ("RCOLL_SEGMENT_BYTES".into(), (1 << 20).to_string()),
             ]
         }),
         Duration::from_secs(120),
     );
-    all_ok("forged_offer", &results);
+    all_ok(fault, &results);
     for (r, (_, out)) in results.iter().enumerate() {
         assert!(
-            out.contains("destinations offered in registered buffers"),
-            "rank {r} does not offer destinations:\n{out}"
+            out.contains(offers),
+            "{fault}: rank {r} does not offer destinations ({offers}):\n{out}"
         );
         let named = format!("{}", Rank::from(1 - r));
         assert!(
             out.lines()
                 .any(|l| l.starts_with("RANK-ERROR") && l.contains(&named)),
-            "rank {r} did not name its peer:\n{out}"
+            "{fault}: rank {r} did not name its peer:\n{out}"
         );
     }
     assert!(
-        results[1].1.contains("which it does not hold"),
-        "rank 1 should say the destination was never offered:\n{}",
+        results[1].1.contains(rank1_says),
+        "{fault}: rank 1 should say {rank1_says:?}:\n{}",
         results[1].1
+    );
+}
+
+/// A peer that says it wrote into a destination this rank never offered it (regions, where
+/// offers are made): the pair breaks, each side naming the other.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_write_into_a_destination_never_offered_breaks_the_pair_naming_the_peer() {
+    offer_fault_breaks_the_pair(
+        "forged_offer",
+        false,
+        "destinations offered in registered buffers",
+        "which it does not hold",
     );
 }
 
@@ -444,35 +456,11 @@ fn a_write_into_a_destination_never_offered_breaks_the_pair_naming_the_peer() {
 #[test]
 #[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
 fn a_write_with_an_immediate_into_an_offered_window_breaks_the_pair_naming_the_peer() {
-    let results = finish(
-        spawn("fault", 2, |_| {
-            vec![
-                ("RCOLL_IB_SCOPED".into(), "1".into()),
-                ("RCOLL_TEST_FAULT".into(), "immediate_into_offer".into()),
-                ("RCOLL_SEGMENT_BYTES".into(), (1 << 20).to_string()),
-            ]
-        }),
-        Duration::from_secs(120),
-    );
-    all_ok("immediate_into_offer", &results);
-    for (r, (_, out)) in results.iter().enumerate() {
-        assert!(
-            out.contains("destinations offered through windows"),
-            "rank {r} does not offer through windows:\n{out}"
-        );
-        let named = format!("{}", Rank::from(1 - r));
-        assert!(
-            out.lines()
-                .any(|l| l.starts_with("RANK-ERROR") && l.contains(&named)),
-            "rank {r} did not name its peer:\n{out}"
-        );
-    }
-    assert!(
-        results[1]
-            .1
-            .contains("with an immediate instead of invalidating its window"),
-        "rank 1 should say the window was left open:\n{}",
-        results[1].1
+    offer_fault_breaks_the_pair(
+        "immediate_into_offer",
+        true,
+        "destinations offered through windows",
+        "with an immediate instead of invalidating its window",
     );
 }
 

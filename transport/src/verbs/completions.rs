@@ -197,13 +197,12 @@ impl VerbsTransport {
         let id = <[u8; 4]>::try_from(note.as_slice()).map(u32::from_le_bytes);
         // A write into an offered destination: its window must be the one revoked.
         if let Some(id) = id.ok().filter(|id| id & OFFER != 0) {
-            let window_key = self
+            let offered = self
                 .offers
                 .get(&id)
                 .filter(|o| o.peer == from)
-                .and_then(|o| o.window.as_ref().map(ffi::MemoryWindow::rkey));
-            if window_key == Some(rkey) {
-                let len = self.offers.get(&id).map_or(0, |o| o.len);
+                .and_then(|o| o.window.as_ref().map(|w| (w.rkey(), o.len)));
+            if let Some((_, len)) = offered.filter(|&(key, _)| key == rkey) {
                 return self.landed(from, id, len);
             }
             return self.fail(TransportError::Protocol {
