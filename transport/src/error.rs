@@ -165,6 +165,19 @@ pub enum TransportError {
         /// What was wrong.
         reason: String,
     },
+    /// The caller broke a call's contract (such as asking for a message with other
+    /// memory than the destination it began to land in).
+    #[error("{rank}: receive of {tag} from {peer}: {reason}")]
+    Misuse {
+        /// The calling rank.
+        rank: Rank,
+        /// The peer the message comes from.
+        peer: Rank,
+        /// The message.
+        tag: Tag,
+        /// What the caller did.
+        reason: String,
+    },
     /// A peer index outside the communicator.
     #[error("{rank}: {peer} is not a member of this {nranks}-rank group")]
     InvalidPeer {

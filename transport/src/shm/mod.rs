@@ -673,6 +673,9 @@ impl Transport for ShmTransport {
     }
 
     fn reads_directly(&self, peer: Rank) -> bool {
+        if !self.shares_memory_with(peer) {
+            return self.inner.reads_directly(peer);
+        }
         matches!(self.links.get(peer.index()), Some(Some(l)) if l.read_from.is_some())
     }
 

@@ -121,6 +121,9 @@ pub struct Decoder {
     /// The frame being received: its header, its buffer, and how many payload bytes
     /// have arrived (the buffer's bytes past those are room, not payload).
     current: Option<(Header, Vec<u8>, usize)>,
+    /// A header decoded and held back, its payload still in the stream, for a reader that
+    /// takes it straight into its destination (see [`Decoder::feed_holding`]).
+    announced: Option<Header>,
 }
 
 /// One complete frame.
@@ -150,7 +153,23 @@ impl Decoder {
         input: &[u8],
         alloc: &mut dyn FnMut(usize) -> Vec<u8>,
     ) -> Result<(usize, Option<Frame>), FrameError> {
+        self.feed_holding(input, alloc, &mut |_| false)
+    }
+
+    /// [`Decoder::feed`], but a header that ends `input` and that `hold` asks for (a
+    /// data frame with a payload) is held back ([`Decoder::announced`]): no buffer, and its
+    /// payload left in the stream for the caller to read where it belongs. Feeding more
+    /// bytes first starts the frame as usual.
+    pub fn feed_holding(
+        &mut self,
+        input: &[u8],
+        alloc: &mut dyn FnMut(usize) -> Vec<u8>,
+        hold: &mut dyn FnMut(&Header) -> bool,
+    ) -> Result<(usize, Option<Frame>), FrameError> {
         let mut used = 0;
+        if let Some(header) = self.announced.take() {
+            self.resume(header, 0, alloc);
+        }
         if self.current.is_none() {
             let want = HEADER_LEN - self.header_filled;
             let take = want.min(input.len());
@@ -163,6 +182,10 @@ impl Decoder {
             }
             self.header_filled = 0;
             let header = Header::decode(&self.header)?;
+            if used == input.len() && header.kind == Kind::Data && header.len > 0 && hold(&header) {
+                self.announced = Some(header);
+                return Ok((used, None));
+            }
             // Memory comes as the bytes do: a header may claim up to MAX_PAYLOAD, but only
             // the first RESERVE is set aside before they arrive.
             let buf = alloc((header.len as usize).min(RESERVE));
@@ -210,13 +233,39 @@ impl Decoder {
         Some(&mut buf[*arrived..end])
     }
 
+    /// The header held back by [`Decoder::feed_holding`], if any.
+    pub fn announced(&self) -> Option<&Header> {
+        self.announced.as_ref()
+    }
+
+    /// Takes the held-back header: the caller reads its payload itself, and the decoder
+    /// expects the next header after it.
+    pub fn take_announced(&mut self) -> Option<Header> {
+        self.announced.take()
+    }
+
+    /// Goes on with a frame whose first `got` payload bytes were read elsewhere (they are
+    /// not in its buffer: whoever read them keeps them), reading the rest as usual. The
+    /// buffer is `alloc(len)`: a frame a reader took on comes from a peer that sent the
+    /// length the reader expected.
+    pub fn resume(&mut self, header: Header, got: usize, alloc: &mut dyn FnMut(usize) -> Vec<u8>) {
+        let len = header.len as usize;
+        let mut buf = alloc(if got > 0 { len } else { len.min(RESERVE) });
+        if buf.len() < got {
+            buf.resize(got, 0);
+        }
+        self.header_filled = 0;
+        self.announced = None;
+        self.current = Some((header, buf, got.min(len)));
+    }
+
     /// Bytes of the next header still missing: 0 while a frame's payload is being
     /// received. A reader that expects a large payload next reads only these, so that
     /// the payload can go straight into its buffer ([`Decoder::room`]).
     pub fn header_missing(&self) -> usize {
-        match self.current {
-            Some(_) => 0,
-            None => HEADER_LEN - self.header_filled,
+        match (&self.current, &self.announced) {
+            (None, None) => HEADER_LEN - self.header_filled,
+            _ => 0,
         }
     }
 

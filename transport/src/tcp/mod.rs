@@ -13,6 +13,7 @@
 
 pub mod bootstrap;
 pub(crate) mod control;
+mod direct;
 pub mod frame;
 mod sockets;
 
@@ -65,6 +66,8 @@ struct Peer {
     held: usize,
     /// Its last message was large enough to be read straight into its buffer.
     large: bool,
+    /// Receives taken straight into their destinations ([`direct`]).
+    direct: direct::Direct,
 }
 
 /// One rank's endpoint of a TCP group. Built by [`bootstrap::connect`].
@@ -94,6 +97,20 @@ pub struct TcpTransport {
     broken: Option<TransportError>,
     /// Where every rank runs (see [`crate::hosts::exchange`]), once known.
     hosts: Option<std::sync::Arc<crate::hosts::HostMap>>,
+    /// Messages read straight into their destinations ([`direct`]).
+    placed: u64,
+}
+
+/// A buffer for a `len`-byte payload from `pool`, or a new one.
+fn pooled(pool: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
+    let mut v = pool.pop().unwrap_or_default();
+    // A pooled buffer keeps its length (room the decoder need not clear) unless it must
+    // grow: then its stale bytes are not worth copying.
+    if v.capacity() < len {
+        v.clear();
+        v.reserve(len);
+    }
+    v
 }
 
 impl TcpTransport {
@@ -134,6 +151,7 @@ impl TcpTransport {
                         gone: None,
                         held: 0,
                         large: false,
+                        direct: Default::default(),
                     })
                 }
             });
@@ -158,6 +176,7 @@ impl TcpTransport {
             ponged: Vec::new(),
             broken: None,
             hosts: None,
+            placed: 0,
         })
     }
 
@@ -192,6 +211,9 @@ impl TcpTransport {
         tag: Tag,
         len: usize,
     ) -> Result<Option<Payload>, TransportError> {
+        if self.spilled(peer.index(), tag) {
+            return Err(self.moved(peer, tag));
+        }
         match self.remove_arrived(peer, tag) {
             None => Ok(None),
             Some((sent, payload)) => {
@@ -442,6 +464,43 @@ impl Transport for TcpTransport {
         }
     }
 
+    /// A large message is read from the socket straight into `dst` where its receive
+    /// asked before its bytes came ([`direct`]); others are copied out of their buffers.
+    /// The bytes of a message that begins to land in `dst` are there before the call
+    /// returns `true`: the caller leaves `dst` alone until then, and asks with it again.
+    fn try_recv_into(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        self.check_usable()?;
+        let r = self.peer_index(peer)?;
+        if dst.len() >= DIRECT_MIN {
+            self.want(r, tag, dst.len());
+        }
+        if self.take_into(r, peer, tag, dst)? {
+            return Ok(true);
+        }
+        self.progress();
+        self.check_usable()?;
+        if self.take_into(r, peer, tag, dst)? {
+            return Ok(true);
+        }
+        if self.gone(r) {
+            return Err(self.closed(peer));
+        }
+        Ok(false)
+    }
+
+    fn reads_directly(&self, _peer: Rank) -> bool {
+        true
+    }
+
+    fn placed_receives(&self) -> u64 {
+        self.placed
+    }
+
     fn recycle(&mut self, payload: Payload) {
         if !payload.is_foreign() && self.pool.len() < POOL_BUFFERS {
             self.pool.push(payload.into_storage());
@@ -450,8 +509,12 @@ impl Transport for TcpTransport {
 
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
         self.check_usable()?;
+        let claimed = self.settle_claims();
         self.progress();
-        let timeout = deadline.saturating_duration_since(Instant::now());
+        let mut timeout = deadline.saturating_duration_since(Instant::now());
+        if claimed {
+            timeout = timeout.min(direct::CLAIMED_WAIT);
+        }
         match self.poll.poll(&mut self.events, Some(timeout)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -548,6 +611,8 @@ impl Drop for TcpTransport {
     /// peer has not read yet.
     fn drop(&mut self) {
         let pause = Duration::from_millis(10);
+        // Every frame read as it comes, claimed or not.
+        self.draining = true;
         self.flush_briefly(Duration::from_millis(200));
         for p in self.peers.iter().flatten() {
             let _ = p.stream.shutdown(std::net::Shutdown::Write);

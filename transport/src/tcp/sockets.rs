@@ -5,7 +5,7 @@ use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::time::{Duration, Instant};
 
 use super::frame::{Frame, Header, Kind, HEADER_LEN};
-use super::{Outgoing, TcpTransport, DIRECT_MIN, POOL_BUFFERS, READ_CHUNK};
+use super::{pooled, Outgoing, TcpTransport, DIRECT_MIN, POOL_BUFFERS, READ_CHUNK};
 use crate::error::TransportError;
 use crate::transport::Payload;
 use crate::types::{Rank, Tag};
@@ -88,13 +88,23 @@ impl TcpTransport {
     /// untaken messages reach its budget (the rest waits in the socket).
     ///
     /// The rest of a large payload is read straight into its buffer, with at most the
-    /// next header behind it (one pass over the bytes fewer than through `read_buf`).
+    /// next header behind it (one pass over the bytes fewer than through `read_buf`). A
+    /// frame claimed by a receive that reads it into its destination stops the reading
+    /// here, until that receive has it or stops asking ([`super::direct`]).
     pub(super) fn read(&mut self, r: usize) {
         let from = Rank::from(r);
         let mut frames = std::mem::take(&mut self.frames);
         while let Some(Some(peer)) = self.peers.get_mut(r) {
-            if peer.gone.is_some() || (peer.held >= self.peer_budget && !self.draining) {
+            if peer.gone.is_some()
+                || (peer.held >= self.peer_budget && !self.draining)
+                || peer.direct.blocks(self.draining)
+            {
                 break;
+            }
+            if let Some((header, got)) = peer.direct.spill() {
+                let pool = &mut self.pool;
+                peer.decoder
+                    .resume(header, got, &mut |len| pooled(pool, len));
             }
             let (result, direct) = match peer.decoder.room(DIRECT_MIN) {
                 Some(room) => {
@@ -104,9 +114,10 @@ impl TcpTransport {
                     (peer.stream.read_vectored(&mut bufs), direct)
                 }
                 None => {
-                    // After a large payload, most likely another: its header alone.
+                    // After a large payload, most likely another: its header alone (and
+                    // its payload left in the socket if a receive wants it).
                     let want = match peer.decoder.header_missing() {
-                        h if h > 0 && peer.large => h,
+                        h if h > 0 && (peer.large || !peer.direct.wants.is_empty()) => h,
                         _ => READ_CHUNK,
                     };
                     (peer.stream.read(&mut self.read_buf[..want]), 0)
@@ -132,17 +143,12 @@ impl TcpTransport {
             let mut rest = &self.read_buf[..n - direct];
             while !rest.is_empty() {
                 let pool = &mut self.pool;
-                let mut alloc = |len: usize| {
-                    let mut v = pool.pop().unwrap_or_default();
-                    // A pooled buffer keeps its length (room the decoder need not clear)
-                    // unless it must grow: then its stale bytes are not worth copying.
-                    if v.capacity() < len {
-                        v.clear();
-                        v.reserve(len);
-                    }
-                    v
-                };
-                match peer.decoder.feed(rest, &mut alloc) {
+                let held = &peer.direct;
+                let mut hold = |h: &Header| !self.draining && held.holds(h);
+                match peer
+                    .decoder
+                    .feed_holding(rest, &mut |len| pooled(pool, len), &mut hold)
+                {
                     Ok((used, frame)) => {
                         rest = &rest[used..];
                         frames.extend(frame);
@@ -160,6 +166,9 @@ impl TcpTransport {
                     }
                 }
             }
+            if let Some(h) = peer.decoder.take_announced() {
+                peer.direct.claim(h);
+            }
             for frame in frames.drain(..) {
                 self.accept(r, frame);
             }
@@ -172,7 +181,7 @@ impl TcpTransport {
     }
 
     /// Files a frame that arrived whole from peer `r`, or answers it.
-    fn accept(&mut self, r: usize, frame: Frame) {
+    pub(super) fn accept(&mut self, r: usize, frame: Frame) {
         match frame.header.kind {
             Kind::Data => {
                 if let Some(Some(peer)) = self.peers.get_mut(r) {

@@ -372,3 +372,156 @@ fn a_closed_peer_and_an_abort_are_reported() {
         "{err}"
     );
 }
+
+/// Receives `tag` from `peer` into `dst`, waiting up to 20 s.
+fn recv_into_blocking(
+    t: &mut TcpTransport,
+    peer: Rank,
+    tag: Tag,
+    dst: &mut [u8],
+) -> Result<(), TransportError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !t.try_recv_into(peer, tag, dst)? {
+        assert!(Instant::now() < deadline, "message {tag} never came");
+        t.wait(deadline)?;
+    }
+    Ok(())
+}
+
+fn pattern(seed: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i * 31 + seed * 7) % 253) as u8)
+        .collect()
+}
+
+/// Segments of one transfer, asked for before they come: each is read from the socket
+/// into its destination (none through a buffer of the transport's), and arrives exact.
+#[test]
+fn large_messages_asked_for_land_straight_in_their_destinations() {
+    let (segments, len) = (12u32, 300_000usize);
+    let asked = std::sync::Barrier::new(2);
+    let results = group(2, |mut t| -> Result<u64, TransportError> {
+        if t.rank() == Rank(1) {
+            asked.wait();
+            for k in 0..segments {
+                let data = pattern(k as usize, len);
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !t.try_send_slice(Rank(0), tag(3, k), &data)? {
+                    t.wait(deadline)?;
+                }
+            }
+            let _ = recv_blocking(&mut t, Rank(0), tag(9, 9), 0)?;
+        } else {
+            let mut dst = vec![0u8; segments as usize * len];
+            let mut chunks = dst.chunks_mut(len);
+            let first = chunks.next().unwrap();
+            assert!(!t.try_recv_into(Rank(1), tag(3, 0), first)?);
+            asked.wait();
+            recv_into_blocking(&mut t, Rank(1), tag(3, 0), first)?;
+            for (k, d) in chunks.enumerate() {
+                recv_into_blocking(&mut t, Rank(1), tag(3, k as u32 + 1), d)?;
+            }
+            for (k, d) in dst.chunks(len).enumerate() {
+                assert!(d == pattern(k, len), "segment {k} differs");
+            }
+            let done = t.alloc(0);
+            send_blocking(&mut t, Rank(1), tag(9, 9), done)?;
+        }
+        Ok(t.placed_receives())
+    });
+    let placed = results.into_iter().map(Result::unwrap).collect::<Vec<_>>();
+    assert_eq!(placed[0], u64::from(segments), "read straight into place");
+}
+
+/// Writes a data frame of `tag` carrying `payload` to `raw`.
+fn raw_frame(raw: &mut std::net::TcpStream, tag: Tag, payload: &[u8]) {
+    let header = Header {
+        kind: Kind::Data,
+        tag,
+        len: payload.len() as u64,
+    }
+    .encode();
+    raw.write_all(&header).unwrap();
+    raw.write_all(payload).unwrap();
+}
+
+/// A message whose receive began reading it into its destination and then waits for
+/// something behind it (the engine does when a send of its blocks first): the rest of the
+/// message is read aside, the message behind it arrives, and the message is still whole
+/// and exact in the destination it began in. Asked with other memory, it is an error
+/// naming the peer, never a mix of two buffers.
+#[test]
+fn a_message_begun_in_place_that_its_receive_stops_asking_for_unblocks_the_stream() {
+    let (mut t, raw) = with_raw_peer();
+    let len = 1 << 20;
+    let data = pattern(5, len);
+    let (first, second, behind) = (tag(4, 0), tag(4, 1), tag(4, 2));
+    let mut w = raw.try_clone().unwrap();
+    // The header and the first 100 kB of the first message, as a sender sends them.
+    w.write_all(
+        &Header {
+            kind: Kind::Data,
+            tag: first,
+            len: len as u64,
+        }
+        .encode(),
+    )
+    .unwrap();
+    w.write_all(&data[..100_000]).unwrap();
+    let mut dst = vec![0u8; len];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !matches!(t.peers[1].as_ref().unwrap().direct.claim.as_ref(), Some(c) if c.got >= 100_000)
+    {
+        assert!(!t.try_recv_into(Rank(1), first, &mut dst).unwrap());
+        assert!(Instant::now() < deadline, "the first 100 kB never came");
+    }
+    // The rest, a second large message and a small one behind them.
+    let writer = std::thread::spawn(move || {
+        w.write_all(&data[100_000..]).unwrap();
+        raw_frame(&mut w, second, &pattern(6, len));
+        raw_frame(&mut w, behind, b"behind");
+        w
+    });
+    // The receive of the first stops asking; the rank waits for what is behind.
+    let got = recv_blocking(&mut t, Rank(1), behind, 6).expect("the message behind arrives");
+    assert_eq!(got.as_bytes(), b"behind");
+    let mut w = writer.join().unwrap();
+    assert!(t.try_recv_into(Rank(1), first, &mut dst).unwrap());
+    assert!(
+        dst == pattern(5, len),
+        "the first message is whole and exact"
+    );
+    // The second was read aside whole: it is copied into any destination.
+    let mut other = vec![0u8; len];
+    assert!(t.try_recv_into(Rank(1), second, &mut other).unwrap());
+    assert!(other == pattern(6, len));
+
+    // A third begins in one buffer and is asked for with another.
+    let third = tag(4, 3);
+    let data = pattern(7, len);
+    w.write_all(
+        &Header {
+            kind: Kind::Data,
+            tag: third,
+            len: len as u64,
+        }
+        .encode(),
+    )
+    .unwrap();
+    w.write_all(&data[..50_000]).unwrap();
+    let mut dst = vec![0u8; len];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !matches!(t.peers[1].as_ref().unwrap().direct.claim.as_ref(), Some(c) if c.got >= 50_000)
+    {
+        assert!(!t.try_recv_into(Rank(1), third, &mut dst).unwrap());
+        assert!(Instant::now() < deadline, "the third message never began");
+    }
+    let mut elsewhere = vec![0u8; len];
+    match t.try_recv_into(Rank(1), third, &mut elsewhere) {
+        Err(TransportError::Misuse { peer, tag, .. }) => {
+            assert_eq!((peer, tag), (Rank(1), third));
+        }
+        other => panic!("asked with other memory: {other:?}"),
+    }
+    drop(w);
+}
