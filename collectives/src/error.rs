@@ -206,7 +206,11 @@ impl Error {
                 | TransportError::LengthMismatch { peer, .. }
                 | TransportError::InvalidPeer { peer, .. }
                 | TransportError::Completion { peer, .. }
-                | TransportError::MessageTooLarge { peer, .. } => Some(*peer),
+                | TransportError::MessageTooLarge { peer, .. }
+                | TransportError::ScheduleMismatch { peer, .. }
+                | TransportError::DuplicateTag { peer, .. }
+                | TransportError::Protocol { peer, .. }
+                | TransportError::Misuse { peer, .. } => Some(*peer),
                 TransportError::Verbs { peer, .. } => *peer,
                 TransportError::Aborted { by, .. } => Some(*by),
                 _ => None,
@@ -235,6 +239,45 @@ fn silent(ranks: &[u32]) -> String {
         many => {
             let list: Vec<String> = many.iter().map(|r| format!("rank {r}")).collect();
             format!("; {} do not respond (stopped or hung)", list.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A transport failure that names a peer names it through [`Error::peer`] too.
+    #[test]
+    fn transport_failures_name_their_peer() {
+        let tag = rcoll_transport::Tag::default();
+        let wrap = |source| Error::Transport {
+            rank: 0,
+            collective: Collective::AllReduce,
+            seq: 1,
+            algorithm: "ring".into(),
+            channel: 0,
+            step: 0,
+            primitive: String::new(),
+            source,
+        };
+        let (rank, peer) = (Rank(0), Rank(2));
+        for source in [
+            TransportError::Protocol {
+                rank,
+                peer,
+                reason: "garbage".into(),
+            },
+            TransportError::Misuse {
+                rank,
+                peer,
+                tag,
+                reason: "other memory".into(),
+            },
+            TransportError::DuplicateTag { rank, peer, tag },
+            TransportError::PeerClosed { rank, peer },
+        ] {
+            assert_eq!(wrap(source.clone()).peer(), Some(peer), "{source}");
         }
     }
 }
