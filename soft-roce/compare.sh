@@ -6,13 +6,16 @@
 #   cargo build --release -p rcoll-bench
 #   soft-roce/run-in-vm.sh soft-roce/compare.sh          # RCOLL_VM_MTU=9000 for jumbo frames
 #
-# Prints: ib_write_bw (one direction, and -b both directions) at 1 and 8 MiB, ib_write_lat
+# Prints: ib_write_bw (one direction, and -b both directions) at 1, 8 and 64 MiB, ib_write_lat
 # at 8 B, rcoll all_reduce on 2 ranks (one per device) over verbs with registered buffers
 # (zero-copy) and with RCOLL_IB_ZERO_COPY=0, over TCP, iperf3, and rxe's retransmission
 # counters after each verbs run. Each verbs row ends with rcoll's rate in MiB/s (perftest's
 # unit: its "MB/sec" are 2^20 bytes) out of place / in place and its ratio to ib_write_bw's
-# one-direction average of the same size; the 8-byte row with its ratio to ib_write_lat's
-# round trip (twice its average one-way time).
+# one-direction average of the same size; an all_reduce row also with the bytes it carries
+# both ways together (twice its busbw on 2 ranks: its reduce-scatter and all-gather halves
+# send the vector each way) against ib_write_bw -b's sum of both directions, the same
+# traffic pattern; the 8-byte row with its ratio to ib_write_lat's round trip (twice its
+# average one-way time).
 #
 # Every run is also charged the CPU time it took (all CPUs, from /proc/stat, setup included):
 # rxe is the kernel's work on the guest's two CPUs, so on this VM the CPUs, not a wire, are
@@ -45,22 +48,28 @@ cpu_end() {
         s = j / hz; printf "  CPU %.2f s for %.1f MiB on the wire: %.1f wire MiB per CPU-second\n", s, b / 1048576, (s > 0 ? b / 1048576 / s : 0)
     }'
 }
-declare -A bw
+declare -A bw bidir
 # rcoll rows with their rate in MiB/s and its ratio to ib_write_bw's average of that size;
 # the rate is busbw (size / time times the collective's bus factor, $1: 1 by default, 1/2
 # for all_gather on 2 ranks).
 rated() {
-    rows | awk -v f="${1:-1}" -v b1="${bw[1048576]:-0}" -v b8="${bw[8388608]:-0}" '{
-        ref = ($1 == 1048576) ? b1 : (($1 == 8388608) ? b8 : 0)
+    rows | awk -v f="${1:-1}" -v ways="${2:-1}" \
+        -v b1="${bw[1048576]:-0}" -v b8="${bw[8388608]:-0}" -v b64="${bw[67108864]:-0}" \
+        -v d1="${bidir[1048576]:-0}" -v d8="${bidir[8388608]:-0}" -v d64="${bidir[67108864]:-0}" '{
+        ref = ($1 == 1048576) ? b1 : (($1 == 8388608) ? b8 : (($1 == 67108864) ? b64 : 0))
+        both = ($1 == 1048576) ? d1 : (($1 == 8388608) ? d8 : (($1 == 67108864) ? d64 : 0))
         oop = f * $1 / $6 * 1e6 / 1048576; ip = f * $1 / $10 * 1e6 / 1048576
-        if (ref > 0) printf "%s   %.1f / %.1f MiB/s = %.2f / %.2f of ib_write_bw\n", $0, oop, ip, oop / ref, ip / ref
-        else print
+        if (ref > 0) printf "%s   %.1f / %.1f MiB/s = %.2f / %.2f of ib_write_bw", $0, oop, ip, oop / ref, ip / ref
+        else printf "%s", $0
+        if (ways == 2 && both > 0) printf "; both ways %.1f / %.1f MiB/s = %.2f / %.2f of ib_write_bw -b", 2 * oop, 2 * ip, 2 * oop / both, 2 * ip / both
+        printf "\n"
     }'
 }
 
 echo "MTU $(cat /sys/class/net/veth0/mtu), $(nproc) CPUs"
-for size in 1048576 8388608; do
+for size in 1048576 8388608 67108864; do
     iters=$((200 * 1048576 / size + 20))
+    [[ $size -lt 67108864 ]] || iters=10
     for both in "" "-b"; do
         # shellcheck disable=SC2086 # $both is empty or one flag
         cpu_begin
@@ -73,7 +82,7 @@ for size in 1048576 8388608; do
         echo "ib_write_bw ${both:-  } $size B: $line   (bytes, iters, peak MiB/s, average MiB/s, Mmsg/s)"
         if [[ -n $both ]]; then ways=2; else ways=1; fi
         cpu_end $((size * iters * ways))
-        if [[ -z $both ]]; then bw[$size]=$(awk '{print $4}' <<<"$line"); fi
+        if [[ -z $both ]]; then bw[$size]=$(awk '{print $4}' <<<"$line"); else bidir[$size]=$(awk '{print $4}' <<<"$line"); fi
     done
 done
 timeout 60 ib_write_lat -d rxe1 -x 1 -s 8 -n 1000 -F >/dev/null 2>&1 &
@@ -84,10 +93,11 @@ rtt=$(awk '{print 2 * $6}' <<<"$lat")
 wait
 counters
 echo "== rcoll all_reduce, verbs, registered buffers (zero-copy)"
-$bench all_reduce --transport verbs "${devices[@]}" "${sizes[@]}" 2>&1 | rated
+$bench all_reduce --transport verbs "${devices[@]}" "${sizes[@]}" 2>&1 | rated 1 2
+$bench all_reduce --transport verbs "${devices[@]}" -b 64M -e 64M -n 5 -w 1 -c 1 2>&1 | rated 1 2
 counters
 echo "== rcoll all_reduce, verbs, copies into slots (RCOLL_IB_ZERO_COPY=0)"
-RCOLL_IB_ZERO_COPY=0 $bench all_reduce --transport verbs "${devices[@]}" "${sizes[@]}" 2>&1 | rated
+RCOLL_IB_ZERO_COPY=0 $bench all_reduce --transport verbs "${devices[@]}" "${sizes[@]}" 2>&1 | rated 1 2
 counters
 echo "== rcoll broadcast and all_gather (busbw), verbs, registered buffers, 8 MiB"
 # Wire bytes of one out-of-place and one in-place pass of 3 + 20 iterations plus the check
@@ -98,10 +108,10 @@ cpu_begin
 $bench broadcast --transport verbs "${devices[@]}" -b 8M -e 8M -n 20 -w 3 -c 1 2>&1 | rated
 cpu_end $eight
 cpu_begin
-$bench all_gather --transport verbs "${devices[@]}" -b 8M -e 8M -n 20 -w 3 -c 1 2>&1 | rated 0.5
+$bench all_gather --transport verbs "${devices[@]}" -b 8M -e 8M -n 20 -w 3 -c 1 2>&1 | rated 0.5 2
 cpu_end $eight
 cpu_begin
-$bench all_reduce --transport verbs "${devices[@]}" -b 8M -e 8M -n 20 -w 3 -c 1 2>&1 | rated
+$bench all_reduce --transport verbs "${devices[@]}" -b 8M -e 8M -n 20 -w 3 -c 1 2>&1 | rated 1 2
 cpu_end $((2 * eight))
 counters
 echo "== rcoll all_reduce, verbs, 8 B"
