@@ -292,6 +292,7 @@ impl ModelArgs {
                 defaults.overhead_us,
                 true,
             )?,
+            switch_us: defaults.switch_us,
         };
         let local = CostModel::shared_memory();
         let local_model = CostModel {
@@ -314,6 +315,7 @@ impl ModelArgs {
                 local.overhead_us,
                 true,
             )?,
+            switch_us: local.switch_us,
         };
         Ok((model, local_model))
     }

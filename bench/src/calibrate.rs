@@ -275,6 +275,7 @@ const NOTHING: CostModel = CostModel {
     bandwidth_gbps: f64::INFINITY,
     reduce_gbytes_per_s: f64::INFINITY,
     overhead_us: 0.0,
+    switch_us: 0.0,
 };
 
 /// The terms fitted: rounds, bytes, reduced bytes, messages.
@@ -321,6 +322,8 @@ pub fn fit(samples: &[Sample]) -> Option<CostModel> {
         bandwidth_gbps: rate(beta, 8.0),
         reduce_gbytes_per_s: rate(gamma, 1.0),
         overhead_us: overhead,
+        // Measured as it was: `o` already holds what crowding cost.
+        switch_us: 0.0,
     })
 }
 

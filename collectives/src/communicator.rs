@@ -144,6 +144,9 @@ impl Communicator {
         let local_reads = name.starts_with("shm") || config.shared_memory_inside_hosts;
         let local_model = if local_reads {
             measured("shm").unwrap_or_else(CostModel::shared_memory)
+        } else if config.cost_model == CostModel::tcp() {
+            // TCP between ranks of one host is loopback, not a network.
+            CostModel::tcp_loopback()
         } else {
             config.cost_model
         };
@@ -179,6 +182,35 @@ impl Communicator {
     /// (process groups).
     pub fn placement(&self) -> Option<&rcoll_transport::topology::Placement> {
         self.placement.as_ref()
+    }
+
+    /// Agrees with every rank on each host's CPUs (the fewest any of its ranks sees, see
+    /// [`rcoll_transport::topology::host_cpus`]): pricing then charges a host that runs
+    /// more ranks than it has CPUs for its ranks taking turns on them, alike on every rank.
+    /// Choices made before are forgotten.
+    pub(crate) fn agree_host_cpus(&mut self) -> Result<()> {
+        let Some(hosts) = self.hosts.clone() else {
+            return Ok(());
+        };
+        if self.nranks < 2 {
+            return Ok(());
+        }
+        let mine = u32::try_from(rcoll_transport::topology::host_cpus()).unwrap_or(u32::MAX);
+        let mut all = vec![0u32; self.nranks];
+        self.all_gather(&[mine], &mut all)?;
+        let cpus = (0..hosts.nhosts())
+            .map(|h| {
+                let fewest = hosts.members(h).iter().map(|r| all[r.index()]).min();
+                fewest.map_or(1, |c| c.max(1) as usize)
+            })
+            .collect();
+        self.hosts = Some(Arc::new((*hosts).clone().with_cpus(cpus)));
+        self.plans.clear();
+        self.level_choices.clear();
+        self.measured.clear();
+        self.last_call = None;
+        self.selector = Selector::default();
+        Ok(())
     }
 
     /// Checks that every rank orders its rings alike: they must, and they could differ

@@ -170,6 +170,7 @@ mod tests {
                     bandwidth_gbps: 12.0,
                     reduce_gbytes_per_s: 3.0,
                     overhead_us: 0.0,
+                    switch_us: 0.0,
                 },
             )]),
             rules: rules

@@ -460,6 +460,48 @@ fn buffers_up_to_64_mib_over_tcp_land_in_place() {
     }
 }
 
+/// A host with fewer CPUs than ranks (`RCOLL_HOST_CPUS`, as a container's CPU quota would
+/// say) makes auto send fewer messages per round in small calls: 4 ranks take turns on 2
+/// CPUs, so one round of 3 messages each (mesh) costs more than two rounds of one. Every
+/// rank chooses alike even when they see different counts (the fewest on a host counts),
+/// and every call is right.
+#[test]
+fn auto_prices_ranks_taking_turns_on_fewer_cpus_alike_on_every_rank() {
+    let n = 4;
+    let choices = |cpus: fn(usize) -> usize| -> Vec<Vec<String>> {
+        let children = spawn_each("auto", n, |r| {
+            vec![("RCOLL_HOST_CPUS", cpus(r).to_string())]
+        });
+        let results = finish(children, Duration::from_secs(60));
+        results
+            .iter()
+            .enumerate()
+            .map(|(r, (ok, out))| {
+                assert!(ok, "rank {r} failed:\n{out}");
+                out.lines()
+                    .filter(|l| l.starts_with("AUTO "))
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .collect()
+    };
+    let roomy = choices(|_| 4);
+    let crowded = choices(|r| if r == 0 { 2 } else { 8 });
+    for c in [&roomy, &crowded] {
+        assert_eq!(c[0].len(), 3, "{c:?}");
+        assert!(
+            c.iter().all(|x| x == &c[0]),
+            "ranks chose differently: {c:?}"
+        );
+    }
+    assert_eq!(roomy[0][0], "AUTO 1 mesh", "4 CPUs: {:?}", roomy[0]);
+    assert!(
+        crowded[0][0].starts_with("AUTO 1 ") && crowded[0][0] != "AUTO 1 mesh",
+        "2 CPUs: {:?}",
+        crowded[0]
+    );
+}
+
 #[test]
 fn a_killed_rank_fails_the_others_naming_it_20_times_out_of_20() {
     for trial in 0..20 {

@@ -209,3 +209,56 @@ fn each_message_end_costs_its_rank_the_overhead() {
     assert_eq!(best(32), rd);
     assert_eq!(best(64), rd);
 }
+
+/// Four ranks on a host with two CPUs take turns on them: a round lasts at least every
+/// message end of the host's ranks, each costing `o + switch`, over the CPUs. Then an
+/// 8-byte all_reduce goes cheapest in two rounds of one message per rank (single_root:
+/// 12 ends in all) rather than one round of three (mesh: 24); with four CPUs, mesh's one
+/// round wins as before. Without known CPUs, nothing changes.
+#[test]
+fn a_host_with_fewer_cpus_than_ranks_prices_its_ranks_taking_turns() {
+    use rcoll::schedule::cost::{cost_levels, CostModel, Levels};
+    use rcoll::schedule::Layout;
+    use rcoll_transport::hosts::HostMap;
+    let model = CostModel::tcp_loopback();
+    let layout = Layout {
+        collective: Collective::AllReduce,
+        nranks: 4,
+        count: 2,
+        root: rcoll::Rank::from(0usize),
+        in_place: true,
+    };
+    let price = |a: Algorithm, hosts: &HostMap| {
+        let schedules = a.schedules_on(&layout, Some(hosts)).unwrap();
+        let levels = Levels {
+            hosts,
+            local: model,
+            receivers_read: false,
+            level_algorithms: None,
+        };
+        cost_levels(&schedules, 4, &model, Some(&levels)).predicted_us
+    };
+    let unknown = HostMap::single(4);
+    let two = HostMap::single(4).with_cpus(vec![2]);
+    let four = HostMap::single(4).with_cpus(vec![4]);
+    assert!(!four.crowded() && two.crowded());
+    for a in [
+        Algorithm::Mesh,
+        Algorithm::SingleRoot,
+        Algorithm::RecursiveDoubling,
+    ] {
+        assert_eq!(
+            price(a, &unknown),
+            price(a, &four),
+            "{a}: enough CPUs change nothing"
+        );
+    }
+    // Mesh: one round in which each of the 4 ranks sends 3 and receives 3.
+    let turns = 24.0 * (model.overhead_us + model.switch_us) / 2.0;
+    let mesh = price(Algorithm::Mesh, &two);
+    assert!(mesh >= turns, "mesh on 2 CPUs {mesh} < {turns}");
+    assert!(price(Algorithm::SingleRoot, &two) < mesh);
+    assert!(price(Algorithm::RecursiveDoubling, &two) < mesh);
+    assert!(price(Algorithm::Mesh, &four) < price(Algorithm::SingleRoot, &four));
+    assert!(price(Algorithm::Mesh, &four) < price(Algorithm::RecursiveDoubling, &four));
+}

@@ -34,6 +34,8 @@ pub struct HostMap {
     /// The ring order, and each rank's position in it.
     ring: Vec<Rank>,
     ring_pos: Vec<usize>,
+    /// Each host's CPUs, as its ranks agreed on them; empty when unknown.
+    cpus: Vec<usize>,
 }
 
 impl HostMap {
@@ -60,6 +62,7 @@ impl HostMap {
             racks: vec![String::new()],
             ring: Vec::new(),
             ring_pos: Vec::new(),
+            cpus: Vec::new(),
         };
         m.order_ring();
         m
@@ -163,6 +166,26 @@ impl HostMap {
     /// Rack `i`'s name (empty when no racks are known).
     pub fn rack_name(&self, i: usize) -> &str {
         &self.racks[i]
+    }
+
+    /// The map with host `h`'s CPUs `cpus[h]` (the CPUs its ranks share: see
+    /// [`crate::topology::host_cpus`]), which every rank must know alike (they price
+    /// schedules with them). Ignored unless there is one count per host.
+    pub fn with_cpus(mut self, cpus: Vec<usize>) -> HostMap {
+        if cpus.len() == self.nhosts() {
+            self.cpus = cpus;
+        }
+        self
+    }
+
+    /// Host `h`'s CPUs, when known ([`HostMap::with_cpus`]).
+    pub fn cpus(&self, h: usize) -> Option<usize> {
+        self.cpus.get(h).copied().filter(|&c| c > 0)
+    }
+
+    /// Whether some host runs more ranks than it has CPUs (they then take turns on them).
+    pub fn crowded(&self) -> bool {
+        (0..self.nhosts()).any(|h| self.cpus(h).is_some_and(|c| self.members(h).len() > c))
     }
 
     /// `n` ranks on one host.

@@ -12,6 +12,11 @@
 //! receives, each costing `o` of its time (a post, a completion, a system call): what
 //! separates one round of p-1 messages per rank (mesh) from log p rounds of one.
 //!
+//! A host that runs more ranks than it has CPUs (known to [`Levels`] through
+//! [`HostMap::cpus`]) makes its ranks take turns: a round then lasts at least the message
+//! ends of all its ranks together, each costing `o + switch` (a rank waits, another runs),
+//! over its CPUs. That is what makes few messages per round win on a crowded host.
+//!
 //! This is the unpipelined bound of the textbook analysis (and of the seed lecture's table);
 //! the engine pipelines segments within a step and can beat it for chain and tree shapes.
 
@@ -48,6 +53,21 @@ impl CostModel {
             bandwidth_gbps: 50.0,
             reduce_gbytes_per_s: 10.0,
             overhead_us: 0.1,
+            // A crowded host's ranks hand the CPU over (sched_yield) as they spin on a
+            // ring: no sleep, no wake-up.
+            switch_us: 0.1,
+        }
+    }
+
+    /// A default for TCP between ranks of one host (loopback): a round costs a wake-up, a
+    /// message a system call, bytes cross at the rate of a kernel copy each way.
+    pub fn tcp_loopback() -> CostModel {
+        CostModel {
+            alpha_us: 6.0,
+            bandwidth_gbps: 15.0,
+            reduce_gbytes_per_s: 10.0,
+            overhead_us: 0.5,
+            switch_us: SWITCH_US,
         }
     }
 
@@ -59,6 +79,7 @@ impl CostModel {
             bandwidth_gbps: 10.0,
             reduce_gbytes_per_s: 10.0,
             overhead_us: 3.0,
+            switch_us: SWITCH_US,
         }
     }
 
@@ -80,17 +101,28 @@ pub struct CostModel {
     /// files written before it existed.
     #[serde(default)]
     pub overhead_us: f64,
+    /// Microseconds a message end costs its host's CPUs beyond `o` when the host runs more
+    /// ranks than it has CPUs (a rank that waits gives its CPU to another: a context switch
+    /// and a wake-up); 0 in tuning files (their `o` was measured as it was).
+    #[serde(default)]
+    pub switch_us: f64,
 }
+
+/// What a rank that waits on a socket costs a crowded host per message end: it sleeps
+/// in the kernel and is woken again (a context switch and a wake-up, as a 2-CPU VM takes
+/// them; a few microseconds on bare metal). The TCP models' `switch_us`.
+pub const SWITCH_US: f64 = 5.0;
 
 impl Default for CostModel {
     /// A 100 Gbit/s fabric with 2 us per round and 0.25 us per message end, reducing at
-    /// 10 GB/s.
+    /// 10 GB/s; 1 us per message end on a crowded host.
     fn default() -> Self {
         CostModel {
             alpha_us: 2.0,
             bandwidth_gbps: 100.0,
             reduce_gbytes_per_s: 10.0,
             overhead_us: 0.25,
+            switch_us: 1.0,
         }
     }
 }
@@ -160,6 +192,15 @@ pub fn cost_levels(
     let mut messages = 0u64;
     let (mut cross_host_messages, mut cross_host_bytes) = (0u64, 0u64);
     let mut per_rank = vec![0u64; n];
+    // The hosts with more ranks than CPUs, and their CPUs.
+    let crowded: Vec<(usize, u64)> = levels.map_or_else(Vec::new, |l| {
+        (0..l.hosts.nhosts())
+            .filter_map(|h| {
+                let c = l.hosts.cpus(h)?;
+                (l.hosts.members(h).len() > c).then_some((h, c as u64))
+            })
+            .collect()
+    });
     let receivers_read = levels.is_some_and(|l| l.receivers_read)
         && !schedules
             .iter()
@@ -229,6 +270,19 @@ pub fn cost_levels(
             reduced: reduced[s].iter().copied().max().unwrap_or(0),
             global_ends: ends[s].iter().copied().max().unwrap_or(0),
             local_ends: local_ends[s].iter().copied().max().unwrap_or(0),
+            crowded: levels.map_or((0, 0, 0), |l| {
+                // The crowded host with the most message ends per CPU.
+                let mut worst = (0, 0, 0);
+                for &(h, cpus) in &crowded {
+                    let m = l.hosts.members(h);
+                    let inside: u64 = m.iter().map(|r| local_ends[s][r.index()]).sum();
+                    let across: u64 = m.iter().map(|r| ends[s][r.index()]).sum();
+                    if (inside + across) * worst.2.max(1) > (worst.0 + worst.1) * cpus {
+                        worst = (inside, across, cpus);
+                    }
+                }
+                worst
+            }),
         })
         .collect();
     let (predicted_us, max_step) = price_rounds(&rounds, model, levels.map(|l| &l.local));
@@ -263,6 +317,10 @@ pub(crate) struct Round {
     pub global_ends: u64,
     /// Messages the busiest rank sends and receives inside its host (with levels).
     pub local_ends: u64,
+    /// On the host with more ranks than CPUs that has the most message ends per CPU in
+    /// this round: its ranks' ends inside the host, across hosts, and its CPUs (all 0 when
+    /// no host is crowded, or their CPUs are unknown).
+    pub crowded: (u64, u64, u64),
 }
 
 /// The model's sum over `rounds`, and the most bytes of any one round. With `local`
@@ -291,7 +349,17 @@ pub(crate) fn price_rounds(
                 }
                 _ => 0.0,
             };
-            predicted_us += global.max(within);
+            // A crowded host's CPUs take every message end of its ranks in turn.
+            let (inside, across, cpus) = r.crowded;
+            let turns = if cpus > 0 {
+                let l = local.unwrap_or(model);
+                (inside as f64 * (l.overhead_us + l.switch_us)
+                    + across as f64 * (model.overhead_us + model.switch_us))
+                    / cpus as f64
+            } else {
+                0.0
+            };
+            predicted_us += global.max(within).max(turns);
             max_step = max_step.max(r.global.max(r.local));
         }
         predicted_us += gamma_us_per_byte * r.reduced as f64;

@@ -200,7 +200,7 @@ impl Prepared {
             spin: self.opts.spin,
             crowded: {
                 let local = self.hosts.members(self.hosts.host_of(me)).len();
-                local > host_cpus()
+                local > crate::topology::host_cpus()
             },
             hosts: self.hosts,
             links,
@@ -231,23 +231,6 @@ impl Prepared {
             name,
             inner,
         })
-    }
-}
-
-/// The CPUs the ranks of this host share: the host's online CPUs, or (a launcher's
-/// binding) those this process may run on, whichever is fewer. Not this thread's affinity
-/// alone: a rank that rcoll bound to a core of its own sees one CPU, and its neighbours
-/// are on others.
-fn host_cpus() -> usize {
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|s| crate::topology::CpuSet::parse_list(&s).ok())
-        .map(|s| s.len());
-    let launcher = crate::topology::bind::launcher_affinity();
-    match (online, launcher.len()) {
-        (Some(n), 0) => n,
-        (Some(n), l) => n.min(l.max(1)),
-        (None, _) => std::thread::available_parallelism().map_or(1, |n| n.get()),
     }
 }
 

@@ -284,6 +284,44 @@ impl Report {
     }
 }
 
+/// The CPUs the ranks of this host share: the host's online CPUs, or (a launcher's
+/// binding) those this process may run on, or a container's CPU quota (cgroup v2
+/// `cpu.max`, rounded up), whichever is fewest; `RCOLL_HOST_CPUS` overrides it (a quota
+/// set some other way). Not this thread's affinity alone: a rank that rcoll bound to a core
+/// of its own sees one CPU, and its neighbours are on others.
+pub fn host_cpus() -> usize {
+    if let Some(n) = std::env::var("RCOLL_HOST_CPUS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+    {
+        return n;
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| CpuSet::parse_list(&s).ok())
+        .map(|s| s.len());
+    let launcher = bind::launcher_affinity();
+    let cpus = match (online, launcher.len()) {
+        (Some(n), 0) => n,
+        (Some(n), l) => n.min(l.max(1)),
+        (None, _) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let quota = std::fs::read_to_string("/sys/fs/cgroup/cpu.max")
+        .ok()
+        .and_then(|s| cpu_quota(&s));
+    quota.map_or(cpus, |q| cpus.min(q)).max(1)
+}
+
+/// The CPUs a cgroup v2 `cpu.max` (`"<quota> <period>"`, or `"max <period>"`) allows,
+/// rounded up; `None` without a limit.
+pub fn cpu_quota(cpu_max: &str) -> Option<usize> {
+    let mut it = cpu_max.split_whitespace();
+    let quota: u64 = it.next()?.parse().ok()?;
+    let period: u64 = it.next()?.parse().ok().filter(|&p| p > 0)?;
+    Some(quota.div_ceil(period).max(1) as usize)
+}
+
 /// This host's topology: `RCOLL_TOPO_FILE` if set, else the running machine (hwloc with
 /// the `hwloc` feature, sysfs otherwise).
 pub fn discover() -> Result<Topology, String> {
@@ -314,3 +352,20 @@ pub fn load_xml(path: &std::path::Path) -> Result<Topology, String> {
 
 #[cfg(feature = "hwloc")]
 pub mod hwloc;
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_quota;
+
+    /// cgroup v2 `cpu.max`: a quota over a period, rounded up to whole CPUs; "max" is no
+    /// limit; garbage is no limit either.
+    #[test]
+    fn a_cgroup_quota_counts_whole_cpus() {
+        assert_eq!(cpu_quota("200000 100000\n"), Some(2));
+        assert_eq!(cpu_quota("150000 100000"), Some(2));
+        assert_eq!(cpu_quota("1000 100000"), Some(1));
+        assert_eq!(cpu_quota("max 100000\n"), None);
+        assert_eq!(cpu_quota("100000 0"), None);
+        assert_eq!(cpu_quota(""), None);
+    }
+}
