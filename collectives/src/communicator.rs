@@ -204,7 +204,20 @@ impl Communicator {
                 fewest.map_or(1, |c| c.max(1) as usize)
             })
             .collect();
-        self.hosts = Some(Arc::new((*hosts).clone().with_cpus(cpus)));
+        let hosts = (*hosts).clone().with_cpus(cpus);
+        for h in 0..hosts.nhosts() {
+            let (ranks, cpus) = (hosts.members(h).len(), hosts.cpus(h).unwrap_or(0));
+            if ranks > cpus {
+                tracing::info!(
+                    rank = self.rank.0,
+                    host = hosts.key(h),
+                    ranks,
+                    cpus,
+                    "more ranks than CPUs on a host: choices count their turns on the CPUs"
+                );
+            }
+        }
+        self.hosts = Some(Arc::new(hosts));
         self.plans.clear();
         self.level_choices.clear();
         self.measured.clear();
