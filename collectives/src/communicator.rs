@@ -118,7 +118,7 @@ impl Communicator {
             )));
         }
         let hosts = match transport.hosts().filter(|h| h.nranks() == nranks) {
-            Some(h) => Some(Arc::new(config.network(&h)?)),
+            Some(h) => Some(Arc::new(with_machine_cpus(config.network(&h)?, rank))),
             None => None,
         };
         // Default rates follow the transport of each level, measured ones
@@ -182,48 +182,6 @@ impl Communicator {
     /// (process groups).
     pub fn placement(&self) -> Option<&rcoll_transport::topology::Placement> {
         self.placement.as_ref()
-    }
-
-    /// Agrees with every rank on each host's CPUs (the fewest any of its ranks sees, see
-    /// [`rcoll_transport::topology::host_cpus`]): pricing then charges a host that runs
-    /// more ranks than it has CPUs for its ranks taking turns on them, alike on every rank.
-    /// Choices made before are forgotten.
-    pub(crate) fn agree_host_cpus(&mut self) -> Result<()> {
-        let Some(hosts) = self.hosts.clone() else {
-            return Ok(());
-        };
-        if self.nranks < 2 {
-            return Ok(());
-        }
-        let mine = u32::try_from(rcoll_transport::topology::host_cpus()).unwrap_or(u32::MAX);
-        let mut all = vec![0u32; self.nranks];
-        self.all_gather(&[mine], &mut all)?;
-        let cpus = (0..hosts.nhosts())
-            .map(|h| {
-                let fewest = hosts.members(h).iter().map(|r| all[r.index()]).min();
-                fewest.map_or(1, |c| c.max(1) as usize)
-            })
-            .collect();
-        let hosts = (*hosts).clone().with_cpus(cpus);
-        for h in 0..hosts.nhosts() {
-            let (ranks, cpus) = (hosts.members(h).len(), hosts.cpus(h).unwrap_or(0));
-            if ranks > cpus {
-                tracing::info!(
-                    rank = self.rank.0,
-                    host = hosts.key(h),
-                    ranks,
-                    cpus,
-                    "more ranks than CPUs on a host: choices count their turns on the CPUs"
-                );
-            }
-        }
-        self.hosts = Some(Arc::new(hosts));
-        self.plans.clear();
-        self.level_choices.clear();
-        self.measured.clear();
-        self.last_call = None;
-        self.selector = Selector::default();
-        Ok(())
     }
 
     /// Checks that every rank orders its rings alike: they must, and they could differ
@@ -653,4 +611,29 @@ impl Drop for WithAlgorithm<'_> {
     fn drop(&mut self) {
         self.comm.next_algorithm = None;
     }
+}
+
+/// `hosts` with its host's CPUs when it has one host ([`machine_cpus`]: the same on every
+/// rank of a machine, so that every rank prices alike); across hosts they are not known
+/// (each rank would only know its own host's).
+///
+/// [`machine_cpus`]: rcoll_transport::topology::machine_cpus
+fn with_machine_cpus(
+    hosts: rcoll_transport::hosts::HostMap,
+    rank: Rank,
+) -> rcoll_transport::hosts::HostMap {
+    if hosts.nhosts() != 1 {
+        return hosts;
+    }
+    let cpus = rcoll_transport::topology::machine_cpus();
+    let ranks = hosts.members(0).len();
+    if ranks > cpus {
+        tracing::info!(
+            rank = rank.0,
+            ranks,
+            cpus,
+            "more ranks than CPUs on this host: choices count their turns on the CPUs"
+        );
+    }
+    hosts.with_cpus(vec![cpus])
 }

@@ -220,7 +220,6 @@ impl Builder {
         let mut comm = Communicator::new(transport, config)?;
         comm.placement = placement;
         comm.check_network()?;
-        comm.agree_host_cpus()?;
         // What `split` needs to build a subgroup the same way: every setting of this one,
         // and the address the other ranks reach this rank at.
         let mut origin = self;

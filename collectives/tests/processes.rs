@@ -463,16 +463,13 @@ fn buffers_up_to_64_mib_over_tcp_land_in_place() {
 /// A host with fewer CPUs than ranks (`RCOLL_HOST_CPUS`, as a container's CPU quota would
 /// say) makes auto send fewer messages per round in small calls: 4 ranks take turns on 2
 /// CPUs, so one round of 3 messages each (mesh) costs more than two rounds of one. Every
-/// rank chooses alike even when they see different counts (the fewest on a host counts),
-/// and every call is right.
+/// rank chooses alike, and every call is right.
 #[test]
 fn auto_prices_ranks_taking_turns_on_fewer_cpus_alike_on_every_rank() {
     let n = 4;
-    let choices = |cpus: fn(usize) -> usize| -> Vec<Vec<String>> {
-        let children = spawn_each("auto", n, |r| {
-            vec![("RCOLL_HOST_CPUS", cpus(r).to_string())]
-        });
-        let results = finish(children, Duration::from_secs(60));
+    let choices = |cpus: usize| -> Vec<Vec<String>> {
+        let extra = [("RCOLL_HOST_CPUS", cpus.to_string())];
+        let results = finish(spawn("auto", n, &extra), Duration::from_secs(60));
         results
             .iter()
             .enumerate()
@@ -485,8 +482,7 @@ fn auto_prices_ranks_taking_turns_on_fewer_cpus_alike_on_every_rank() {
             })
             .collect()
     };
-    let roomy = choices(|_| 4);
-    let crowded = choices(|r| if r == 0 { 2 } else { 8 });
+    let (roomy, crowded) = (choices(4), choices(2));
     for c in [&roomy, &crowded] {
         assert_eq!(c[0].len(), 3, "{c:?}");
         assert!(

@@ -290,11 +290,7 @@ impl Report {
 /// set some other way). Not this thread's affinity alone: a rank that rcoll bound to a core
 /// of its own sees one CPU, and its neighbours are on others.
 pub fn host_cpus() -> usize {
-    if let Some(n) = std::env::var("RCOLL_HOST_CPUS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-    {
+    if let Some(n) = cpus_override() {
         return n;
     }
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
@@ -311,6 +307,35 @@ pub fn host_cpus() -> usize {
         .ok()
         .and_then(|s| cpu_quota(&s));
     quota.map_or(cpus, |q| cpus.min(q)).max(1)
+}
+
+/// The CPUs of this machine that its ranks may share, the same for every process on it
+/// (so that every rank prices schedules alike): the online CPUs, within a container's CPU
+/// quota (cgroup v2 `cpu.max`, rounded up); `RCOLL_HOST_CPUS` overrides it (set it alike on
+/// every rank). A launcher's binding is not counted: ranks bound to a core each may still
+/// have a core of their own.
+pub fn machine_cpus() -> usize {
+    if let Some(n) = cpus_override() {
+        return n;
+    }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| CpuSet::parse_list(&s).ok())
+        .map(|s| s.len())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let quota = std::fs::read_to_string("/sys/fs/cgroup/cpu.max")
+        .ok()
+        .and_then(|s| cpu_quota(&s));
+    quota.map_or(online, |q| online.min(q)).max(1)
+}
+
+/// `RCOLL_HOST_CPUS`, when set to a positive count.
+fn cpus_override() -> Option<usize> {
+    std::env::var("RCOLL_HOST_CPUS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
 }
 
 /// The CPUs a cgroup v2 `cpu.max` (`"<quota> <period>"`, or `"max <period>"`) allows,
