@@ -284,29 +284,18 @@ impl Report {
     }
 }
 
-/// The CPUs the ranks of this host share: the host's online CPUs, or (a launcher's
-/// binding) those this process may run on, or a container's CPU quota (cgroup v2
-/// `cpu.max`, rounded up), whichever is fewest; `RCOLL_HOST_CPUS` overrides it (a quota
-/// set some other way). Not this thread's affinity alone: a rank that rcoll bound to a core
-/// of its own sees one CPU, and its neighbours are on others.
+/// The CPUs the ranks of this host share: [`machine_cpus`], within those this process
+/// may run on when a launcher bound it (`RCOLL_HOST_CPUS` overrides both). Not this
+/// thread's affinity alone: a rank that rcoll bound to a core of its own sees one CPU, and
+/// its neighbours are on others.
 pub fn host_cpus() -> usize {
     if let Some(n) = cpus_override() {
         return n;
     }
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
-        .and_then(|s| CpuSet::parse_list(&s).ok())
-        .map(|s| s.len());
-    let launcher = bind::launcher_affinity();
-    let cpus = match (online, launcher.len()) {
-        (Some(n), 0) => n,
-        (Some(n), l) => n.min(l.max(1)),
-        (None, _) => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
-    let quota = std::fs::read_to_string("/sys/fs/cgroup/cpu.max")
-        .ok()
-        .and_then(|s| cpu_quota(&s));
-    quota.map_or(cpus, |q| cpus.min(q)).max(1)
+    match bind::launcher_affinity().len() {
+        0 => machine_cpus(),
+        l => machine_cpus().min(l),
+    }
 }
 
 /// The CPUs of this machine that its ranks may share, the same for every process on it
