@@ -517,6 +517,11 @@ pub trait Transport: Send {
     /// The default copies out of [`Transport::try_recv`]'s payload; a backend that can
     /// read the message from where its sender left it saves that copy (see
     /// [`Transport::reads_directly`]).
+    ///
+    /// A backend may begin writing a large message into `dst` before it is whole (TCP
+    /// reads it from the socket as it comes) and answer `Ok(false)` meanwhile: the caller
+    /// leaves `dst` alone until a call answers `true`, and asks with the same `dst` (other
+    /// memory is an error).
     fn try_recv_into(
         &mut self,
         peer: Rank,
