@@ -51,6 +51,9 @@ pub(super) struct Claim {
     asked: bool,
     /// To be read into a pooled buffer (its receive stopped asking).
     spill: bool,
+    /// Not read until the socket had nothing more since it was claimed: its payload may
+    /// already be there, and no readiness event would tell a wait so.
+    fresh: bool,
 }
 
 /// A spilled claim: the first `got` bytes of its payload are in the destination at `dst`.
@@ -119,6 +122,7 @@ impl Direct {
             dst: None,
             asked: true,
             spill: false,
+            fresh: true,
         });
     }
 
@@ -298,7 +302,10 @@ impl TcpTransport {
                     c.got += d;
                     behind = n - d;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.fresh = false;
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     p.gone = Some(format!("read failed: {e}"));
@@ -346,6 +353,15 @@ impl TcpTransport {
         }
         self.frames = frames;
         Ok(true)
+    }
+
+    /// Whether a claim's socket was not read dry since it was claimed (a wait then only
+    /// looks: its payload may be there already).
+    pub(super) fn fresh_claims(&self) -> bool {
+        self.peers
+            .iter()
+            .flatten()
+            .any(|p| p.direct.claim.as_ref().is_some_and(|c| c.fresh && !c.spill))
     }
 
     /// At a wait: spills the claims nobody asked for since the last wait. Whether a claim

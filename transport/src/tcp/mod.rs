@@ -515,6 +515,9 @@ impl Transport for TcpTransport {
         if claimed {
             timeout = timeout.min(direct::CLAIMED_WAIT);
         }
+        if self.fresh_claims() {
+            timeout = Duration::ZERO;
+        }
         match self.poll.poll(&mut self.events, Some(timeout)) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
