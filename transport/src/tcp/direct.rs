@@ -22,7 +22,7 @@ use std::io::{self, IoSliceMut, Read};
 use std::time::Duration;
 
 use super::frame::{Header, HEADER_LEN};
-use super::{pooled, TcpTransport, DIRECT_MIN};
+use super::{TcpTransport, DIRECT_MIN};
 use crate::error::TransportError;
 use crate::transport::{check_tag, Transport};
 use crate::types::{Rank, Tag, TagKey};
@@ -322,32 +322,18 @@ impl TcpTransport {
         self.placed += 1;
         // The next header's first bytes came with the payload's last.
         let mut frames = std::mem::take(&mut self.frames);
-        let mut rest = &self.read_buf[..behind];
-        while !rest.is_empty() {
-            let pool = &mut self.pool;
-            let direct = &p.direct;
-            match p
-                .decoder
-                .feed_holding(rest, &mut |len| pooled(pool, len), &mut |h| direct.holds(h))
-            {
-                Ok((used, frame)) => {
-                    rest = &rest[used..];
-                    frames.extend(frame);
-                }
-                Err(e) => {
-                    p.gone = Some(format!("protocol error: {e}"));
-                    self.broken.get_or_insert(TransportError::Protocol {
-                        rank,
-                        peer,
-                        reason: e.to_string(),
-                    });
-                    break;
-                }
-            }
-        }
-        if let Some(h) = p.decoder.take_announced() {
-            p.direct.claim(h);
-        }
+        let rest = &self.read_buf[..behind];
+        let at = (rank, peer);
+        let draining = self.draining;
+        super::sockets::feed(
+            p,
+            rest,
+            &mut self.pool,
+            draining,
+            &mut frames,
+            &mut self.broken,
+            at,
+        );
         for frame in frames.drain(..) {
             self.accept(r, frame);
         }

@@ -140,35 +140,17 @@ impl TcpTransport {
             if direct > 0 {
                 frames.extend(peer.decoder.filled(direct));
             }
-            let mut rest = &self.read_buf[..n - direct];
-            while !rest.is_empty() {
-                let pool = &mut self.pool;
-                let held = &peer.direct;
-                let mut hold = |h: &Header| !self.draining && held.holds(h);
-                match peer
-                    .decoder
-                    .feed_holding(rest, &mut |len| pooled(pool, len), &mut hold)
-                {
-                    Ok((used, frame)) => {
-                        rest = &rest[used..];
-                        frames.extend(frame);
-                    }
-                    Err(e) => {
-                        // The stream is no longer framed: nothing more from it can be
-                        // trusted. The group fails, naming the peer and what it sent.
-                        peer.gone = Some(format!("protocol error: {e}"));
-                        self.broken.get_or_insert(TransportError::Protocol {
-                            rank: self.rank,
-                            peer: from,
-                            reason: e.to_string(),
-                        });
-                        break;
-                    }
-                }
-            }
-            if let Some(h) = peer.decoder.take_announced() {
-                peer.direct.claim(h);
-            }
+            let rest = &self.read_buf[..n - direct];
+            let at = (self.rank, from);
+            feed(
+                peer,
+                rest,
+                &mut self.pool,
+                self.draining,
+                &mut frames,
+                &mut self.broken,
+                at,
+            );
             for frame in frames.drain(..) {
                 self.accept(r, frame);
             }
@@ -229,6 +211,48 @@ impl TcpTransport {
                 .poll
                 .poll(&mut self.events, Some(Duration::from_millis(10)));
         }
+    }
+}
+
+/// Feeds `input`, bytes read from `peer`'s socket, to its decoder: the frames it
+/// completes go to `frames`, a header a receive wants is claimed ([`super::direct`];
+/// not while `draining`), and bytes that break the framing close the connection and fail
+/// the group, naming the peer (`at`: this rank and the peer).
+pub(super) fn feed(
+    peer: &mut super::Peer,
+    mut input: &[u8],
+    pool: &mut Vec<Vec<u8>>,
+    draining: bool,
+    frames: &mut Vec<Frame>,
+    broken: &mut Option<TransportError>,
+    (rank, from): (Rank, Rank),
+) {
+    while !input.is_empty() {
+        let held = &peer.direct;
+        let mut hold = |h: &Header| !draining && held.holds(h);
+        match peer
+            .decoder
+            .feed_holding(input, &mut |len| pooled(pool, len), &mut hold)
+        {
+            Ok((used, frame)) => {
+                input = &input[used..];
+                frames.extend(frame);
+            }
+            Err(e) => {
+                // The stream is no longer framed: nothing more from it can be trusted.
+                // The group fails, naming the peer and what it sent.
+                peer.gone = Some(format!("protocol error: {e}"));
+                broken.get_or_insert(TransportError::Protocol {
+                    rank,
+                    peer: from,
+                    reason: e.to_string(),
+                });
+                break;
+            }
+        }
+    }
+    if let Some(h) = peer.decoder.take_announced() {
+        peer.direct.claim(h);
     }
 }
 

@@ -433,15 +433,20 @@ fn large_messages_asked_for_land_straight_in_their_destinations() {
     assert_eq!(placed[0], u64::from(segments), "read straight into place");
 }
 
-/// Writes a data frame of `tag` carrying `payload` to `raw`.
-fn raw_frame(raw: &mut std::net::TcpStream, tag: Tag, payload: &[u8]) {
+/// Writes the header of a data frame of `tag` carrying `len` bytes to `raw`.
+fn raw_header(raw: &mut std::net::TcpStream, tag: Tag, len: usize) {
     let header = Header {
         kind: Kind::Data,
         tag,
-        len: payload.len() as u64,
+        len: len as u64,
     }
     .encode();
     raw.write_all(&header).unwrap();
+}
+
+/// Writes a data frame of `tag` carrying `payload` to `raw`.
+fn raw_frame(raw: &mut std::net::TcpStream, tag: Tag, payload: &[u8]) {
+    raw_header(raw, tag, payload.len());
     raw.write_all(payload).unwrap();
 }
 
@@ -458,15 +463,7 @@ fn a_message_begun_in_place_that_its_receive_stops_asking_for_unblocks_the_strea
     let (first, second, behind) = (tag(4, 0), tag(4, 1), tag(4, 2));
     let mut w = raw.try_clone().unwrap();
     // The header and the first 100 kB of the first message, as a sender sends them.
-    w.write_all(
-        &Header {
-            kind: Kind::Data,
-            tag: first,
-            len: len as u64,
-        }
-        .encode(),
-    )
-    .unwrap();
+    raw_header(&mut w, first, len);
     w.write_all(&data[..100_000]).unwrap();
     let mut dst = vec![0u8; len];
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -499,15 +496,7 @@ fn a_message_begun_in_place_that_its_receive_stops_asking_for_unblocks_the_strea
     // A third begins in one buffer and is asked for with another.
     let third = tag(4, 3);
     let data = pattern(7, len);
-    w.write_all(
-        &Header {
-            kind: Kind::Data,
-            tag: third,
-            len: len as u64,
-        }
-        .encode(),
-    )
-    .unwrap();
+    raw_header(&mut w, third, len);
     w.write_all(&data[..50_000]).unwrap();
     let mut dst = vec![0u8; len];
     let deadline = Instant::now() + Duration::from_secs(5);
