@@ -30,10 +30,6 @@ const RECENT_CALLS: usize = 8;
 /// Plans kept per communicator before the cache starts over.
 const PLAN_CACHE_LIMIT: usize = 256;
 
-/// What a call's choice of algorithm and plan depend on: its layout, element size and
-/// forced algorithm.
-type CallKey = (Layout, usize, Option<Algorithm>);
-
 /// One rank's endpoint of a group of `size()` ranks.
 ///
 /// Every rank of the group must call the same collectives in the same order with matching
@@ -61,11 +57,11 @@ pub struct Communicator {
     /// file's rules, too slow to repeat for every small call.
     measured: HashMap<(Collective, usize), Option<Algorithm>, foldhash::fast::RandomState>,
     scratch: Vec<u128>,
-    /// The last call's layout, element size and forced algorithm, with its choice and plan.
-    last_call: Option<(CallKey, Algorithm, Option<LevelAlgorithms>, Arc<Plan>)>,
+    /// What the last collective call derived from its arguments.
+    prepared: Option<execute::Prepared>,
     /// The engine's per-channel state, kept between calls.
     spare: crate::engine::core::Spare,
-    /// The last call's description and fingerprint.
+    /// The last point-to-point call's description and fingerprint.
     last_fingerprint: Option<(crate::fingerprint::Call, u32)>,
     next_algorithm: Option<Algorithm>,
     /// `(sequence, fingerprint)` of the last few collectives, to explain a stale message
@@ -169,7 +165,7 @@ impl Communicator {
             scratch: Vec::new(),
             spare: Default::default(),
             last_fingerprint: None,
-            last_call: None,
+            prepared: None,
             next_algorithm: None,
             recent: [(u32::MAX, 0); RECENT_CALLS],
             poisoned: None,

@@ -199,13 +199,16 @@ pub fn schedule(layout: &Layout, rank: Rank) -> Schedule {
 /// Reduces the contributions of `ranks` (in that order; this rank's is `own`, the others
 /// arrive as messages) into `result`, in step 0.
 ///
-/// In place, `own` and `result` may be the same memory, and `own` is needed after the
-/// first contributions have arrived; the sum is then built in scratch and copied at the
-/// end.
+/// In place, `own` and `result` may be the same memory. When this rank's contribution is
+/// one of the first two combined, it is read before anything is written there (the write
+/// waits for the sends reading it too) and the sum is built in `result`; else `own` is
+/// needed after the first contributions have arrived, and the sum is built in scratch and
+/// copied at the end.
 pub fn accumulate(s: &mut Schedule, ranks: &[usize], own: Slice, result: Slice, in_place: bool) {
     let me = s.rank.index();
     let len = own.len;
-    let acc = if in_place {
+    let own_first = ranks.iter().take(2).any(|&q| q == me);
+    let acc = if in_place && !own_first {
         Slice::scratch(0, len)
     } else {
         result
@@ -256,7 +259,7 @@ pub fn accumulate(s: &mut Schedule, ranks: &[usize], own: Slice, result: Slice, 
         started = true;
         s.push(0, prim);
     }
-    if in_place {
+    if acc != result {
         s.push(
             0,
             Primitive::Copy {

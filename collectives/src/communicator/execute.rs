@@ -7,7 +7,7 @@ use rcoll_transport::{Rank, TransportError};
 
 use crate::algorithm::hierarchical::LevelAlgorithms;
 use crate::algorithm::Algorithm;
-use crate::element::Element;
+use crate::element::{DataType, Element};
 use crate::engine::core::{ExecError, Position};
 use crate::engine::driver::{run, RunError};
 use crate::engine::memory::Memory;
@@ -18,6 +18,29 @@ use crate::schedule::plan::Plan;
 use crate::schedule::{BufferLayout, Collective, Extent, Layout, Primitive, Schedule, Slice};
 
 use super::{Buffers, Communicator, Request, P2P_BIT, PLAN_CACHE_LIMIT, RECENT_CALLS};
+
+/// What a collective call derives from besides its buffers: its layout, element type,
+/// operation and forced algorithm.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) struct CallKey {
+    layout: Layout,
+    dtype: DataType,
+    op: ReduceOp,
+    forced: Option<Algorithm>,
+}
+
+/// Everything a call derives from its [`CallKey`], checked, for the next call with the
+/// same one.
+pub(super) struct Prepared {
+    key: CallKey,
+    /// The layout of this rank's buffers.
+    expect: BufferLayout,
+    algorithm: Algorithm,
+    plan: Arc<Plan>,
+    /// The description the fingerprint is made of: algorithm, levels, segment length.
+    call: Call,
+    fingerprint: u32,
+}
 
 impl Communicator {
     pub(super) fn call<T: Element>(
@@ -163,6 +186,13 @@ impl Communicator {
         let in_place = matches!(req.buffers, Buffers::InPlace(_));
         let layout = self.layout(collective, req.count, req.root, in_place);
         let expect = layout.buffers(self.rank);
+        self.check_lengths(req, &expect)?;
+        Ok((layout, expect))
+    }
+
+    /// Checks the lengths of `req`'s buffers against `expect`.
+    fn check_lengths<T: Element>(&self, req: &Request<'_, T>, expect: &BufferLayout) -> Result<()> {
+        let (rank, collective) = (self.rank.0, req.collective);
         let check = |buffer: &'static str, expected: usize, got: usize| {
             if expected == got {
                 Ok(())
@@ -188,7 +218,7 @@ impl Communicator {
                 }
             }
         }
-        Ok((layout, expect))
+        Ok(())
     }
 
     /// What pricing knows of the two levels on `hosts`: this group's rates inside a host,
@@ -280,33 +310,27 @@ impl Communicator {
                 first: first.clone(),
             });
         }
-        let (layout, expect) = match self.validate(&req) {
-            Ok(l) => l,
-            Err(e) => return Err(self.fail(e)),
+        let in_place = matches!(req.buffers, Buffers::InPlace(_));
+        let key = CallKey {
+            layout: self.layout(req.collective, req.count, req.root, in_place),
+            dtype: T::DTYPE,
+            op: req.op,
+            forced,
         };
-        let elem = std::mem::size_of::<T>();
-        // A call like the last one (the common case: a loop of one size) reuses its
-        // choice and plan without a lookup: both depend only on this key.
-        let key = (layout, elem, forced);
-        let (algorithm, levels, plan) = match &self.last_call {
-            Some((k, a, l, p)) if *k == key => (*a, *l, Arc::clone(p)),
-            _ => {
-                let algorithm = match self.choose(&layout, elem, forced) {
-                    Ok(a) => a,
-                    Err(e) => return Err(self.fail(e)),
-                };
-                let levels = match algorithm {
-                    Algorithm::Hierarchical => self.levels_for(&layout, elem),
-                    _ => None,
-                };
-                let plan = match self.plan(&layout, algorithm, levels) {
-                    Ok(p) => p,
-                    Err(e) => return Err(self.fail(e)),
-                };
-                self.last_call = Some((key, algorithm, levels, Arc::clone(&plan)));
-                (algorithm, levels, plan)
-            }
+        // A call like the last one (the common case: a loop of one size) reuses all it
+        // derived from its arguments: their checks, the choice, the plan, the fingerprint.
+        // Taken out for the call and put back after it: a loop of small calls pays no
+        // reference count on the plan.
+        let prepared = match self.prepared.take() {
+            Some(p) if p.key == key => p,
+            _ => match self.prepare(&req, key) {
+                Ok(p) => p,
+                Err(e) => return Err(self.fail(e)),
+            },
         };
+        if let Err(e) = self.check_lengths(&req, &prepared.expect) {
+            return Err(self.fail(e));
+        }
         let seq = self.seq;
         self.seq = (self.seq + 1) & !P2P_BIT;
         tracing::debug!(
@@ -315,10 +339,11 @@ impl Communicator {
             seq,
             count = req.count,
             dtype = %T::DTYPE,
-            algorithm = %algorithm,
+            algorithm = %prepared.algorithm,
             transport = self.transport.name(),
             "call"
         );
+        let expect = prepared.expect;
         let (input, output): (&[T], &mut [T]) = match req.buffers {
             Buffers::InPlace(buf) => (&[], buf),
             Buffers::Separate(send, recv) => {
@@ -327,8 +352,8 @@ impl Communicator {
                 (send, recv)
             }
         };
-        let scratch_len = plan.scratch_len;
-        let words = (scratch_len * elem).div_ceil(16);
+        let scratch_len = prepared.plan.scratch_len;
+        let words = (scratch_len * std::mem::size_of::<T>()).div_ceil(16);
         // Lent out for the call: the engine borrows it while `run_plan` borrows `self`.
         let mut scratch_words = std::mem::take(&mut self.scratch);
         if scratch_words.len() < words {
@@ -340,8 +365,43 @@ impl Communicator {
             output,
             scratch: &mut scratch[..scratch_len],
         };
-        let longest = mem.input.len().max(mem.output.len()).max(scratch_len);
-        let call = Call {
+        let result = self.run_plan(
+            &prepared.plan,
+            seq,
+            prepared.call,
+            prepared.fingerprint,
+            &mut mem,
+        );
+        if result.is_ok() && req.op == ReduceOp::Avg && req.collective.reduces() {
+            let out = expect.output;
+            if let Some(reduced) = mem.output.get_mut(out.offset..out.end()) {
+                T::average(reduced, self.nranks);
+            }
+        }
+        self.scratch = scratch_words;
+        self.prepared = Some(prepared);
+        result
+    }
+
+    /// Everything a call with `key`'s arguments derives from them, checked: its buffers'
+    /// layout, the algorithm and levels chosen, the plan, its segment length and
+    /// fingerprint.
+    fn prepare<T: Element>(&mut self, req: &Request<'_, T>, key: CallKey) -> Result<Prepared> {
+        let (layout, expect) = self.validate(req)?;
+        let elem = std::mem::size_of::<T>();
+        let algorithm = self.choose(&layout, elem, key.forced)?;
+        let levels = match algorithm {
+            Algorithm::Hierarchical => self.levels_for(&layout, elem),
+            _ => None,
+        };
+        let plan = self.plan(&layout, algorithm, levels)?;
+        let longest = expect
+            .input
+            .len
+            .max(expect.output.len)
+            .max(expect.storage_len)
+            .max(plan.scratch_len);
+        let mut call = Call {
             collective: req.collective,
             dtype: T::DTYPE,
             op: req.op,
@@ -355,15 +415,15 @@ impl Communicator {
             segment_elems: 0,
             levels,
         };
-        let result = self.run_plan(&plan, seq, call, &mut mem, longest);
-        if result.is_ok() && req.op == ReduceOp::Avg && req.collective.reduces() {
-            let out = expect.output;
-            if let Some(reduced) = mem.output.get_mut(out.offset..out.end()) {
-                T::average(reduced, self.nranks);
-            }
-        }
-        self.scratch = scratch_words;
-        result
+        let fingerprint = self.settle::<T>(&mut call, longest)?;
+        Ok(Prepared {
+            key,
+            algorithm,
+            plan,
+            expect,
+            call,
+            fingerprint,
+        })
     }
 
     pub(super) fn point_to_point<T: Element>(
@@ -461,7 +521,7 @@ impl Communicator {
         };
         let longest = mem.input.len().max(mem.output.len());
         // Lengths are checked per message; the two directions of a send_recv may differ.
-        let call = Call {
+        let mut call = Call {
             collective: Collective::SendRecv,
             dtype: T::DTYPE,
             op: ReduceOp::Sum,
@@ -471,7 +531,11 @@ impl Communicator {
             segment_elems: 0,
             levels: None,
         };
-        self.run_plan(&plan, P2P_BIT, call, &mut mem, longest)
+        let fingerprint = match self.settle::<T>(&mut call, longest) {
+            Ok(f) => f,
+            Err(e) => return Err(self.fail(e)),
+        };
+        self.run_plan(&plan, P2P_BIT, call, fingerprint, &mut mem)
     }
 
     /// Whether a call of `collective` moves each message in one piece: two ranks whose
@@ -495,17 +559,9 @@ impl Communicator {
             && self.transport.moves_whole(Rank(1 - self.rank.0))
     }
 
-    /// Runs `plan` on `mem` for `call` and turns a failure into an [`Error`] that aborts
-    /// the group. `longest` bounds the length of a transfer.
-    pub(super) fn run_plan<T: Element>(
-        &mut self,
-        plan: &Plan,
-        seq: u32,
-        mut call: Call,
-        mem: &mut Memory<'_, T>,
-        longest: usize,
-    ) -> Result<()> {
-        let rank = self.rank.0;
+    /// Sets `call`'s segment length (elements of `T`) and gives its fingerprint; an
+    /// error if `longest` elements would take more segments than a tag can count.
+    fn settle<T: Element>(&mut self, call: &mut Call, longest: usize) -> Result<u32> {
         call.segment_elems = (self.config.segment_bytes / std::mem::size_of::<T>()).max(1);
         if self.moves_whole(call.collective) {
             // Every message of these is at most `count` elements (a block, or the whole
@@ -515,24 +571,36 @@ impl Communicator {
         }
         // Segment indices travel as u32 in tags.
         if longest.div_ceil(call.segment_elems) > u32::MAX as usize {
-            let (collective, count, nranks) = (call.collective, longest, self.nranks);
-            return Err(self.fail(Error::CountOverflow {
-                rank,
-                collective,
-                count,
-                nranks,
-            }));
+            return Err(Error::CountOverflow {
+                rank: self.rank.0,
+                collective: call.collective,
+                count: longest,
+                nranks: self.nranks,
+            });
         }
-        let timeout = self.config.timeout;
-        // A loop of one call computes its fingerprint once.
-        let fingerprint = match self.last_fingerprint {
-            Some((last, f)) if last == call => f,
+        // Point-to-point calls in a loop compute their fingerprint once.
+        Ok(match self.last_fingerprint {
+            Some((last, f)) if last == *call => f,
             _ => {
                 let f = call.fingerprint();
-                self.last_fingerprint = Some((call, f));
+                self.last_fingerprint = Some((*call, f));
                 f
             }
-        };
+        })
+    }
+
+    /// Runs `plan` on `mem` for `call` (settled: see [`Self::settle`]), whose fingerprint
+    /// is `fingerprint`, and turns a failure into an [`Error`] that aborts the group.
+    pub(super) fn run_plan<T: Element>(
+        &mut self,
+        plan: &Plan,
+        seq: u32,
+        call: Call,
+        fingerprint: u32,
+        mem: &mut Memory<'_, T>,
+    ) -> Result<()> {
+        let rank = self.rank.0;
+        let timeout = self.config.timeout;
         let io = self.transport.as_mut();
         run(
             plan,

@@ -190,7 +190,8 @@ impl<'p, 's> SmallExecution<'p, 's> {
     }
 
     fn finish_if_sent(&mut self, j: usize, ops: &[PlannedPrimitive]) {
-        let sent = usize::from(self.state.next[j]) == ops[j].prim.send_to().len();
+        // One transfer number per destination: no look into the primitive.
+        let sent = usize::from(self.state.next[j]) == ops[j].send_transfers.len();
         if self.worked & 1 << j != 0 && sent && self.state.outstanding[j] == 0 {
             self.done |= 1 << j;
         }

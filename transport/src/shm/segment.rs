@@ -250,18 +250,29 @@ impl Segment {
         self.u64_at(self.ring_field(ring, 2 * LINE + 8 * t))
     }
 
-    /// Descriptor `i % slots` of a ring: eight u64 as atomics (see the `D_*` words). One
-    /// offset and one bounds check for the whole line: a message reads or writes most of
-    /// its words, and a division per word was a fifth of an 8-byte send's instructions.
-    fn desc(&self, ring: usize, i: u64) -> &[AtomicU64; 8] {
-        let at = self.ring_field(
-            ring,
-            RING_HEAD * LINE + (i % self.shape.slots as u64) as usize * LINE,
-        );
+    /// Where a ring's descriptors begin (see [`Segment::desc_at`]).
+    fn desc_base(&self, ring: usize) -> usize {
+        self.ring_field(ring, RING_HEAD * LINE)
+    }
+
+    /// Descriptor `k` (below `slots`) of the ring whose descriptors begin at `base`
+    /// ([`Segment::desc_base`]): eight u64 as atomics (see the `D_*` words). One offset and
+    /// one bounds check for the whole line: a message reads or writes most of its words.
+    /// The rings keep `k` as they count (no division: one per word was a fifth of an
+    /// 8-byte send's instructions, one per line still a tenth of its time).
+    fn desc_at(&self, base: usize, k: usize) -> &[AtomicU64; 8] {
+        debug_assert!(k < self.shape.slots);
+        let at = base + k * LINE;
         assert!(at % LINE == 0 && at + LINE <= self.map.len());
         // SAFETY: as in `u32_at`: a whole line in bounds, aligned (checked), accessed only
         // through atomics.
         unsafe { &*self.map.as_mut_ptr().add(at).cast::<[AtomicU64; 8]>() }
+    }
+
+    /// Descriptor `i % slots` of a ring (what a peer writes for its `i`-th message).
+    #[cfg(test)]
+    fn desc(&self, ring: usize, i: u64) -> &[AtomicU64; 8] {
+        self.desc_at(self.desc_base(ring), (i % self.shape.slots as u64) as usize)
     }
 
     fn state(&self, ring: usize, slot: usize) -> &AtomicU32 {
@@ -325,6 +336,10 @@ pub struct InRing {
     ring: usize,
     /// Descriptors taken so far.
     tail: u64,
+    /// `tail % slots`: the next descriptor's place.
+    at: usize,
+    /// Where the ring's descriptors begin.
+    descs: usize,
     lent: Arc<Lent>,
 }
 
@@ -475,9 +490,11 @@ impl InRing {
     pub fn new(seg: Arc<Segment>, ring: usize) -> InRing {
         let slots = seg.shape.slots;
         InRing {
+            descs: seg.desc_base(ring),
             seg,
             ring,
             tail: 0,
+            at: 0,
             lent: Arc::new(Lent {
                 slots: (0..slots).map(|_| AtomicBool::new(false)).collect(),
                 count: AtomicUsize::new(0),
@@ -491,9 +508,19 @@ impl InRing {
         self.seg.head(self.ring).load(Ordering::SeqCst) != self.tail
     }
 
+    /// Counts the next descriptor as taken.
+    fn advance(&mut self) {
+        self.tail += 1;
+        self.at = if self.at + 1 == self.seg.shape.slots {
+            0
+        } else {
+            self.at + 1
+        };
+    }
+
     /// Whether a message is waiting.
     pub fn pending(&self) -> bool {
-        self.seg.desc(self.ring, self.tail)[D_SEQ].load(Ordering::Acquire) == self.tail + 1
+        self.seg.desc_at(self.descs, self.at)[D_SEQ].load(Ordering::Acquire) == self.tail + 1
     }
 
     /// Slots of this ring lent to the engine now.
@@ -508,8 +535,8 @@ impl InRing {
         if dst.len() > INLINE || !self.pending() {
             return false;
         }
-        let (ring, i) = (self.ring, self.tail);
-        let d = self.seg.desc(ring, i);
+        let ring = self.ring;
+        let d = self.seg.desc_at(self.descs, self.at);
         let word = |w: usize| d[w].load(Ordering::Relaxed);
         let ours = word(D_LEN_SLOT) == dst.len() as u64 | NO_SLOT << 32
             && (0..3).all(|k| word(D_TAG + k) == tag[k]);
@@ -521,7 +548,7 @@ impl InRing {
             chunk.copy_from_slice(&bytes[..chunk.len()]);
         }
         // Read: the sender may reuse the descriptor (as in `take`).
-        self.tail += 1;
+        self.advance();
         self.seg.taken(ring).store(self.tail, Ordering::SeqCst);
         true
     }
@@ -537,8 +564,8 @@ impl InRing {
         if !self.pending() {
             return None;
         }
-        let (ring, i) = (self.ring, self.tail);
-        let d = self.seg.desc(ring, i);
+        let ring = self.ring;
+        let d = self.seg.desc_at(self.descs, self.at);
         let word = |w: usize| d[w].load(Ordering::Relaxed);
         let tag = [word(D_TAG), word(D_TAG + 1), word(D_TAG + 2)];
         let len_slot = word(D_LEN_SLOT);
@@ -555,7 +582,7 @@ impl InRing {
         let (addr, ticket) = (word(D_DATA), word(D_DATA + 1));
         // Read: the sender may reuse the descriptor. Sequentially consistent: before the
         // check of the sender's `sleeping` flag that follows (the caller wakes it).
-        self.tail += 1;
+        self.advance();
         self.seg.taken(ring).store(self.tail, Ordering::SeqCst);
         let header = Header {
             tag,

@@ -17,6 +17,10 @@ pub struct OutRing {
     seg: Arc<Segment>,
     ring: usize,
     head: u64,
+    /// `head % slots`: the next descriptor's place.
+    at: usize,
+    /// Where the ring's descriptors begin.
+    descs: usize,
     /// The receiver's `taken` when last read: descriptors up to `taken + slots` are free.
     taken: u64,
     cursor: usize,
@@ -41,9 +45,11 @@ impl OutRing {
     /// The sending side of `ring` of `seg` (a peer's segment).
     pub fn new(seg: Arc<Segment>, ring: usize) -> OutRing {
         OutRing {
+            descs: seg.desc_base(ring),
             seg,
             ring,
             head: 0,
+            at: 0,
             taken: 0,
             cursor: 0,
             tickets: [None; TICKETS],
@@ -65,13 +71,12 @@ impl OutRing {
         self.generation = self.generation.wrapping_add(1) & 0x3fff_ffff;
         let generation = self.generation;
         self.tickets[t] = Some(generation);
-        let (ring, i) = (self.ring, self.head);
         let g = u64::from(generation) << 2;
         // Published with the descriptor below (its release store).
         self.seg
-            .ticket(ring, t)
+            .ticket(self.ring, t)
             .store(g | POSTED, Ordering::Relaxed);
-        let d = self.seg.desc(ring, i);
+        let d = self.seg.desc_at(self.descs, self.at);
         d[D_DATA].store(addr, Ordering::Relaxed);
         d[D_DATA + 1].store(t as u64 | u64::from(generation) << 32, Ordering::Relaxed);
         self.publish(tag, len, REMOTE);
@@ -178,11 +183,11 @@ impl OutRing {
         if !self.desc_free() {
             return false;
         }
-        let (ring, i) = (self.ring, self.head);
+        let ring = self.ring;
         let slot = if len <= INLINE {
             let mut bytes = [0u8; INLINE];
             fill(&mut bytes[..len]);
-            let d = self.seg.desc(ring, i);
+            let d = self.seg.desc_at(self.descs, self.at);
             for (k, chunk) in bytes.chunks_exact(8).enumerate() {
                 let w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
                 d[D_DATA + k].store(w, Ordering::Relaxed);
@@ -211,17 +216,21 @@ impl OutRing {
     /// Writes descriptor `head`'s tag, length and slot (its data words are written), then
     /// publishes it.
     fn publish(&mut self, tag: [u64; 3], len: usize, slot: u64) {
-        let (ring, i) = (self.ring, self.head);
-        let d = self.seg.desc(ring, i);
+        let d = self.seg.desc_at(self.descs, self.at);
         for (k, w) in tag.iter().enumerate() {
             d[D_TAG + k].store(*w, Ordering::Relaxed);
         }
         d[D_LEN_SLOT].store(len as u64 | slot << 32, Ordering::Relaxed);
         // Everything above is visible to the receiver that sees this number.
-        d[D_SEQ].store(i + 1, Ordering::Release);
+        d[D_SEQ].store(self.head + 1, Ordering::Release);
         self.head += 1;
+        self.at = if self.at + 1 == self.seg.shape.slots {
+            0
+        } else {
+            self.at + 1
+        };
         // Sequentially consistent: ordered before the check of the receiver's `sleeping`
         // flag that follows (see `ShmTransport::wait`).
-        self.seg.head(ring).store(self.head, Ordering::SeqCst);
+        self.seg.head(self.ring).store(self.head, Ordering::SeqCst);
     }
 }
