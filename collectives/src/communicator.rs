@@ -58,7 +58,7 @@ pub struct Communicator {
     measured: HashMap<(Collective, usize), Option<Algorithm>, foldhash::fast::RandomState>,
     scratch: Vec<u128>,
     /// What the last collective call derived from its arguments.
-    prepared: Option<execute::Prepared>,
+    prepared: Option<Box<execute::Prepared>>,
     /// The engine's per-channel state, kept between calls.
     spare: crate::engine::core::Spare,
     /// The last point-to-point call's description and fingerprint.
