@@ -609,27 +609,34 @@ impl Drop for WithAlgorithm<'_> {
     }
 }
 
-/// `hosts` with its host's CPUs when it has one host ([`machine_cpus`]: the same on every
-/// rank of a machine, so that every rank prices alike); across hosts they are not known
-/// (each rank would only know its own host's).
+/// `hosts` with its hosts' CPUs: as the transport's bootstrap gave them (every rank's
+/// machine's, in the table every rank got), else, for a group on one host, this machine's
+/// ([`machine_cpus`]: the same on every rank of a machine). Either way every rank prices
+/// alike.
 ///
 /// [`machine_cpus`]: rcoll_transport::topology::machine_cpus
 fn with_machine_cpus(
     hosts: rcoll_transport::hosts::HostMap,
     rank: Rank,
 ) -> rcoll_transport::hosts::HostMap {
-    if hosts.nhosts() != 1 {
-        return hosts;
+    let known = (0..hosts.nhosts()).any(|h| hosts.cpus(h).is_some());
+    let hosts = if !known && hosts.nhosts() == 1 {
+        let cpus = rcoll_transport::topology::machine_cpus();
+        hosts.with_cpus(vec![cpus])
+    } else {
+        hosts
+    };
+    for h in 0..hosts.nhosts() {
+        let ranks = hosts.members(h).len();
+        if let Some(cpus) = hosts.cpus(h).filter(|&c| ranks > c) {
+            tracing::info!(
+                rank = rank.0,
+                host = hosts.key(h),
+                ranks,
+                cpus,
+                "more ranks than CPUs on a host: choices count their turns on the CPUs"
+            );
+        }
     }
-    let cpus = rcoll_transport::topology::machine_cpus();
-    let ranks = hosts.members(0).len();
-    if ranks > cpus {
-        tracing::info!(
-            rank = rank.0,
-            ranks,
-            cpus,
-            "more ranks than CPUs on this host: choices count their turns on the CPUs"
-        );
-    }
-    hosts.with_cpus(vec![cpus])
+    hosts
 }

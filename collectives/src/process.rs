@@ -284,6 +284,7 @@ impl Builder {
             timeout: config.timeout,
             window: self.window,
             host: rcoll_transport::hosts::local_key().map_err(Error::Config)?,
+            cpus: rcoll_transport::topology::machine_cpus(),
         };
         tracing::info!(rank = self.rank, size = self.size, root = %self.root, "joining over tcp");
         let deadline = rcoll_transport::deadline_after(config.timeout);

@@ -764,6 +764,7 @@ fn a_member_dying_between_rendezvous_and_mesh_is_named_within_the_timeout() {
         nranks: 3,
         addr: listener.local_addr().expect("addr").to_string(),
         host: "localhost".into(),
+        cpus: 0,
         mac: [0; 32],
     };
     member.send(&auth::sign_intro(secret, &nonce_c, &nonce_s, hello));

@@ -178,6 +178,28 @@ impl HostMap {
         self
     }
 
+    /// The map with each host's CPUs from what its ranks reported (`reported[r]` from rank
+    /// `r`, 0 when it did not know): the fewest any of them reported, so that every rank
+    /// given the same reports (the bootstrap's table) prices alike. Ignored unless there
+    /// is one report per rank.
+    pub fn with_reported_cpus(self, reported: &[u32]) -> HostMap {
+        if reported.len() != self.nranks() {
+            return self;
+        }
+        let cpus = self
+            .hosts
+            .iter()
+            .map(|(_, members)| {
+                members
+                    .iter()
+                    .filter_map(|r| reported.get(r.index()).copied().filter(|&c| c > 0))
+                    .min()
+                    .map_or(0, |c| c as usize)
+            })
+            .collect();
+        self.with_cpus(cpus)
+    }
+
     /// Host `h`'s CPUs, when known ([`HostMap::with_cpus`]).
     pub fn cpus(&self, h: usize) -> Option<usize> {
         self.cpus.get(h).copied().filter(|&c| c > 0)
@@ -386,5 +408,22 @@ mod tests {
             HostMap::cyclic(8, 4).with_rank_order().ring_crossings(),
             (8, 0)
         );
+    }
+
+    /// Each host gets the fewest CPUs its ranks reported, unknown (0) reports left out;
+    /// a host none of whose ranks knew stays unknown, and reports of the wrong length
+    /// change nothing.
+    #[test]
+    fn a_host_takes_the_fewest_cpus_its_ranks_reported() {
+        let m = HostMap::from_keys(&["a", "b", "a", "b", "c"]);
+        let counted = m.clone().with_reported_cpus(&[8, 2, 6, 0, 0]);
+        assert_eq!(
+            (counted.cpus(0), counted.cpus(1), counted.cpus(2)),
+            (Some(6), Some(2), None)
+        );
+        // Host b runs 2 ranks on 2 CPUs: not crowded; with 1 CPU it is.
+        assert!(!counted.crowded());
+        assert!(m.clone().with_reported_cpus(&[8, 1, 6, 0, 0]).crowded());
+        assert_eq!(m.clone().with_reported_cpus(&[8, 2]), m);
     }
 }

@@ -123,6 +123,7 @@ fn a_stranger_first_at_the_root_cannot_take_a_rank() {
         nranks: 3,
         addr: "127.0.0.1:9".into(),
         host: "localhost".into(),
+        cpus: 0,
         mac: [0; 32],
     };
     refused_with(&root, public_id, hello);

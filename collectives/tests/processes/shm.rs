@@ -276,6 +276,51 @@ fn auto_chooses_alike_on_every_rank_when_one_is_alone_on_its_host() {
     let _ = std::fs::remove_file(&tuning);
 }
 
+/// Auto across two emulated hosts of two ranks over TCP, where host `a`'s ranks are told
+/// their machine has `cpus_a` CPUs and host `b`'s 8 (`RCOLL_HOST_CPUS`): each rank's
+/// choices, per rank.
+fn choices_with_host_cpus(cpus_a: usize) -> Vec<Vec<String>> {
+    let hosts = ["a", "a", "b", "b"];
+    let children = spawn_each("auto", 4, |r| {
+        let cpus = if hosts[r] == "a" { cpus_a } else { 8 };
+        vec![
+            ("RCOLL_TRANSPORT", "tcp".to_string()),
+            ("RCOLL_HOST", hosts[r].to_string()),
+            ("RCOLL_HOST_CPUS", cpus.to_string()),
+        ]
+    });
+    let results = finish(children, Duration::from_secs(60));
+    all_succeed(&format!("host a with {cpus_a} CPUs"), &results);
+    results
+        .iter()
+        .map(|(_, out)| {
+            out.lines()
+                .filter(|l| l.starts_with("AUTO "))
+                .map(str::to_owned)
+                .collect()
+        })
+        .collect()
+}
+
+/// Every host's CPUs travel in the bootstrap table: with host `a` crowded (2 ranks on 1
+/// CPU) and host `b` not, every rank, those of `b` too, prices `a`'s ranks taking turns
+/// and chooses alike — and not what all choose when `a` has room.
+#[test]
+fn ranks_on_every_host_price_a_crowded_host_alike() {
+    let (roomy, crowded) = (choices_with_host_cpus(8), choices_with_host_cpus(1));
+    for c in [&roomy, &crowded] {
+        for (r, x) in c.iter().enumerate() {
+            assert_eq!(x.len(), 3, "rank {r}: {x:?}");
+            assert_eq!(x, &c[0], "rank {r} chose differently from rank 0: {c:?}");
+        }
+    }
+    eprintln!("roomy {:?} crowded {:?}", roomy[0], crowded[0]);
+    assert_ne!(
+        roomy[0][0], crowded[0][0],
+        "a crowded host changes no choice"
+    );
+}
+
 /// Shared memory that cannot be set up (a segment directory that does not exist, one too
 /// small): with `RCOLL_TRANSPORT=shm` every rank fails saying why; with `auto` the ranks
 /// run over TCP.

@@ -40,6 +40,7 @@ fn group_with<R: Send>(
                         timeout: Duration::from_secs(20),
                         window: 4,
                         host: "one host".into(),
+                        cpus: 0,
                     };
                     let mut tcp = connect(&boot).expect("bootstrap");
                     let opts = Options {

@@ -20,6 +20,7 @@ fn options(rank: usize, nranks: usize, root: SocketAddr) -> Options {
         timeout: Duration::from_secs(20),
         window: 4,
         host: "localhost".into(),
+        cpus: 0,
     }
 }
 

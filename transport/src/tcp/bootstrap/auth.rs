@@ -59,6 +59,7 @@ fn bound_fields(m: &Message) -> Vec<u8> {
             nranks,
             addr,
             host,
+            cpus,
             ..
         } => {
             out.push(1);
@@ -66,7 +67,9 @@ fn bound_fields(m: &Message) -> Vec<u8> {
             out.extend_from_slice(&nranks.to_le_bytes());
             out.extend_from_slice(&(addr.len() as u32).to_le_bytes());
             out.extend_from_slice(addr.as_bytes());
+            out.extend_from_slice(&(host.len() as u32).to_le_bytes());
             out.extend_from_slice(host.as_bytes());
+            out.extend_from_slice(&cpus.to_le_bytes());
         }
         Message::Handshake { rank, .. } => {
             out.push(4);
@@ -115,12 +118,14 @@ pub fn sign_intro(
             nranks,
             addr,
             host,
+            cpus,
             ..
         } => Message::Hello {
             rank,
             nranks,
             addr,
             host,
+            cpus,
             mac,
         },
         Message::Handshake { rank, .. } => Message::Handshake { rank, mac },
@@ -161,42 +166,50 @@ mod tests {
         assert!(!acceptor_mac_ok(other, &c, &s, &m));
         assert!(!acceptor_mac_ok(k, &s, &c, &m));
 
-        let hello = sign_intro(
-            k,
-            &c,
-            &s,
-            Message::Hello {
+        // Rank 2 of 4 on host `a` of 64 CPUs, but for what `change` makes of it.
+        let hello_with = |mac: [u8; MAC], change: &dyn Fn(&mut Message)| {
+            let mut m = Message::Hello {
                 rank: 2,
                 nranks: 4,
                 addr: "127.0.0.1:5".into(),
                 host: "a".into(),
-                mac: [0; MAC],
-            },
-        );
+                cpus: 64,
+                mac,
+            };
+            change(&mut m);
+            m
+        };
+        let hello = sign_intro(k, &c, &s, hello_with([0; MAC], &|_| {}));
         assert!(intro_ok(k, &c, &s, &hello));
         assert!(!intro_ok(other, &c, &s, &hello));
         assert!(!intro_ok(k, &c, &[9; NONCE], &hello));
-        // Another rank with the same MAC: the fields are bound.
         let Message::Hello { mac, .. } = hello.clone() else {
             unreachable!()
         };
-        let forged = Message::Hello {
-            rank: 3,
-            nranks: 4,
-            addr: "127.0.0.1:5".into(),
-            host: "a".into(),
-            mac,
-        };
-        assert!(!intro_ok(k, &c, &s, &forged));
-        // Another host key: bound too.
-        let moved = Message::Hello {
-            rank: 2,
-            nranks: 4,
-            addr: "127.0.0.1:5".into(),
-            host: "b".into(),
-            mac,
-        };
-        assert!(!intro_ok(k, &c, &s, &moved));
+        // With the same MAC, every field is bound: another rank, another host key, other
+        // CPUs (a rank claiming its host is crowded, or not).
+        let changes: [&dyn Fn(&mut Message); 3] = [
+            &|m| {
+                if let Message::Hello { rank, .. } = m {
+                    *rank = 3;
+                }
+            },
+            &|m| {
+                if let Message::Hello { host, .. } = m {
+                    *host = "b".into();
+                }
+            },
+            &|m| {
+                if let Message::Hello { cpus, .. } = m {
+                    *cpus = 2;
+                }
+            },
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let forged = hello_with(mac, *change);
+            assert_ne!(forged, hello, "change {i}");
+            assert!(!intro_ok(k, &c, &s, &forged), "change {i}");
+        }
         // The acceptor's MAC is not a connector's.
         let as_handshake = Message::Handshake { rank: 2, mac: m };
         assert!(!intro_ok(k, &c, &s, &as_handshake));

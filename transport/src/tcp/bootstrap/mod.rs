@@ -52,6 +52,9 @@ pub struct Options {
     /// This rank's host key ([`crate::hosts::local_key`]): ranks with equal keys share a
     /// machine.
     pub host: String,
+    /// The CPUs of this rank's machine ([`crate::topology::machine_cpus`]; 0: unknown):
+    /// every rank learns every host's, so that all price a crowded host alike.
+    pub cpus: usize,
 }
 
 impl Options {
@@ -90,9 +93,10 @@ pub fn connect(opts: &Options) -> Result<TcpTransport, TransportError> {
         (1, _) => {
             let mut t = TcpTransport::new(me, vec![None], opts.window)
                 .map_err(|e| fail(format!("cannot create the poller: {e}")))?;
-            t.set_hosts(std::sync::Arc::new(crate::hosts::HostMap::from_keys(&[
-                opts.host.as_str(),
-            ])));
+            t.set_hosts(std::sync::Arc::new(
+                crate::hosts::HostMap::from_keys(&[opts.host.as_str()])
+                    .with_reported_cpus(&[cpus_word(opts.cpus)]),
+            ));
             Ok(t)
         }
         (_, 0) => root(opts, deadline),
@@ -251,12 +255,13 @@ fn connect_until(addr: SocketAddr, deadline: Instant) -> io::Result<TcpStream> {
 
 /// Whether a proven hello joins the group (its address and host go into `table`), or why
 /// not.
-fn judge(opts: &Options, table: &mut [Option<(String, String)>], m: Message) -> Result<(), String> {
+fn judge(opts: &Options, table: &mut [Option<Member>], m: Message) -> Result<(), String> {
     let Message::Hello {
         rank,
         nranks,
         addr,
         host,
+        cpus,
         ..
     } = m
     else {
@@ -278,7 +283,7 @@ fn judge(opts: &Options, table: &mut [Option<(String, String)>], m: Message) -> 
             crate::hosts::MAX_KEY
         ))
     } else {
-        table[r] = Some((addr, host));
+        table[r] = Some(Member { addr, host, cpus });
         Ok(())
     }
 }
@@ -366,13 +371,15 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
     };
     let data = TcpListener::bind((opts.bind.unwrap_or(opts.root.ip()), 0))
         .map_err(|e| io_fail(me, "cannot open the data listener", e))?;
-    let mut table: Vec<Option<(String, String)>> = vec![None; opts.nranks];
-    table[0] = Some((
-        data.local_addr()
+    let mut table: Vec<Option<Member>> = vec![None; opts.nranks];
+    table[0] = Some(Member {
+        addr: data
+            .local_addr()
             .map_err(|e| io_fail(me, "data listener", e))?
             .to_string(),
-        opts.host.clone(),
-    ));
+        host: opts.host.clone(),
+        cpus: cpus_word(opts.cpus),
+    });
     let mut data =
         Acceptor::new(data, opts.unique_id, me).map_err(|e| io_fail(me, "listener", e))?;
     let mut acceptor =
@@ -382,7 +389,7 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
         &mut acceptor,
         Some(&mut data),
         deadline,
-        |table: &Vec<Option<(String, String)>>| table.iter().all(Option::is_some),
+        |table: &Vec<Option<Member>>| table.iter().all(Option::is_some),
         &mut table,
         |table| {
             let missing: Vec<String> = table
@@ -412,17 +419,22 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
         },
     )?;
     acceptor.close("every rank has connected to the root");
-    let (addrs, hosts): (Vec<String>, Vec<String>) = table.into_iter().flatten().unzip();
+    let table: Vec<Member> = table.into_iter().flatten().collect();
+    let addrs: Vec<String> = table.iter().map(|m| m.addr.clone()).collect();
+    let hosts: Vec<String> = table.iter().map(|m| m.host.clone()).collect();
+    let cpus: Vec<u32> = table.iter().map(|m| m.cpus).collect();
     tracing::debug!(
         rank = 0,
         ?addrs,
         ?hosts,
+        ?cpus,
         "every rank arrived; sending the address table"
     );
     let left = deadline.saturating_duration_since(Instant::now());
     let message = Message::Table {
         addrs: addrs.clone(),
         hosts: hosts.clone(),
+        cpus: cpus.clone(),
     };
     for m in &mut members {
         // A member that stops reading cannot hold the root past the deadline.
@@ -430,7 +442,7 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
             .and_then(|()| send(m, &message))
             .map_err(|e| io_fail(me, "sending the address table", e))?;
     }
-    mesh(opts, me, data, &addrs, &hosts, deadline)
+    mesh(opts, me, data, &addrs, &hosts, &cpus, deadline)
 }
 
 fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportError> {
@@ -451,6 +463,7 @@ fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportEr
         nranks: opts.nranks as u32,
         addr,
         host: opts.host.clone(),
+        cpus: cpus_word(opts.cpus),
         mac: [0; wire::MAC],
     };
     let fail = |reason: String| TransportError::Bootstrap { rank: me, reason };
@@ -483,10 +496,12 @@ fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportEr
             .map_err(|e| io_fail(me, "accept", e))
     })?;
     match heard.and_then(|()| receive(&mut s, deadline)) {
-        Ok(Message::Table { addrs, hosts })
-            if addrs.len() == opts.nranks && hosts.len() == opts.nranks =>
+        Ok(Message::Table { addrs, hosts, cpus })
+            if addrs.len() == opts.nranks
+                && hosts.len() == opts.nranks
+                && cpus.len() == opts.nranks =>
         {
-            mesh(opts, me, data, &addrs, &hosts, deadline)
+            mesh(opts, me, data, &addrs, &hosts, &cpus, deadline)
         }
         Ok(Message::Refuse(reason)) => Err(fail(format!(
             "the root at {} refused this rank: {reason}",
@@ -510,6 +525,7 @@ fn mesh(
     mut acceptor: Acceptor,
     table: &[String],
     hosts: &[String],
+    cpus: &[u32],
     deadline: Instant,
 ) -> Result<TcpTransport, TransportError> {
     let n = opts.nranks;
@@ -595,6 +611,21 @@ fn mesh(
     );
     let mut t = TcpTransport::new(me, streams, opts.window)
         .map_err(|e| io_fail(me, "cannot register the connections", e))?;
-    t.set_hosts(std::sync::Arc::new(crate::hosts::HostMap::from_keys(hosts)));
+    t.set_hosts(std::sync::Arc::new(
+        crate::hosts::HostMap::from_keys(hosts).with_reported_cpus(cpus),
+    ));
     Ok(t)
+}
+
+/// What a rank told the root: its data listener, host key and machine CPUs.
+#[derive(Clone)]
+struct Member {
+    addr: String,
+    host: String,
+    cpus: u32,
+}
+
+/// A CPU count as the wire carries it (a count past `u32` is no count a machine has).
+fn cpus_word(cpus: usize) -> u32 {
+    u32::try_from(cpus).unwrap_or(u32::MAX)
 }

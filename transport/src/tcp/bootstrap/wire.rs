@@ -5,9 +5,9 @@
 //! [`Message::Handshake`] to a peer) carrying its own proof (see [`super::auth`]). The job's
 //! secret never travels: only nonces and MACs do.
 
-/// `"RCB3"`: bootstrap protocol and version (2: mutual proof of the job secret; 3: host
-/// keys in the hello and the table).
-pub const MAGIC: [u8; 4] = *b"RCB3";
+/// `"RCB4"`: bootstrap protocol and version (2: mutual proof of the job secret; 3: host
+/// keys in the hello and the table; 4: each rank's machine CPUs with them).
+pub const MAGIC: [u8; 4] = *b"RCB4";
 /// Largest message body accepted: the root's address table for the most ranks a group may
 /// have (a listener takes far less from a connection that has not proven itself:
 /// [`MAX_INTRO`]).
@@ -32,16 +32,21 @@ pub enum Message {
         addr: String,
         /// Sender's host key (ranks with equal keys share a machine).
         host: String,
+        /// The CPUs of the sender's machine that its ranks share (0: unknown; see
+        /// [`crate::topology::machine_cpus`]).
+        cpus: u32,
         /// The sender's proof of the job secret over this connection's nonces and the
         /// fields above.
         mac: [u8; MAC],
     },
-    /// The root's answer: every rank's data listener and host key, by rank.
+    /// The root's answer: every rank's data listener, host key and machine CPUs, by rank.
     Table {
         /// Data listeners.
         addrs: Vec<String>,
         /// Host keys.
         hosts: Vec<String>,
+        /// Machine CPUs (0: unknown).
+        cpus: Vec<u32>,
     },
     /// The acceptor refuses the connector.
     Refuse(String),
@@ -111,24 +116,29 @@ impl Message {
                 nranks,
                 addr,
                 host,
+                cpus,
                 mac,
             } => {
                 body.extend_from_slice(&rank.to_le_bytes());
                 body.extend_from_slice(&nranks.to_le_bytes());
                 put_str(&mut body, addr);
                 put_str(&mut body, host);
+                body.extend_from_slice(&cpus.to_le_bytes());
                 body.extend_from_slice(mac);
                 1
             }
-            Message::Table { addrs, hosts } => {
-                // As many hosts as addresses: the shorter list decides.
-                let n = addrs.len().min(hosts.len());
+            Message::Table { addrs, hosts, cpus } => {
+                // As many entries as the shortest list: a rank is all three.
+                let n = addrs.len().min(hosts.len()).min(cpus.len());
                 body.extend_from_slice(&(n as u32).to_le_bytes());
                 for a in &addrs[..n] {
                     put_str(&mut body, a);
                 }
                 for h in &hosts[..n] {
                     put_str(&mut body, h);
+                }
+                for c in &cpus[..n] {
+                    body.extend_from_slice(&c.to_le_bytes());
                 }
                 2
             }
@@ -184,6 +194,7 @@ impl Message {
                 nranks: r.u32()?,
                 addr: r.string()?,
                 host: r.string()?,
+                cpus: r.u32()?,
                 mac: r.array()?,
             },
             2 => {
@@ -197,7 +208,11 @@ impl Message {
                 for _ in 0..n {
                     hosts.push(r.string()?);
                 }
-                Message::Table { addrs, hosts }
+                let mut cpus = Vec::with_capacity(n.min(r.0.len() / 4));
+                for _ in 0..n {
+                    cpus.push(r.u32()?);
+                }
+                Message::Table { addrs, hosts, cpus }
             }
             3 => Message::Refuse(r.string()?),
             4 => Message::Handshake {
@@ -273,11 +288,13 @@ mod tests {
                 nranks: 8,
                 addr: "[::1]:4000".into(),
                 host: "node7/5d41402a".into(),
+                cpus: 128,
                 mac: [7; MAC],
             },
             Message::Table {
                 addrs: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
                 hosts: vec!["a".into(), "b".into()],
+                cpus: vec![2, 0],
             },
             Message::Refuse("no".into()),
             Message::Handshake {
@@ -305,7 +322,7 @@ mod tests {
             Err(WireError::BadMagic(_))
         ));
         assert!(matches!(
-            Message::decode_prefix(b"RCB1\x01\x00\x00\x00\x00"),
+            Message::decode_prefix(b"RCB3\x01\x00\x00\x00\x00"),
             Err(WireError::BadMagic(_))
         ));
         let mut p = [0u8; PREFIX];
