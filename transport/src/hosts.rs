@@ -291,7 +291,11 @@ impl HostMap {
         let hosts: Vec<String> = self
             .hosts
             .iter()
-            .map(|(key, members)| format!("{} ({})", short(key), ranges(members)))
+            .enumerate()
+            .map(|(h, (key, members))| match self.cpus(h) {
+                Some(c) => format!("{} ({}; {c} CPUs)", short(key), ranges(members)),
+                None => format!("{} ({})", short(key), ranges(members)),
+            })
             .collect();
         format!("{shape}: {}", hosts.join(", "))
     }
@@ -424,6 +428,10 @@ mod tests {
         // Host b runs 2 ranks on 2 CPUs: not crowded; with 1 CPU it is.
         assert!(!counted.crowded());
         assert!(m.clone().with_reported_cpus(&[8, 1, 6, 0, 0]).crowded());
+        assert_eq!(
+            counted.describe(),
+            "3 hosts of 2+2+1 ranks: a (0,2; 6 CPUs), b (1,3; 2 CPUs), c (4)"
+        );
         assert_eq!(m.clone().with_reported_cpus(&[8, 2]), m);
     }
 }
