@@ -258,8 +258,8 @@ impl Segment {
     /// Descriptor `k` (below `slots`) of the ring whose descriptors begin at `base`
     /// ([`Segment::desc_base`]): eight u64 as atomics (see the `D_*` words). One offset and
     /// one bounds check for the whole line: a message reads or writes most of its words.
-    /// The rings keep `k` as they count (no division: one per word was a fifth of an
-    /// 8-byte send's instructions, one per line still a tenth of its time).
+    /// The rings keep `k` as they count: no division (one per word was a fifth of an
+    /// 8-byte send's instructions; one per line still made five per 8-byte call).
     fn desc_at(&self, base: usize, k: usize) -> &[AtomicU64; 8] {
         debug_assert!(k < self.shape.slots);
         let at = base + k * LINE;
