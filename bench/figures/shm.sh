@@ -22,11 +22,13 @@ for n in 2 4; do
     # As many calls as Open MPI's benchmark times at 8 B (it calibrates to 100,000 with
     # 2 ranks): 20,000 calls of 0.4 us are 8 ms, within one scheduler hiccup.
     $B all_reduce --ranks "$n" -b 8 -e 8 -n 100000 -w 1000 2>&1 | rows
-    $B all_reduce --ranks "$n" -b 64K -e 64M -f 4 2>&1 | rows
+    # 200 timed calls per size, not the default 20 (20 calls of 50 us are 1 ms: Open MPI's
+    # benchmark times about 2,000 at 1 MiB, 20 only at 64 MiB).
+    $B all_reduce --ranks "$n" -b 64K -e 64M -f 4 -n 200 -w 20 2>&1 | rows
     for c in broadcast:broadcast allgather:all_gather reducescatter:reduce_scatter; do
       echo "== ${c##*:}, $n ranks, round $round: Open MPI shm, then rcoll (1 MiB, 64 MiB)"
       "$P/run_mpi.sh" "$n" shm "${c%%:*}" -b 1M -e 64M -f 64 2>&1 | rows
-      $B "${c##*:}" --ranks "$n" -b 1M -e 64M -f 64 2>&1 | rows
+      $B "${c##*:}" --ranks "$n" -b 1M -e 64M -f 64 -n 200 -w 20 2>&1 | rows
     done
   done
 done
