@@ -3,12 +3,13 @@
 //! 1. Rank 0 listens on the root address. Every other rank connects to it (retrying until
 //!    the deadline, as the root may start last), and the two prove to each other that they
 //!    know the job's secret (the 128-bit unique id) without sending it ([`auth`]). Then the
-//!    rank presents a `Hello`: its rank, the group size and the address of its own data
-//!    listener, bound on the interface that reaches the root.
+//!    rank presents a `Hello`: its rank, the group size, the address of its own data
+//!    listener (bound on the interface that reaches the root), its host key and its
+//!    machine's CPUs.
 //! 2. The root checks each proven hello — rank in range and not seen before, same group
 //!    size — and refuses the others with a reason (logged on both sides). A rank slot is
 //!    taken only after proof, so a stranger cannot take one. Once every rank has arrived the
-//!    root sends everyone the table of data addresses.
+//!    root sends everyone the table of data addresses, host keys and CPUs.
 //! 3. Each rank connects to every lower rank and accepts from every higher one, with the
 //!    same mutual proof before a `Handshake` names the connecting rank.
 //!
@@ -253,8 +254,8 @@ fn connect_until(addr: SocketAddr, deadline: Instant) -> io::Result<TcpStream> {
     }
 }
 
-/// Whether a proven hello joins the group (its address and host go into `table`), or why
-/// not.
+/// Whether a proven hello joins the group (its address, host key and CPUs go into
+/// `table`), or why not.
 fn judge(opts: &Options, table: &mut [Option<Member>], m: Message) -> Result<(), String> {
     let Message::Hello {
         rank,
