@@ -5,13 +5,8 @@
 #
 # Usage: bench/figures/shm.sh [--rounds N]   (from the repository root; default 2 rounds)
 set -u
-cd "$(dirname "$0")/../.."
 rounds=2
-[ "${1:-}" = --rounds ] && rounds=$2
-P=${PEERS:-../shared/peers}
-B=target/release/rcoll-bench
-cargo build --release -p rcoll-bench >/dev/null 2>&1
-rows() { grep -E "^ +[0-9]|^\[rank 0\] +[0-9]"; }
+. "$(dirname "$0")/common.sh" "$@"
 echo "== memcpy (the local limit)"; "$P/memcpy_bench" 2>&1 | tail -2
 for n in 2 4; do
   for round in $(seq 1 "$rounds"); do

@@ -9,19 +9,9 @@
 # This machine's two vCPUs switch between a fast state (a cache line crosses cores in
 # ~40 ns) and a slow one (~200 ns) for minutes at a time: compare within a round only.
 set -u
-cd "$(dirname "$0")/../.."
 ranks=2
 rounds=8
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --ranks) ranks=$2; shift 2 ;;
-    --rounds) rounds=$2; shift 2 ;;
-    *) echo "usage: $0 [--ranks N] [--rounds R]" >&2; exit 2 ;;
-  esac
-done
-P=${PEERS:-../shared/peers}
-B=target/release/rcoll-bench
-cargo build --release -p rcoll-bench >/dev/null 2>&1
+. "$(dirname "$0")/common.sh" "$@"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "# round | Open MPI shm (us) | rcoll out of place / in place (us)"

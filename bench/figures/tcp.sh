@@ -13,20 +13,10 @@
 # bound (small vectors stay in cache, where loopback runs faster than iperf3's streams)
 # and leaves out the reductions, which need the same cores.
 set -u
-cd "$(dirname "$0")/../.."
 rounds=2
-n=4
-while [ $# -gt 0 ]; do
-  case $1 in
-    --rounds) rounds=$2; shift 2 ;;
-    --ranks) n=$2; shift 2 ;;
-    *) echo "usage: $0 [--rounds N] [--ranks N]" >&2; exit 2 ;;
-  esac
-done
-P=${PEERS:-../shared/peers}
-B=target/release/rcoll-bench
-cargo build --release -p rcoll-bench >/dev/null 2>&1
-rows() { grep -E "^ +[0-9]|^\[rank 0\] +[0-9]"; }
+ranks=4
+. "$(dirname "$0")/common.sh" "$@"
+n=$ranks
 # GB/s that $n concurrent iperf3 streams carry over loopback together.
 loopback() {
   local dir port pids=()
