@@ -50,6 +50,41 @@ fn wrong_length_on_one_rank_fails_every_rank_at_once() {
     }
 }
 
+/// A call like the last one reuses what that one derived from its arguments; its buffers
+/// are still checked: the same call with a short receive buffer on rank 1 is a typed error
+/// there, and every rank fails.
+#[test]
+fn a_repeated_call_with_a_wrong_length_still_fails_every_rank() {
+    let results = on_ranks(3, None, LONG, |comm| {
+        let send = vec![1.0f32; 8];
+        let mut recv = vec![0.0f32; 8];
+        comm.all_reduce(&send, &mut recv, ReduceOp::Sum)?;
+        assert_eq!(recv, vec![3.0; 8]);
+        let mut short = vec![0.0f32; if comm.rank() == 1 { 7 } else { 8 }];
+        comm.all_reduce(&send, &mut short, ReduceOp::Sum)
+    });
+    for (r, res) in results.iter().enumerate() {
+        let e = res.as_ref().expect_err("every rank must fail");
+        if r == 1 {
+            assert!(
+                matches!(
+                    e,
+                    Error::BufferLength {
+                        rank: 1,
+                        buffer: "recv",
+                        expected: 8,
+                        got: 7,
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        } else {
+            assert!(aborted_by(e, 1), "rank {r}: {e}");
+        }
+    }
+}
+
 #[test]
 fn root_out_of_range_is_a_typed_error() {
     let results = on_ranks(3, None, LONG, |comm| {

@@ -322,16 +322,15 @@ impl Communicator {
         // Taken out for the call and put back after it (a pointer: two moves of the whole
         // were a tenth of a small call's instructions): a loop of small calls pays no
         // reference count on the plan.
-        let prepared = match self.prepared.take() {
-            Some(p) if p.key == key => p,
-            _ => match self.prepare(&req, key) {
-                Ok(p) => p,
-                Err(e) => return Err(self.fail(e)),
-            },
+        // Only the buffers' lengths are checked again (`prepare` checks them with the rest).
+        let checked = match self.prepared.take() {
+            Some(p) if p.key == key => self.check_lengths(&req, &p.expect).map(|()| p),
+            _ => self.prepare(&req, key),
         };
-        if let Err(e) = self.check_lengths(&req, &prepared.expect) {
-            return Err(self.fail(e));
-        }
+        let prepared = match checked {
+            Ok(p) => p,
+            Err(e) => return Err(self.fail(e)),
+        };
         let seq = self.seq;
         self.seq = (self.seq + 1) & !P2P_BIT;
         tracing::debug!(

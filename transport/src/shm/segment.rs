@@ -269,6 +269,15 @@ impl Segment {
         unsafe { &*self.map.as_mut_ptr().add(at).cast::<[AtomicU64; 8]>() }
     }
 
+    /// The descriptor place after `k`: `(k + 1) % slots`, without a division.
+    fn next_place(&self, k: usize) -> usize {
+        if k + 1 == self.shape.slots {
+            0
+        } else {
+            k + 1
+        }
+    }
+
     /// Descriptor `i % slots` of a ring (what a peer writes for its `i`-th message).
     #[cfg(test)]
     fn desc(&self, ring: usize, i: u64) -> &[AtomicU64; 8] {
@@ -511,11 +520,7 @@ impl InRing {
     /// Counts the next descriptor as taken.
     fn advance(&mut self) {
         self.tail += 1;
-        self.at = if self.at + 1 == self.seg.shape.slots {
-            0
-        } else {
-            self.at + 1
-        };
+        self.at = self.seg.next_place(self.at);
     }
 
     /// Whether a message is waiting.

@@ -224,11 +224,7 @@ impl OutRing {
         // Everything above is visible to the receiver that sees this number.
         d[D_SEQ].store(self.head + 1, Ordering::Release);
         self.head += 1;
-        self.at = if self.at + 1 == self.seg.shape.slots {
-            0
-        } else {
-            self.at + 1
-        };
+        self.at = self.seg.next_place(self.at);
         // Sequentially consistent: ordered before the check of the receiver's `sleeping`
         // flag that follows (see `ShmTransport::wait`).
         self.seg.head(self.ring).store(self.head, Ordering::SeqCst);
