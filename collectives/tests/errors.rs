@@ -17,6 +17,35 @@ fn aborted_by(e: &Error, rank: u32) -> bool {
     matches!(e, Error::Transport { source: TransportError::Aborted { by, .. }, .. } if by.0 == rank)
 }
 
+/// Rank `bad` failed with a short receive buffer (`got` of `expected`), every other rank
+/// with the abort it sent.
+fn short_recv_fails_every_rank(
+    results: &[rcoll::Result<()>],
+    bad: u32,
+    expected: usize,
+    got: usize,
+) {
+    for (r, res) in results.iter().enumerate() {
+        let e = res.as_ref().expect_err("every rank must fail");
+        if r == bad as usize {
+            assert!(
+                matches!(
+                    e,
+                    Error::BufferLength { rank, buffer: "recv", expected: x, got: g, .. }
+                        if *rank == bad && *x == expected && *g == got
+                ),
+                "{e}"
+            );
+        } else {
+            assert!(aborted_by(e, bad), "rank {r}: {e}");
+            assert!(
+                e.to_string().contains(&got.to_string()),
+                "the abort reason travels: {e}"
+            );
+        }
+    }
+}
+
 #[test]
 fn wrong_length_on_one_rank_fails_every_rank_at_once() {
     let results = on_ranks(4, Some(Algorithm::Ring), LONG, |comm| {
@@ -24,35 +53,9 @@ fn wrong_length_on_one_rank_fails_every_rank_at_once() {
         let mut recv = vec![0.0f32; if comm.rank() == 2 { 99 } else { 100 }];
         comm.all_reduce(&send, &mut recv, ReduceOp::Sum)
     });
-    for (r, res) in results.iter().enumerate() {
-        let e = res.as_ref().expect_err("every rank must fail");
-        if r == 2 {
-            assert!(
-                matches!(
-                    e,
-                    Error::BufferLength {
-                        rank: 2,
-                        buffer: "recv",
-                        expected: 100,
-                        got: 99,
-                        ..
-                    }
-                ),
-                "{e}"
-            );
-        } else {
-            assert!(aborted_by(e, 2), "rank {r}: {e}");
-            assert!(
-                e.to_string().contains("99"),
-                "the abort reason travels: {e}"
-            );
-        }
-    }
+    short_recv_fails_every_rank(&results, 2, 100, 99);
 }
 
-/// A call like the last one reuses what that one derived from its arguments; its buffers
-/// are still checked: the same call with a short receive buffer on rank 1 is a typed error
-/// there, and every rank fails.
 #[test]
 fn a_repeated_call_with_a_wrong_length_still_fails_every_rank() {
     let results = on_ranks(3, None, LONG, |comm| {
@@ -63,26 +66,7 @@ fn a_repeated_call_with_a_wrong_length_still_fails_every_rank() {
         let mut short = vec![0.0f32; if comm.rank() == 1 { 7 } else { 8 }];
         comm.all_reduce(&send, &mut short, ReduceOp::Sum)
     });
-    for (r, res) in results.iter().enumerate() {
-        let e = res.as_ref().expect_err("every rank must fail");
-        if r == 1 {
-            assert!(
-                matches!(
-                    e,
-                    Error::BufferLength {
-                        rank: 1,
-                        buffer: "recv",
-                        expected: 8,
-                        got: 7,
-                        ..
-                    }
-                ),
-                "{e}"
-            );
-        } else {
-            assert!(aborted_by(e, 1), "rank {r}: {e}");
-        }
-    }
+    short_recv_fails_every_rank(&results, 1, 8, 7);
 }
 
 #[test]
