@@ -4,7 +4,9 @@
 //! move the bytes. Every such call flushes what it can of each peer's outgoing queue and
 //! reads every socket until it would block (mio's rule for edge-triggered readiness),
 //! decoding frames ([`frame`]) into the arrival map, so a sender's progress never depends
-//! on which message its receiver is waiting for. [`Transport::wait`] sleeps in
+//! on which message its receiver is waiting for. A socket read dry is read again once a
+//! single `poll` over all such sockets says it has something (one system call, not one
+//! per idle peer). [`Transport::wait`] sleeps in
 //! `mio::Poll::poll` until a socket is ready or the deadline passes.
 //!
 //! Sends are vectored writes of the 32-byte header and the payload straight from the
@@ -68,6 +70,9 @@ struct Peer {
     large: bool,
     /// Receives taken straight into their destinations ([`direct`]).
     direct: direct::Direct,
+    /// Its socket was read until it would block: [`TcpTransport::progress`] reads it
+    /// again only once a `poll` says it has something.
+    quiet: bool,
 }
 
 /// One rank's endpoint of a TCP group. Built by [`bootstrap::connect`].
@@ -99,6 +104,9 @@ pub struct TcpTransport {
     hosts: Option<std::sync::Arc<crate::hosts::HostMap>>,
     /// Messages read straight into their destinations ([`direct`]).
     placed: u64,
+    /// Socket reads tried by [`TcpTransport::progress`] (what a quiet peer saves).
+    #[cfg(test)]
+    reads: u64,
 }
 
 /// A buffer for a `len`-byte payload from `pool`, or a new one.
@@ -152,6 +160,7 @@ impl TcpTransport {
                         held: 0,
                         large: false,
                         direct: Default::default(),
+                        quiet: false,
                     })
                 }
             });
@@ -177,6 +186,8 @@ impl TcpTransport {
             broken: None,
             hosts: None,
             placed: 0,
+            #[cfg(test)]
+            reads: 0,
         })
     }
 

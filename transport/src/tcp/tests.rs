@@ -515,3 +515,46 @@ fn a_message_begun_in_place_that_its_receive_stops_asking_for_unblocks_the_strea
     }
     drop(w);
 }
+
+/// A rank waiting on one peer does not read the sockets of the others, idle ones, at
+/// every poll (one `poll` for them all); and what those peers send later still arrives.
+#[test]
+fn idle_peers_cost_one_poll_not_a_read_each() {
+    let n = 5;
+    let quiet_done = std::sync::Barrier::new(n);
+    let received = std::sync::Barrier::new(n);
+    let results = group(n, |mut t| {
+        let me = t.rank().index();
+        if me == 0 {
+            // Everything the peers sent during setup is read; then nothing comes.
+            for _ in 0..10 {
+                assert!(t.try_recv(Rank::from(1), tag(0, 0), 8).unwrap().is_none());
+            }
+            let before = t.reads;
+            for _ in 0..100 {
+                assert!(t.try_recv(Rank::from(1), tag(0, 0), 8).unwrap().is_none());
+            }
+            let reads = t.reads - before;
+            quiet_done.wait();
+            for r in 1..n {
+                let p = recv_blocking(&mut t, Rank::from(r), tag(0, 0), 8).unwrap();
+                assert_eq!(p.as_bytes(), &[r as u8; 8]);
+            }
+            received.wait();
+            Some(reads)
+        } else {
+            quiet_done.wait();
+            let mut p = t.alloc(8);
+            p.as_bytes_mut().fill(me as u8);
+            send_blocking(&mut t, Rank::from(0), tag(0, 0), p).unwrap();
+            received.wait();
+            None
+        }
+    });
+    let reads = results[0].unwrap();
+    // Four idle peers read at each of 100 polls would be 400 reads.
+    assert!(
+        reads < 10,
+        "{reads} socket reads for 100 polls of idle peers"
+    );
+}
