@@ -5,6 +5,9 @@
 #
 #   bench/figures/regret.sh [OUT_DIR]        (default /tmp/rcoll-regret)
 #
+# The evaluation times ITERS (default 40) interleaved rounds per size; calibrate keeps its
+# own defaults (three passes of 10 rounds).
+#
 # MODES (default "builtin models-only tuned") picks the modes; with builtin alone nothing
 # is calibrated. Each run prints auto's worst regret and the worst regret of its choice (the
 # chosen algorithm's own forced run in the same rounds over the best: no noise between two
@@ -35,7 +38,7 @@ for t in tcp shm; do
                 tuned) env=(RCOLL_TUNING_FILE="$tuning");;
             esac
             env ${env[@]+"${env[@]}"} $b all_reduce --ranks $n --transport $t --algo all \
-                -b 8 -e 64M -f 2 -n 10 -w 2 > "$out/$t-$n-$mode.txt"
+                -b 8 -e 64M -f 2 -n "${ITERS:-40}" -w 3 > "$out/$t-$n-$mode.txt"
             echo "$t $n ranks, $mode: $(grep -E "^# auto's (regret|choice \()" "$out/$t-$n-$mode.txt" | tr '\n' ' ')"
         done
     done

@@ -129,11 +129,14 @@ fn calibrate_local(file: &std::path::Path, extra: &[&str]) -> std::process::Outp
 }
 
 /// By default `calibrate` measures every power of two: each size bucket auto chooses for
-/// (it rounds sizes up to one) gets a rule of its own, none borrowed from a neighbour.
+/// (it rounds sizes up to one) gets a rule of its own, none borrowed from a neighbour;
+/// with several passes, still one rule per size.
 #[test]
 fn calibrate_measures_every_size_bucket_by_default() {
     let file = json_path("calibrate-buckets");
-    succeeded(&calibrate_local(&file, &["-e", "128", "-n", "2"]));
+    let out = calibrate_local(&file, &["-e", "128", "-n", "2", "--passes", "2"]);
+    let stdout = succeeded(&out);
+    assert!(stdout.contains("pass 2 of 2"), "{stdout}");
     let text = std::fs::read_to_string(&file).expect("the tuning file");
     let _ = std::fs::remove_file(&file);
     let tuning: serde_json::Value = serde_json::from_str(&text).expect("JSON");

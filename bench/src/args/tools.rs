@@ -110,6 +110,12 @@ pub struct CalibrateArgs {
     /// Warmup iterations per size and algorithm.
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 2)]
     pub warmup_iters: usize,
+    /// Times every measurement is repeated, each pass after the whole of the one before
+    /// (minutes apart on a full run). A size's rule is the algorithm whose worst time over
+    /// the passes, each relative to that pass's fastest, is least: one close to the best in
+    /// every pass rather than the winner of one, where the machine's speed drifts.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub passes: u32,
     /// Keep what the file already holds for other transports and rank counts.
     #[arg(long)]
     pub merge: bool,
