@@ -83,7 +83,7 @@ pub fn run(args: CalibrateArgs) -> Result<(), BenchError> {
         .map_err(|e| usage(format!("--merge {}: {e}", args.output.display())))?;
     let mut samples: Vec<(String, Sample)> = Vec::new();
     // Per size (its rule without the algorithm), every pass's times.
-    let mut measured: Vec<(RuleEntry, Vec<Vec<(Algorithm, f64)>>)> = Vec::new();
+    let mut measured: Vec<(RuleEntry, Vec<Timed>)> = Vec::new();
     for pass in 1..=args.passes {
         for &n in &ranks {
             for &c in &collectives {
@@ -219,16 +219,15 @@ fn read(path: &Path) -> Result<Vec<Record>, BenchError> {
 /// What one record (one size of one pass) gives: the size's rule with its algorithm left
 /// empty (`None` for an empty call), every algorithm's time, and the samples keyed by the
 /// model they fit (`shm` for shared memory inside the host, else the transport's name).
-type Digest = (
-    Option<RuleEntry>,
-    Vec<(Algorithm, f64)>,
-    Vec<(String, Sample)>,
-);
+type Digest = (Option<RuleEntry>, Timed, Vec<(String, Sample)>);
+
+/// Every algorithm's time at one size in one pass, in microseconds.
+type Timed = Vec<(Algorithm, f64)>;
 
 /// The algorithm whose worst regret over `passes` (its time over the fastest of that pass)
 /// is least; ties go to the least sum of regrets. Only algorithms timed in every pass
 /// compete. With one pass it is that pass's fastest.
-pub fn robust_choice(passes: &[Vec<(Algorithm, f64)>]) -> Option<Algorithm> {
+pub fn robust_choice(passes: &[Timed]) -> Option<Algorithm> {
     let bests: Vec<f64> = passes
         .iter()
         .map(|p| p.iter().map(|(_, t)| *t).fold(f64::INFINITY, f64::min))
@@ -454,7 +453,7 @@ mod tests {
     /// in an evaluation minutes later (`--algo all -n 40`): the tree won the first and
     /// took 1.57x the best in the second; the binomial tree was within 1.3% of the best in
     /// both.
-    fn two_passes() -> Vec<Vec<(Algorithm, f64)>> {
+    fn two_passes() -> Vec<Timed> {
         use Algorithm::*;
         vec![
             vec![
