@@ -14,8 +14,8 @@
 # one-direction average of the same size; an all_reduce row also with the bytes it carries
 # both ways together (twice its busbw on 2 ranks: its reduce-scatter and all-gather halves
 # send the vector each way) against ib_write_bw -b's sum of both directions, the same
-# traffic pattern; the 8-byte row with its ratio to ib_write_lat's round trip (twice its
-# average one-way time).
+# traffic pattern; the 8-byte rows, each round right after an ib_write_lat run, with their
+# ratio to its round trip (twice its average one-way time) and the median over rounds.
 #
 # Every run is also charged the CPU time it took (all CPUs, from /proc/stat, setup included):
 # rxe is the kernel's work on the guest's two CPUs, so on this VM the CPUs, not a wire, are
@@ -114,9 +114,28 @@ cpu_begin
 $bench all_reduce --transport verbs "${devices[@]}" -b 8M -e 8M -n 20 -w 3 -c 1 2>&1 | rated 1 2
 cpu_end $((2 * eight))
 counters
-echo "== rcoll all_reduce, verbs, 8 B"
-$bench all_reduce --transport verbs "${devices[@]}" -b 8 -e 8 -n 1000 -w 100 -c 1 2>&1 | rows |
-    awk -v rtt="${rtt:-0}" '{ if (rtt > 0) printf "%s   %.2f / %.2f of ib_write_lat round trip (%.1f us)\n", $0, $6 / rtt, $10 / rtt, rtt; else print }'
+echo "== rcoll all_reduce, verbs, 8 B, interleaved with ib_write_lat (${LAT_ROUNDS:-5} rounds)"
+# Each round times ib_write_lat, then rcoll right after it, so that both see the VM in
+# the same state (its latency drifts by 1.5x between minutes); the figure is the median
+# over rounds of rcoll's time over the round trip (twice ib_write_lat's average one way).
+ratios=()
+for round in $(seq 1 "${LAT_ROUNDS:-5}"); do
+    timeout 60 ib_write_lat -d rxe1 -x 1 -s 8 -n 1000 -F >/dev/null 2>&1 &
+    sleep 1
+    lat=$(timeout 60 ib_write_lat -d rxe0 -x 1 -s 8 -n 1000 -F 10.99.0.2 2>&1 | grep -A1 '#bytes' | tail -n 1)
+    wait
+    rtt=$(awk '{print 2 * $6}' <<<"$lat")
+    row=$($bench all_reduce --transport verbs "${devices[@]}" -b 8 -e 8 -n 1000 -w 100 -c 1 2>&1 | rows)
+    ratio=$(awk -v rtt="${rtt:-0}" '{ if (rtt > 0) printf "%.3f %.3f", $6 / rtt, $10 / rtt }' <<<"$row")
+    echo "round $round: ib_write_lat round trip ${rtt:-?} us; rcoll $(awk '{print $6 " / " $10}' <<<"$row") us = $(awk '{print $1 " / " $2}' <<<"$ratio") of it"
+    ratios+=("$ratio")
+done
+# The median of the numbers in column $1 of the ratios.
+median() {
+    printf '%s\n' "${ratios[@]}" | awk -v c="$1" '{ print $c }' | sort -g |
+        awk '{ v[NR] = $1 } END { m = int((NR + 1) / 2); printf "%.2f", (NR % 2) ? v[m] : (v[m] + v[m + 1]) / 2 }'
+}
+echo "8 B all_reduce over the ib_write_lat round trip, median of ${#ratios[@]} rounds: $(median 1) / $(median 2) (out of place / in place)"
 echo "== rcoll all_reduce, TCP over the same veth pair"
 $bench all_reduce --transport tcp "${devices[@]}" "${sizes[@]}" 2>&1 | rows
 $bench all_reduce --transport tcp "${devices[@]}" -b 8 -e 8 -n 1000 -w 100 -c 1 2>&1 | rows
