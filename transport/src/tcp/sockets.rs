@@ -41,17 +41,16 @@ impl TcpTransport {
     fn wake_quiet(&mut self) {
         use nix::poll::{PollFd, PollFlags, PollTimeout};
         use std::os::fd::AsFd;
-        let quiet: Vec<usize> = (0..self.peers.len())
-            .filter(|&r| matches!(self.peers.get(r), Some(Some(p)) if p.quiet && p.gone.is_none()))
-            .collect();
-        if quiet.len() < 2 {
-            for &r in &quiet {
-                if let Some(Some(p)) = self.peers.get_mut(r) {
-                    p.quiet = false;
-                }
+        let asks = |p: &super::Peer| p.quiet && p.gone.is_none();
+        if self.peers.iter().flatten().filter(|p| asks(p)).count() < 2 {
+            for p in self.peers.iter_mut().flatten() {
+                p.quiet = false;
             }
             return;
         }
+        let quiet: Vec<usize> = (0..self.peers.len())
+            .filter(|&r| matches!(self.peers.get(r), Some(Some(p)) if asks(p)))
+            .collect();
         let ready: Vec<bool> = {
             let mut fds: Vec<PollFd<'_>> = quiet
                 .iter()
