@@ -11,7 +11,8 @@ use crate::transport::Payload;
 use crate::types::{Rank, Tag};
 
 impl TcpTransport {
-    /// Flushes every queue and reads every socket as far as they go without blocking;
+    /// Flushes every queue and reads every socket as far as they go without blocking (a
+    /// socket read dry last time only once [`Self::wake_quiet`] finds something in it);
     /// answers pings.
     pub(super) fn progress(&mut self) {
         // Draining reads every socket: a failure is being diagnosed.
