@@ -54,6 +54,7 @@ fn rank_main() {
     }
     match scenario.as_str() {
         "held_back" => return transport::held_back(),
+        "lockstep" => return transport::lockstep(),
         "oversized" => return transport::oversized(),
         "fault" => return transport::faulty(),
         _ => {}

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use super::ffi::{self, VerbsError};
 use super::wire::CREDIT_BYTES;
 use super::wire::{
-    decode_header, HEADER, HELLO, OFFER, WR_BIND, WR_CREDIT, WR_DATA, WR_HELLO, WR_INLINE,
-    WR_INVALIDATE, WR_KIND, WR_RECV, WR_WINDOW_WRITE,
+    decode_header, trailing_grants, HEADER, HELLO, OFFER, WR_BIND, WR_CREDIT, WR_DATA, WR_HELLO,
+    WR_INLINE, WR_INVALIDATE, WR_KIND, WR_RECV, WR_WINDOW_WRITE,
 };
 use super::{VerbsTransport, CTRL_BYTES};
 use crate::error::TransportError;
@@ -253,8 +253,22 @@ impl VerbsTransport {
             return;
         };
         peer.deficit += 1;
-        match decode_header(&v) {
-            Some((tag, len)) if len <= v.len() - HEADER => {
+        let header = decode_header(&v).filter(|&(_, len)| len <= v.len() - HEADER);
+        let grants = header.map(|(_, len)| trailing_grants(&v, len));
+        if let Some(None) = grants {
+            self.free.push((imm, v));
+            self.fail(TransportError::Protocol {
+                rank: me,
+                peer: Rank::from(from),
+                reason: format!(
+                    "slot {imm}: the grants its header counts behind the message overrun the \
+                     slot or do not decode"
+                ),
+            });
+            return;
+        }
+        match header {
+            Some((tag, len)) => {
                 peer.held += 1;
                 self.lent_from.insert(imm, from);
                 self.lent.insert(v.as_ptr() as usize, imm);
@@ -278,6 +292,11 @@ impl VerbsTransport {
                     peer: Rank::from(from),
                     reason: "malformed message header in its slot".into(),
                 });
+            }
+        }
+        if let Some(Some(grants)) = grants {
+            if !grants.is_empty() {
+                self.take_grants(from, grants);
             }
         }
         // Lent at the next `progress` (or before blocking): after this rank's own sends

@@ -3,7 +3,9 @@
 //! before it posts a write.
 
 use super::ffi::{Access, MemoryRegion, MemoryWindow, Sge};
-use super::wire::{wr, Credit, Grant, CREDIT_BYTES, HEADER, WR_BIND, WR_CREDIT, WR_RECV};
+use super::wire::{
+    set_trailing_grants, wr, Credit, Grant, CREDIT_BYTES, HEADER, WR_BIND, WR_CREDIT, WR_RECV,
+};
 use super::{Buf, VerbsError, VerbsTransport, CTRL_BYTES, OFFERS_HELD_MAX};
 use crate::error::TransportError;
 use crate::types::Rank;
@@ -157,6 +159,15 @@ impl VerbsTransport {
                 reason: format!("sent a credit message that does not decode: {msg:02x?}"),
             });
         };
+        self.take_grants(from, grants);
+    }
+
+    /// Slots and offers peer `from` lent this rank, from a credit message or from behind
+    /// a message it wrote.
+    pub(super) fn take_grants(&mut self, from: usize, grants: Vec<Grant>) {
+        let Some(peer) = self.peers[from].as_mut() else {
+            return;
+        };
         for g in grants {
             match g {
                 Grant::Slot(c) => peer.credits.push_back(c),
@@ -232,16 +243,7 @@ impl VerbsTransport {
             while peer.owed.len() >= batch && peer.sends < depth {
                 // As many grants as fit in one inline message (an offer takes two records;
                 // `offer` makes none where a message holds fewer).
-                let mut records = 0;
-                let n = peer
-                    .owed
-                    .iter()
-                    .take_while(|g| {
-                        records += g.records();
-                        records <= per
-                    })
-                    .count()
-                    .max(1);
+                let n = peer.owed_within(per).max(1);
                 let mut msg = Vec::with_capacity(per * CREDIT_BYTES);
                 for g in peer.owed.drain(..n) {
                     g.encode(&mut msg);
@@ -251,6 +253,7 @@ impl VerbsTransport {
                     Ok(()) => {
                         peer.sends += 1;
                         peer.binds = 0;
+                        self.credit_messages += 1;
                     }
                     Err(e) => {
                         let e = self.verbs_error(Some(p), e);
@@ -289,6 +292,39 @@ impl VerbsTransport {
 }
 
 impl super::Peer {
+    /// How many of the owed grants, from the first, take at most `records` records.
+    fn owed_within(&self, records: usize) -> usize {
+        let mut taken = 0;
+        self.owed
+            .iter()
+            .take_while(|g| {
+                taken += g.records();
+                taken <= records
+            })
+            .count()
+    }
+
+    /// Moves the owed grants that fit before `end` behind the message that ends at `total`
+    /// in `v` (header first), and counts them in its header: lent with the message, at no
+    /// cost of a credit message of their own. Returns the new end of what to write and how
+    /// many grants went.
+    pub(super) fn lend_behind(&mut self, v: &mut [u8], total: usize, end: usize) -> (usize, usize) {
+        let fit = end.saturating_sub(total) / CREDIT_BYTES;
+        let n = self.owed_within(fit);
+        if n == 0 || v.len() < HEADER {
+            return (total, 0);
+        }
+        let mut bytes = Vec::with_capacity(fit * CREDIT_BYTES);
+        for g in self.owed.drain(..n) {
+            g.encode(&mut bytes);
+        }
+        if let Some(h) = v.first_chunk_mut::<HEADER>() {
+            set_trailing_grants(h, (bytes.len() / CREDIT_BYTES) as u32);
+        }
+        v[total..total + bytes.len()].copy_from_slice(&bytes);
+        (total + bytes.len(), n)
+    }
+
     /// Send-queue places one message takes: the write, and its invalidation if scoped.
     pub(super) fn wrs_per_message(&self) -> u32 {
         if self.scoped {

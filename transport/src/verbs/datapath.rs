@@ -121,7 +121,10 @@ impl Transport for VerbsTransport {
         if let Some(h) = v.first_chunk_mut::<HEADER>() {
             encode_header(tag, len, h);
         }
-        let total = HEADER + len;
+        let mut total = HEADER + len;
+        // Grants ride behind the message only with regions: a window's bind is retired by
+        // the completion of the credit message that lends it.
+        let scoped = self.scoped;
         // `room_for` and `check_slot_fits` saw the peer and its first credit.
         let Some((peer_state, credit)) = self.peers[p]
             .as_mut()
@@ -135,7 +138,18 @@ impl Transport for VerbsTransport {
                 nranks: self.nranks,
             });
         };
-        let inline = total <= peer_state.qp.max_inline as usize;
+        let max_inline = peer_state.qp.max_inline as usize;
+        let mut carried = 0;
+        if !scoped && !peer_state.owed.is_empty() {
+            // Into the peer's slot and this buffer, and inline still if the message is.
+            let mut end = v.len().min(credit.len as usize);
+            if total <= max_inline {
+                end = end.min(max_inline);
+            }
+            (total, carried) = peer_state.lend_behind(&mut v, total, end);
+        }
+        self.grants_carried += carried as u64;
+        let inline = total <= max_inline;
         self.next_wr = self.next_wr.wrapping_add(1);
         let wr_id = wr(if inline { WR_INLINE } else { WR_DATA }, p, self.next_wr);
         let sge = Sge {

@@ -35,7 +35,11 @@
 //!   as in rcoll 0.1. Measured cost: see the closing note of the hardening issue.
 //! - Credits travel as inline SENDs on the same queue pair, batched; the bind of a
 //!   window precedes its credit on the same send queue, so it is valid when the peer
-//!   reads the credit.
+//!   reads the credit. With regions, the grants a rank owes a peer go behind the next
+//!   message it writes there instead, as far as the slot (and the inline limit) has room:
+//!   the header counts them, and the receiver takes them with the message. A 2-rank
+//!   exchange of small messages then posts no credit message at all (one SEND of 8 grants
+//!   per 8 messages before: a send, a receive and an acknowledgement on each side).
 //! - **Offers** (`RCOLL_IB_DIRECT`, default on, with regions): a message the engine will
 //!   only copy (a broadcast's, an all-gather's) can land straight in its destination. The
 //!   receiver offers a range of its registered output for one tag — a credit with the
@@ -317,6 +321,10 @@ pub struct VerbsTransport {
     /// Sleeps that ended at their cap with work waiting (a completion whose event never
     /// woke this rank): healed within [`WAKE_CHECK`], counted for the stall report.
     late_wakeups: u64,
+    /// Credit messages posted (SENDs of grants alone).
+    credit_messages: u64,
+    /// Grants that went behind a message instead ([`Peer::lend_behind`]).
+    grants_carried: u64,
     /// Slots advertised to each peer.
     window: usize,
     /// Caller memory registered by `alloc_registered`: start address -> (end, lkey).
@@ -362,5 +370,11 @@ impl VerbsTransport {
     /// The device, port and GID this rank uses.
     pub fn selection(&self) -> &Selection {
         &self.selection
+    }
+
+    /// How this rank has lent its slots back so far: credit messages posted, and grants
+    /// that went behind its own messages instead.
+    pub fn credit_flow(&self) -> (u64, u64) {
+        (self.credit_messages, self.grants_carried)
     }
 }

@@ -150,6 +150,8 @@ pub fn upgrade_for(
         last_control: Instant::now(),
         spin: opts.spin,
         late_wakeups: 0,
+        credit_messages: 0,
+        grants_carried: 0,
         window,
         registry: Registry::default(),
         zero_copy: 0,

@@ -201,6 +201,26 @@ pub fn encode_header(tag: Tag, len: usize, out: &mut [u8; HEADER]) {
     out[28..32].copy_from_slice(&[0; 4]);
 }
 
+/// Says in a slot header that `records` grant records (see [`Grant`]) follow the message:
+/// slots and offers lent back to the peer written with it, instead of in a credit message
+/// of their own.
+pub fn set_trailing_grants(out: &mut [u8; HEADER], records: u32) {
+    out[28..32].copy_from_slice(&records.to_le_bytes());
+}
+
+/// The grants that follow the `len`-byte message in `slot` (header first), as its header
+/// counts them: none for a header that counts none; `None` if they overrun the slot or do
+/// not decode.
+pub fn trailing_grants(slot: &[u8], len: usize) -> Option<Vec<Grant>> {
+    let records = u32::from_le_bytes(slot.get(28..32)?.try_into().ok()?) as usize;
+    if records == 0 {
+        return Some(Vec::new());
+    }
+    let from = HEADER.checked_add(len)?;
+    let to = from.checked_add(records.checked_mul(CREDIT_BYTES)?)?;
+    Grant::decode_all(slot.get(from..to)?)
+}
+
 /// Reads a slot header: its tag and message length (`None` if not one).
 pub fn decode_header(b: &[u8]) -> Option<(Tag, usize)> {
     let u32_at = |o: usize| Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?));
@@ -280,8 +300,8 @@ mod tests {
         assert_eq!(Endpoint::decode(&[0; 40]), None);
     }
 
-    #[test]
-    fn offers_and_slots_round_trip_in_one_message_and_garbage_is_refused() {
+    /// A slot, an offer and a slot again.
+    fn grants_of_each_kind() -> [Grant; 3] {
         let tag = Tag {
             collective: 9,
             channel: 2,
@@ -301,11 +321,16 @@ mod tests {
             rkey: 6,
             len: 131_072,
         };
-        let grants = [
+        [
             Grant::Slot(slot),
             Grant::Offer(offer, tag),
             Grant::Slot(slot),
-        ];
+        ]
+    }
+
+    #[test]
+    fn offers_and_slots_round_trip_in_one_message_and_garbage_is_refused() {
+        let grants = grants_of_each_kind();
         let mut msg = Vec::new();
         for g in &grants {
             g.encode(&mut msg);
@@ -335,6 +360,39 @@ mod tests {
         assert_eq!(decode_header(&h), Some((tag, 4096)));
         h[0] ^= 1;
         assert_eq!(decode_header(&h), None);
+    }
+
+    #[test]
+    fn grants_ride_behind_a_message_and_an_overrun_is_refused() {
+        let tag = Tag {
+            collective: 5,
+            ..Tag::default()
+        };
+        let grants = &grants_of_each_kind()[..2];
+        let mut v = vec![0u8; HEADER + 128];
+        let mut h = [0u8; HEADER];
+        encode_header(tag, 8, &mut h);
+        // A header that counts none: no grants, whatever follows the message.
+        v[..HEADER].copy_from_slice(&h);
+        assert_eq!(trailing_grants(&v, 8), Some(vec![]));
+        set_trailing_grants(&mut h, 3);
+        v[..HEADER].copy_from_slice(&h);
+        let mut records = Vec::new();
+        for g in grants {
+            g.encode(&mut records);
+        }
+        v[HEADER + 8..HEADER + 8 + records.len()].copy_from_slice(&records);
+        assert_eq!(decode_header(&v), Some((tag, 8)));
+        assert_eq!(trailing_grants(&v, 8).as_deref(), Some(grants));
+        // Past the slot's end, a count that overflows, records that do not decode.
+        assert_eq!(trailing_grants(&v[..HEADER + 8 + 59], 8), None);
+        set_trailing_grants(&mut h, u32::MAX);
+        v[..HEADER].copy_from_slice(&h);
+        assert_eq!(trailing_grants(&v, usize::MAX - 8), None);
+        assert_eq!(trailing_grants(&v, 8), None);
+        set_trailing_grants(&mut h, 2);
+        v[..HEADER].copy_from_slice(&h);
+        assert_eq!(trailing_grants(&v, 8), None, "an offer cut from its tag");
     }
 
     #[test]
