@@ -89,7 +89,11 @@ mod setup;
 mod sys;
 pub mod wire;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+/// The maps of the data path, hashed with foldhash (seeded per process): every message
+/// looks some up, and std's SipHash is several times slower on these small keys.
+type Map<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -257,12 +261,12 @@ struct Peer {
     /// Remote slots this rank may write.
     credits: VecDeque<Credit>,
     /// This rank's slots lent to the peer, by id.
-    advertised: HashMap<u32, Vec<u8>>,
+    advertised: Map<u32, Vec<u8>>,
     /// Slots and offers to send the peer.
     owed: Vec<Grant>,
     /// Destinations the peer offered this rank for one message each, by tag (see the module
     /// docs): used by the send of that tag, forgotten once this rank's call is over.
-    offers: HashMap<crate::types::TagKey, (Tag, Credit)>,
+    offers: Map<crate::types::TagKey, (Tag, Credit)>,
     /// This rank's offers to the peer neither taken nor withdrawn.
     offers_out: usize,
     /// Slots the peer should get but no buffer was free for, or that wait until this rank
@@ -289,14 +293,14 @@ pub struct VerbsTransport {
     rank: Rank,
     nranks: usize,
     peers: Vec<Option<Peer>>,
-    by_qpn: HashMap<u32, usize>,
+    by_qpn: Map<u32, usize>,
     /// Registered buffers by id; `free` holds the ones nobody uses.
     bufs: Vec<Buf>,
     free: Vec<(u32, Vec<u8>)>,
     /// Buffers lent to the caller (as payloads), by address.
-    lent: HashMap<usize, u32>,
+    lent: Map<usize, u32>,
     /// Of those, the ones that arrived from a peer (which it counts in `held`), by id.
-    lent_from: HashMap<u32, usize>,
+    lent_from: Map<u32, usize>,
     /// Most messages of one peer held at once (see `Peer::held`).
     hold_limit: usize,
     /// A peer held back by `hold_limit` dropped under it and is owed slots.
@@ -306,7 +310,7 @@ pub struct VerbsTransport {
     /// alias a region the device still maps to the old pages).
     returns: crate::transport::Returns,
     /// Sends in flight: their buffers, by work request id.
-    inflight: HashMap<u64, (u32, Vec<u8>)>,
+    inflight: Map<u64, (u32, Vec<u8>)>,
     next_wr: u32,
     arrived: crate::transport::Arrivals<(Tag, Payload)>,
     broken: Option<TransportError>,
@@ -333,15 +337,15 @@ pub struct VerbsTransport {
     /// Sends posted straight from registered caller memory.
     zero_copy: u64,
     /// Those not completed yet, by work request id: the peer, and their region's count.
-    borrowed: HashMap<u64, (usize, Arc<std::sync::atomic::AtomicUsize>)>,
+    borrowed: Map<u64, (usize, Arc<std::sync::atomic::AtomicUsize>)>,
     /// Whether to send from registered caller memory (`Options::zero_copy`).
     zero_copy_on: bool,
     /// Whether to offer destinations (`Options::direct`).
     direct: bool,
     /// This rank's offers out (neither written nor withdrawn), by id.
-    offers: HashMap<u32, Offer>,
+    offers: Map<u32, Offer>,
     /// Offers a slot overtook whose windows are being invalidated here, by id.
-    withdrawing: HashMap<u32, Offer>,
+    withdrawing: Map<u32, Offer>,
     /// Unbound windows for offers (scoped grants).
     offer_windows: Vec<MemoryWindow>,
     /// The same, by peer and tag.

@@ -2,7 +2,7 @@
 //! RDMA, queue pairs and first credits per peer, endpoints exchanged over TCP, and a
 //! connectivity check each way before the group is handed out.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -127,18 +127,18 @@ pub fn upgrade_for(
         rank,
         nranks,
         peers: (0..nranks).map(|_| None).collect(),
-        by_qpn: HashMap::new(),
+        by_qpn: Default::default(),
         bufs: Vec::new(),
         free: Vec::new(),
-        lent: HashMap::new(),
-        lent_from: HashMap::new(),
+        lent: Default::default(),
+        lent_from: Default::default(),
         // Generous: at least 8 windows, and at least 64 MiB of slots per peer. A peer past
         // it (far ahead of what this rank consumes) waits for credits instead of making this
         // rank register memory without bound.
         hold_limit: (8 * window).max((64usize << 20) / opts.slot_bytes.max(1)),
         replenish_due: false,
         returns: Default::default(),
-        inflight: HashMap::new(),
+        inflight: Default::default(),
         next_wr: 0,
         arrived: Default::default(),
         broken: None,
@@ -155,11 +155,11 @@ pub fn upgrade_for(
         window,
         registry: Registry::default(),
         zero_copy: 0,
-        borrowed: HashMap::new(),
+        borrowed: Default::default(),
         zero_copy_on: opts.zero_copy,
         direct: opts.direct,
-        offers: HashMap::new(),
-        withdrawing: HashMap::new(),
+        offers: Default::default(),
+        withdrawing: Default::default(),
         offer_windows: Vec::new(),
         offered: Default::default(),
         placed: Default::default(),
@@ -262,9 +262,9 @@ fn connect_peers(
             qp,
             scoped: false,
             credits: VecDeque::new(),
-            advertised: HashMap::new(),
+            advertised: Default::default(),
             owed: Vec::new(),
-            offers: HashMap::new(),
+            offers: Default::default(),
             offers_out: 0,
             deficit: 0,
             held: 0,
