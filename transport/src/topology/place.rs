@@ -6,11 +6,16 @@
 //!   number allows. With one (mpirun's `--bind-to`, srun's `--cpu-bind`, `taskset`), it is
 //!   kept, and the node is the one holding most of those CPUs.
 //! - `RCOLL_BIND`: `numa` binds the rank to its node's CPUs, `core` to one core of it
-//!   (the rank's index among the node's ranks), `none` leaves it; `auto` (the default) is
-//!   `core` when the node has a core for each of its ranks, else `numa`. Ranks that spin
-//!   for each other's messages must not share a core: left to the scheduler on one node,
-//!   two ranks of a 2-core host sometimes started on one core and stayed there long enough
-//!   to make a 64 KiB all_reduce 18 times slower (8.4 µs, or 154 µs).
+//!   (the rank's index among the node's ranks, modulo its cores: more ranks than cores
+//!   take them in turn), `none` leaves it; `auto` (the default) is `core` when the node
+//!   has cores, else `numa`. Ranks that spin for each other's messages must not share a
+//!   core: left to the scheduler on one node, two ranks of a 2-core host sometimes started
+//!   on one core and stayed there long enough to make a 64 KiB all_reduce 18 times slower
+//!   (8.4 µs, or 154 µs). Where they must share (more ranks than cores), an even split
+//!   that stays put beats the scheduler's: with 4 ranks on 2 cores left to it, which ranks
+//!   shared a core changed from run to run, and the fastest algorithm with it (a tree at
+//!   1 MiB over shared memory took 125 µs or 165 µs by run, the binomial tree the
+//!   reverse), so no choice measured in one run held in the next.
 //! - The device is an RDMA device on the rank's node, the node's ranks spread round-robin
 //!   over all of them (every rail used). With none there (devices on other nodes only, or
 //!   without locality, as Soft-RoCE's), the transport chooses by address as it would
@@ -28,7 +33,8 @@ pub enum Bind {
     Numa,
     /// One core of the NUMA node, memory preferred there.
     Core,
-    /// `Core` when the rank's NUMA node has a core for each of its ranks, else `Numa`.
+    /// `Core` when the rank's NUMA node has cores (taken in turn if it has fewer than
+    /// ranks), else `Numa`.
     Auto,
 }
 
@@ -120,7 +126,7 @@ pub fn place(
         .filter(|c| c.cpus.is_subset(&node_cpus))
         .count();
     let bind = match bind {
-        Bind::Auto if node_cores > 0 && peers <= node_cores => Bind::Core,
+        Bind::Auto if node_cores > 0 => Bind::Core,
         Bind::Auto => Bind::Numa,
         b => b,
     };
@@ -269,14 +275,23 @@ mod tests {
         assert_eq!(c[4].cpus.to_string(), "8");
         assert_eq!(c[5].cpus.to_string(), "9");
         // The default: a core each while the node has enough (2 ranks per 4-core node),
-        // the node's CPUs past that (5 per node).
+        // its cores in turn past that (5 per node: the fifth shares the first's core).
         let auto = all(&t, 8, Bind::Auto);
         assert_eq!(
             (auto[4].cpus.to_string(), auto[5].cpus.to_string()),
             ("8".into(), "9".into())
         );
         let crowded = all(&t, 20, Bind::Auto);
-        assert_eq!(crowded[0].cpus.to_string(), "0-3");
+        let cores: Vec<String> = crowded[..5].iter().map(|p| p.cpus.to_string()).collect();
+        assert_eq!(cores, ["0", "1", "2", "3", "0"]);
+        assert!(
+            crowded[0]
+                .notes
+                .iter()
+                .any(|n| n.contains("share its 4 cores")),
+            "{:?}",
+            crowded[0].notes
+        );
         let uneven = all(&t, 3, Bind::Numa);
         let nodes: Vec<u32> = uneven.iter().map(|p| p.numa.unwrap()).collect();
         assert_eq!(nodes, vec![0, 1, 2]);
