@@ -12,10 +12,13 @@
 //!   core: left to the scheduler on one node, two ranks of a 2-core host sometimes started
 //!   on one core and stayed there long enough to make a 64 KiB all_reduce 18 times slower
 //!   (8.4 µs, or 154 µs). Where they must share (more ranks than cores), an even split
-//!   that stays put beats the scheduler's: with 4 ranks on 2 cores left to it, which ranks
-//!   shared a core changed from run to run, and the fastest algorithm with it (a tree at
-//!   1 MiB over shared memory took 125 µs or 165 µs by run, the binomial tree the
-//!   reverse), so no choice measured in one run held in the next.
+//!   that stays put is reproducible where the scheduler's is not: with 4 ranks on 2 cores
+//!   left to it, which ranks shared a core changed from run to run, and the fastest
+//!   algorithm with it (a tree at 1 MiB over shared memory took 125 µs or 165 µs by run,
+//!   the binomial tree the reverse), so a choice measured in one run did not hold in the
+//!   next; pinned, the order held (tree 123-131 µs, binomial tree 171-174 µs). The price:
+//!   ranks busy at the same time may sit on one core while another idles (the binomial
+//!   tree's ranks 0 and 2 there); `numa` lets them float.
 //! - The device is an RDMA device on the rank's node, the node's ranks spread round-robin
 //!   over all of them (every rail used). With none there (devices on other nodes only, or
 //!   without locality, as Soft-RoCE's), the transport chooses by address as it would
