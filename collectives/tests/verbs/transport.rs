@@ -9,23 +9,34 @@ use rcoll::Rank;
 use super::common::finish;
 use super::{all_ok, spawn};
 
+/// This rank's transport of a 2-rank verbs group, and the other rank.
+fn verbs_pair() -> (Box<dyn rcoll::transport::Transport>, Rank) {
+    let t = rcoll::process::Builder::from_env()
+        .and_then(|b| b.build_transport())
+        .expect("transport");
+    assert_eq!(t.name(), "verbs", "the pair must run over verbs");
+    let other = Rank::from(1 - t.rank().index());
+    (t, other)
+}
+
+/// Message i of collective 1.
+fn tag(i: u64) -> rcoll::transport::Tag {
+    rcoll::transport::Tag {
+        collective: 1,
+        transfer: i as u32,
+        ..Default::default()
+    }
+}
+
 /// Small messages of rank 0 to rank 1, which holds every one it gets until the flow stops
 /// (its hold limit held rank 0's slots back), then sends them all back to rank 0 (inline
 /// writes: no completion frees anything) and takes the rest. Rank 1 must grant rank 0
 /// the slots it owes as soon as it holds fewer: else rank 0 waits for slots forever.
 pub fn held_back() {
-    use rcoll::transport::{Payload, Tag, Transport};
+    use rcoll::transport::{Payload, Transport};
     use std::time::Instant;
     const N: u64 = 600;
-    let mut t = rcoll::process::Builder::from_env()
-        .and_then(|b| b.build_transport())
-        .expect("transport");
-    assert_eq!(t.name(), "verbs", "the pair must run over verbs");
-    let tag = |i: u64| Tag {
-        collective: 1,
-        transfer: i as u32,
-        ..Tag::default()
-    };
+    let (mut t, other) = verbs_pair();
     let deadline = Instant::now() + Duration::from_secs(40);
     let tick = |t: &mut Box<dyn Transport>| {
         t.wait((Instant::now() + Duration::from_millis(5)).min(deadline))
@@ -33,7 +44,7 @@ pub fn held_back() {
         assert!(Instant::now() < deadline, "rank {} stalled", t.rank());
     };
     let value = |p: &Payload| u64::from_le_bytes(p.as_bytes().try_into().expect("8 bytes"));
-    let (me, other) = (t.rank().index(), Rank::from(1 - t.rank().index()));
+    let me = t.rank().index();
     if me == 0 {
         // Sends 0..N; takes the echoes back whenever it waits for room.
         let mut echoed = 0;
@@ -109,20 +120,10 @@ pub fn held_back() {
 /// it posted and the grants that went behind its messages (`VerbsTransport::credit_flow`).
 pub fn lockstep() {
     use rcoll::transport::verbs::VerbsTransport;
-    use rcoll::transport::Tag;
     use std::time::Instant;
     const N: u64 = 400;
-    let mut t = rcoll::process::Builder::from_env()
-        .and_then(|b| b.build_transport())
-        .expect("transport");
-    assert_eq!(t.name(), "verbs", "the pair must run over verbs");
+    let (mut t, other) = verbs_pair();
     let deadline = Instant::now() + Duration::from_secs(60);
-    let other = Rank::from(1 - t.rank().index());
-    let tag = |i: u64| Tag {
-        collective: 1,
-        transfer: i as u32,
-        ..Tag::default()
-    };
     for i in 0..N {
         let mut m = t.alloc(8);
         m.as_bytes_mut()

@@ -314,7 +314,9 @@ impl super::Peer {
         if n == 0 || v.len() < HEADER {
             return (total, 0);
         }
-        let mut bytes = Vec::with_capacity(fit * CREDIT_BYTES);
+        // Encoded into a buffer kept from the last time: no allocation per message.
+        let mut bytes = std::mem::take(&mut self.behind);
+        bytes.clear();
         for g in self.owed.drain(..n) {
             g.encode(&mut bytes);
         }
@@ -322,7 +324,9 @@ impl super::Peer {
             set_trailing_grants(h, (bytes.len() / CREDIT_BYTES) as u32);
         }
         v[total..total + bytes.len()].copy_from_slice(&bytes);
-        (total + bytes.len(), n)
+        let end = total + bytes.len();
+        self.behind = bytes;
+        (end, n)
     }
 
     /// Send-queue places one message takes: the write, and its invalidation if scoped.

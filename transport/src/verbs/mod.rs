@@ -264,6 +264,8 @@ struct Peer {
     advertised: Map<u32, Vec<u8>>,
     /// Slots and offers to send the peer.
     owed: Vec<Grant>,
+    /// Grants encoded behind a message ([`Peer::lend_behind`]), kept for the next one.
+    behind: Vec<u8>,
     /// Destinations the peer offered this rank for one message each, by tag (see the module
     /// docs): used by the send of that tag, forgotten once this rank's call is over.
     offers: Map<crate::types::TagKey, (Tag, Credit)>,
