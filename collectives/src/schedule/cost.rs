@@ -27,7 +27,10 @@
 //! ranks on CPU 0 copy twice what the one on CPU 1 does, in every round, while halving-
 //! doubling's fold leaves one of them idle after its first message: 4 copies of the vector
 //! on the busiest CPU against 5.3, and it ran 1.3 times faster (64 MiB over loopback TCP:
-//! 49 ms against 64 ms, and 1.17 times over shared memory).
+//! 49 ms against 64 ms, and 1.17 times over shared memory). Over loopback TCP, a byte
+//! between two ranks of one CPU costs that CPU more than its two copies
+//! ([`SAME_CPU_COPY`]), which puts halving-doubling's first exchange on 4 ranks (ranks 0
+//! and 2, on one CPU) behind the ring, whose neighbours are on different CPUs.
 //!
 //! This is the unpipelined bound of the textbook analysis (and of the seed lecture's table);
 //! the engine pipelines segments within a step and can beat it for chain and tree shapes.
@@ -202,6 +205,8 @@ pub fn cost_levels(
     let mut local_sent = vec![vec![0u64; n]; nsteps];
     let mut local_received = vec![vec![0u64; n]; nsteps];
     let mut reduced = vec![vec![0u64; n]; nsteps];
+    // Bytes each rank sent to or received from a rank on its own CPU of a crowded host.
+    let mut same_cpu = vec![vec![0u64; n]; nsteps];
     let mut round = vec![false; nsteps];
     let mut global_messages = vec![false; nsteps];
     let mut local_messages = vec![false; nsteps];
@@ -219,13 +224,18 @@ pub fn cost_levels(
             .collect()
     });
     let mut on_crowded = vec![false; n];
+    // The CPU (host, index) of every rank of a crowded host: local rank i on CPU i mod cpus.
+    let mut cpu_of = vec![None; n];
     if let Some(l) = levels {
-        for &(h, _) in &crowded {
-            for r in l.hosts.members(h) {
+        for &(h, cpus) in &crowded {
+            for (i, r) in l.hosts.members(h).iter().enumerate() {
                 on_crowded[r.index()] = true;
+                cpu_of[r.index()] = Some((h, i as u64 % cpus));
             }
         }
     }
+    // Only where a transfer costs both ends a copy through the kernel (not shared memory).
+    let tcp_inside = levels.is_some_and(|l| !l.receivers_read);
     let receivers_read = levels.is_some_and(|l| l.receivers_read)
         && !schedules
             .iter()
@@ -239,6 +249,10 @@ pub fn cost_levels(
             }
             for to in p.send_to() {
                 round[s] = true;
+                if tcp_inside && cpu_of[r].is_some() && cpu_of[r] == cpu_of[to.index()] {
+                    same_cpu[s][r] += bytes;
+                    same_cpu[s][to.index()] += bytes;
+                }
                 let (tx, rx, count) = if same_host(r, to.index()) {
                     local_messages[s] = true;
                     (&mut local_sent, &mut local_received, &mut local_ends)
@@ -312,9 +326,12 @@ pub fn cost_levels(
                 }
                 worst
             }),
-            core: levels.map_or((0, 0), |l| {
-                busiest_cpu(l, &crowded, receivers_read, model, |r| {
-                    (local_sent[s][r], local_received[s][r], reduced[s][r])
+            core: levels.map_or((0, 0, 0), |l| {
+                busiest_cpu(l, &crowded, receivers_read, model, |r| CpuLoad {
+                    sent: local_sent[s][r],
+                    received: local_received[s][r],
+                    same_cpu: same_cpu[s][r],
+                    reduced: reduced[s][r],
                 })
             }),
         })
@@ -342,40 +359,62 @@ pub fn cost_levels(
     }
 }
 
+/// What one rank does inside its host in one round.
+struct CpuLoad {
+    sent: u64,
+    received: u64,
+    /// Of those, bytes to or from a rank on its own CPU (over TCP only).
+    same_cpu: u64,
+    reduced: u64,
+}
+
+/// What a copy costs, in halves of `beta`, when loopback TCP runs both ends of a transfer
+/// on one CPU, against each end on a CPU of its own: 2 ranks on one CPU took 3.7 times as
+/// long as on two for a 4 MiB all_reduce (3,071 us against 833) and 3.6 times for 16 MiB,
+/// 1.8 times the CPU time per byte, where shared memory took 2.5 and 1.6 times (1.25 and
+/// 0.8 per byte).
+const SAME_CPU_COPY: f64 = 1.8;
+
 /// The busiest CPU of the crowded hosts in one round: its copy halves (bytes sent plus
 /// bytes received inside the host by the ranks it holds, each costing half of the local
-/// `beta`; a received byte counts twice where receivers read the senders' memory) and the
-/// bytes those ranks reduce. `load(r)` is rank r's (sent, received, reduced) inside its host.
+/// `beta`; a received byte counts twice where receivers read the senders' memory), those of
+/// them between two ranks of that CPU, and the bytes its ranks reduce.
 fn busiest_cpu(
     levels: &Levels<'_>,
     crowded: &[(usize, u64)],
     receivers_read: bool,
     model: &CostModel,
-    load: impl Fn(usize) -> (u64, u64, u64),
-) -> (u64, u64) {
+    load: impl Fn(usize) -> CpuLoad,
+) -> (u64, u64, u64) {
     let gamma = 1.0 / (model.reduce_gbytes_per_s * 1e3);
     let half_beta = levels.local.beta() / 2.0;
-    let mut worst = ((0, 0), 0.0);
+    let mut worst = ((0, 0, 0), 0.0);
     for &(h, cpus) in crowded {
-        let mut per_cpu = vec![(0u64, 0u64); cpus as usize];
+        let mut per_cpu = vec![(0u64, 0u64, 0u64); cpus as usize];
         for (i, r) in levels.hosts.members(h).iter().enumerate() {
-            let (sent, received, reduced) = load(r.index());
+            let l = load(r.index());
             let copies = match receivers_read {
-                true => 2 * received,
-                false => sent + received,
+                true => 2 * l.received,
+                false => l.sent + l.received,
             };
             let cpu = &mut per_cpu[i % cpus as usize];
             cpu.0 += copies;
-            cpu.1 += reduced;
+            cpu.1 += l.same_cpu;
+            cpu.2 += l.reduced;
         }
-        for (copies, reduced) in per_cpu {
-            let us = half_beta * copies as f64 + gamma * reduced as f64;
+        for c in per_cpu {
+            let us = cpu_us(c, half_beta, gamma);
             if us > worst.1 {
-                worst = ((copies, reduced), us);
+                worst = (c, us);
             }
         }
     }
     worst.0
+}
+
+/// A CPU's time for (copy halves, of them between two of its own ranks, bytes reduced).
+fn cpu_us((copies, same_cpu, reduced): (u64, u64, u64), half_beta: f64, gamma: f64) -> f64 {
+    half_beta * (copies as f64 + (SAME_CPU_COPY - 1.0) * same_cpu as f64) + gamma * reduced as f64
 }
 
 /// One round's busiest loads, the inputs of the model's sum.
@@ -402,9 +441,10 @@ pub(crate) struct Round {
     /// this round: its ranks' ends inside the host, across hosts, and its CPUs (all 0 when
     /// no host is crowded, or their CPUs are unknown).
     pub crowded: (u64, u64, u64),
-    /// On the crowded hosts, the busiest CPU's copy halves inside its host and bytes
-    /// reduced (see [`busiest_cpu`]; 0 when no host is crowded).
-    pub core: (u64, u64),
+    /// On the crowded hosts, the busiest CPU's copy halves inside its host, those of them
+    /// between two of its ranks, and bytes reduced (see [`busiest_cpu`]; 0 when no host
+    /// is crowded).
+    pub core: (u64, u64, u64),
 }
 
 /// The share of a round's lesser bound (its busiest rank's, or its busiest CPU's on a
@@ -456,13 +496,10 @@ pub(crate) fn price_rounds(
         }
         round_us += gamma_us_per_byte * r.reduced as f64;
         // A crowded host's busiest CPU copies and reduces for all the ranks it holds.
-        let (copies, reduced) = r.core;
         let cpu_us = match (local, r.local_messages) {
-            _ if (copies, reduced) == (0, 0) => 0.0,
-            (Some(l), true) => {
-                l.alpha_us + l.beta() / 2.0 * copies as f64 + gamma_us_per_byte * reduced as f64
-            }
-            _ => gamma_us_per_byte * reduced as f64,
+            _ if r.core == (0, 0, 0) => 0.0,
+            (Some(l), true) => l.alpha_us + cpu_us(r.core, l.beta() / 2.0, gamma_us_per_byte),
+            _ => gamma_us_per_byte * r.core.2 as f64,
         };
         // Where the CPUs bound two schedules alike (they move the same bytes per CPU), the
         // one whose busiest rank has less of its own to do waits less: a small share of
