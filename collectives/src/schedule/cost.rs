@@ -77,8 +77,9 @@ impl CostModel {
     /// A default for TCP between ranks of one host (loopback): a round costs a wake-up, a
     /// message a system call, bytes cross at the rate of a kernel copy each way: 25 Gbit/s,
     /// about what two ranks with a CPU each reached (a 64 MiB all_reduce in 23.9 ms, each
-    /// rank sending and receiving 64 MiB and reducing half), and what 4 iperf3 streams on 2
-    /// CPUs carry per CPU (8 GB/s). 15, as it was, made a crowded host's CPU bound (where
+    /// rank sending and receiving 64 MiB and reducing half), and near what 4 iperf3 streams
+    /// on 2 CPUs reach (8 GB/s together: 8 GB/s of kernel copies per CPU, against 6.25 at
+    /// half of this beta per copy). 15, as it was, made a crowded host's CPU bound (where
     /// bytes count at both ends) outweigh its message costs at 32 KiB, where the fewest
     /// messages still won.
     pub fn tcp_loopback() -> CostModel {
@@ -451,7 +452,8 @@ pub(crate) struct Round {
 /// crowded host) added to the greater: a tie-break, small against either bound. Measured
 /// on 4 ranks and 2 CPUs, where halving-doubling, the double binary tree and the ring
 /// copy alike per CPU: the double binary tree, whose busiest rank does twice the others'
-/// work, ran 1.2-1.8 times slower than halving-doubling (TCP and shared memory).
+/// work, ran 1.1-1.8 times slower than halving-doubling at 16-64 MiB (TCP and shared
+/// memory).
 const TIE_SHARE: f64 = 0.01;
 
 /// The model's sum over `rounds`, and the most bytes of any one round. With `local`
