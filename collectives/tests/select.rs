@@ -277,12 +277,12 @@ fn a_crowded_hosts_busiest_cpu_bounds_each_round() {
     use rcoll::schedule::cost::{cost_levels, CostModel, Levels};
     use rcoll::schedule::Layout;
     use rcoll_transport::hosts::HostMap;
-    let price = |a: Algorithm, n: usize, cpus: usize, local: CostModel, reads: bool| {
+    let price_bytes = |a: Algorithm, n, cpus, local, reads, bytes: usize| {
         let hosts = HostMap::single(n).with_cpus(vec![cpus]);
         let layout = Layout {
             collective: Collective::AllReduce,
             nranks: n,
-            count: 16 << 20,
+            count: bytes / 4,
             root: rcoll::Rank::from(0usize),
             in_place: false,
         };
@@ -295,6 +295,7 @@ fn a_crowded_hosts_busiest_cpu_bounds_each_round() {
         };
         cost_levels(&schedules, 4, &CostModel::tcp(), Some(&levels)).predicted_us
     };
+    let price = |a, n, cpus, local, reads| price_bytes(a, n, cpus, local, reads, 64 << 20);
     let (hd, ring, dbt) = (
         Algorithm::HalvingDoubling,
         Algorithm::Ring,
@@ -339,6 +340,15 @@ fn a_crowded_hosts_busiest_cpu_bounds_each_round() {
     assert!(
         r < h,
         "TCP, 4 ranks on 2 CPUs: ring {r} >= halving-doubling {h}"
+    );
+    // Small messages stay in the caches: at 32 KiB the single root, whose root shares its
+    // CPU with one of the senders, ran fastest on 4 ranks and 2 CPUs (41 us, against the
+    // double binary tree's 72).
+    let small = |a: Algorithm| price_bytes(a, 4, 2, tcp, false, 32 << 10);
+    let (s, d) = (small(Algorithm::SingleRoot), small(dbt));
+    assert!(
+        s < d,
+        "TCP, 32 KiB: single root {s} >= double binary tree {d}"
     );
     let shm = CostModel::shared_memory();
     let (h, r) = (price(hd, 4, 2, shm, true), price(ring, 4, 2, shm, true));

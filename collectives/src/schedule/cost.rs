@@ -250,7 +250,11 @@ pub fn cost_levels(
             }
             for to in p.send_to() {
                 round[s] = true;
-                if tcp_inside && cpu_of[r].is_some() && cpu_of[r] == cpu_of[to.index()] {
+                if tcp_inside
+                    && bytes >= SAME_CPU_MIN
+                    && cpu_of[r].is_some()
+                    && cpu_of[r] == cpu_of[to.index()]
+                {
                     same_cpu[s][r] += bytes;
                     same_cpu[s][to.index()] += bytes;
                 }
@@ -373,8 +377,16 @@ struct CpuLoad {
 /// on one CPU, against each end on a CPU of its own: 2 ranks on one CPU took 3.7 times as
 /// long as on two for a 4 MiB all_reduce (3,071 us against 833) and 3.6 times for 16 MiB,
 /// 1.8 times the CPU time per byte, where shared memory took 2.5 and 1.6 times (1.25 and
-/// 0.8 per byte).
+/// 0.8 per byte). Smaller transfers do not pay it (below).
 const SAME_CPU_COPY: f64 = 1.8;
+
+/// The least bytes of a message that pay [`SAME_CPU_COPY`]: smaller ones stay in the CPU's
+/// caches. 2 ranks on one CPU against two, per byte: 0.6-0.8 for 128 KiB-512 KiB in all
+/// (messages of 64-256 KiB), 0.9-1.1 at 1 MiB, 1.2 at 2 MiB, 1.8 from 4 MiB. On 4 ranks,
+/// halving-doubling's first exchange of 256 KiB on one CPU (a 512 KiB all_reduce) already
+/// ran 1.3-1.5 times slower than the ring; at 32 KiB, the single root, whose root shares
+/// its CPU with a sender, ran fastest (41 us against the double binary tree's 72).
+const SAME_CPU_MIN: u64 = 256 << 10;
 
 /// The busiest CPU of the crowded hosts in one round: its copy halves (bytes sent plus
 /// bytes received inside the host by the ranks it holds, each costing half of the local
