@@ -301,34 +301,30 @@ fn a_crowded_hosts_busiest_cpu_bounds_each_round() {
         Algorithm::Ring,
         Algorithm::DoubleBinaryTree,
     );
+    // Asserts that `a` prices below `b`.
+    let cheaper = |what: &str, a: Algorithm, b: Algorithm, at: &dyn Fn(Algorithm) -> f64| {
+        let (x, y) = (at(a), at(b));
+        assert!(x < y, "{what}: {a} {x} >= {b} {y}");
+    };
     for (local, reads) in [
         (CostModel::tcp_loopback(), false),
         (CostModel::shared_memory(), true),
     ] {
-        let (h, r) = (
-            price(hd, 3, 2, local, reads),
-            price(ring, 3, 2, local, reads),
-        );
-        assert!(h < r, "3 ranks on 2 CPUs: halving-doubling {h} >= ring {r}");
-        let (h, r) = (
-            price(hd, 3, 3, local, reads),
-            price(ring, 3, 3, local, reads),
-        );
-        assert!(r < h, "3 ranks on 3 CPUs: ring {r} >= halving-doubling {h}");
+        cheaper("3 ranks on 2 CPUs", hd, ring, &|a| {
+            price(a, 3, 2, local, reads)
+        });
+        cheaper("3 ranks on 3 CPUs", ring, hd, &|a| {
+            price(a, 3, 3, local, reads)
+        });
         // The cheapest on 4 ranks and 2 CPUs: halving-doubling over shared memory, the ring
         // over TCP.
         let best = match reads {
             true => hd,
             false => ring,
         };
-        let (b, d) = (
-            price(best, 4, 2, local, reads),
-            price(dbt, 4, 2, local, reads),
-        );
-        assert!(
-            b < d,
-            "4 ranks on 2 CPUs: {best} {b} >= double binary tree {d}"
-        );
+        cheaper("4 ranks on 2 CPUs", best, dbt, &|a| {
+            price(a, 4, 2, local, reads)
+        });
     }
     // Over loopback TCP, a transfer between two ranks of one CPU costs it more per byte
     // than one between two CPUs: on 4 ranks (0 and 2 on one CPU, 1 and 3 on the other),
@@ -336,24 +332,16 @@ fn a_crowded_hosts_busiest_cpu_bounds_each_round() {
     // every ring neighbour is on the other CPU. The ring ran 1.1-1.2 times faster there
     // (64 MiB: 72-75 ms against 84). Over shared memory halving-doubling stays ahead.
     let tcp = CostModel::tcp_loopback();
-    let (h, r) = (price(hd, 4, 2, tcp, false), price(ring, 4, 2, tcp, false));
-    assert!(
-        r < h,
-        "TCP, 4 ranks on 2 CPUs: ring {r} >= halving-doubling {h}"
-    );
+    cheaper("TCP, 4 ranks on 2 CPUs", ring, hd, &|a| {
+        price(a, 4, 2, tcp, false)
+    });
     // Small messages stay in the caches: at 32 KiB the single root, whose root shares its
     // CPU with one of the senders, ran fastest on 4 ranks and 2 CPUs (41 us, against the
     // double binary tree's 72).
-    let small = |a: Algorithm| price_bytes(a, 4, 2, tcp, false, 32 << 10);
-    let (s, d) = (small(Algorithm::SingleRoot), small(dbt));
-    assert!(
-        s < d,
-        "TCP, 32 KiB: single root {s} >= double binary tree {d}"
-    );
+    let small = |a| price_bytes(a, 4, 2, tcp, false, 32 << 10);
+    cheaper("TCP, 32 KiB", Algorithm::SingleRoot, dbt, &small);
     let shm = CostModel::shared_memory();
-    let (h, r) = (price(hd, 4, 2, shm, true), price(ring, 4, 2, shm, true));
-    assert!(
-        h < r,
-        "shared memory, 4 ranks on 2 CPUs: halving-doubling {h} >= ring {r}"
-    );
+    cheaper("shared memory, 4 ranks on 2 CPUs", hd, ring, &|a| {
+        price(a, 4, 2, shm, true)
+    });
 }

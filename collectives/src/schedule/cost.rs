@@ -27,9 +27,9 @@
 //! ranks on CPU 0 copy twice what the one on CPU 1 does, in every round, while halving-
 //! doubling's fold leaves one of them idle after its first message: 4 copies of the vector
 //! on the busiest CPU against 5.3, and it ran 1.3 times faster (64 MiB over loopback TCP:
-//! 49 ms against 64 ms, and 1.17 times over shared memory). Over loopback TCP, a byte
-//! between two ranks of one CPU costs that CPU more than its two copies
-//! ([`SAME_CPU_COPY`]), which puts halving-doubling's first exchange on 4 ranks (ranks 0
+//! 49 ms against 64 ms, and 1.17 times over shared memory). Over loopback TCP, a byte of
+//! a large message between two ranks of one CPU costs that CPU more than its two copies
+//! ([`SAME_CPU_COPY`], from [`SAME_CPU_MIN`] bytes), which puts halving-doubling's first exchange on 4 ranks (ranks 0
 //! and 2, on one CPU) behind the ring, whose neighbours are on different CPUs.
 //!
 //! This is the unpipelined bound of the textbook analysis (and of the seed lecture's table);
@@ -224,13 +224,11 @@ pub fn cost_levels(
             })
             .collect()
     });
-    let mut on_crowded = vec![false; n];
     // The CPU (host, index) of every rank of a crowded host: local rank i on CPU i mod cpus.
     let mut cpu_of = vec![None; n];
     if let Some(l) = levels {
         for &(h, cpus) in &crowded {
             for (i, r) in l.hosts.members(h).iter().enumerate() {
-                on_crowded[r.index()] = true;
                 cpu_of[r.index()] = Some((h, i as u64 % cpus));
             }
         }
@@ -308,7 +306,7 @@ pub fn cost_levels(
             // own half: what it sends and receives together at half of beta (its CPU's
             // other ranks are counted in `core`).
             local: (0..n)
-                .map(|r| match (receivers_read, on_crowded[r]) {
+                .map(|r| match (receivers_read, cpu_of[r].is_some()) {
                     (true, _) => local_received[s][r],
                     (false, false) => local_sent[s][r].max(local_received[s][r]),
                     (false, true) => (local_sent[s][r] + local_received[s][r]).div_ceil(2),
