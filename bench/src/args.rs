@@ -259,7 +259,8 @@ pub struct ModelArgs {
     /// Latency per round inside a host in microseconds [default: 1].
     #[arg(long, allow_negative_numbers = true)]
     pub local_alpha_us: Option<f64>,
-    /// Bandwidth between two ranks of a host in Gbit/s [default: 50].
+    /// Bandwidth between two ranks of a host in Gbit/s [default: 100; 4 times that for a
+    /// vector of at most 1 MiB, which stays in cache].
     #[arg(long, allow_negative_numbers = true)]
     pub local_bandwidth_gbps: Option<f64>,
     /// Microseconds per message a rank sends or receives inside a host [default: 0.1].
@@ -293,6 +294,7 @@ impl ModelArgs {
                 true,
             )?,
             switch_us: defaults.switch_us,
+            cache_speedup: defaults.cache_speedup,
         };
         let local = CostModel::shared_memory();
         let local_model = CostModel {
@@ -316,6 +318,7 @@ impl ModelArgs {
                 true,
             )?,
             switch_us: local.switch_us,
+            cache_speedup: local.cache_speedup,
         };
         Ok((model, local_model))
     }

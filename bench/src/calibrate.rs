@@ -323,6 +323,7 @@ const NOTHING: CostModel = CostModel {
     reduce_gbytes_per_s: f64::INFINITY,
     overhead_us: 0.0,
     switch_us: 0.0,
+    cache_speedup: 0.0,
 };
 
 /// The terms fitted: rounds, bytes, reduced bytes, messages.
@@ -371,6 +372,8 @@ pub fn fit(samples: &[Sample]) -> Option<CostModel> {
         overhead_us: overhead,
         // Measured as it was: `o` already holds what crowding cost.
         switch_us: 0.0,
+        // Fitted over every size: the cache is in the rates as measured.
+        cache_speedup: 0.0,
     })
 }
 

@@ -171,6 +171,7 @@ mod tests {
                     reduce_gbytes_per_s: 3.0,
                     overhead_us: 0.0,
                     switch_us: 0.0,
+                    cache_speedup: 0.0,
                 },
             )]),
             rules: rules

@@ -61,16 +61,20 @@ pub struct Levels<'a> {
 
 impl CostModel {
     /// A default for ranks of one host that share memory: a round costs about what the
-    /// engine's bookkeeping does, bytes cross at memory-copy speed.
+    /// engine's bookkeeping does; each end of a transfer copies (or reduces) at 25 GB/s,
+    /// half of beta, about memcpy's rate out of cache (23-24 GB/s for 64 MiB on the 2-core
+    /// VM; 50 Gbit/s, as it was, priced each end at half that); a call whose vector stays
+    /// in cache copies and reduces [`CACHE_SPEEDUP`] times as fast.
     pub fn shared_memory() -> CostModel {
         CostModel {
             alpha_us: 1.0,
-            bandwidth_gbps: 50.0,
+            bandwidth_gbps: 100.0,
             reduce_gbytes_per_s: 10.0,
             overhead_us: 0.1,
             // A crowded host's ranks hand the CPU over (sched_yield) as they spin on a
             // ring: no sleep, no wake-up.
             switch_us: 0.1,
+            cache_speedup: CACHE_SPEEDUP,
         }
     }
 
@@ -89,6 +93,7 @@ impl CostModel {
             reduce_gbytes_per_s: 10.0,
             overhead_us: 0.5,
             switch_us: SWITCH_US,
+            cache_speedup: 0.0,
         }
     }
 
@@ -101,6 +106,7 @@ impl CostModel {
             reduce_gbytes_per_s: 10.0,
             overhead_us: 3.0,
             switch_us: SWITCH_US,
+            cache_speedup: 0.0,
         }
     }
 
@@ -127,7 +133,26 @@ pub struct CostModel {
     /// and a wake-up); 0 in tuning files (their `o` was measured as it was).
     #[serde(default)]
     pub switch_us: f64,
+    /// How many times as fast a call whose vector stays in cache (at most
+    /// [`CACHED_VECTOR`] bytes) copies and reduces between ranks at these rates: the
+    /// built-in shared-memory model's [`CACHE_SPEEDUP`]; 0 (or 1) for none, as in tuning
+    /// files (their rates were fitted over every size as they are).
+    #[serde(default)]
+    pub cache_speedup: f64,
 }
+
+/// The largest vector (a call's count times its element size) that
+/// [`CostModel::cache_speedup`] prices at cache speed: the 2-core VM's per-core L2 (1 MiB),
+/// well inside its shared L3 (32 MiB), where memcpy still ran at 62-69 GB/s (1 and 4 MiB).
+pub const CACHED_VECTOR: u64 = 1 << 20;
+
+/// How many times as fast copies and reductions between ranks that share memory run in
+/// cache as out of it. Measured on the 2-core VM: memcpy 62-69 GB/s at 1-4 MiB against
+/// 23-24 at 64 MiB (2.8x); the f32 sum in place 49-52 GiB/s at 16-256 KiB against 19 at
+/// 64 MiB (2.7x), into a third buffer 44 against 11.7 (3.8x). 3 (within them) still
+/// priced halving-doubling's 4 rounds below the single root's 2 on 4 ranks and 2 CPUs at
+/// 32 KiB (12.2-12.3 us against 9.0, in two runs); 4 does not.
+pub const CACHE_SPEEDUP: f64 = 4.0;
 
 /// What a rank that waits on a socket costs a crowded host per message end: it sleeps
 /// in the kernel and is woken again (a context switch and a wake-up, as a 2-CPU VM takes
@@ -144,6 +169,7 @@ impl Default for CostModel {
             reduce_gbytes_per_s: 10.0,
             overhead_us: 0.25,
             switch_us: 1.0,
+            cache_speedup: 0.0,
         }
     }
 }
@@ -169,6 +195,33 @@ pub struct Cost {
     pub predicted_us: f64,
 }
 
+/// The rates a call whose vector is `vector` bytes is priced at: `model`'s and `levels`',
+/// or, where the rates inside a host have a [`CostModel::cache_speedup`] and the vector
+/// stays in cache ([`CACHED_VECTOR`]), copies inside a host and every reduction that many
+/// times as fast (the network's rate stays).
+pub(crate) fn rates_for<'a>(
+    vector: u64,
+    model: &CostModel,
+    levels: Option<&Levels<'a>>,
+) -> (CostModel, Option<Levels<'a>>) {
+    match levels {
+        Some(l) if l.local.cache_speedup > 1.0 && vector <= CACHED_VECTOR => {
+            let speedup = l.local.cache_speedup;
+            let model = CostModel {
+                reduce_gbytes_per_s: model.reduce_gbytes_per_s * speedup,
+                ..*model
+            };
+            let local = CostModel {
+                bandwidth_gbps: l.local.bandwidth_gbps * speedup,
+                reduce_gbytes_per_s: l.local.reduce_gbytes_per_s * speedup,
+                ..l.local
+            };
+            (model, Some(Levels { local, ..*l }))
+        }
+        _ => (*model, levels.copied()),
+    }
+}
+
 /// Prices one collective given every rank's schedule and the element size in bytes.
 pub fn cost(schedules: &[Schedule], elem_size: usize, model: &CostModel) -> Cost {
     cost_levels(schedules, elem_size, model, None)
@@ -183,6 +236,11 @@ pub fn cost_levels(
     levels: Option<&Levels<'_>>,
 ) -> Cost {
     let levels = levels.filter(|l| l.hosts.nranks() == schedules.len());
+    let vector = schedules
+        .first()
+        .map_or(0, |s| s.layout.count.saturating_mul(elem_size)) as u64;
+    let (model, levels) = rates_for(vector, model, levels);
+    let (model, levels) = (&model, levels.as_ref());
     let same_host = |a: usize, b: usize| {
         levels.is_some_and(|l| {
             l.hosts.same_host(
