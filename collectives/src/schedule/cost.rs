@@ -29,8 +29,14 @@
 //! on the busiest CPU against 5.3, and it ran 1.3 times faster (64 MiB over loopback TCP:
 //! 49 ms against 64 ms, and 1.17 times over shared memory). Over loopback TCP, a byte of
 //! a large message between two ranks of one CPU costs that CPU more than its two copies
-//! ([`SAME_CPU_COPY`], from [`SAME_CPU_MIN`] bytes), which puts halving-doubling's first exchange on 4 ranks (ranks 0
-//! and 2, on one CPU) behind the ring, whose neighbours are on different CPUs.
+//! ([`SAME_CPU_COPY`], from [`SAME_CPU_MIN`] bytes), which puts halving-doubling's first
+//! exchange on 4 ranks (ranks 0 and 2, on one CPU) behind the ring, whose neighbours are
+//! on different CPUs.
+//!
+//! Rates depend on where the bytes are: with the built-in shared-memory rates, a call whose
+//! vector stays in cache ([`CACHED_VECTOR`]) copies inside a host and reduces
+//! [`CACHE_SPEEDUP`] times as fast ([`CostModel::cache_speedup`]), which lets fewer rounds
+//! win up to larger sizes.
 //!
 //! This is the unpipelined bound of the textbook analysis (and of the seed lecture's table);
 //! the engine pipelines segments within a step and can beat it for chain and tree shapes.
