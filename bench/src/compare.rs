@@ -108,6 +108,8 @@ pub fn run_typed<T: Element>(
     let mut reports = Vec::new();
     let mut worst: Option<(f64, usize)> = None;
     let mut worst_choice: Option<(f64, usize)> = None;
+    // Sizes with a regret, and of them those above the limit (the rows marked !).
+    let (mut regrets, mut above) = (0usize, 0usize);
     for &size in &spec.sizes {
         let count = layout_count(spec.collective, size, elem, n);
         let layout = Layout {
@@ -174,6 +176,8 @@ pub fn run_typed<T: Element>(
         let (compared, auto_report) = summarise(spec, &variants, &gathered, n, bytes, choice);
         // An empty call (a size below one element per rank) has nothing to choose.
         if let Some(r) = compared.regret(&variants).filter(|_| count > 0) {
+            regrets += 1;
+            above += usize::from(r > REGRET_LIMIT);
             if worst.is_none_or(|(w, _)| r > w) {
                 worst = Some((r, bytes));
             }
@@ -211,7 +215,9 @@ pub fn run_typed<T: Element>(
                 if r <= REGRET_LIMIT {
                     format!("<= {REGRET_LIMIT:.2} at every size")
                 } else {
-                    format!("above {REGRET_LIMIT:.2}: the sizes marked !")
+                    format!(
+                        "above {REGRET_LIMIT:.2} at {above} of {regrets} sizes: the ones marked !"
+                    )
                 }
             ),
             None => "# auto's regret: nothing to compare\n".to_owned(),

@@ -110,6 +110,13 @@ fn algo_all_times_every_algorithm_and_auto_and_reports_the_regret() {
         assert!(chosen >= 1.0 - 1e-9, "{r:?}");
     }
     assert!(stdout.contains("# auto's regret: worst "), "{stdout}");
+    // The summary counts the rows marked `!`, or says there are none.
+    let marked = rows.iter().filter(|r| r.last() == Some(&"!")).count();
+    let summary = match marked {
+        0 => "at every size)".to_owned(),
+        m => format!("at {m} of 3 sizes: the ones marked !)"),
+    };
+    assert!(stdout.contains(&summary), "{summary}: {stdout}");
     assert!(
         stdout.contains("# auto's choice (run forced in the same rounds) over the best: worst "),
         "{stdout}"
