@@ -157,8 +157,7 @@ pub fn price(
         host_acc.fold_into(&mut acc, Level::Global);
     }
 
-    let vector = layout.count.saturating_mul(elem_size) as u64;
-    let (model, levels) = crate::schedule::cost::rates_for(vector, model, Some(levels));
+    let (model, levels) = crate::schedule::cost::rates_for(layout, elem_size, model, Some(levels));
     let local = levels.map(|l| l.local);
     let (predicted_us, max_step) = price_rounds(&acc.rounds, &model, local.as_ref());
     let scale = |x: u64| -> u64 {

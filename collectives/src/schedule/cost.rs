@@ -201,15 +201,17 @@ pub struct Cost {
     pub predicted_us: f64,
 }
 
-/// The rates a call whose vector is `vector` bytes is priced at: `model`'s and `levels`',
-/// or, where the rates inside a host have a [`CostModel::cache_speedup`] and the vector
-/// stays in cache ([`CACHED_VECTOR`]), copies inside a host and every reduction that many
-/// times as fast (the network's rate stays).
+/// The rates `layout` (elements of `elem_size` bytes) is priced at: `model`'s and
+/// `levels`', or, where the rates inside a host have a [`CostModel::cache_speedup`] and the
+/// call's vector stays in cache ([`CACHED_VECTOR`]), copies inside a host and every
+/// reduction that many times as fast (the network's rate stays).
 pub(crate) fn rates_for<'a>(
-    vector: u64,
+    layout: &super::Layout,
+    elem_size: usize,
     model: &CostModel,
     levels: Option<&Levels<'a>>,
 ) -> (CostModel, Option<Levels<'a>>) {
+    let vector = layout.count.saturating_mul(elem_size) as u64;
     match levels {
         Some(l) if l.local.cache_speedup > 1.0 && vector <= CACHED_VECTOR => {
             let speedup = l.local.cache_speedup;
@@ -242,10 +244,10 @@ pub fn cost_levels(
     levels: Option<&Levels<'_>>,
 ) -> Cost {
     let levels = levels.filter(|l| l.hosts.nranks() == schedules.len());
-    let vector = schedules
-        .first()
-        .map_or(0, |s| s.layout.count.saturating_mul(elem_size)) as u64;
-    let (model, levels) = rates_for(vector, model, levels);
+    let (model, levels) = match schedules.first() {
+        Some(s) => rates_for(&s.layout, elem_size, model, levels),
+        None => (*model, levels.copied()),
+    };
     let (model, levels) = (&model, levels.as_ref());
     let same_host = |a: usize, b: usize| {
         levels.is_some_and(|l| {
