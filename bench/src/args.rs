@@ -295,6 +295,7 @@ impl ModelArgs {
             )?,
             switch_us: defaults.switch_us,
             cache_speedup: defaults.cache_speedup,
+            polls: defaults.polls,
         };
         let local = CostModel::shared_memory();
         let local_model = CostModel {
@@ -319,6 +320,7 @@ impl ModelArgs {
             )?,
             switch_us: local.switch_us,
             cache_speedup: local.cache_speedup,
+            polls: local.polls,
         };
         Ok((model, local_model))
     }

@@ -324,6 +324,7 @@ const NOTHING: CostModel = CostModel {
     overhead_us: 0.0,
     switch_us: 0.0,
     cache_speedup: 0.0,
+    polls: true,
 };
 
 /// The terms fitted: rounds, bytes, reduced bytes, messages.
@@ -374,6 +375,8 @@ pub fn fit(samples: &[Sample]) -> Option<CostModel> {
         switch_us: 0.0,
         // Fitted over every size: the cache is in the rates as measured.
         cache_speedup: 0.0,
+        // As fitted models were priced before the field existed.
+        polls: true,
     })
 }
 

@@ -172,6 +172,7 @@ mod tests {
                     overhead_us: 0.0,
                     switch_us: 0.0,
                     cache_speedup: 0.0,
+                    polls: true,
                 },
             )]),
             rules: rules

@@ -13,30 +13,34 @@
 //! separates one round of p-1 messages per rank (mesh) from log p rounds of one.
 //!
 //! A host that runs more ranks than it has CPUs (known to [`Levels`] through
-//! [`HostMap::cpus`]) makes its ranks take turns: a round then lasts at least the message
-//! ends of all its ranks together, each costing `o + switch` (a rank waits, another runs),
-//! over its CPUs. That is what makes few messages per round win on a crowded host.
+//! [`HostMap::cpus`]) makes its ranks take turns on its CPUs. Ranks are taken to hold its
+//! CPUs in turn (local rank i on CPU i mod cpus, rcoll's default placement:
+//! [`rcoll_transport::topology`]), and a round lasts at least what its busiest CPU does
+//! for them, one thing after another:
+//! - every message end of its ranks, each costing `o + switch` (a rank waits, another
+//!   runs), which is what makes few messages per round win on a crowded host;
+//! - every copy: a byte crossing inside the host costs one copy at each end, half of
+//!   `beta` each (the rate of a rank that sends and receives at once); where receivers
+//!   read the senders' memory, the whole `beta` falls on the receiver;
+//! - every reduction;
+//! - where ranks wait by polling memory ([`CostModel::polls`]), the round's `alpha`.
 //!
-//! Such a host's CPUs also do all the copying and reducing of its ranks: a round lasts at
-//! least its busiest CPU's share. Ranks are taken to hold its CPUs in turn (local rank i
-//! on CPU i mod cpus, rcoll's default placement: [`rcoll_transport::topology`]), and a
-//! byte crossing inside the host costs one copy at each end, half of `beta` each (the
-//! rate of a rank that sends and receives at once); where receivers read the senders'
-//! memory, the whole `beta` falls on the receiver. Every algorithm moves the same bytes
-//! in all; what this separates is where they fall. On 3 ranks and 2 CPUs, a ring's two
-//! ranks on CPU 0 copy twice what the one on CPU 1 does, in every round, while halving-
-//! doubling's fold leaves one of them idle after its first message: 4 copies of the vector
-//! on the busiest CPU against 5.3, and it ran 1.3 times faster (64 MiB over loopback TCP:
-//! 49 ms against 64 ms, and 1.17 times over shared memory). Over loopback TCP, a byte of
-//! a large message between two ranks of one CPU costs that CPU more than its two copies
-//! ([`SAME_CPU_COPY`], from [`SAME_CPU_MIN`] bytes), which puts halving-doubling's first
-//! exchange on 4 ranks (ranks 0 and 2, on one CPU) behind the ring, whose neighbours are
-//! on different CPUs.
+//! A quarter of it is spread over the host's CPUs ([`SPREAD_SHARE`]). Every algorithm
+//! moves the same bytes in all; what this separates is where they fall. On 3 ranks and
+//! 2 CPUs, a ring's two ranks on CPU 0 copy twice what the one on CPU 1 does, in every
+//! round, while halving-doubling's fold leaves one of them idle after its first message:
+//! 4 copies of the vector on the busiest CPU against 5.3, and it ran 1.3 times faster
+//! (64 MiB over loopback TCP: 49 ms against 64 ms, and 1.17 times over shared memory).
+//! Over loopback TCP, a byte of a large message between two ranks of one CPU costs that
+//! CPU more than its two copies ([`SAME_CPU_COPY`], from [`SAME_CPU_MIN`] bytes), which
+//! puts halving-doubling's first exchange on 4 ranks (ranks 0 and 2, on one CPU) behind
+//! the ring, whose neighbours are on different CPUs.
 //!
-//! Rates depend on where the bytes are: with the built-in shared-memory rates, a call whose
-//! vector stays in cache ([`CACHED_VECTOR`]) copies inside a host and reduces
-//! [`CACHE_SPEEDUP`] times as fast ([`CostModel::cache_speedup`]), which lets fewer rounds
-//! win up to larger sizes.
+//! Rates depend on where the bytes are: with the built-in rates inside a host, a call
+//! whose vector stays in cache ([`CACHED_VECTOR`]) copies inside the host and reduces
+//! several times as fast ([`CostModel::cache_speedup`]: [`CACHE_SPEEDUP`] over shared
+//! memory, [`LOOPBACK_CACHE_SPEEDUP`] over loopback TCP), which lets fewer rounds win up
+//! to larger sizes.
 //!
 //! This is the unpipelined bound of the textbook analysis (and of the seed lecture's table);
 //! the engine pipelines segments within a step and can beat it for chain and tree shapes.
@@ -81,17 +85,19 @@ impl CostModel {
             // ring: no sleep, no wake-up.
             switch_us: 0.1,
             cache_speedup: CACHE_SPEEDUP,
+            polls: true,
         }
     }
 
-    /// A default for TCP between ranks of one host (loopback): a round costs a wake-up, a
-    /// message a system call, bytes cross at the rate of a kernel copy each way: 25 Gbit/s,
-    /// about what two ranks with a CPU each reached (a 64 MiB all_reduce in 23.9 ms, each
-    /// rank sending and receiving 64 MiB and reducing half), and near what 4 iperf3 streams
-    /// on 2 CPUs reach (8 GB/s together: 8 GB/s of kernel copies per CPU, against 6.25 at
-    /// half of this beta per copy). 15, as it was, made a crowded host's CPU bound (where
-    /// bytes count at both ends) outweigh its message costs at 32 KiB, where the fewest
-    /// messages still won.
+    /// A default for TCP between ranks of one host (loopback): a round costs a wake-up (the
+    /// waiting rank sleeps: its CPU serves others), a message a system call, bytes cross at
+    /// the rate of a kernel copy each way, [`LOOPBACK_CACHE_SPEEDUP`] times as fast for a
+    /// vector that stays in cache. Out of cache 25 Gbit/s, about what two ranks with a CPU
+    /// each reached (a 64 MiB all_reduce in 23.9 ms, each rank sending and receiving 64 MiB
+    /// and reducing half), and near what 4 iperf3 streams on 2 CPUs reach (8 GB/s together:
+    /// 8 GB/s of kernel copies per CPU, against 6.25 at half of this beta per copy). 15, as
+    /// it was, made a crowded host's CPU bound (where bytes count at both ends) outweigh
+    /// its message costs at 32 KiB, where the fewest messages still won.
     pub fn tcp_loopback() -> CostModel {
         CostModel {
             alpha_us: 6.0,
@@ -99,7 +105,8 @@ impl CostModel {
             reduce_gbytes_per_s: 10.0,
             overhead_us: 0.5,
             switch_us: SWITCH_US,
-            cache_speedup: 0.0,
+            cache_speedup: LOOPBACK_CACHE_SPEEDUP,
+            polls: false,
         }
     }
 
@@ -113,6 +120,7 @@ impl CostModel {
             overhead_us: 3.0,
             switch_us: SWITCH_US,
             cache_speedup: 0.0,
+            polls: false,
         }
     }
 
@@ -141,10 +149,21 @@ pub struct CostModel {
     pub switch_us: f64,
     /// How many times as fast a call whose vector stays in cache (at most
     /// [`CACHED_VECTOR`] bytes) copies and reduces between ranks at these rates: the
-    /// built-in shared-memory model's [`CACHE_SPEEDUP`]; 0 (or 1) for none, as in tuning
-    /// files (their rates were fitted over every size as they are).
+    /// built-in shared-memory model's [`CACHE_SPEEDUP`], loopback TCP's
+    /// [`LOOPBACK_CACHE_SPEEDUP`]; 0 (or 1) for none, as in tuning files (their rates were
+    /// fitted over every size as they are).
     #[serde(default)]
     pub cache_speedup: f64,
+    /// Whether a rank that waits for a message keeps its CPU, polling memory (shared
+    /// memory, verbs): then each round's `alpha` is also time of a crowded host's CPUs. A
+    /// rank that sleeps in the kernel (a socket) leaves its CPU to the host's other ranks
+    /// while it waits. True in tuning files written before it existed, as they were priced.
+    #[serde(default = "polls_by_default")]
+    pub polls: bool,
+}
+
+fn polls_by_default() -> bool {
+    true
 }
 
 /// The largest vector (a call's count times its element size) that
@@ -162,8 +181,28 @@ pub const CACHE_SPEEDUP: f64 = 4.0;
 
 /// What a rank that waits on a socket costs a crowded host per message end: it sleeps
 /// in the kernel and is woken again (a context switch and a wake-up, as a 2-CPU VM takes
-/// them; a few microseconds on bare metal). The TCP models' `switch_us`.
-pub const SWITCH_US: f64 = 5.0;
+/// them; a few microseconds on bare metal). The TCP models' `switch_us`. On 4 ranks and
+/// 2 CPUs over loopback, an 8-byte all_reduce took 3.3-3.8 us per message end on the
+/// busiest CPU, whatever the algorithm: 28.2 us for the single root's 8 ends, 31.8 for
+/// recursive doubling's 8, 57.6 for halving-doubling's 16, 91.1 for the ring's 24, 39.4
+/// for the mesh's 12. With `o` (0.5) and [`SPREAD_SHARE`], 4 scored best against three
+/// measured tables of every algorithm at every size (5 was the unscored first guess).
+pub const SWITCH_US: f64 = 4.0;
+
+/// How many times as fast loopback TCP copies a vector that stays in cache
+/// ([`CACHED_VECTOR`]): on 4 ranks and 2 CPUs, a 64 KiB all_reduce took 3.3-4.0 us more
+/// per 64 KiB that the busiest CPU copied in or out than an 8-byte one did (single root,
+/// tree, ring, recursive doubling, mesh), against 10.5 at the out-of-cache rate.
+pub const LOOPBACK_CACHE_SPEEDUP: f64 = 3.0;
+
+/// The share of a crowded host's work that falls on its CPUs evenly, whichever rank it
+/// is for: loopback TCP processes a message's receipt on the sender's CPU and wakes
+/// ranks across CPUs. The rest falls on the CPU of the rank it is for. With none, the
+/// single root on 4 ranks and 2 CPUs (4 message ends per round on its root's CPU, 2 on
+/// the other) priced even with recursive doubling (4 and 4); it ran 13-25% faster at
+/// 8 B-256 B in three runs. A quarter scored best against those tables, and changed
+/// nothing over shared memory.
+const SPREAD_SHARE: f64 = 0.25;
 
 impl Default for CostModel {
     /// A 100 Gbit/s fabric with 2 us per round and 0.25 us per message end, reducing at
@@ -176,6 +215,7 @@ impl Default for CostModel {
             overhead_us: 0.25,
             switch_us: 1.0,
             cache_speedup: 0.0,
+            polls: true,
         }
     }
 }
@@ -382,27 +422,24 @@ pub fn cost_levels(
             reduced: reduced[s].iter().copied().max().unwrap_or(0),
             global_ends: ends[s].iter().copied().max().unwrap_or(0),
             local_ends: local_ends[s].iter().copied().max().unwrap_or(0),
-            crowded: levels.map_or((0, 0, 0), |l| {
-                // The crowded host with the most message ends per CPU.
-                let mut worst = (0, 0, 0);
-                for &(h, cpus) in &crowded {
-                    let m = l.hosts.members(h);
-                    let inside: u64 = m.iter().map(|r| local_ends[s][r.index()]).sum();
-                    let across: u64 = m.iter().map(|r| ends[s][r.index()]).sum();
-                    if (inside + across) * worst.2.max(1) > (worst.0 + worst.1) * cpus {
-                        worst = (inside, across, cpus);
-                    }
-                }
-                worst
-            }),
-            core: levels.map_or((0, 0, 0), |l| {
-                busiest_cpu(l, &crowded, receivers_read, model, |r| CpuLoad {
-                    sent: local_sent[s][r],
-                    received: local_received[s][r],
+            ..levels.map_or_else(Default::default, |l| {
+                let (cpu, host, cpus) = busiest_cpu(l, &crowded, model, |r| CpuRound {
+                    inside_ends: local_ends[s][r],
+                    across_ends: ends[s][r],
+                    copies: match receivers_read {
+                        true => 2 * local_received[s][r],
+                        false => local_sent[s][r] + local_received[s][r],
+                    },
                     same_cpu: same_cpu[s][r],
                     reduced: reduced[s][r],
-                })
-            }),
+                });
+                Round {
+                    cpu,
+                    host,
+                    cpus,
+                    ..Default::default()
+                }
+            })
         })
         .collect();
     let (predicted_us, _) = price_rounds(&rounds, model, levels.map(|l| &l.local));
@@ -428,15 +465,6 @@ pub fn cost_levels(
     }
 }
 
-/// What one rank does inside its host in one round.
-struct CpuLoad {
-    sent: u64,
-    received: u64,
-    /// Of those, bytes to or from a rank on its own CPU (over TCP only).
-    same_cpu: u64,
-    reduced: u64,
-}
-
 /// What a copy costs, in halves of `beta`, when loopback TCP runs both ends of a transfer
 /// on one CPU, against each end on a CPU of its own: 2 ranks on one CPU took 3.7 times as
 /// long as on two for a 4 MiB all_reduce (3,071 us against 833) and 3.6 times for 16 MiB,
@@ -452,46 +480,69 @@ const SAME_CPU_COPY: f64 = 1.8;
 /// its CPU with a sender, ran fastest (41 us against the double binary tree's 72).
 const SAME_CPU_MIN: u64 = 256 << 10;
 
-/// The busiest CPU of the crowded hosts in one round: its copy halves (bytes sent plus
-/// bytes received inside the host by the ranks it holds, each costing half of the local
-/// `beta`; a received byte counts twice where receivers read the senders' memory), those of
-/// them between two ranks of that CPU, and the bytes its ranks reduce.
+/// What the ranks a CPU holds (or one rank) do in one round.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct CpuRound {
+    /// Message ends (sent or received) inside the host.
+    pub inside_ends: u64,
+    /// Message ends across hosts.
+    pub across_ends: u64,
+    /// Copy halves inside the host: bytes sent plus bytes received, each costing half of
+    /// the local `beta` (a received byte counts twice where receivers read the senders'
+    /// memory).
+    pub copies: u64,
+    /// Of those, bytes to or from a rank on the same CPU (over TCP only).
+    pub same_cpu: u64,
+    /// Bytes reduced.
+    pub reduced: u64,
+}
+
+impl CpuRound {
+    fn add(&mut self, o: &CpuRound) {
+        self.inside_ends += o.inside_ends;
+        self.across_ends += o.across_ends;
+        self.copies += o.copies;
+        self.same_cpu += o.same_cpu;
+        self.reduced += o.reduced;
+    }
+
+    /// The CPU's time for all of it, one thing after another: every message end (`o` and
+    /// a switch to the rank it wakes), every copy and every reduction.
+    fn us(&self, model: &CostModel, local: &CostModel) -> f64 {
+        let gamma = 1.0 / (model.reduce_gbytes_per_s * 1e3);
+        self.inside_ends as f64 * (local.overhead_us + local.switch_us)
+            + self.across_ends as f64 * (model.overhead_us + model.switch_us)
+            + local.beta() / 2.0
+                * (self.copies as f64 + (SAME_CPU_COPY - 1.0) * self.same_cpu as f64)
+            + gamma * self.reduced as f64
+    }
+}
+
+/// The busiest CPU of the crowded hosts in one round: the sum of what the ranks it holds
+/// do (`load` of each rank).
 fn busiest_cpu(
     levels: &Levels<'_>,
     crowded: &[(usize, u64)],
-    receivers_read: bool,
     model: &CostModel,
-    load: impl Fn(usize) -> CpuLoad,
-) -> (u64, u64, u64) {
-    let gamma = 1.0 / (model.reduce_gbytes_per_s * 1e3);
-    let half_beta = levels.local.beta() / 2.0;
-    let mut worst = ((0, 0, 0), 0.0);
+    load: impl Fn(usize) -> CpuRound,
+) -> (CpuRound, CpuRound, u64) {
+    let mut worst = ((CpuRound::default(), CpuRound::default(), 0), 0.0);
     for &(h, cpus) in crowded {
-        let mut per_cpu = vec![(0u64, 0u64, 0u64); cpus as usize];
+        let mut per_cpu = vec![CpuRound::default(); cpus as usize];
+        let mut host = CpuRound::default();
         for (i, r) in levels.hosts.members(h).iter().enumerate() {
             let l = load(r.index());
-            let copies = match receivers_read {
-                true => 2 * l.received,
-                false => l.sent + l.received,
-            };
-            let cpu = &mut per_cpu[i % cpus as usize];
-            cpu.0 += copies;
-            cpu.1 += l.same_cpu;
-            cpu.2 += l.reduced;
+            per_cpu[i % cpus as usize].add(&l);
+            host.add(&l);
         }
         for c in per_cpu {
-            let us = cpu_us(c, half_beta, gamma);
+            let us = c.us(model, &levels.local);
             if us > worst.1 {
-                worst = (c, us);
+                worst = ((c, host, cpus), us);
             }
         }
     }
     worst.0
-}
-
-/// A CPU's time for (copy halves, of them between two of its own ranks, bytes reduced).
-fn cpu_us((copies, same_cpu, reduced): (u64, u64, u64), half_beta: f64, gamma: f64) -> f64 {
-    half_beta * (copies as f64 + (SAME_CPU_COPY - 1.0) * same_cpu as f64) + gamma * reduced as f64
 }
 
 /// One round's busiest loads, the inputs of the model's sum.
@@ -514,14 +565,12 @@ pub(crate) struct Round {
     pub global_ends: u64,
     /// Messages the busiest rank sends and receives inside its host (with levels).
     pub local_ends: u64,
-    /// On the host with more ranks than CPUs that has the most message ends per CPU in
-    /// this round: its ranks' ends inside the host, across hosts, and its CPUs (all 0 when
-    /// no host is crowded, or their CPUs are unknown).
-    pub crowded: (u64, u64, u64),
-    /// On the crowded hosts, the busiest CPU's copy halves inside its host, those of them
-    /// between two of its ranks, and bytes reduced (see [`busiest_cpu`]; 0 when no host
-    /// is crowded).
-    pub core: (u64, u64, u64),
+    /// On the hosts with more ranks than CPUs, the busiest CPU's work (all 0 when no
+    /// host is crowded, or their CPUs are unknown).
+    pub cpu: CpuRound,
+    /// The whole of that CPU's host, and its CPUs.
+    pub host: CpuRound,
+    pub cpus: u64,
 }
 
 /// The share of a round's lesser bound (its busiest rank's, or its busiest CPU's on a
@@ -559,25 +608,19 @@ pub(crate) fn price_rounds(
                 }
                 _ => 0.0,
             };
-            // A crowded host's CPUs take every message end of its ranks in turn.
-            let (inside, across, cpus) = r.crowded;
-            let turns = if cpus > 0 {
-                let l = local.unwrap_or(model);
-                (inside as f64 * (l.overhead_us + l.switch_us)
-                    + across as f64 * (model.overhead_us + model.switch_us))
-                    / cpus as f64
-            } else {
-                0.0
-            };
-            round_us = global.max(within).max(turns);
+            round_us = global.max(within);
             max_step = max_step.max(r.global.max(r.local));
         }
         round_us += gamma_us_per_byte * r.reduced as f64;
-        // A crowded host's busiest CPU copies and reduces for all the ranks it holds.
-        let cpu_us = match (local, r.local_messages) {
-            _ if r.core == (0, 0, 0) => 0.0,
-            (Some(l), true) => l.alpha_us + cpu_us(r.core, l.beta() / 2.0, gamma_us_per_byte),
-            _ => gamma_us_per_byte * r.core.2 as f64,
+        // A crowded host's busiest CPU takes every message end, copy and reduction of the
+        // ranks it holds, one after another, and a share of the host's other work.
+        let cpu_us = if r.cpu == CpuRound::default() {
+            0.0
+        } else {
+            let l = local.unwrap_or(model);
+            let mean = r.host.us(model, l) / r.cpus.max(1) as f64;
+            let waits = if l.polls { l.alpha_us } else { 0.0 };
+            waits + (1.0 - SPREAD_SHARE) * r.cpu.us(model, l) + SPREAD_SHARE * mean
         };
         // Where the CPUs bound two schedules alike (they move the same bytes per CPU), the
         // one whose busiest rank has less of its own to do waits less: a small share of
