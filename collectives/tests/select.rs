@@ -212,7 +212,7 @@ fn each_message_end_costs_its_rank_the_overhead() {
 }
 
 /// Four ranks on a host with two CPUs take turns on them: a round lasts at least every
-/// message end of the host's ranks, each costing `o + switch`, over the CPUs. Then an
+/// message end of the ranks a CPU holds, each costing `o + switch`. Then an
 /// 8-byte all_reduce goes cheapest in two rounds of one message per rank (single_root:
 /// 12 ends in all) rather than one round of three (mesh: 24); with four CPUs, mesh's one
 /// round wins as before. Without known CPUs, nothing changes.
