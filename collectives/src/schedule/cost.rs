@@ -568,8 +568,9 @@ pub(crate) struct Round {
     /// On the hosts with more ranks than CPUs, the busiest CPU's work (all 0 when no
     /// host is crowded, or their CPUs are unknown).
     pub cpu: CpuRound,
-    /// The whole of that CPU's host, and its CPUs.
+    /// What all the ranks of that CPU's host do in the round.
     pub host: CpuRound,
+    /// That host's CPUs.
     pub cpus: u64,
 }
 
