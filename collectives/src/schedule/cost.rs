@@ -34,7 +34,9 @@
 //! Over loopback TCP, a byte of a large message between two ranks of one CPU costs that
 //! CPU more than its two copies ([`SAME_CPU_COPY`], from [`SAME_CPU_MIN`] bytes), which
 //! puts halving-doubling's first exchange on 4 ranks (ranks 0 and 2, on one CPU) behind
-//! the ring, whose neighbours are on different CPUs.
+//! the ring, whose neighbours are on different CPUs; a smaller one costs less
+//! ([`SAME_CPU_CACHED`]: the receiver reads it from that CPU's caches), which puts the
+//! tree, whose messages mostly stay on one CPU, first at 64-128 KiB.
 //!
 //! Rates depend on where the bytes are: with the built-in rates inside a host, a call
 //! whose vector stays in cache ([`CACHED_VECTOR`]) copies inside the host and reduces
@@ -312,8 +314,10 @@ pub fn cost_levels(
     let mut local_sent = vec![vec![0u64; n]; nsteps];
     let mut local_received = vec![vec![0u64; n]; nsteps];
     let mut reduced = vec![vec![0u64; n]; nsteps];
-    // Bytes each rank sent to or received from a rank on its own CPU of a crowded host.
+    // Bytes each rank sent to or received from a rank on its own CPU of a crowded host, in
+    // messages of at least SAME_CPU_MIN bytes and in smaller ones.
     let mut same_cpu = vec![vec![0u64; n]; nsteps];
+    let mut same_cpu_cached = vec![vec![0u64; n]; nsteps];
     let mut round = vec![false; nsteps];
     let mut global_messages = vec![false; nsteps];
     let mut local_messages = vec![false; nsteps];
@@ -354,13 +358,13 @@ pub fn cost_levels(
             }
             for to in p.send_to() {
                 round[s] = true;
-                if tcp_inside
-                    && bytes >= SAME_CPU_MIN
-                    && cpu_of[r].is_some()
-                    && cpu_of[r] == cpu_of[to.index()]
-                {
-                    same_cpu[s][r] += bytes;
-                    same_cpu[s][to.index()] += bytes;
+                if tcp_inside && cpu_of[r].is_some() && cpu_of[r] == cpu_of[to.index()] {
+                    let counter = match bytes >= SAME_CPU_MIN {
+                        true => &mut same_cpu,
+                        false => &mut same_cpu_cached,
+                    };
+                    counter[s][r] += bytes;
+                    counter[s][to.index()] += bytes;
                 }
                 let (tx, rx, count) = if same_host(r, to.index()) {
                     local_messages[s] = true;
@@ -431,6 +435,7 @@ pub fn cost_levels(
                         false => local_sent[s][r] + local_received[s][r],
                     },
                     same_cpu: same_cpu[s][r],
+                    same_cpu_cached: same_cpu_cached[s][r],
                     reduced: reduced[s][r],
                 });
                 Round {
@@ -480,6 +485,15 @@ const SAME_CPU_COPY: f64 = 1.8;
 /// its CPU with a sender, ran fastest (41 us against the double binary tree's 72).
 const SAME_CPU_MIN: u64 = 256 << 10;
 
+/// What a copy costs, in halves of `beta`, when loopback TCP runs both ends of a transfer
+/// smaller than [`SAME_CPU_MIN`] on one CPU: the receiver reads what that CPU's caches
+/// took from the sender a moment before. 2 ranks on one CPU against two, per byte: 0.6-0.8
+/// for messages of 64-256 KiB (above). On 4 ranks and 2 CPUs, it makes the tree (whose
+/// messages are mostly between ranks of one CPU) the choice at 64-128 KiB, where it was
+/// the fastest or within 1.02 of it in five runs (61.6-110.6 us, against the single
+/// root's 64.6-118.7 and the naive ring's 61.5-154.5).
+const SAME_CPU_CACHED: f64 = 0.7;
+
 /// What the ranks a CPU holds (or one rank) do in one round.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct CpuRound {
@@ -491,8 +505,11 @@ pub(crate) struct CpuRound {
     /// the local `beta` (a received byte counts twice where receivers read the senders'
     /// memory).
     pub copies: u64,
-    /// Of those, bytes to or from a rank on the same CPU (over TCP only).
+    /// Of those, bytes to or from a rank on the same CPU (over TCP only), in messages of
+    /// at least [`SAME_CPU_MIN`] bytes.
     pub same_cpu: u64,
+    /// And in smaller messages.
+    pub same_cpu_cached: u64,
     /// Bytes reduced.
     pub reduced: u64,
 }
@@ -503,6 +520,7 @@ impl CpuRound {
         self.across_ends += o.across_ends;
         self.copies += o.copies;
         self.same_cpu += o.same_cpu;
+        self.same_cpu_cached += o.same_cpu_cached;
         self.reduced += o.reduced;
     }
 
@@ -513,7 +531,9 @@ impl CpuRound {
         self.inside_ends as f64 * (local.overhead_us + local.switch_us)
             + self.across_ends as f64 * (model.overhead_us + model.switch_us)
             + local.beta() / 2.0
-                * (self.copies as f64 + (SAME_CPU_COPY - 1.0) * self.same_cpu as f64)
+                * (self.copies as f64
+                    + (SAME_CPU_COPY - 1.0) * self.same_cpu as f64
+                    + (SAME_CPU_CACHED - 1.0) * self.same_cpu_cached as f64)
             + gamma * self.reduced as f64
     }
 }
