@@ -412,9 +412,9 @@ fn a_vector_in_cache_moves_at_cache_speed_between_ranks_that_share_memory() {
 /// CPUs over loopback TCP in five runs (`--algo all`, 40 rounds):
 /// - 8 B: the single root 27.4-31.7 us, recursive doubling 31.8-38.8;
 /// - 64 KiB: the tree, the fastest or within 1.02 of it, 61.6-74.3 us; the single root
-///   64.6-79.8; the double
-///   binary tree (the model's choice when the CPU took the larger of its message ends and
-///   its copies, not their sum) 73.0-90.6, halving-doubling 75.2-93.0;
+///   64.6-79.8; the double binary tree (the model's choice when the CPU took the larger of
+///   its message ends and its copies, not their sum) 73.0-90.6, halving-doubling
+///   75.2-93.0;
 /// - 128 KiB: the tree, the fastest, 89.5-110.6 us; the single root 98.6-118.7;
 ///   halving-doubling (that model's choice) 101.3-128.4, the double binary tree
 ///   113.6-147.7, the naive ring 93.0-154.5.
