@@ -427,7 +427,7 @@ pub fn cost_levels(
             global_ends: ends[s].iter().copied().max().unwrap_or(0),
             local_ends: local_ends[s].iter().copied().max().unwrap_or(0),
             ..levels.map_or_else(Default::default, |l| {
-                let (cpu, host, cpus) = busiest_cpu(l, &crowded, model, |r| CpuRound {
+                let cpu_us = busiest_cpu(l, &crowded, model, |r| CpuRound {
                     inside_ends: local_ends[s][r],
                     across_ends: ends[s][r],
                     copies: match receivers_read {
@@ -439,9 +439,7 @@ pub fn cost_levels(
                     reduced: reduced[s][r],
                 });
                 Round {
-                    cpu,
-                    host,
-                    cpus,
+                    cpu_us,
                     ..Default::default()
                 }
             })
@@ -496,22 +494,22 @@ const SAME_CPU_CACHED: f64 = 0.7;
 
 /// What the ranks a CPU holds (or one rank) do in one round.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct CpuRound {
+struct CpuRound {
     /// Message ends (sent or received) inside the host.
-    pub inside_ends: u64,
+    inside_ends: u64,
     /// Message ends across hosts.
-    pub across_ends: u64,
+    across_ends: u64,
     /// Copy halves inside the host: bytes sent plus bytes received, each costing half of
     /// the local `beta` (a received byte counts twice where receivers read the senders'
     /// memory).
-    pub copies: u64,
+    copies: u64,
     /// Of those, bytes to or from a rank on the same CPU (over TCP only), in messages of
     /// at least [`SAME_CPU_MIN`] bytes.
-    pub same_cpu: u64,
+    same_cpu: u64,
     /// And in smaller messages.
-    pub same_cpu_cached: u64,
+    same_cpu_cached: u64,
     /// Bytes reduced.
-    pub reduced: u64,
+    reduced: u64,
 }
 
 impl CpuRound {
@@ -538,15 +536,19 @@ impl CpuRound {
     }
 }
 
-/// The busiest CPU of the crowded hosts in one round: the sum of what the ranks it holds
-/// do (`load` of each rank).
+/// The time of the busiest CPU of the crowded hosts in one round (0 when none is busy):
+/// what the ranks it holds do (`load` of each rank), one thing after another, with a share
+/// of its host's work spread over its CPUs ([`SPREAD_SHARE`]) and, where ranks poll, the
+/// round's `alpha`.
 fn busiest_cpu(
     levels: &Levels<'_>,
     crowded: &[(usize, u64)],
     model: &CostModel,
     load: impl Fn(usize) -> CpuRound,
-) -> (CpuRound, CpuRound, u64) {
-    let mut worst = ((CpuRound::default(), CpuRound::default(), 0), 0.0);
+) -> f64 {
+    let local = &levels.local;
+    let waits = if local.polls { local.alpha_us } else { 0.0 };
+    let mut worst = 0.0f64;
     for &(h, cpus) in crowded {
         let mut per_cpu = vec![CpuRound::default(); cpus as usize];
         let mut host = CpuRound::default();
@@ -555,18 +557,16 @@ fn busiest_cpu(
             per_cpu[i % cpus as usize].add(&l);
             host.add(&l);
         }
-        for c in per_cpu {
-            let us = c.us(model, &levels.local);
-            if us > worst.1 {
-                worst = ((c, host, cpus), us);
-            }
+        let spread = SPREAD_SHARE * host.us(model, local) / cpus as f64;
+        for c in per_cpu.iter().filter(|c| **c != CpuRound::default()) {
+            worst = worst.max(waits + (1.0 - SPREAD_SHARE) * c.us(model, local) + spread);
         }
     }
-    worst.0
+    worst
 }
 
 /// One round's busiest loads, the inputs of the model's sum.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct Round {
     /// Whether any rank sends in it.
     pub sends: bool,
@@ -585,13 +585,9 @@ pub(crate) struct Round {
     pub global_ends: u64,
     /// Messages the busiest rank sends and receives inside its host (with levels).
     pub local_ends: u64,
-    /// On the hosts with more ranks than CPUs, the busiest CPU's work (all 0 when no
-    /// host is crowded, or their CPUs are unknown).
-    pub cpu: CpuRound,
-    /// What all the ranks of that CPU's host do in the round.
-    pub host: CpuRound,
-    /// That host's CPUs.
-    pub cpus: u64,
+    /// On the hosts with more ranks than CPUs, the busiest CPU's time in microseconds
+    /// ([`busiest_cpu`]; 0 when no host is crowded, or their CPUs are unknown).
+    pub cpu_us: f64,
 }
 
 /// The share of a round's lesser bound (its busiest rank's, or its busiest CPU's on a
@@ -635,14 +631,7 @@ pub(crate) fn price_rounds(
         round_us += gamma_us_per_byte * r.reduced as f64;
         // A crowded host's busiest CPU takes every message end, copy and reduction of the
         // ranks it holds, one after another, and a share of the host's other work.
-        let cpu_us = if r.cpu == CpuRound::default() {
-            0.0
-        } else {
-            let l = local.unwrap_or(model);
-            let mean = r.host.us(model, l) / r.cpus.max(1) as f64;
-            let waits = if l.polls { l.alpha_us } else { 0.0 };
-            waits + (1.0 - SPREAD_SHARE) * r.cpu.us(model, l) + SPREAD_SHARE * mean
-        };
+        let cpu_us = r.cpu_us;
         // Where the CPUs bound two schedules alike (they move the same bytes per CPU), the
         // one whose busiest rank has less of its own to do waits less: a small share of
         // the lesser bound breaks the tie.
