@@ -428,7 +428,17 @@ impl<'p> Execution<'p> {
                 // Forwarded from where it landed: final bytes, which the next ranks copy.
                 let data = mem.read(dst).map_err(mem_err)?;
                 let sent = self
-                    .send_borrowed(c, j, p, bytemuck::cast_slice(data), true, false, &tag, io)
+                    .send_borrowed(
+                        c,
+                        j,
+                        p,
+                        bytemuck::cast_slice(data),
+                        true,
+                        false,
+                        &mut None,
+                        &tag,
+                        io,
+                    )
                     .map_err(|e| ExecError::Transport(at(), e))?;
                 tokens = sent.unwrap_or_default();
             }
@@ -439,7 +449,7 @@ impl<'p> Execution<'p> {
                 let for_copy = !self.plan.reduces;
                 let bytes = bytemuck::cast_slice(data);
                 match self
-                    .send_borrowed(c, j, p, bytes, for_copy, true, &tag, io)
+                    .send_borrowed(c, j, p, bytes, for_copy, true, &mut None, &tag, io)
                     .map_err(|e| ExecError::Transport(at(), e))?
                 {
                     Some(t) => tokens = t,
@@ -491,14 +501,36 @@ impl<'p> Execution<'p> {
                 bytemuck::cast_slice_mut::<T, u8>(d).copy_from_slice(payload.as_bytes());
                 outgoing = Some(payload);
             }
-            (Primitive::RecvReduceCopySend { .. }, Some(mut payload), Some(src), Some(dst)) => {
-                let s = mem.read(src).map_err(mem_err)?;
-                with_typed_mut(payload.as_bytes_mut(), |x: &mut [T]| {
-                    T::reduce_assign(op, x, s)
-                });
-                let d = mem.write(dst).map_err(mem_err)?;
-                bytemuck::cast_slice_mut::<T, u8>(d).copy_from_slice(payload.as_bytes());
-                outgoing = Some(payload);
+            // Reduced straight into the destination and sent from there (one pass over
+            // the segment fewer than reducing into the payload and copying it out); a
+            // transport with no room for it now gets the payload back, refilled.
+            (Primitive::RecvReduceCopySend { .. }, Some(payload), Some(src), Some(dst)) => {
+                {
+                    let x = typed::<T>(payload.as_bytes());
+                    match mem.read_write(src, dst).map_err(mem_err)? {
+                        SrcDst::Same(d) => T::reduce_assign(op, d, &x),
+                        SrcDst::Disjoint(s, d) => T::reduce_to(op, d, &x, s),
+                    }
+                }
+                let data = mem.read(dst).map_err(mem_err)?;
+                let mut spare = Some(payload);
+                let sent = self
+                    .send_borrowed(
+                        c,
+                        j,
+                        p,
+                        bytemuck::cast_slice(data),
+                        false,
+                        false,
+                        &mut spare,
+                        &tag,
+                        io,
+                    )
+                    .map_err(|e| ExecError::Transport(at(), e))?;
+                tokens = sent.unwrap_or_default();
+                if let Some(unused) = spare {
+                    io.recycle(unused);
+                }
             }
             (Primitive::Copy { .. }, None, Some(src), Some(dst)) => {
                 copy_or_reduce(None, mem, src, dst, at)?;
@@ -589,7 +621,8 @@ impl<'p> Execution<'p> {
     /// it there), else copied. Returns the tokens of the sends that still read it; `None`
     /// when the first destination has no room yet and `may_wait` (nothing was sent: run
     /// the segment again later). A destination refused after others were sent, or the
-    /// first one when the segment cannot wait, gets a copy that waits with the refused.
+    /// first one when the segment cannot wait, gets a copy that waits with the refused:
+    /// into `spare` when it is a payload of the data's length (taken), else a new one.
     #[allow(clippy::too_many_arguments)] // the segment's full description; two callers
     fn send_borrowed(
         &mut self,
@@ -599,6 +632,7 @@ impl<'p> Execution<'p> {
         data: &[u8],
         for_copy: bool,
         may_wait: bool,
+        spare: &mut Option<Payload>,
         tag: &dyn Fn(u32) -> Tag,
         io: &mut dyn Transport,
     ) -> Result<Option<Tokens>, TransportError> {
@@ -617,7 +651,15 @@ impl<'p> Execution<'p> {
                 SendState::NoRoom if i == 0 && may_wait => return Ok(None),
                 SendState::NoRoom => {
                     for (&peer, &t) in to[i..].iter().zip(&p.send_transfers[i..]) {
-                        let mut payload = io.alloc(data.len());
+                        let mut payload = match spare.take() {
+                            Some(s) if s.len() == data.len() => s,
+                            other => {
+                                if let Some(s) = other {
+                                    io.recycle(s);
+                                }
+                                io.alloc(data.len())
+                            }
+                        };
                         payload.as_bytes_mut().copy_from_slice(data);
                         if let Some(back) = io.try_send(peer, tag(t), payload)? {
                             self.channels[c].pending.push_back((j, peer, tag(t), back));
