@@ -623,7 +623,7 @@ impl<'p> Execution<'p> {
     /// the segment again later). A destination refused after others were sent, or the
     /// first one when the segment cannot wait, gets a copy that waits with the refused:
     /// into `spare` when it is a payload of the data's length (taken), else a new one.
-    #[allow(clippy::too_many_arguments)] // the segment's full description; two callers
+    #[allow(clippy::too_many_arguments)] // the segment's full description; three callers
     fn send_borrowed(
         &mut self,
         c: usize,
