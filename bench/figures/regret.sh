@@ -8,6 +8,9 @@
 # The evaluation times ITERS (default 40) interleaved rounds per size; calibrate keeps its
 # own defaults (three passes of 10 rounds).
 #
+# Each configuration's line ends with the cache line round trip between two CPUs measured
+# just before it (`rcoll-bench topo`), which tells the machine's two states apart.
+#
 # MODES (default "builtin models-only tuned") picks the modes; with builtin alone nothing
 # is calibrated. Each run prints auto's worst regret and the worst regret of its choice (the
 # chosen algorithm's own forced run in the same rounds over the best: no noise between two
@@ -37,9 +40,13 @@ for t in tcp shm; do
                 models-only) env=(RCOLL_TUNING_FILE="$out/models-only.json");;
                 tuned) env=(RCOLL_TUNING_FILE="$tuning");;
             esac
+            # How far apart the CPUs are right now (the host moves this VM's vCPUs between
+            # cores that share caches and cores that do not, within minutes).
+            far=$($b topo | grep -m1 "cache line round trip" || true)
             env ${env[@]+"${env[@]}"} $b all_reduce --ranks $n --transport $t --algo all \
                 -b 8 -e 64M -f 2 -n "${ITERS:-40}" -w 3 > "$out/$t-$n-$mode.txt"
-            echo "$t $n ranks, $mode: $(grep -E "^# auto's (regret|choice \()" "$out/$t-$n-$mode.txt" | tr '\n' ' ')"
+            echo "# before the run: $far" >> "$out/$t-$n-$mode.txt"
+            echo "$t $n ranks, $mode: $(grep -E "^# auto's (regret|choice \()" "$out/$t-$n-$mode.txt" | tr '\n' ' ')| ${far#cache line }"
         done
     done
 done

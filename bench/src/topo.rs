@@ -1,7 +1,9 @@
 //! `rcoll-bench topo`: what this host has (a compact lstopo: NUMA nodes, cores, RDMA
 //! devices and interfaces with their NUMA node) and where its local ranks would run.
 
-use rcoll::transport::topology::{self, bind, Bind, Report};
+use std::time::Duration;
+
+use rcoll::transport::topology::{self, bind, probe, Bind, Report};
 
 use crate::args::TopoArgs;
 use crate::error::BenchError;
@@ -32,6 +34,24 @@ pub fn run(args: &TopoArgs) -> Result<(), BenchError> {
         print(&format!("{}\n", report.to_json()));
     } else {
         print(&report.describe());
+        if args.input.is_none() {
+            print(&round_trips(&report.topology));
+        }
     }
     Ok(())
+}
+
+/// How far apart this machine's CPUs are, measured ([`probe::line_round_trip`]) between
+/// the pairs [`probe::pairs`] picks among the CPUs this process may use: a line each.
+fn round_trips(topo: &topology::Topology) -> String {
+    let allowed = bind::current_affinity().unwrap_or_default();
+    let mut out = String::new();
+    for (a, b, what) in probe::pairs(topo, &allowed) {
+        let took = match probe::line_round_trip(a, b, Duration::from_secs(2)) {
+            Ok(t) => format!("{} ns", t.as_nanos()),
+            Err(e) => format!("not measured: {e}"),
+        };
+        out += &format!("cache line round trip between CPUs {a} and {b} ({what}): {took}\n");
+    }
+    out
 }

@@ -740,7 +740,18 @@ fn topo_shows_the_machine_and_where_each_local_rank_runs() {
         "{}",
         String::from_utf8_lossy(&here.stderr)
     );
-    assert!(String::from_utf8_lossy(&here.stdout).contains("local rank 0: NUMA node"));
+    let here = String::from_utf8_lossy(&here.stdout);
+    assert!(here.contains("local rank 0: NUMA node"), "{here}");
+    // The live machine's CPUs are measured (two of them at least here and in CI); a file's
+    // are not.
+    if std::thread::available_parallelism().map_or(1, usize::from) >= 2 {
+        let line = here
+            .lines()
+            .find(|l| l.starts_with("cache line round trip between CPUs"))
+            .unwrap_or_else(|| panic!("no round trip in {here}"));
+        assert!(line.ends_with(" ns"), "{line}");
+    }
+    assert!(!numa.contains("round trip"), "{numa}");
 }
 
 /// `rcoll-bench plan --hosts 2 --cyclic`: ranks 0 and 2 on one host, 1 and 3 on the other;

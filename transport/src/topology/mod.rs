@@ -22,6 +22,7 @@
 pub mod bind;
 pub mod cpuset;
 pub mod place;
+pub mod probe;
 pub mod sysfs;
 pub mod xml;
 

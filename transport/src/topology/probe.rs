@@ -1,0 +1,276 @@
+//! How far apart two CPUs are, measured: the round trip of one cache line between two
+//! threads bound to them, as a rank's flag or ring head makes it when it hands a message to
+//! a rank on the other CPU.
+//!
+//! It is no constant of the machine. On the 2-vCPU VM this project is measured on, it was
+//! 43-49 ns in some minutes and 310-377 ns in others (the host running the two vCPUs on
+//! cores that share less, presumably). In the second state, a 64 KiB all_reduce over shared
+//! memory on 3 ranks took 19.6-20.4 us by recursive doubling and halving-doubling, which
+//! cross CPUs at every step, against 10.3-10.5 in the first; the binomial tree took 11.9
+//! against 9.5. `rcoll-bench topo` prints it, and the regret figure beside each table.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::bind;
+use super::{CpuSet, Placement, Topology};
+
+/// Round trips per batch; a batch's mean is one sample.
+const PER_BATCH: u64 = 100;
+
+/// Batches: the best of them is the answer (a batch in which the scheduler ran something
+/// else on either CPU is slower, never faster).
+const BATCHES: u64 = 50;
+
+/// Spins between two looks at the clock.
+const CLOCK_EVERY: u32 = 1024;
+
+/// The shared line, alone in its 128 bytes (two 64-byte lines: adjacent-line prefetch
+/// would otherwise drag a neighbour along).
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+/// The best mean round trip of a cache line between CPUs `a` and `b` over [`BATCHES`]
+/// batches of [`PER_BATCH`], or why there is none: the two are one CPU, a thread could not
+/// be bound to its CPU (offline, or outside this process's cgroup), or the exchange did
+/// not finish `within` (a CPU taken by others all that time).
+pub fn line_round_trip(a: u32, b: u32, within: Duration) -> Result<Duration, String> {
+    if a == b {
+        return Err(format!("CPU {a} with itself: a round trip needs two CPUs"));
+    }
+    let deadline = Instant::now() + within;
+    let line = Arc::new(Line(AtomicU64::new(0)));
+    // The ping of round i is 2i+1, its answer 2i+2. Each side writes only over the value it
+    // waits for, so GONE (a side that failed, stored over anything) is never overwritten.
+    let answer = std::thread::spawn({
+        let line = Arc::clone(&line);
+        move || {
+            let r = pin(b).and_then(|()| {
+                for i in 0..BATCHES * PER_BATCH {
+                    pass(&line.0, 2 * i + 1, deadline).map_err(|stop| match stop {
+                        Stop::Late => format!("CPU {b} saw no ping from CPU {a} within {within:?}"),
+                        Stop::Gone => format!("CPU {b}: {GONE_WORDS}"),
+                    })?;
+                }
+                Ok(())
+            });
+            if r.is_err() {
+                line.0.store(GONE, Ordering::Release);
+            }
+            r
+        }
+    });
+    let ping = std::thread::spawn({
+        let line = Arc::clone(&line);
+        move || {
+            let r = pin(a).and_then(|()| {
+                let mut best = Duration::MAX;
+                for batch in 0..BATCHES {
+                    let start = Instant::now();
+                    for i in batch * PER_BATCH..(batch + 1) * PER_BATCH {
+                        pass(&line.0, 2 * i, deadline).map_err(|stop| match stop {
+                            Stop::Late => {
+                                format!("CPU {b} did not answer CPU {a} within {within:?}")
+                            }
+                            Stop::Gone => format!("CPU {a}: {GONE_WORDS}"),
+                        })?;
+                    }
+                    best = best.min(start.elapsed() / PER_BATCH as u32);
+                }
+                Ok(best)
+            });
+            if r.is_err() {
+                line.0.store(GONE, Ordering::Release);
+            }
+            r
+        }
+    });
+    let pinged = ping
+        .join()
+        .map_err(|_| format!("the probe's thread on CPU {a} panicked"))?;
+    let answered = answer
+        .join()
+        .map_err(|_| format!("the probe's thread on CPU {b} panicked"))?;
+    // The side that failed first says why; the other only saw it go.
+    match (pinged, answered) {
+        (Ok(best), Ok(())) => Ok(best),
+        (_, Err(e)) if !e.ends_with(GONE_WORDS) => Err(e),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    }
+}
+
+/// The pairs of `allowed` CPUs worth probing on `topo`, each with what it spans: two
+/// hardware threads of one core, two cores of the first NUMA node, and the first CPUs of
+/// the first node and of each other node.
+pub fn pairs(topo: &Topology, allowed: &CpuSet) -> Vec<(u32, u32, String)> {
+    let mut out = Vec::new();
+    let usable = |set: &CpuSet| set.intersection(allowed);
+    if let Some(core) = topo.cores.iter().find(|c| usable(&c.cpus).len() >= 2) {
+        let ids = usable(&core.cpus);
+        out.push((
+            ids.ids()[0],
+            ids.ids()[1],
+            "two threads of one core".to_string(),
+        ));
+    }
+    let first_of = |set: &CpuSet| usable(set).ids().first().copied();
+    let mut nodes = topo.numa.iter().filter(|n| first_of(&n.cpus).is_some());
+    if let Some(first) = nodes.next() {
+        let mut cores = topo
+            .cores
+            .iter()
+            .filter_map(|c| first_of(&c.cpus.intersection(&first.cpus)));
+        if let (Some(x), Some(y)) = (cores.next(), cores.next()) {
+            out.push((x, y, format!("two cores of NUMA node {}", first.os_index)));
+        }
+        let x = first_of(&first.cpus).expect("filtered");
+        for other in nodes {
+            let y = first_of(&other.cpus).expect("filtered");
+            out.push((
+                x,
+                y,
+                format!("NUMA nodes {} and {}", first.os_index, other.os_index),
+            ));
+        }
+    }
+    out
+}
+
+/// What a side that failed leaves in the line.
+const GONE: u64 = u64::MAX;
+
+/// How an error says the other side failed.
+const GONE_WORDS: &str = "the other side failed";
+
+/// Binds the calling thread to `cpu` alone.
+fn pin(cpu: u32) -> Result<(), String> {
+    bind::apply(&Placement {
+        local_rank: 0,
+        numa: None,
+        cpus: CpuSet::of([cpu]),
+        bind: true,
+        device: None,
+        notes: Vec::new(),
+    })
+}
+
+/// Why a side stopped.
+enum Stop {
+    /// Past the deadline.
+    Late,
+    /// The other side failed.
+    Gone,
+}
+
+/// Spins (reading) until `line` holds `want`, then makes it `want + 1`.
+fn pass(line: &AtomicU64, want: u64, deadline: Instant) -> Result<(), Stop> {
+    let mut spins = 0u32;
+    loop {
+        match line.load(Ordering::Acquire) {
+            GONE => return Err(Stop::Gone),
+            v if v == want => {
+                // The other side waits for `want + 1` now, reading: this is the only
+                // write, unless it fails meanwhile (then GONE stays).
+                return match line.compare_exchange(
+                    want,
+                    want + 1,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(Stop::Gone),
+                };
+            }
+            _ => {}
+        }
+        spins = spins.wrapping_add(1);
+        if spins % CLOCK_EVERY == 0 && Instant::now() >= deadline {
+            return Err(Stop::Late);
+        }
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The first two CPUs this process may run on, if it may run on two.
+    fn two_cpus() -> Option<(u32, u32)> {
+        let mine = bind::current_affinity().ok()?;
+        match mine.ids() {
+            [a, b, ..] => Some((*a, *b)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn two_cpus_hand_a_line_back_and_forth_in_a_measured_time() {
+        let Some((a, b)) = two_cpus() else {
+            eprintln!("one CPU: nothing to measure");
+            return;
+        };
+        let t = line_round_trip(a, b, Duration::from_secs(10)).expect("probe");
+        // A round trip is at least two cache-line transfers and never a scheduler's slice.
+        assert!(
+            t > Duration::from_nanos(5) && t < Duration::from_micros(100),
+            "CPU {a} <-> {b}: {t:?}"
+        );
+    }
+
+    #[test]
+    fn pairs_span_a_core_two_cores_and_the_nodes() {
+        use super::super::{Core, NumaNode};
+        // Two nodes of two cores of two threads: CPUs 0-3 on node 0 (cores 0+1, 2+3),
+        // 4-7 on node 1.
+        let topo = Topology {
+            source: "test".into(),
+            packages: Vec::new(),
+            numa: (0..2)
+                .map(|n| NumaNode {
+                    os_index: n,
+                    cpus: CpuSet::of(4 * n..4 * n + 4),
+                })
+                .collect(),
+            cores: (0..4)
+                .map(|c| Core {
+                    package: 0,
+                    cpus: CpuSet::of([2 * c, 2 * c + 1]),
+                })
+                .collect(),
+            devices: Vec::new(),
+        };
+        let all = CpuSet::of(0..8);
+        let got: Vec<(u32, u32)> = pairs(&topo, &all).iter().map(|p| (p.0, p.1)).collect();
+        assert_eq!(got, vec![(0, 1), (0, 2), (0, 4)]);
+        // Only one thread of each core allowed: no core pair; node 1 starts at CPU 5.
+        let odd = CpuSet::of([1, 3, 5, 7]);
+        let got: Vec<(u32, u32, String)> = pairs(&topo, &odd);
+        assert_eq!(
+            got,
+            vec![
+                (1, 3, "two cores of NUMA node 0".to_string()),
+                (1, 5, "NUMA nodes 0 and 1".to_string())
+            ]
+        );
+        // One CPU: nothing to pair.
+        assert!(pairs(&topo, &CpuSet::of([6])).is_empty());
+    }
+
+    #[test]
+    fn one_cpu_or_one_outside_the_machine_is_an_error_naming_it() {
+        let e = line_round_trip(3, 3, Duration::from_secs(1)).unwrap_err();
+        assert!(e.contains("CPU 3 with itself"), "{e}");
+        // Far past any CPU this machine has: the binding fails, and the waiting thread
+        // is released rather than left to its deadline.
+        let start = Instant::now();
+        let e = line_round_trip(0, 1000, Duration::from_secs(20)).unwrap_err();
+        assert!(e.contains("1000"), "{e}");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+}
