@@ -10,6 +10,7 @@ rounds=2
 echo "== memcpy (the local limit)"; "$P/memcpy_bench" 2>&1 | tail -2
 for n in 2 4; do
   for round in $(seq 1 "$rounds"); do
+    cpus_apart
     echo "== all_reduce, $n ranks, round $round: Open MPI shm (8 B, then 64 KiB to 64 MiB)"
     "$P/run_mpi.sh" "$n" shm allreduce -b 8 -e 8 2>&1 | rows
     "$P/run_mpi.sh" "$n" shm allreduce -b 64K -e 64M -f 4 2>&1 | rows
@@ -25,6 +26,7 @@ for n in 2 4; do
       "$P/run_mpi.sh" "$n" shm "${c%%:*}" -b 1M -e 64M -f 64 2>&1 | rows
       $B "${c##*:}" --ranks "$n" -b 1M -e 64M -f 64 -n 200 -w 20 2>&1 | rows
     done
+    cpus_apart
   done
 done
 if [ "$(id -u)" -eq 0 ]; then

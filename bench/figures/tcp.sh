@@ -41,6 +41,7 @@ PY
   rm -rf "$dir"
 }
 for round in $(seq 1 "$rounds"); do
+  cpus_apart
   read -r total each < <(loopback)
   echo "== loopback TCP, round $round: $n iperf3 streams at once carry $total GB/s ($each)"
   for size in 1048576 4194304 16777216 67108864; do
@@ -58,4 +59,5 @@ for round in $(seq 1 "$rounds"); do
   echo "== all_reduce, $n ranks, round $round: rcoll over TCP"
   $B all_reduce --ranks "$n" --transport tcp -b 1M -e 64M -f 4 2>&1 | rows
   $B all_reduce --ranks "$n" --transport tcp -b 8 -e 8 -n 20000 -w 1000 2>&1 | rows
+  cpus_apart
 done
