@@ -18,4 +18,4 @@ rows() { grep -E "^ +[0-9]|^\[rank 0\] +[0-9]"; }
 # How far apart two CPUs are right now (`rcoll-bench topo`): a VM's host may move its vCPUs
 # between cores that share caches and cores that do not within minutes, and every figure
 # moves with it. The scripts print it at the start and end of each round.
-cpus_apart() { echo "== $($B topo | grep -m1 "cache line round trip" || echo "cache line round trip: one CPU")"; }
+cpus_apart() { echo "== $($B topo 2>&1 | grep -m1 "cache line round trip" || echo "cache line round trip: not measured")"; }

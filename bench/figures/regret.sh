@@ -42,7 +42,7 @@ for t in tcp shm; do
             esac
             # How far apart the CPUs are right now (the host moves this VM's vCPUs between
             # cores that share caches and cores that do not, within minutes).
-            far=$($b topo | grep -m1 "cache line round trip" || true)
+            far=$($b topo 2>&1 | grep -m1 "cache line round trip" || echo "cache line round trip: not measured")
             env ${env[@]+"${env[@]}"} $b all_reduce --ranks $n --transport $t --algo all \
                 -b 8 -e 64M -f 2 -n "${ITERS:-40}" -w 3 > "$out/$t-$n-$mode.txt"
             echo "# before the run: $far" >> "$out/$t-$n-$mode.txt"

@@ -24,19 +24,31 @@ cpus=$(nproc)
 streams() {
   local pairs=$1 p=$2 dir i port
   dir=$(mktemp -d)
+  local servers=() clients=()
   for i in $(seq 1 "$pairs"); do
     port=$((5500 + i))
     iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
+    servers+=($!)
   done
   sleep 0.5
   for i in $(seq 1 "$pairs"); do
     port=$((5500 + i))
     iperf3 -c 127.0.0.1 -p "$port" -t 3 -l 1M -P "$p" -J >"$dir/$i.json" 2>/dev/null &
+    clients+=($!)
   done
-  wait
-  python3 - "$dir" <<'PY'
+  wait "${clients[@]}"
+  # A server whose client never reached it would wait for ever.
+  kill "${servers[@]}" 2>/dev/null
+  wait "${servers[@]}" 2>/dev/null
+  python3 - "$dir" "$pairs" <<'PY'
 import glob, json, sys
-print(f"{sum(json.load(open(f))['end']['sum_received']['bits_per_second'] / 8e9 for f in glob.glob(sys.argv[1] + '/*.json')):.2f}")
+rates = []
+for f in glob.glob(sys.argv[1] + "/*.json"):
+    try:
+        rates.append(json.load(open(f))["end"]["sum_received"]["bits_per_second"] / 8e9)
+    except (ValueError, KeyError):
+        pass
+print(f"{sum(rates):.2f}" if len(rates) == int(sys.argv[2]) else "n/a (a pair failed)")
 PY
   rm -rf "$dir"
 }
@@ -99,6 +111,7 @@ PY
 }
 
 for round in $(seq 1 "$rounds"); do
+  cpus_apart
   echo "== round $round: loopback TCP, GB/s carried by iperf3 pairs with 1 / 2 / 4 streams each"
   for pairs in 1 "$cpus" $((2 * cpus)); do
     echo "   $pairs pair(s): $(streams "$pairs" 1) / $(streams "$pairs" 2) / $(streams "$pairs" 4)"
@@ -107,4 +120,5 @@ for round in $(seq 1 "$rounds"); do
   for size in 262144 1048576; do
     echo "   $(zerocopy "$size")"
   done
+  cpus_apart
 done

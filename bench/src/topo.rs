@@ -34,7 +34,9 @@ pub fn run(args: &TopoArgs) -> Result<(), BenchError> {
         print(&format!("{}\n", report.to_json()));
     } else {
         print(&report.describe());
-        if args.input.is_none() {
+        // Only the machine's own layout names its CPUs (not a file's, from --input or
+        // RCOLL_TOPO_FILE).
+        if !report.topology.source.starts_with("XML file") {
             print(&round_trips(&report.topology));
         }
     }

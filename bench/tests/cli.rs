@@ -734,7 +734,7 @@ fn topo_shows_the_machine_and_where_each_local_rank_runs() {
     std::fs::remove_file(&dump).ok();
     assert_eq!(json["placements"][5]["device"], "mlx5_1");
     assert_eq!(json["topology"]["numa"].as_array().map(Vec::len), Some(4));
-    let here = output(bench().args(["topo"]));
+    let here = output(bench().args(["topo"]).env_remove("RCOLL_TOPO_FILE"));
     assert!(
         here.status.success(),
         "{}",
@@ -752,6 +752,11 @@ fn topo_shows_the_machine_and_where_each_local_rank_runs() {
         assert!(line.ends_with(" ns"), "{line}");
     }
     assert!(!numa.contains("round trip"), "{numa}");
+    // Nor is a file's, named by RCOLL_TOPO_FILE.
+    let from_file = output(bench().args(["topo"]).env("RCOLL_TOPO_FILE", file));
+    let from_file = String::from_utf8_lossy(&from_file.stdout);
+    assert!(from_file.contains("XML file"), "{from_file}");
+    assert!(!from_file.contains("round trip"), "{from_file}");
 }
 
 /// `rcoll-bench plan --hosts 2 --cyclic`: ranks 0 and 2 on one host, 1 and 3 on the other;

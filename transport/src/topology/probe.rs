@@ -33,76 +33,127 @@ struct Line(AtomicU64);
 
 /// The best mean round trip of a cache line between CPUs `a` and `b` over [`BATCHES`]
 /// batches of [`PER_BATCH`], or why there is none: the two are one CPU, a thread could not
-/// be bound to its CPU (offline, or outside this process's cgroup), or the exchange did
-/// not finish `within` (a CPU taken by others all that time).
+/// be bound to its CPU (offline, or outside this process's cgroup) or started, or not one
+/// batch finished `within` (a CPU taken by others all that time). When `within` runs out
+/// after some batches, the best of those is the answer.
 pub fn line_round_trip(a: u32, b: u32, within: Duration) -> Result<Duration, String> {
     if a == b {
         return Err(format!("CPU {a} with itself: a round trip needs two CPUs"));
     }
-    let deadline = Instant::now() + within;
+    let deadline = Instant::now() + within.min(Duration::from_secs(3600));
     let line = Arc::new(Line(AtomicU64::new(0)));
     // The ping of round i is 2i+1, its answer 2i+2. Each side writes only over the value it
-    // waits for, so GONE (a side that failed, stored over anything) is never overwritten.
-    let answer = std::thread::spawn({
-        let line = Arc::clone(&line);
-        move || {
-            let r = pin(b).and_then(|()| {
-                for i in 0..BATCHES * PER_BATCH {
+    // waits for, so GONE (a side that stopped early, stored over anything) stays.
+    let rounds = 1 + BATCHES * PER_BATCH;
+    let answer = std::thread::Builder::new()
+        .name("rcoll-probe-answer".into())
+        .spawn({
+            let line = Arc::clone(&line);
+            move || -> Result<(), String> {
+                let mut side = Side::new(&line.0);
+                pin(b)?;
+                for i in 0..rounds {
                     pass(&line.0, 2 * i + 1, deadline).map_err(|stop| match stop {
                         Stop::Late => format!("CPU {b} saw no ping from CPU {a} within {within:?}"),
                         Stop::Gone => format!("CPU {b}: {GONE_WORDS}"),
                     })?;
                 }
+                side.finished = true;
                 Ok(())
-            });
-            if r.is_err() {
-                line.0.store(GONE, Ordering::Release);
             }
-            r
-        }
-    });
-    let ping = std::thread::spawn({
-        let line = Arc::clone(&line);
-        move || {
-            let r = pin(a).and_then(|()| {
+        })
+        .map_err(|e| format!("cannot start the probe's thread for CPU {b}: {e}"))?;
+    let ping = std::thread::Builder::new()
+        .name("rcoll-probe-ping".into())
+        .spawn({
+            let line = Arc::clone(&line);
+            move || -> Result<Duration, String> {
+                // Dropped before the last round, it releases the answering side.
+                let mut side = Side::new(&line.0);
+                pin(a)?;
                 let mut best = Duration::MAX;
-                for batch in 0..BATCHES {
-                    let start = Instant::now();
-                    for i in batch * PER_BATCH..(batch + 1) * PER_BATCH {
-                        pass(&line.0, 2 * i, deadline).map_err(|stop| match stop {
-                            Stop::Late => {
-                                format!("CPU {b} did not answer CPU {a} within {within:?}")
+                for i in 0..rounds {
+                    if let Err(stop) = pass(&line.0, 2 * i, deadline) {
+                        return match (stop, best) {
+                            (Stop::Late, Duration::MAX) => {
+                                Err(format!("CPU {b} did not answer CPU {a} within {within:?}"))
                             }
-                            Stop::Gone => format!("CPU {a}: {GONE_WORDS}"),
-                        })?;
+                            (Stop::Late, _) => Ok(best),
+                            (Stop::Gone, _) => Err(format!("CPU {a}: {GONE_WORDS}")),
+                        };
                     }
-                    best = best.min(start.elapsed() / PER_BATCH as u32);
+                    // Ping i is out, so the answer to ping i-1 is in: a batch is the
+                    // PER_BATCH round trips from one such point to the next (the last
+                    // round's ping only closes the last batch).
+                    if i % PER_BATCH == 0 {
+                        if i > 0 {
+                            best = best.min(side.since.elapsed() / PER_BATCH as u32);
+                            if Instant::now() >= deadline {
+                                return Ok(best);
+                            }
+                        }
+                        side.since = Instant::now();
+                    }
                 }
+                // The answering side answers the last ping and stops on its own.
+                side.finished = true;
                 Ok(best)
-            });
-            if r.is_err() {
-                line.0.store(GONE, Ordering::Release);
             }
-            r
+        });
+    let ping = match ping {
+        Ok(p) => p,
+        Err(e) => {
+            line.0.store(GONE, Ordering::Release);
+            let _ = answer.join();
+            return Err(format!("cannot start the probe's thread for CPU {a}: {e}"));
         }
-    });
+    };
     let pinged = ping
         .join()
         .map_err(|_| format!("the probe's thread on CPU {a} panicked"))?;
     let answered = answer
         .join()
         .map_err(|_| format!("the probe's thread on CPU {b} panicked"))?;
-    // The side that failed first says why; the other only saw it go.
+    // A measurement stands (the answering side only saw the pinging side stop). Else the
+    // answering side's own failure (its CPU) says why, before the pinging side's report
+    // that it went.
     match (pinged, answered) {
-        (Ok(best), Ok(())) => Ok(best),
-        (_, Err(e)) if !e.ends_with(GONE_WORDS) => Err(e),
-        (Err(e), _) | (_, Err(e)) => Err(e),
+        (Ok(best), _) => Ok(best),
+        (Err(_), Err(e)) if !e.ends_with(GONE_WORDS) => Err(e),
+        (Err(e), _) => Err(e),
+    }
+}
+
+/// A side of the exchange: unless it `finished`, its drop (a return, an error or a panic)
+/// leaves GONE in the line, so the other side stops at once.
+struct Side<'a> {
+    line: &'a AtomicU64,
+    finished: bool,
+    /// When the current batch began (the pinging side's).
+    since: Instant,
+}
+
+impl<'a> Side<'a> {
+    fn new(line: &'a AtomicU64) -> Side<'a> {
+        Side {
+            line,
+            finished: false,
+            since: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Side<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.line.store(GONE, Ordering::Release);
+        }
     }
 }
 
 /// The pairs of `allowed` CPUs worth probing on `topo`, each with what it spans: two
-/// hardware threads of one core, two cores of the first NUMA node, and the first CPUs of
-/// the first node and of each other node.
+/// hardware threads of one core, two cores of the first NUMA node that has allowed CPUs,
+/// and the first allowed CPUs of that node and of each other node.
 pub fn pairs(topo: &Topology, allowed: &CpuSet) -> Vec<(u32, u32, String)> {
     let mut out = Vec::new();
     let usable = |set: &CpuSet| set.intersection(allowed);
@@ -137,11 +188,11 @@ pub fn pairs(topo: &Topology, allowed: &CpuSet) -> Vec<(u32, u32, String)> {
     out
 }
 
-/// What a side that failed leaves in the line.
+/// What a side that stopped early (failed, or out of time) leaves in the line.
 const GONE: u64 = u64::MAX;
 
-/// How an error says the other side failed.
-const GONE_WORDS: &str = "the other side failed";
+/// How an error says the other side stopped.
+const GONE_WORDS: &str = "the other side stopped";
 
 /// Binds the calling thread to `cpu` alone.
 fn pin(cpu: u32) -> Result<(), String> {
@@ -159,7 +210,7 @@ fn pin(cpu: u32) -> Result<(), String> {
 enum Stop {
     /// Past the deadline.
     Late,
-    /// The other side failed.
+    /// The other side stopped early.
     Gone,
 }
 
