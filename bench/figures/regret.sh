@@ -9,7 +9,8 @@
 # own defaults (three passes of 10 rounds).
 #
 # Each configuration's line ends with the cache line round trip between two CPUs measured
-# just before it (`rcoll-bench topo`), which tells the machine's two states apart.
+# just before and just after it (`rcoll-bench topo`), which tells the machine's two states
+# apart.
 #
 # MODES (default "builtin models-only tuned") picks the modes; with builtin alone nothing
 # is calibrated. Each run prints auto's worst regret and the worst regret of its choice (the
@@ -45,8 +46,9 @@ for t in tcp shm; do
             far=$($b topo 2>&1 | grep -m1 "cache line round trip" || echo "cache line round trip: not measured")
             env ${env[@]+"${env[@]}"} $b all_reduce --ranks $n --transport $t --algo all \
                 -b 8 -e 64M -f 2 -n "${ITERS:-40}" -w 3 > "$out/$t-$n-$mode.txt"
-            echo "# before the run: $far" >> "$out/$t-$n-$mode.txt"
-            echo "$t $n ranks, $mode: $(grep -E "^# auto's (regret|choice \()" "$out/$t-$n-$mode.txt" | tr '\n' ' ')| ${far#cache line }"
+            after=$($b topo 2>&1 | grep -m1 "cache line round trip" || echo "cache line round trip: not measured")
+            printf '# before the run: %s\n# after it: %s\n' "$far" "$after" >> "$out/$t-$n-$mode.txt"
+            echo "$t $n ranks, $mode: $(grep -E "^# auto's (regret|choice \()" "$out/$t-$n-$mode.txt" | tr '\n' ' ')| ${far#cache line }, after: ${after##*: }"
         done
     done
 done
