@@ -153,7 +153,8 @@ impl Drop for Side<'_> {
 
 /// The pairs of `allowed` CPUs worth probing on `topo`, each with what it spans: two
 /// hardware threads of one core, two cores of the first NUMA node that has allowed CPUs,
-/// and the first allowed CPUs of that node and of each other node.
+/// and the first allowed CPUs of that node and of each other node; where the layout names
+/// none of these, the first two allowed CPUs.
 pub fn pairs(topo: &Topology, allowed: &CpuSet) -> Vec<(u32, u32, String)> {
     let mut out = Vec::new();
     let usable = |set: &CpuSet| set.intersection(allowed);
@@ -184,6 +185,10 @@ pub fn pairs(topo: &Topology, allowed: &CpuSet) -> Vec<(u32, u32, String)> {
                 format!("NUMA nodes {} and {}", first.os_index, other.os_index),
             ));
         }
+    }
+    // A layout that names neither cores nor nodes (some containers' sysfs): any two CPUs.
+    if let ([x, y, ..], true) = (allowed.ids(), out.is_empty()) {
+        out.push((*x, *y, "two CPUs".to_string()));
     }
     out
 }
@@ -307,6 +312,16 @@ mod tests {
         );
         // One CPU: nothing to pair.
         assert!(pairs(&topo, &CpuSet::of([6])).is_empty());
+        // No cores or nodes known: still two of the allowed CPUs.
+        let bare = Topology {
+            numa: Vec::new(),
+            cores: Vec::new(),
+            ..topo
+        };
+        assert_eq!(
+            pairs(&bare, &CpuSet::of([2, 5, 7])),
+            vec![(2, 5, "two CPUs".to_string())]
+        );
     }
 
     #[test]
