@@ -3,7 +3,7 @@
 //! a rank on the other CPU.
 //!
 //! It is no constant of the machine. On the 2-vCPU VM this project is measured on, it was
-//! 43-49 ns in some minutes and 310-377 ns in others (the host running the two vCPUs on
+//! 43-58 ns in some minutes and 310-379 ns in others (the host running the two vCPUs on
 //! cores that share less, presumably). In the second state, a 64 KiB all_reduce over shared
 //! memory on 3 ranks took 19.6-20.4 us by recursive doubling and halving-doubling, which
 //! cross CPUs at every step, against 10.3-10.5 in the first; the binomial tree took 11.9
