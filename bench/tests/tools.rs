@@ -1,5 +1,7 @@
-//! Runs the built `rcoll-bench`'s tools: `simulate` (a table and a chart), `--algo all`
-//! (every algorithm and auto's regret) and `calibrate` (a tuning file auto follows).
+//! Runs the built `rcoll-bench`'s tools: `plan` (priced, verified schedules and the ring
+//! order), `topo` (the host, the ranks' places and how far apart its CPUs are), `simulate`
+//! (a table and a chart), `--algo all` (every algorithm and auto's regret) and `calibrate`
+//! (a tuning file auto follows).
 
 mod common;
 
@@ -220,4 +222,180 @@ fn calibrate_writes_a_tuning_file_that_auto_follows() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("RCOLL_TUNING_FILE"), "{stderr}");
     assert!(stderr.contains("missing.json"), "{stderr}");
+}
+
+#[test]
+fn plan_json_has_one_object_per_algorithm() {
+    let out = bench()
+        .args([
+            "plan",
+            "all_reduce",
+            "--ranks",
+            "5",
+            "--bytes",
+            "5000000",
+            "--json",
+        ])
+        .output()
+        .expect("run rcoll-bench plan");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let rows = rows.as_array().expect("a JSON array");
+    assert_eq!(rows.len(), rcoll::Algorithm::ALL.len());
+    for row in rows {
+        assert!(row["algorithm"].is_string(), "{row}");
+        for field in ["steps", "total_bytes", "max_step_bytes_per_rank"] {
+            assert!(row[field].is_u64(), "{field}: {row}");
+        }
+        assert!(row["predicted_us"].is_f64(), "{row}");
+        assert_eq!(row["verified"], true, "{row}");
+    }
+    let ring = rows
+        .iter()
+        .find(|r| r["algorithm"] == "ring")
+        .expect("ring row");
+    assert_eq!(ring["steps"], 8);
+    assert_eq!(ring["total_bytes"], 40_000_000);
+    assert_eq!(ring["max_step_bytes_per_rank"], 1_000_000);
+}
+
+/// `rcoll-bench topo` on an hwloc XML file of four NUMA nodes with two NICs on node 2: the
+/// picture, each local rank's node, CPUs and NIC, and the same as JSON in
+/// RCOLL_TOPO_DUMP_FILE; on this machine it runs whatever it has.
+#[test]
+fn topo_shows_the_machine_and_where_each_local_rank_runs() {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../transport/tests/topologies/four-numa-two-nics.xml"
+    );
+    let dump = json_path("topo");
+    let out = output(
+        bench()
+            .args(["topo", "--input", file, "--ranks-per-host", "8"])
+            .env("RCOLL_TOPO_DUMP_FILE", &dump)
+            .env_remove("RCOLL_BIND"),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    // The default: two ranks per 2-core node, so a core each.
+    for want in [
+        "4 NUMA node(s), 8 core(s), 16 PU(s)",
+        "NUMA node 2: cpus 8-11 (2 cores); devices: ens3f0, mlx5_0 (rdma over ens3f0)",
+        "placement of 8 local rank(s), RCOLL_BIND=auto",
+        "local rank 4: NUMA node 2, cpus 8-9, device mlx5_0",
+        "local rank 5: NUMA node 2, cpus 10-11, device mlx5_1",
+        "local rank 0: NUMA node 0, cpus 0-1, device by address (no RDMA device on NUMA node 0",
+    ] {
+        assert!(text.contains(want), "no {want:?} in:\n{text}");
+    }
+    // Three ranks per node do not fit its two cores: they take the cores in turn.
+    let crowded = output(
+        bench()
+            .args(["topo", "--input", file, "--ranks-per-host", "12"])
+            .env_remove("RCOLL_BIND"),
+    );
+    let crowded = String::from_utf8_lossy(&crowded.stdout);
+    for want in [
+        "local rank 6: NUMA node 2, cpus 8-9",
+        "local rank 7: NUMA node 2, cpus 10-11",
+        "local rank 8: NUMA node 2, cpus 8-9",
+    ] {
+        assert!(crowded.contains(want), "no {want:?} in:\n{crowded}");
+    }
+    let numa = output(bench().args([
+        "topo",
+        "--input",
+        file,
+        "--ranks-per-host",
+        "8",
+        "--bind",
+        "numa",
+    ]));
+    let numa = String::from_utf8_lossy(&numa.stdout);
+    assert!(
+        numa.contains("local rank 4: NUMA node 2, cpus 8-11, device mlx5_0"),
+        "{numa}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&dump).expect("dump")).expect("json");
+    std::fs::remove_file(&dump).ok();
+    assert_eq!(json["placements"][5]["device"], "mlx5_1");
+    assert_eq!(json["topology"]["numa"].as_array().map(Vec::len), Some(4));
+    let here = output(bench().args(["topo"]).env_remove("RCOLL_TOPO_FILE"));
+    assert!(
+        here.status.success(),
+        "{}",
+        String::from_utf8_lossy(&here.stderr)
+    );
+    let here = String::from_utf8_lossy(&here.stdout);
+    assert!(here.contains("local rank 0: NUMA node"), "{here}");
+    // The live machine's CPUs are measured (two of them at least here and in CI); a file's
+    // are not.
+    if std::thread::available_parallelism().map_or(1, usize::from) >= 2 {
+        let line = here
+            .lines()
+            .find(|l| l.starts_with("cache line round trip between CPUs"))
+            .unwrap_or_else(|| panic!("no round trip in {here}"));
+        assert!(line.ends_with(" ns"), "{line}");
+    }
+    assert!(!numa.contains("round trip"), "{numa}");
+    // Nor is a file's, named by RCOLL_TOPO_FILE.
+    let from_file = output(bench().args(["topo"]).env("RCOLL_TOPO_FILE", file));
+    let from_file = String::from_utf8_lossy(&from_file.stdout);
+    assert!(from_file.contains("XML file"), "{from_file}");
+    assert!(!from_file.contains("round trip"), "{from_file}");
+}
+
+/// `rcoll-bench plan --hosts 2 --cyclic`: ranks 0 and 2 on one host, 1 and 3 on the other;
+/// the ring runs host by host (0 2 1 3), crossing hosts twice a round, half the crossing
+/// messages of rank order.
+#[test]
+fn plan_prints_the_ring_order_and_its_crossings() {
+    let plan = |order: &str| {
+        let out = output(bench().args([
+            "plan",
+            "all_reduce",
+            "--ranks",
+            "4",
+            "--hosts",
+            "2",
+            "--cyclic",
+            "--bytes",
+            "64M",
+            "--ring-order",
+            order,
+        ]));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let by_network = plan("topology");
+    assert!(
+        by_network
+            .contains("# ring order (by network): 0 2 1 3; a trip around it crosses hosts 2 times"),
+        "{by_network}"
+    );
+    let by_rank = plan("rank");
+    assert!(
+        by_rank
+            .contains("# ring order (rank order): 0 1 2 3; a trip around it crosses hosts 4 times"),
+        "{by_rank}"
+    );
+    let crossing = |text: &str| -> u64 {
+        // The cheapest row starts with `*`.
+        let ring: Vec<&str> = rows(text)
+            .into_iter()
+            .map(|r| r.into_iter().filter(|c| *c != "*").collect::<Vec<&str>>())
+            .find(|r| r.first() == Some(&"ring"))
+            .expect("a ring row");
+        ring[6].parse().expect("cross_host_messages")
+    };
+    assert_eq!(crossing(&by_rank), 2 * crossing(&by_network));
 }
