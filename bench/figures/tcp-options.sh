@@ -21,37 +21,7 @@ rounds=2
 cpus=$(nproc)
 
 # GB/s that $1 iperf3 pairs with $2 streams each carry together.
-streams() {
-  local pairs=$1 p=$2 dir i port
-  dir=$(mktemp -d)
-  local servers=() clients=()
-  for i in $(seq 1 "$pairs"); do
-    port=$((5500 + i))
-    iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
-    servers+=($!)
-  done
-  sleep 0.5
-  for i in $(seq 1 "$pairs"); do
-    port=$((5500 + i))
-    iperf3 -c 127.0.0.1 -p "$port" -t 3 -l 1M -P "$p" -J >"$dir/$i.json" 2>/dev/null &
-    clients+=($!)
-  done
-  wait "${clients[@]}"
-  # A server whose client never reached it would wait for ever.
-  kill "${servers[@]}" 2>/dev/null
-  wait "${servers[@]}" 2>/dev/null
-  python3 - "$dir" "$pairs" <<'PY'
-import glob, json, sys
-rates = []
-for f in glob.glob(sys.argv[1] + "/*.json"):
-    try:
-        rates.append(json.load(open(f))["end"]["sum_received"]["bits_per_second"] / 8e9)
-    except (ValueError, KeyError):
-        pass
-print(f"{sum(rates):.2f}" if len(rates) == int(sys.argv[2]) else "n/a (a pair failed)")
-PY
-  rm -rf "$dir"
-}
+streams() { iperf_pairs "$1" "$2" | cut -d' ' -f1; }
 
 zerocopy() {
   python3 - "$1" <<'PY'

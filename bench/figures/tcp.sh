@@ -17,32 +17,9 @@ rounds=2
 ranks=4
 . "$(dirname "$0")/common.sh" "$@"
 n=$ranks
-# GB/s that $n concurrent iperf3 streams carry over loopback together.
-loopback() {
-  local dir port pids=()
-  dir=$(mktemp -d)
-  for i in $(seq 1 "$n"); do
-    port=$((5300 + i))
-    iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
-    pids+=($!)
-  done
-  sleep 0.5
-  for i in $(seq 1 "$n"); do
-    port=$((5300 + i))
-    iperf3 -c 127.0.0.1 -p "$port" -t 3 -l 1M -J >"$dir/$i.json" 2>/dev/null &
-  done
-  wait
-  python3 - "$dir" <<'PY'
-import glob, json, sys
-rates = [json.load(open(f))["end"]["sum_received"]["bits_per_second"] / 8e9
-         for f in sorted(glob.glob(sys.argv[1] + "/*.json"))]
-print(f"{sum(rates):.2f} {' '.join(f'{r:.2f}' for r in rates)}")
-PY
-  rm -rf "$dir"
-}
 for round in $(seq 1 "$rounds"); do
   cpus_apart
-  read -r total each < <(loopback)
+  read -r total each < <(iperf_pairs "$n" 1)
   echo "== loopback TCP, round $round: $n iperf3 streams at once carry $total GB/s ($each)"
   for size in 1048576 4194304 16777216 67108864; do
     awk -v s="$size" -v n="$n" -v a="$total" 'BEGIN {
