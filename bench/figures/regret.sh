@@ -12,8 +12,10 @@
 # just before and just after it (`rcoll-bench topo`), which tells the machine's two states
 # apart.
 #
-# MODES (default "builtin models-only tuned") picks the modes; with builtin alone nothing
-# is calibrated. Each run prints auto's worst regret and the worst regret of its choice (the
+# MODES (default "builtin models-only tuned") picks the modes; with builtin (or online)
+# alone nothing is calibrated. `online` is the built-in rates with selection by trial at
+# run time (RCOLL_AUTOTUNE=on): auto warms up until its trials are over, and the table says
+# after how many calls. Each run prints auto's worst regret and the worst regret of its choice (the
 # chosen algorithm's own forced run in the same rounds over the best: no noise between two
 # runs of one schedule).
 set -euo pipefail
@@ -24,11 +26,12 @@ cargo build --release -q -p rcoll-bench
 b=target/release/rcoll-bench
 tuning="$out/tuning.json"
 modes=${MODES:-builtin models-only tuned}
-if [[ $modes != builtin ]] && [ ! -f "$tuning" ]; then
+needs_tuning() { [[ " $modes " == *" models-only "* || " $modes " == *" tuned "* ]]; }
+if needs_tuning && [ ! -f "$tuning" ]; then
     $b calibrate --transport tcp --ranks 2,3,4 --collectives all_reduce -o "$tuning" > "$out/calibrate-tcp.txt"
     $b calibrate --transport shm --ranks 2,3,4 --collectives all_reduce --merge -o "$tuning" > "$out/calibrate-shm.txt"
 fi
-[[ $modes == builtin ]] || python3 - "$tuning" "$out/models-only.json" <<'PY'
+needs_tuning && python3 - "$tuning" "$out/models-only.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); d["rules"] = []
 json.dump(d, open(sys.argv[2], "w"), indent=1)
@@ -40,6 +43,8 @@ for t in tcp shm; do
                 builtin) env=();;
                 models-only) env=(RCOLL_TUNING_FILE="$out/models-only.json");;
                 tuned) env=(RCOLL_TUNING_FILE="$tuning");;
+                online) env=(RCOLL_AUTOTUNE=on);;
+                *) echo "unknown mode $mode (builtin, models-only, tuned, online)" >&2; exit 2;;
             esac
             # How far apart the CPUs are right now (the host moves this VM's vCPUs between
             # cores that share caches and cores that do not, within minutes).
@@ -48,7 +53,7 @@ for t in tcp shm; do
                 -b 8 -e 64M -f 2 -n "${ITERS:-40}" -w 3 > "$out/$t-$n-$mode.txt"
             after=$($b topo 2>&1 | grep -m1 "cache line round trip" || echo "cache line round trip: not measured")
             printf '# before the run: %s\n# after it: %s\n' "$far" "$after" >> "$out/$t-$n-$mode.txt"
-            echo "$t $n ranks, $mode: $(grep -E "^# auto's (regret|choice \()" "$out/$t-$n-$mode.txt" | tr '\n' ' ')| ${far#cache line }, after: ${after##*: }"
+            echo "$t $n ranks, $mode: $(grep -E "^# auto's (regret|choice \(|trials)" "$out/$t-$n-$mode.txt" | tr '\n' ' ')| ${far#cache line }, after: ${after##*: }"
         done
     done
 done

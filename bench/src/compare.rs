@@ -110,8 +110,11 @@ pub fn run_typed<T: Element>(
     let mut worst_choice: Option<(f64, usize)> = None;
     // Sizes with a regret, and of them those above the limit (the rows marked !).
     let (mut regrets, mut above) = (0usize, 0usize);
+    // Auto's calls until its trials were over, the fewest and the most over the sizes.
+    let mut trial_calls: Option<(usize, usize)> = None;
     for &size in &spec.sizes {
         let count = layout_count(spec.collective, size, elem, n);
+        let mut settled_at = None;
         let layout = Layout {
             collective: spec.collective,
             nranks: n,
@@ -123,9 +126,32 @@ pub fn run_typed<T: Element>(
         let mut buffers = Buffers::<T>::new(comm, &extents, false)?;
         buffers.fill(&reference, rank, &extents);
         comm.barrier()?;
+        // Selection by trial (`RCOLL_AUTOTUNE`): auto warms up until its trials are over
+        // (on every rank at the same call), so that the rounds time what it settled on;
+        // the calls that took are reported.
+        let tuning = comm.config().autotune > 0
+            && count > 0
+            && n > 1
+            && comm
+                .config()
+                .algorithm
+                .is_none_or(|a| !a.serves(spec.collective));
         for v in &variants {
-            for _ in 0..spec.warmup {
+            let mut calls = 0;
+            while calls < spec.warmup
+                || (tuning
+                    && v.is_none()
+                    && calls < TRIAL_CALL_LIMIT
+                    && comm
+                        .autotuned::<T>(spec.collective, count, spec.root)
+                        .is_none())
+            {
                 call_variant(comm, spec, *v, &mut buffers)?;
+                calls += 1;
+                if tuning && v.is_none() && settled_at.is_none() {
+                    let tuned = comm.autotuned::<T>(spec.collective, count, spec.root);
+                    settled_at = tuned.map(|_| calls);
+                }
             }
         }
         comm.barrier()?;
@@ -187,6 +213,9 @@ pub fn run_typed<T: Element>(
                 worst_choice = Some((r, bytes));
             }
         }
+        if let Some(c) = settled_at {
+            trial_calls = Some(trial_calls.map_or((c, c), |(lo, hi)| (lo.min(c), hi.max(c))));
+        }
         print(&row(&compared, &variants));
         let mut report = SizeReport::new(
             spec,
@@ -222,6 +251,12 @@ pub fn run_typed<T: Element>(
             ),
             None => "# auto's regret: nothing to compare\n".to_owned(),
         });
+        if let Some((lo, hi)) = trial_calls {
+            print(&format!(
+                "# auto's trials (RCOLL_AUTOTUNE): over after {lo}-{hi} calls per size, \
+                 before the rounds\n"
+            ));
+        }
         if let Some((r, bytes)) = worst_choice {
             print(&format!(
                 "# auto's choice (run forced in the same rounds) over the best: worst {r:.2} \
@@ -231,6 +266,9 @@ pub fn run_typed<T: Element>(
     }
     Ok(reports)
 }
+
+/// The most calls auto warms up for while its trials go on.
+const TRIAL_CALL_LIMIT: usize = 10_000;
 
 /// The order of the variants in round `round`: a permutation drawn anew each round, the
 /// same on every rank (seeded by the round). A fixed rotation made each variant always

@@ -47,6 +47,8 @@ pub struct Communicator {
     nranks: usize,
     config: Config,
     selector: Selector,
+    /// Selection by trial (`RCOLL_AUTOTUNE`), if on.
+    tuner: Option<crate::autotune::Tuner>,
     seq: u32,
     p2p_sent: Vec<u32>,
     p2p_received: Vec<u32>,
@@ -146,6 +148,7 @@ impl Communicator {
         } else {
             config.cost_model
         };
+        let tuner = (config.autotune > 0).then(|| crate::autotune::Tuner::new(config.autotune));
         Ok(Communicator {
             hosts,
             local_model,
@@ -156,6 +159,7 @@ impl Communicator {
             nranks,
             config,
             selector: Selector::default(),
+            tuner,
             seq: 0,
             p2p_sent: vec![0; nranks],
             p2p_received: vec![0; nranks],
@@ -296,6 +300,20 @@ impl Communicator {
         let layout = self.layout(collective, count, root, in_place);
         self.choose(&layout, std::mem::size_of::<T>(), None)
             .unwrap_or(Algorithm::Ring)
+    }
+
+    /// The algorithm selection by trial (`RCOLL_AUTOTUNE`, [`crate::autotune`]) settled on
+    /// for calls like [`Communicator::algorithm_for`]'s, once the ranks agreed on it;
+    /// `None` before, or when it is off or not deciding (an algorithm forced).
+    pub fn autotuned<T: Element>(
+        &self,
+        collective: Collective,
+        count: usize,
+        root: usize,
+    ) -> Option<Algorithm> {
+        let layout = self.layout(collective, count, root, false);
+        let key = self.tune_key(&layout, std::mem::size_of::<T>(), None)?;
+        self.tuner.as_ref()?.settled(&key)
     }
 
     /// The algorithms the hierarchical schedule runs its two levels with, inside hosts and

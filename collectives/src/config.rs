@@ -61,6 +61,10 @@ pub struct Config {
     /// (`RCOLL_LEVEL_ALGO`, for example `mesh/ring`); `None` (`auto`) prices each level
     /// with its own rates.
     pub level_algorithms: Option<LevelAlgorithms>,
+    /// Trials per candidate algorithm of selection at run time, 0 for none
+    /// (`RCOLL_AUTOTUNE=off|on|<trials>`, `on` being [`crate::autotune::DEFAULT_TRIALS`]):
+    /// see [`crate::autotune`]. Every rank must set the same.
+    pub autotune: u32,
 }
 
 /// The order ranks stand in on rings.
@@ -86,6 +90,7 @@ impl Default for Config {
             tuning: None,
             shared_memory_inside_hosts: false,
             level_algorithms: None,
+            autotune: 0,
         }
     }
 }
@@ -142,6 +147,9 @@ impl Config {
         }
         if let Some(v) = var("RCOLL_NET_FILE").filter(|v| !v.trim().is_empty()) {
             self.net_file = Some(v.trim().into());
+        }
+        if let Some(v) = var("RCOLL_AUTOTUNE") {
+            self.autotune = parse_autotune(&v)?;
         }
         if let Some(v) = var("RCOLL_TUNING_FILE").filter(|v| !v.trim().is_empty()) {
             let tuning = crate::tuning::Tuning::load(std::path::Path::new(v.trim()))
@@ -245,6 +253,26 @@ pub fn parse_algorithm(v: &str) -> Result<Option<Algorithm>> {
     v.parse::<Algorithm>().map(Some).map_err(Error::Config)
 }
 
+/// `off` (or empty, or 0), `on`, or a number of trials per candidate (at most
+/// [`crate::autotune::MAX_TRIALS`]).
+fn parse_autotune(v: &str) -> Result<u32> {
+    use crate::autotune::{DEFAULT_TRIALS, MAX_TRIALS};
+    match v.trim().to_ascii_lowercase().as_str() {
+        "" | "off" | "no" | "false" => Ok(0),
+        "on" | "yes" | "true" => Ok(DEFAULT_TRIALS),
+        n => n
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n <= MAX_TRIALS)
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "RCOLL_AUTOTUNE={v:?}: off, on or a number of trials per candidate \
+                     up to {MAX_TRIALS}"
+                ))
+            }),
+    }
+}
+
 /// A byte count with an optional K, M or G suffix (powers of 1024).
 pub fn parse_bytes(v: &str) -> Option<usize> {
     let v = v.trim();
@@ -286,6 +314,14 @@ mod tests {
             .with_vars(vars(&[("RCOLL_ALGO", "AUTO")]))
             .unwrap();
         assert_eq!(c.algorithm, None);
+        assert_eq!(c.autotune, 0);
+        for (v, trials) in [("on", 3), ("OFF", 0), ("", 0), ("5", 5), (" 0 ", 0)] {
+            let owned = v.to_string();
+            let c = Config::default()
+                .with_vars(|n| (n == "RCOLL_AUTOTUNE").then(|| owned.clone()))
+                .unwrap();
+            assert_eq!(c.autotune, trials, "{v:?}");
+        }
     }
 
     #[test]
@@ -295,6 +331,8 @@ mod tests {
             &[("RCOLL_TIMEOUT", "-1")],
             &[("RCOLL_TIMEOUT", "1e300")],
             &[("RCOLL_SEGMENT_BYTES", "0")],
+            &[("RCOLL_AUTOTUNE", "101")],
+            &[("RCOLL_AUTOTUNE", "sometimes")],
         ] {
             let owned: Vec<(String, String)> = bad
                 .iter()

@@ -92,6 +92,7 @@
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
+pub mod autotune;
 pub mod background;
 pub mod buffer;
 pub mod communicator;

@@ -5,6 +5,8 @@
 //! only `rank_main` (with `RCOLL_TEST_SCENARIO` set) and joins the group through the same
 //! environment variables a launcher would set.
 
+#[path = "processes/autotune.rs"]
+mod autotune;
 #[path = "processes/bootstrap.rs"]
 mod bootstrap;
 
@@ -118,6 +120,8 @@ fn rank_main() {
         "whole" => shm::whole(&mut comm),
         "split" => split::split(&mut comm),
         "background" => split::background(comm),
+        "autotune" => autotune::autotune(&mut comm),
+        "autotune_mismatch" => autotune::mismatch(&mut comm),
         "auto" => {
             // Calls left to auto, small to large; every rank prints its choice.
             for count in [1usize, 1000, 100_000] {

@@ -7,6 +7,7 @@ use rcoll_transport::{Rank, TransportError};
 
 use crate::algorithm::hierarchical::LevelAlgorithms;
 use crate::algorithm::Algorithm;
+use crate::autotune::{self, Next};
 use crate::element::{DataType, Element};
 use crate::engine::core::{ExecError, Position};
 use crate::engine::driver::{run, RunError};
@@ -36,6 +37,9 @@ pub(super) struct Prepared {
     /// The layout of this rank's buffers.
     expect: BufferLayout,
     algorithm: Algorithm,
+    /// The size bucket this call is a trial of (selection by trial, [`crate::autotune`]):
+    /// such a call is timed and never reused for the next.
+    trial: Option<autotune::Key>,
     plan: Arc<Plan>,
     /// The description the fingerprint is made of: algorithm, levels, segment length.
     call: Call,
@@ -120,6 +124,13 @@ impl Communicator {
         match self.config.algorithm {
             Some(a) if a.serves(layout.collective) => Ok(a),
             _ => {
+                let settled = self.tune_key(layout, elem_size, None).and_then(|k| {
+                    let tuner = self.tuner.as_ref()?;
+                    tuner.settled(&k)
+                });
+                if let Some(a) = settled {
+                    return Ok(a);
+                }
                 let bytes = layout.count.saturating_mul(elem_size);
                 let key = (layout.collective, bytes);
                 let measured = match (self.config.tuning.as_ref(), self.measured.get(&key)) {
@@ -146,6 +157,131 @@ impl Communicator {
                 ))
             }
         }
+    }
+
+    /// The size bucket of `layout` that selection by trial decides, if it is on and `Auto`
+    /// chooses for this call (nothing forced, two ranks or more).
+    pub(super) fn tune_key(
+        &self,
+        layout: &Layout,
+        elem_size: usize,
+        forced: Option<Algorithm>,
+    ) -> Option<autotune::Key> {
+        let forced = forced.is_some()
+            || matches!(self.config.algorithm, Some(a) if a.serves(layout.collective));
+        if forced || self.tuner.is_none() || self.nranks < 2 {
+            return None;
+        }
+        let bytes = layout.count.saturating_mul(elem_size);
+        Some(autotune::Key {
+            collective: layout.collective,
+            bucket_bytes: bytes.checked_next_power_of_two().unwrap_or(usize::MAX),
+            elem_size,
+            root: match layout.collective.is_rooted() {
+                true => layout.root.index(),
+                false => 0,
+            },
+        })
+    }
+
+    /// The algorithm of a call in `key`'s bucket under selection by trial, and whether it
+    /// is a trial.
+    fn choose_by_trial(
+        &mut self,
+        key: autotune::Key,
+        layout: &Layout,
+        elem_size: usize,
+    ) -> Result<(Algorithm, bool)> {
+        let fallback = self.choose(layout, elem_size, None)?;
+        let Some(mut tuner) = self.tuner.take() else {
+            return Ok((fallback, false));
+        };
+        let next = tuner.next(key, fallback, || self.candidates(layout, elem_size));
+        self.tuner = Some(tuner);
+        Ok(match next {
+            Next::Settled(a) => (a, false),
+            Next::Trial(a) => (a, true),
+        })
+    }
+
+    /// Whether the next call can reuse `p`: it is no trial, or the next trial of its
+    /// bucket runs the same algorithm (a block of trials; the call is counted). Reused, a
+    /// trial costs what the calls of a settled bucket do: preparing each anew cost the
+    /// mesh's 8-byte all_reduce on 3 ranks twice its time in a loop (5.7 against 2.6 us).
+    fn trial_goes_on(&mut self, p: &Prepared) -> bool {
+        let (Some(k), Some(tuner)) = (p.trial, self.tuner.as_mut()) else {
+            return p.trial.is_none();
+        };
+        let same = tuner.upcoming(&k) == Some(Next::Trial(p.algorithm));
+        if same {
+            tuner.next(k, p.algorithm, Vec::new);
+        }
+        same
+    }
+
+    /// What selection by trial tries for `layout`'s bucket: the tuning file's rule for it
+    /// first, then every algorithm the model prices within
+    /// [`autotune::CANDIDATE_SPREAD`] times the cheapest, cheapest first. Priced out of
+    /// place whatever this rank's call is, so that every rank has the same list.
+    fn candidates(&self, layout: &Layout, elem_size: usize) -> Vec<Algorithm> {
+        let canonical = crate::select::bucket(
+            &Layout {
+                in_place: false,
+                ..*layout
+            },
+            elem_size,
+        );
+        let bytes = layout.count.saturating_mul(elem_size);
+        let rule = self.config.tuning.as_ref().and_then(|t| {
+            t.rule(self.tuning_key, layout.collective, self.nranks, bytes)
+                .filter(|a| a.serves(layout.collective))
+        });
+        let levels = self.hosts.as_deref().map(|hosts| self.levels_on(hosts));
+        let ranked = crate::select::rank_algorithms(
+            &canonical,
+            elem_size,
+            &self.config.cost_model,
+            levels.as_ref(),
+        );
+        let cheapest = ranked.first().map_or(0.0, |(_, c)| c.predicted_us);
+        let mut out: Vec<Algorithm> = rule.into_iter().collect();
+        for (a, c) in ranked {
+            if c.predicted_us <= autotune::CANDIDATE_SPREAD * cheapest && !out.contains(&a) {
+                out.push(a);
+            }
+        }
+        out
+    }
+
+    /// After a trial of `algorithm` on `key` that took `us` here: once every trial of the
+    /// bucket is in, the ranks agree on each candidate's slowest median (one all_reduce)
+    /// and settle on the cheapest.
+    fn after_trial(&mut self, key: autotune::Key, algorithm: Algorithm, us: f64) -> Result<()> {
+        let Some(mut agreed) = self
+            .tuner
+            .as_mut()
+            .and_then(|t| t.record(&key, algorithm, us))
+        else {
+            return Ok(());
+        };
+        self.next_algorithm = Some(Algorithm::RecursiveDoubling);
+        self.all_reduce_in_place(&mut agreed, ReduceOp::Max)?;
+        if let Some((chosen, tried)) = self.tuner.as_mut().and_then(|t| t.settle(&key, &agreed)) {
+            let times: Vec<String> = tried
+                .iter()
+                .zip(&agreed)
+                .map(|(a, t)| format!("{a} {t:.1} us"))
+                .collect();
+            tracing::info!(
+                rank = self.rank.0,
+                collective = %key.collective,
+                bytes = key.bucket_bytes,
+                chosen = %chosen,
+                tried = %times.join(", "),
+                "autotune"
+            );
+        }
+        Ok(())
     }
 
     /// Checks `req` against this group; its layout and this rank's buffers in it.
@@ -324,7 +460,9 @@ impl Communicator {
         // reference count on the plan.
         // Only the buffers' lengths are checked again (`prepare` checks them with the rest).
         let checked = match self.prepared.take() {
-            Some(p) if p.key == key => self.check_lengths(&req, &p.expect).map(|()| p),
+            Some(p) if p.key == key && self.trial_goes_on(&p) => {
+                self.check_lengths(&req, &p.expect).map(|()| p)
+            }
             _ => self.prepare(&req, key),
         };
         let prepared = match checked {
@@ -365,6 +503,7 @@ impl Communicator {
             output,
             scratch: &mut scratch[..scratch_len],
         };
+        let started = prepared.trial.map(|k| (k, std::time::Instant::now()));
         let result = self.run_plan(
             &prepared.plan,
             seq,
@@ -372,6 +511,7 @@ impl Communicator {
             prepared.fingerprint,
             &mut mem,
         );
+        let trial = started.map(|(k, t)| (k, t.elapsed().as_secs_f64() * 1e6));
         if result.is_ok() && req.op == ReduceOp::Avg && req.collective.reduces() {
             let out = expect.output;
             if let Some(reduced) = mem.output.get_mut(out.offset..out.end()) {
@@ -379,8 +519,12 @@ impl Communicator {
             }
         }
         self.scratch = scratch_words;
+        let algorithm = prepared.algorithm;
         self.prepared = Some(prepared);
-        result
+        match (result, trial) {
+            (Ok(()), Some((key, us))) => self.after_trial(key, algorithm, us),
+            (result, _) => result,
+        }
     }
 
     /// Everything a call with `key`'s arguments derives from them, checked: its buffers'
@@ -389,7 +533,13 @@ impl Communicator {
     fn prepare<T: Element>(&mut self, req: &Request<'_, T>, key: CallKey) -> Result<Box<Prepared>> {
         let (layout, expect) = self.validate(req)?;
         let elem = std::mem::size_of::<T>();
-        let algorithm = self.choose(&layout, elem, key.forced)?;
+        let (algorithm, trial) = match self.tune_key(&layout, elem, key.forced) {
+            Some(k) => {
+                let (a, trial) = self.choose_by_trial(k, &layout, elem)?;
+                (a, trial.then_some(k))
+            }
+            None => (self.choose(&layout, elem, key.forced)?, None),
+        };
         let levels = match algorithm {
             Algorithm::Hierarchical => self.levels_for(&layout, elem),
             _ => None,
@@ -419,6 +569,7 @@ impl Communicator {
         Ok(Box::new(Prepared {
             key,
             algorithm,
+            trial,
             plan,
             expect,
             call,

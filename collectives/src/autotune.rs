@@ -1,0 +1,374 @@
+//! Selection by trial at run time (`RCOLL_AUTOTUNE`): the first calls of each size try
+//! the candidates in turn, the ranks agree on the one whose slowest rank took least, and
+//! later calls of that size run it.
+//!
+//! The cost model ranks algorithms from their schedules; where the machine does what the
+//! model does not price (a VM whose CPUs the host moves nearer or farther, a tree that
+//! pipelines better than its unpipelined bound), the model's choice can be 1.1-1.6 times
+//! slower than the fastest (the regret figures). Trials measure instead, as Intel MPI's
+//! run-time autotuner (`I_MPI_TUNING_MODE=auto`) does.
+//!
+//! Per size bucket (a collective, its bytes rounded up to a power of two, the element
+//! size, the root):
+//! - the candidates are every algorithm that serves the collective and that the model
+//!   prices within [`CANDIDATE_SPREAD`] times the cheapest, the model's order kept (a
+//!   tuning file's rule for the size goes first);
+//! - the first calls run the candidates one block after another (A A A, B B B, ...), in
+//!   [`PASSES`] passes: a call's time on a rank includes waiting for the slowest rank to
+//!   arrive, which the call before decides, so a candidate is timed in a loop of its own,
+//!   as applications call it. Run in turn (A B C, A B C), the mesh's 8-byte all_reduce on
+//!   3 ranks and 2 CPUs timed 5.7-8.1 us; in a loop it took 2.2-2.3;
+//! - a block is `trials + 1` calls (more for small calls: [`Tuner::timed`]); its first
+//!   call warms up (it follows another algorithm, and a plan's first run pays its
+//!   allocations and cold caches) and is not counted. A rank's time for a candidate is the
+//!   mean of a block's other calls (one call alone swings with the calls around it:
+//!   0.2-8 us at 8 B), in its faster pass (a moment in which the machine did something
+//!   else costs the candidate it fell on nothing);
+//! - after the last trial call, an all_reduce of those times (the maximum: the collective
+//!   lasts as long as its slowest rank) gives every rank the same numbers, and the
+//!   cheapest wins, ties to the model's order.
+//!
+//! Every rank makes the same calls in the same order (a collective's contract), so every
+//! rank counts the same trials and agrees at the same call without a word more than the
+//! one all_reduce. Each call's fingerprint carries its algorithm: ranks configured
+//! differently (one with `RCOLL_AUTOTUNE`, one without) fail their call with an error
+//! naming both, never a hang.
+//!
+//! During the trials, calls of one size run different algorithms, whose results may
+//! differ in the last bits of floating-point sums (the order of the additions): where that
+//! matters, leave it off (the default).
+
+use std::collections::HashMap;
+
+use crate::algorithm::Algorithm;
+use crate::schedule::Collective;
+
+/// Candidates priced by the model at more than this many times the cheapest are not
+/// tried. Measured on 4 ranks and 2 CPUs: the tree, fastest at 256 KiB over loopback TCP
+/// and within 1.12 of the fastest at 4-64 MiB over shared memory, was priced at 1.6 times
+/// the model's choice.
+pub const CANDIDATE_SPREAD: f64 = 4.0;
+
+/// Calls timed per candidate and pass when `RCOLL_AUTOTUNE` is `on` (before
+/// [`Tuner::timed`] scales them for small calls).
+pub const DEFAULT_TRIALS: u32 = 2;
+
+/// Passes over the candidates: each candidate's time is its faster pass's, so that a
+/// moment the machine did something else costs the candidate it fell on nothing.
+pub const PASSES: usize = 2;
+
+/// The most trials per candidate `RCOLL_AUTOTUNE` accepts.
+pub const MAX_TRIALS: u32 = 100;
+
+/// One size bucket's identity: what every rank of a call agrees on (not whether it is in
+/// place, which ranks of one call may differ in through the C API).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Key {
+    /// The collective.
+    pub collective: Collective,
+    /// The call's bytes rounded up to a power of two.
+    pub bucket_bytes: usize,
+    /// Bytes per element.
+    pub elem_size: usize,
+    /// The root of a rooted collective, else 0.
+    pub root: usize,
+}
+
+/// Where one bucket stands.
+#[derive(Clone, Debug)]
+enum Entry {
+    /// Trying `candidates`; `times[i]` holds this rank's times of candidate `i` in
+    /// microseconds; `calls` trial calls were handed out.
+    Trying {
+        candidates: Vec<Algorithm>,
+        times: Vec<Vec<f64>>,
+        calls: usize,
+    },
+    /// Agreed.
+    Settled(Algorithm),
+}
+
+/// The next call of a bucket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Next {
+    /// Run this algorithm; the bucket is settled.
+    Settled(Algorithm),
+    /// Run this candidate and report its time ([`Tuner::record`]).
+    Trial(Algorithm),
+}
+
+/// One communicator's trials and choices.
+#[derive(Debug)]
+pub struct Tuner {
+    trials: u32,
+    entries: HashMap<Key, Entry, foldhash::fast::RandomState>,
+}
+
+/// Calls smaller than this are timed more often ([`Tuner::timed`]).
+pub const SMALL_CALL_BYTES: usize = 64 << 10;
+
+/// At most this many times as often.
+pub const SMALL_CALL_SCALE: usize = 16;
+
+/// Beyond this many buckets the tuner starts again (every rank at the same call).
+const BUCKET_LIMIT: usize = 1024;
+
+impl Tuner {
+    /// A tuner that tries each candidate `trials` times (at least 1).
+    pub fn new(trials: u32) -> Tuner {
+        Tuner {
+            trials: trials.max(1),
+            entries: HashMap::default(),
+        }
+    }
+
+    /// The calls timed per candidate of `key` (after its block's warm-up call): `trials`,
+    /// times as many as [`SMALL_CALL_BYTES`] holds calls of the bucket's size, up to
+    /// [`SMALL_CALL_SCALE`] times. A small call takes a few microseconds, as long as a rank
+    /// that waits on a crowded host takes to get its CPU back: three of them timed the
+    /// mesh at 8.2 us on 3 ranks and 2 CPUs, which took 2.2 in a loop.
+    fn timed(&self, key: &Key) -> usize {
+        let scale = (SMALL_CALL_BYTES / key.bucket_bytes.max(1)).clamp(1, SMALL_CALL_SCALE);
+        self.trials as usize * scale
+    }
+
+    /// The agreed algorithm of `key`, if its trials are over.
+    pub fn settled(&self, key: &Key) -> Option<Algorithm> {
+        match self.entries.get(key) {
+            Some(Entry::Settled(a)) => Some(*a),
+            _ => None,
+        }
+    }
+
+    /// What the next call of `key` would run, without counting it; `None` for a bucket
+    /// not seen yet.
+    pub fn upcoming(&self, key: &Key) -> Option<Next> {
+        match self.entries.get(key)? {
+            Entry::Settled(a) => Some(Next::Settled(*a)),
+            Entry::Trying {
+                candidates, calls, ..
+            } => {
+                let block = *calls / (self.timed(key) + 1);
+                Some(Next::Trial(candidates[block % candidates.len()]))
+            }
+        }
+    }
+
+    /// What the next call of `key` runs. `candidates` (the model's order, cheapest first)
+    /// is asked for on a bucket's first call only; a bucket with one candidate or none
+    /// settles at once (on the first, or on `fallback`).
+    pub fn next(
+        &mut self,
+        key: Key,
+        fallback: Algorithm,
+        candidates: impl FnOnce() -> Vec<Algorithm>,
+    ) -> Next {
+        if !self.entries.contains_key(&key) {
+            if self.entries.len() >= BUCKET_LIMIT {
+                self.entries.clear();
+            }
+            let candidates = candidates();
+            let entry = match candidates.len() {
+                0 => Entry::Settled(fallback),
+                1 => Entry::Settled(candidates[0]),
+                n => Entry::Trying {
+                    candidates,
+                    times: vec![Vec::new(); n],
+                    calls: 0,
+                },
+            };
+            self.entries.insert(key, entry);
+        }
+        let next = self.upcoming(&key).unwrap_or(Next::Settled(fallback));
+        if let Some(Entry::Trying { calls, .. }) = self.entries.get_mut(&key) {
+            *calls += 1;
+        }
+        next
+    }
+
+    /// Records this rank's time of a trial of `algorithm` on `key`. Returns this rank's
+    /// mean per candidate (its block's first call left out), in the candidates' order, once
+    /// every trial is recorded: the ranks then agree on them ([`Tuner::settle`]).
+    pub fn record(&mut self, key: &Key, algorithm: Algorithm, us: f64) -> Option<Vec<f64>> {
+        let block = self.timed(key) + 1;
+        let Some(Entry::Trying {
+            candidates, times, ..
+        }) = self.entries.get_mut(key)
+        else {
+            return None;
+        };
+        let i = candidates.iter().position(|c| *c == algorithm)?;
+        times[i].push(us);
+        // The first call of each block warms up.
+        times.iter().all(|t| t.len() >= PASSES * block).then(|| {
+            // Per pass, the block's mean without its first call; the faster pass.
+            let pass = |t: &[f64], p: usize| mean(&t[p * block + 1..(p + 1) * block]);
+            times
+                .iter()
+                .map(|t| {
+                    (0..PASSES)
+                        .map(|p| pass(t, p))
+                        .fold(f64::INFINITY, f64::min)
+                })
+                .collect()
+        })
+    }
+
+    /// Settles `key` on the cheapest of `agreed` (every rank's the same: the slowest
+    /// rank's mean per candidate), ties to the earlier candidate; on the model's first
+    /// candidate if `agreed` does not fit them or holds no finite time. Returns the choice
+    /// and the candidates, or `None` if `key` was not being tried.
+    pub fn settle(&mut self, key: &Key, agreed: &[f64]) -> Option<(Algorithm, Vec<Algorithm>)> {
+        let Some(Entry::Trying { candidates, .. }) = self.entries.get(key) else {
+            return None;
+        };
+        let best = match agreed.len() == candidates.len() {
+            true => cheapest(agreed).unwrap_or(0),
+            false => 0,
+        };
+        let (chosen, tried) = (candidates[best], candidates.clone());
+        self.entries.insert(*key, Entry::Settled(chosen));
+        Some((chosen, tried))
+    }
+}
+
+/// The index of the smallest finite time, the first of equals.
+fn cheapest(times: &[f64]) -> Option<usize> {
+    times
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.is_finite())
+        .fold(None, |best: Option<(usize, f64)>, (i, &t)| match best {
+            Some((_, b)) if b <= t => best,
+            _ => Some((i, t)),
+        })
+        .map(|(i, _)| i)
+}
+
+fn mean(times: &[f64]) -> f64 {
+    match times.len() {
+        0 => f64::INFINITY,
+        n => times.iter().sum::<f64>() / n as f64,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(bytes: usize) -> Key {
+        Key {
+            collective: Collective::AllReduce,
+            bucket_bytes: bytes,
+            elem_size: 4,
+            root: 0,
+        }
+    }
+
+    /// A size timed `trials` times.
+    const BIG: usize = SMALL_CALL_BYTES;
+
+    const ABC: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Tree, Algorithm::Mesh];
+
+    #[test]
+    fn candidates_run_in_turn_until_each_has_its_trials() {
+        let mut t = Tuner::new(2);
+        let mut ran = Vec::new();
+        let mut means = None;
+        // Two passes of blocks of three, each block's first call a warm-up (the mesh's
+        // slow): ring 10/30 then 12/12, tree 5/7 then 40/50, mesh 8/8 then 9/9: means
+        // 12, 6 and 8, each from its faster pass.
+        let us = [
+            [50.0, 10.0, 30.0, 60.0, 5.0, 7.0, 900.0, 8.0, 8.0],
+            [50.0, 12.0, 12.0, 60.0, 40.0, 50.0, 90.0, 9.0, 9.0],
+        ]
+        .concat();
+        for (call, us) in us.into_iter().enumerate() {
+            let Next::Trial(a) = t.next(key(BIG), Algorithm::Ring, || ABC.to_vec()) else {
+                panic!("call {call} settled before its trials ended");
+            };
+            ran.push(a);
+            means = t.record(&key(BIG), a, us);
+            assert_eq!(means.is_some(), call == 17, "call {call}");
+        }
+        let [r, tr, m] = ABC;
+        let pass = [r, r, r, tr, tr, tr, m, m, m];
+        assert_eq!(ran, [pass, pass].concat());
+        assert_eq!(
+            t.upcoming(&key(BIG)),
+            Some(Next::Trial(r)),
+            "not counted yet"
+        );
+        assert_eq!(t.upcoming(&key(BIG)), Some(Next::Trial(r)));
+        assert_eq!(t.upcoming(&key(2 * BIG)), None);
+        assert_eq!(means.unwrap(), [12.0, 6.0, 8.0]);
+        assert_eq!(t.settled(&key(BIG)), None);
+        // Another rank was slower on the tree: the agreed maxima make the mesh cheapest.
+        let (chosen, tried) = t.settle(&key(BIG), &[12.0, 9.0, 8.0]).unwrap();
+        assert_eq!((chosen, tried), (Algorithm::Mesh, ABC.to_vec()));
+        assert_eq!(t.settled(&key(BIG)), Some(Algorithm::Mesh));
+        assert_eq!(
+            t.next(key(BIG), Algorithm::Ring, || panic!("asked again")),
+            Next::Settled(Algorithm::Mesh)
+        );
+        // Other buckets are tried on their own.
+        assert_eq!(
+            t.next(key(2 * BIG), Algorithm::Ring, || ABC.to_vec()),
+            Next::Trial(Algorithm::Ring)
+        );
+    }
+
+    #[test]
+    fn ties_go_to_the_model_order_and_nothing_to_try_settles_at_once() {
+        let mut t = Tuner::new(1);
+        for a in [ABC, ABC].concat().iter().flat_map(|a| [*a, *a]) {
+            assert_eq!(
+                t.next(key(4 * BIG), Algorithm::Ring, || ABC.to_vec()),
+                Next::Trial(a)
+            );
+            t.record(&key(4 * BIG), a, 4.0);
+        }
+        assert_eq!(
+            t.settle(&key(4 * BIG), &[4.0, 4.0, 3.9]).unwrap().0,
+            Algorithm::Mesh
+        );
+        let mut t = Tuner::new(1);
+        t.next(key(4 * BIG), Algorithm::Ring, || ABC.to_vec());
+        assert_eq!(
+            t.settle(&key(4 * BIG), &[4.0, 4.0, 4.0]).unwrap().0,
+            Algorithm::Ring
+        );
+        // A wrong length or no finite time settles on the model's first candidate.
+        for agreed in [&[1.0][..], &[f64::NAN; 3]] {
+            let mut t = Tuner::new(1);
+            t.next(key(4 * BIG), Algorithm::Ring, || ABC.to_vec());
+            assert_eq!(t.settle(&key(4 * BIG), agreed).unwrap().0, Algorithm::Ring);
+            assert_eq!(t.settled(&key(4 * BIG)), Some(Algorithm::Ring));
+        }
+        // Nothing that is not being tried settles.
+        assert_eq!(t.settle(&key(32 * BIG), &[1.0]), None);
+        assert_eq!(
+            t.next(key(8 * BIG), Algorithm::Tree, Vec::new),
+            Next::Settled(Algorithm::Tree)
+        );
+        assert_eq!(
+            t.next(key(16 * BIG), Algorithm::Tree, || vec![Algorithm::Mesh]),
+            Next::Settled(Algorithm::Mesh)
+        );
+        // A time for an algorithm not tried, or a bucket not tried, is ignored.
+        assert_eq!(t.record(&key(16 * BIG), Algorithm::Ring, 1.0), None);
+        assert_eq!(t.record(&key(64 * BIG), Algorithm::Ring, 1.0), None);
+    }
+
+    #[test]
+    fn small_calls_are_timed_more_often() {
+        let t = Tuner::new(3);
+        assert_eq!(t.timed(&key(BIG)), 3);
+        assert_eq!(t.timed(&key(64 << 20)), 3);
+        assert_eq!(t.timed(&key(BIG / 4)), 12);
+        assert_eq!(t.timed(&key(8)), 3 * SMALL_CALL_SCALE);
+        assert_eq!(t.timed(&key(0)), 3 * SMALL_CALL_SCALE);
+        assert_eq!(mean(&[1.0, 2.0, 6.0]), 3.0);
+        assert_eq!(mean(&[]), f64::INFINITY);
+    }
+}
