@@ -123,6 +123,56 @@ fn algo_all_times_every_algorithm_and_auto_and_reports_the_regret() {
         stdout.contains("# auto's choice (run forced in the same rounds) over the best: worst "),
         "{stdout}"
     );
+    assert!(
+        !stdout.contains("# auto's trials"),
+        "no trials asked for: {stdout}"
+    );
+}
+
+/// `--algo all` with selection by trial (`RCOLL_AUTOTUNE`): auto warms up until its trials
+/// are over, whatever `-w` says, and the table says after how many calls; the choice it
+/// reports is what it settled on, and every result is right.
+#[test]
+fn algo_all_with_autotune_times_auto_after_its_trials() {
+    let out = output(
+        bench()
+            .args([
+                "all_reduce",
+                "--ranks",
+                "3",
+                "--transport",
+                "shm",
+                "--algo",
+                "all",
+                "-b",
+                "64K",
+                "-e",
+                "128K",
+                "-f",
+                "2",
+                "-n",
+                "3",
+                "-w",
+                "1",
+            ])
+            .env("RCOLL_AUTOTUNE", "1"),
+    );
+    let stdout = succeeded(&out);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("# auto's trials (RCOLL_AUTOTUNE): over after "))
+        .unwrap_or_else(|| panic!("no trials line: {stdout}"));
+    let calls = line.split_whitespace().nth(6).expect("the calls");
+    let (lo, hi) = calls.split_once('-').expect("lo-hi");
+    let (lo, hi): (usize, usize) = (lo.parse().unwrap(), hi.parse().unwrap());
+    // Three passes of a warm-up and one timed call for each of at least two candidates,
+    // at most ten.
+    assert!(12 <= lo && lo <= hi && hi <= 60, "{line}");
+    let rows = rows(&stdout);
+    assert_eq!(rows.len(), 2, "{stdout}");
+    for r in &rows {
+        assert!(!r.contains(&"x"), "a wrong result: {r:?}");
+    }
 }
 
 /// `calibrate` of all_reduce on 2 local ranks from 8 bytes, one warmup call, into `file`,
