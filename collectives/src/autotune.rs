@@ -13,24 +13,34 @@
 //! - the candidates are every algorithm that serves the collective and that the model
 //!   prices within [`CANDIDATE_SPREAD`] times the cheapest, the model's order kept (a
 //!   tuning file's rule for the size goes first);
-//! - the first calls run the candidates one block after another (A A A, B B B, ...), in
-//!   [`PASSES`] passes: a call's time on a rank includes waiting for the slowest rank to
-//!   arrive, which the call before decides, so a candidate is timed in a loop of its own,
-//!   as applications call it. Run in turn (A B C, A B C), the mesh's 8-byte all_reduce on
-//!   3 ranks and 2 CPUs timed 5.7-8.1 us; in a loop it took 2.2-2.3;
+//! - the first calls run the candidates one block after another (A A A, B B B, ...): a
+//!   call's time on a rank includes waiting for the slowest rank to arrive, which the
+//!   call before decides, so a candidate is timed in a burst of its own, as applications
+//!   call it (a data-parallel step all_reduces its gradients' buckets one after
+//!   another). Run in turn (A B C, A B C), the mesh's 8-byte all_reduce on 3 ranks and 2
+//!   CPUs timed 5.7-8.1 us; in a loop it took 2.2-2.3;
 //! - a block is `trials + 1` calls (more for small calls: [`Tuner::timed`]); its first
 //!   call warms up (it follows another algorithm, and a plan's first run pays its
-//!   allocations and cold caches) and is not counted. A rank's time for a candidate is the
-//!   mean of a block's other calls (one call alone swings with the calls around it:
-//!   0.2-8 us at 8 B), in its middle pass of three (a moment in which the machine did
-//!   something else, or the host moved this VM's CPUs, moves one pass, not the choice);
-//! - after the last trial call, an all_reduce of those times (the maximum: the collective
-//!   lasts as long as its slowest rank) gives every rank the same numbers, and the
+//!   allocations and cold caches) and is not counted; the ranks then start the timed
+//!   calls together (a barrier), so that no candidate pays for the skew the one before
+//!   left. Run on from the warm-up instead, 4 TCP ranks took recursive doubling at
+//!   32-128 B (34-35 us) where the single root took 29; a barrier before every call
+//!   instead priced calls of 512 KiB one at a time, and took halving-doubling (410 us in
+//!   bursts) over the naive ring (273). A rank's time for a candidate in a pass is the
+//!   mean of the block's timed calls (one call alone swings with the calls around it:
+//!   0.2-8 us at 8 B);
+//! - after [`PRUNE_AFTER`] passes over all candidates, an all_reduce of each one's faster
+//!   pass (the maximum over ranks: the collective lasts as long as its slowest rank)
+//!   gives every rank the same numbers, and the candidates slower than [`PRUNE_RATIO`]
+//!   times the fastest are dropped (one left is the choice);
+//! - the rest run the other passes, up to [`PASSES`]; a candidate's time is its median
+//!   pass (a moment in which the machine did something else, or the host moved this VM's
+//!   CPUs, moves one pass, not the choice); a second all_reduce agrees on them, and the
 //!   cheapest wins, ties to the model's order.
 //!
 //! Every rank makes the same calls in the same order (a collective's contract), so every
-//! rank counts the same trials and agrees at the same call without a word more than the
-//! one all_reduce. Each call's fingerprint carries its algorithm: ranks configured
+//! rank counts the same trials and agrees at the same calls without a word more than the
+//! two all_reduces. Each call's fingerprint carries its algorithm: ranks configured
 //! differently (one with `RCOLL_AUTOTUNE`, one without) fail their call with an error
 //! naming both, never a hang.
 //!
@@ -60,6 +70,18 @@ pub const DEFAULT_TRIALS: u32 = 2;
 /// during which the host moved the CPUs apart.
 pub const PASSES: usize = 3;
 
+/// Passes over every candidate before the ranks agree on which to drop (by each
+/// candidate's faster pass). After one, a moment in which the machine did something else
+/// dropped 7 of 9 candidates on 4 shared-memory ranks at 32 KiB, the fastest (9.1 us)
+/// among them, for the ring (13.6 us).
+pub const PRUNE_AFTER: usize = 2;
+
+/// After the first passes, the ranks agree on their times and drop every candidate that
+/// took more than this many times the fastest: the other passes try the rest. On 3 ranks over
+/// loopback TCP, 8 of 9 candidates took 1.1-2.7 times the fastest at 512 KiB-1 MiB; over
+/// shared memory on 4 ranks, the mesh took 2-4 times the others from 1 MiB.
+pub const PRUNE_RATIO: f64 = 1.5;
+
 /// The most trials per candidate `RCOLL_AUTOTUNE` accepts.
 pub const MAX_TRIALS: u32 = 100;
 
@@ -80,15 +102,31 @@ pub struct Key {
 /// Where one bucket stands.
 #[derive(Clone, Debug)]
 enum Entry {
-    /// Trying `candidates`; `times[i]` holds this rank's times of candidate `i` in
-    /// microseconds; `calls` trial calls were handed out.
+    /// Trying `candidates`: block `b` runs `candidates[plan[b]]` (the first passes, then,
+    /// once the ranks agreed on them, the other passes over the candidates kept); `times[i]`
+    /// holds this rank's times of candidate `i` in microseconds; `calls` trial calls were
+    /// handed out.
     Trying {
         candidates: Vec<Algorithm>,
         times: Vec<Vec<f64>>,
+        plan: Vec<usize>,
         calls: usize,
+        first_passes_agreed: bool,
     },
     /// Agreed.
     Settled(Algorithm),
+}
+
+/// What the ranks agree on after a trial call (an all_reduce of the maximum), per
+/// candidate in order: this rank's mean per candidate, its block's first call left out.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Agree {
+    /// The first [`PRUNE_AFTER`] passes are over: each candidate's faster pass, for
+    /// [`Tuner::prune`].
+    FirstPasses(Vec<f64>),
+    /// Every pass is over: each candidate's median pass (infinite for one dropped after
+    /// the first passes), for [`Tuner::settle`].
+    Final(Vec<f64>),
 }
 
 /// The next call of a bucket.
@@ -149,11 +187,28 @@ impl Tuner {
         match self.entries.get(key)? {
             Entry::Settled(a) => Some(Next::Settled(*a)),
             Entry::Trying {
-                candidates, calls, ..
+                candidates,
+                plan,
+                calls,
+                ..
             } => {
                 let block = *calls / (self.timed(key) + 1);
-                Some(Next::Trial(candidates[block % candidates.len()]))
+                // Past the plan only if a call ran before the first pass was agreed on,
+                // which the communicator does not do.
+                let i = plan.get(block).or(plan.last()).copied().unwrap_or(0);
+                Some(Next::Trial(candidates[i]))
             }
+        }
+    }
+
+    /// Whether the call of `key` last handed out ([`Tuner::next`]) is its block's first
+    /// timed call: the ranks start it together.
+    pub fn starts_timing(&self, key: &Key) -> bool {
+        match self.entries.get(key) {
+            Some(Entry::Trying { calls, .. }) if *calls > 0 => {
+                (*calls - 1) % (self.timed(key) + 1) == 1
+            }
+            _ => false,
         }
     }
 
@@ -177,7 +232,9 @@ impl Tuner {
                 n => Entry::Trying {
                     candidates,
                     times: vec![Vec::new(); n],
+                    plan: (0..PRUNE_AFTER.min(PASSES)).flat_map(|_| 0..n).collect(),
                     calls: 0,
+                    first_passes_agreed: false,
                 },
             };
             self.entries.insert(key, entry);
@@ -189,32 +246,81 @@ impl Tuner {
         next
     }
 
-    /// Records this rank's time of a trial of `algorithm` on `key`. Returns this rank's
-    /// mean per candidate (its block's first call left out), in the candidates' order, once
-    /// every trial is recorded: the ranks then agree on them ([`Tuner::settle`]).
-    pub fn record(&mut self, key: &Key, algorithm: Algorithm, us: f64) -> Option<Vec<f64>> {
+    /// Records this rank's time of a trial of `algorithm` on `key`. Returns what the
+    /// ranks must agree on when it ends the first pass or the last.
+    pub fn record(&mut self, key: &Key, algorithm: Algorithm, us: f64) -> Option<Agree> {
         let block = self.timed(key) + 1;
         let Some(Entry::Trying {
-            candidates, times, ..
+            candidates,
+            times,
+            plan,
+            first_passes_agreed,
+            ..
         }) = self.entries.get_mut(key)
         else {
             return None;
         };
         let i = candidates.iter().position(|c| *c == algorithm)?;
         times[i].push(us);
-        // The first call of each block warms up.
-        times.iter().all(|t| t.len() >= PASSES * block).then(|| {
-            // Per pass, the block's mean without its first call; the median pass.
-            let pass = |t: &[f64], p: usize| mean(&t[p * block + 1..(p + 1) * block]);
-            times
-                .iter()
-                .map(|t| median((0..PASSES).map(|p| pass(t, p)).collect()))
-                .collect()
+        let recorded: usize = times.iter().map(Vec::len).sum();
+        if recorded != plan.len() * block {
+            return None;
+        }
+        // Per pass, the block's mean without its first call (a warm-up).
+        let pass = |t: &[f64], p: usize| mean(&t[p * block + 1..(p + 1) * block]);
+        let passes = |t: &[f64]| (0..t.len() / block).map(|p| pass(t, p)).collect::<Vec<_>>();
+        Some(match first_passes_agreed {
+            false => Agree::FirstPasses(
+                times
+                    .iter()
+                    .map(|t| passes(t).into_iter().fold(f64::INFINITY, f64::min))
+                    .collect(),
+            ),
+            true => Agree::Final(
+                times
+                    .iter()
+                    .map(|t| match t.len() / block {
+                        n if n < PASSES => f64::INFINITY,
+                        _ => median(passes(t)),
+                    })
+                    .collect(),
+            ),
         })
     }
 
+    /// After the first passes, with `agreed` their slowest rank's times: keeps the
+    /// candidates within [`PRUNE_RATIO`] of the fastest for the other passes. Returns the choice and
+    /// the candidates if that leaves one (the bucket is then settled).
+    pub fn prune(&mut self, key: &Key, agreed: &[f64]) -> Option<(Algorithm, Vec<Algorithm>)> {
+        let Some(Entry::Trying {
+            candidates,
+            plan,
+            first_passes_agreed,
+            ..
+        }) = self.entries.get_mut(key)
+        else {
+            return None;
+        };
+        let fastest = agreed
+            .iter()
+            .copied()
+            .filter(|t| t.is_finite())
+            .fold(f64::INFINITY, f64::min);
+        let kept: Vec<usize> = (0..candidates.len())
+            .filter(|&i| agreed.get(i).is_some_and(|t| *t <= PRUNE_RATIO * fastest))
+            .collect();
+        if kept.len() < 2 || agreed.len() != candidates.len() || PASSES <= PRUNE_AFTER {
+            return self.settle(key, agreed);
+        }
+        for _ in PRUNE_AFTER..PASSES {
+            plan.extend(&kept);
+        }
+        *first_passes_agreed = true;
+        None
+    }
+
     /// Settles `key` on the cheapest of `agreed` (every rank's the same: the slowest
-    /// rank's mean per candidate), ties to the earlier candidate; on the model's first
+    /// rank's time per candidate), ties to the earlier candidate; on the model's first
     /// candidate if `agreed` does not fit them or holds no finite time. Returns the choice
     /// and the candidates, or `None` if `key` was not being tried.
     pub fn settle(&mut self, key: &Key, agreed: &[f64]) -> Option<(Algorithm, Vec<Algorithm>)> {
@@ -278,42 +384,59 @@ mod tests {
 
     const ABC: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Tree, Algorithm::Mesh];
 
-    #[test]
-    fn candidates_run_in_turn_until_each_has_its_trials() {
-        let mut t = Tuner::new(2);
+    /// Runs `us.len()` trial calls of `key`, timed `us`, and returns what ran and what
+    /// the last call's record asked the ranks to agree on.
+    fn run(t: &mut Tuner, key: Key, us: &[f64]) -> (Vec<Algorithm>, Option<Agree>) {
         let mut ran = Vec::new();
-        let mut means = None;
-        // Three passes of blocks of three, each block's first call a warm-up (the mesh's
-        // slow): ring 10/30, 12/12, 14/14; tree 5/7, 40/50, 6/6; mesh 8/8, 9/9, 7/7. The
-        // median passes: 14, 6 and 8.
-        let us = [
-            [50.0, 10.0, 30.0, 60.0, 5.0, 7.0, 900.0, 8.0, 8.0],
-            [50.0, 12.0, 12.0, 60.0, 40.0, 50.0, 90.0, 9.0, 9.0],
-            [50.0, 14.0, 14.0, 60.0, 6.0, 6.0, 90.0, 7.0, 7.0],
-        ]
-        .concat();
-        for (call, us) in us.into_iter().enumerate() {
-            let Next::Trial(a) = t.next(key(BIG), Algorithm::Ring, || ABC.to_vec()) else {
+        let mut agree = None;
+        for (call, us) in us.iter().enumerate() {
+            assert_eq!(
+                agree, None,
+                "call {call}: an agreement before the last call"
+            );
+            let Next::Trial(a) = t.next(key, Algorithm::Ring, || ABC.to_vec()) else {
                 panic!("call {call} settled before its trials ended");
             };
             ran.push(a);
-            means = t.record(&key(BIG), a, us);
-            assert_eq!(means.is_some(), call == 26, "call {call}");
+            agree = t.record(&key, a, *us);
         }
+        (ran, agree)
+    }
+
+    #[test]
+    fn candidates_run_in_blocks_and_passes_until_the_ranks_agree() {
+        let mut t = Tuner::new(2);
         let [r, tr, m] = ABC;
+        // Two passes, blocks of three, each first call a warm-up (the mesh's slow): ring
+        // 30/30 then 20/24, tree 5/7 then 40/50, mesh 8/8 then 9/9. Faster passes: ring
+        // 22, tree 6, mesh 8.
+        let first = [
+            [50.0, 30.0, 30.0, 60.0, 5.0, 7.0, 900.0, 8.0, 8.0],
+            [50.0, 20.0, 24.0, 60.0, 40.0, 50.0, 90.0, 9.0, 9.0],
+        ];
+        let (ran, agree) = run(&mut t, key(BIG), &first.concat());
         let pass = [r, r, r, tr, tr, tr, m, m, m];
-        assert_eq!(ran, [pass, pass, pass].concat());
+        assert_eq!(ran, [pass, pass].concat());
+        assert_eq!(agree, Some(Agree::FirstPasses(vec![22.0, 6.0, 8.0])));
+        // Another rank was slower on the tree: 9 against the mesh's 8, and the ring more
+        // than 1.5 times the mesh's is dropped.
+        assert_eq!(t.prune(&key(BIG), &[22.0, 9.0, 8.0]), None);
         assert_eq!(
             t.upcoming(&key(BIG)),
-            Some(Next::Trial(r)),
+            Some(Next::Trial(tr)),
             "not counted yet"
         );
-        assert_eq!(t.upcoming(&key(BIG)), Some(Next::Trial(r)));
+        assert_eq!(t.upcoming(&key(BIG)), Some(Next::Trial(tr)));
         assert_eq!(t.upcoming(&key(2 * BIG)), None);
-        assert_eq!(means.unwrap(), [14.0, 6.0, 8.0]);
+        // A third pass of the tree and the mesh: tree 6/6, mesh 7/7. The median passes:
+        // tree 6 (6, 45, 6), mesh 8 (8, 9, 7).
+        let (ran, agree) = run(&mut t, key(BIG), &[1.0, 6.0, 6.0, 1.0, 7.0, 7.0]);
+        assert_eq!(ran, [tr, tr, tr, m, m, m]);
+        assert_eq!(agree, Some(Agree::Final(vec![f64::INFINITY, 6.0, 8.0])));
         assert_eq!(t.settled(&key(BIG)), None);
-        // Another rank was slower on the tree: the agreed maxima make the mesh cheapest.
-        let (chosen, tried) = t.settle(&key(BIG), &[14.0, 9.0, 8.0]).unwrap();
+        // Another rank was slower on the tree again: the agreed maxima make the mesh
+        // cheapest.
+        let (chosen, tried) = t.settle(&key(BIG), &[f64::INFINITY, 9.0, 8.0]).unwrap();
         assert_eq!((chosen, tried), (Algorithm::Mesh, ABC.to_vec()));
         assert_eq!(t.settled(&key(BIG)), Some(Algorithm::Mesh));
         assert_eq!(
@@ -328,15 +451,26 @@ mod tests {
     }
 
     #[test]
+    fn first_passes_that_leave_one_candidate_settle_on_it() {
+        let mut t = Tuner::new(1);
+        let us = [
+            1.0, 20.0, 1.0, 10.0, 1.0, 30.0, 1.0, 25.0, 1.0, 12.0, 1.0, 8.0,
+        ];
+        let (_, agree) = run(&mut t, key(BIG), &us);
+        assert_eq!(agree, Some(Agree::FirstPasses(vec![20.0, 10.0, 8.0])));
+        let (chosen, _) = t.prune(&key(BIG), &[20.0, 10.0, 30.0]).unwrap();
+        assert_eq!(chosen, Algorithm::Tree);
+        assert_eq!(t.settled(&key(BIG)), Some(Algorithm::Tree));
+    }
+
+    #[test]
     fn ties_go_to_the_model_order_and_nothing_to_try_settles_at_once() {
         let mut t = Tuner::new(1);
-        for a in [ABC, ABC, ABC].concat().iter().flat_map(|a| [*a, *a]) {
-            assert_eq!(
-                t.next(key(4 * BIG), Algorithm::Ring, || ABC.to_vec()),
-                Next::Trial(a)
-            );
-            t.record(&key(4 * BIG), a, 4.0);
-        }
+        let (_, agree) = run(&mut t, key(4 * BIG), &[4.0; 12]);
+        assert_eq!(agree, Some(Agree::FirstPasses(vec![4.0; 3])));
+        assert_eq!(t.prune(&key(4 * BIG), &[4.0; 3]), None);
+        let (_, agree) = run(&mut t, key(4 * BIG), &[4.0; 6]);
+        assert_eq!(agree, Some(Agree::Final(vec![4.0; 3])));
         assert_eq!(
             t.settle(&key(4 * BIG), &[4.0, 4.0, 3.9]).unwrap().0,
             Algorithm::Mesh
@@ -367,6 +501,19 @@ mod tests {
         // A time for an algorithm not tried, or a bucket not tried, is ignored.
         assert_eq!(t.record(&key(16 * BIG), Algorithm::Ring, 1.0), None);
         assert_eq!(t.record(&key(64 * BIG), Algorithm::Ring, 1.0), None);
+    }
+
+    #[test]
+    fn each_block_starts_timing_at_its_second_call() {
+        let mut t = Tuner::new(2);
+        assert!(!t.starts_timing(&key(BIG)), "nothing handed out");
+        let starts: Vec<bool> = (0..7)
+            .map(|_| {
+                t.next(key(BIG), Algorithm::Ring, || ABC.to_vec());
+                t.starts_timing(&key(BIG))
+            })
+            .collect();
+        assert_eq!(starts, [false, true, false, false, true, false, false]);
     }
 
     #[test]

@@ -253,24 +253,35 @@ impl Communicator {
         out
     }
 
-    /// After a trial of `algorithm` on `key` that took `us` here: once every trial of the
-    /// bucket is in, the ranks agree on each candidate's slowest median (one all_reduce)
-    /// and settle on the cheapest.
+    /// After a trial of `algorithm` on `key` that took `us` here: when it ends the first
+    /// passes or the last, the ranks agree on each candidate's time on the slowest rank (one
+    /// all_reduce), and drop the slow candidates or settle on the cheapest.
     fn after_trial(&mut self, key: autotune::Key, algorithm: Algorithm, us: f64) -> Result<()> {
-        let Some(mut agreed) = self
+        let Some(agree) = self
             .tuner
             .as_mut()
             .and_then(|t| t.record(&key, algorithm, us))
         else {
             return Ok(());
         };
+        let (mut agreed, first_pass) = match agree {
+            autotune::Agree::FirstPasses(times) => (times, true),
+            autotune::Agree::Final(times) => (times, false),
+        };
         self.next_algorithm = Some(Algorithm::RecursiveDoubling);
         self.all_reduce_in_place(&mut agreed, ReduceOp::Max)?;
-        if let Some((chosen, tried)) = self.tuner.as_mut().and_then(|t| t.settle(&key, &agreed)) {
+        let settled = self.tuner.as_mut().and_then(|t| match first_pass {
+            true => t.prune(&key, &agreed),
+            false => t.settle(&key, &agreed),
+        });
+        if let Some((chosen, tried)) = settled {
             let times: Vec<String> = tried
                 .iter()
                 .zip(&agreed)
-                .map(|(a, t)| format!("{a} {t:.1} us"))
+                .map(|(a, t)| match t.is_finite() {
+                    true => format!("{a} {t:.1} us"),
+                    false => format!("{a} dropped after the first passes"),
+                })
                 .collect();
             tracing::info!(
                 rank = self.rank.0,
@@ -469,6 +480,15 @@ impl Communicator {
             Ok(p) => p,
             Err(e) => return Err(self.fail(e)),
         };
+        let starts_timing = prepared
+            .trial
+            .zip(self.tuner.as_ref())
+            .is_some_and(|(k, t)| t.starts_timing(&k));
+        if starts_timing {
+            // A block's timed calls start on every rank at once (see `autotune`).
+            self.next_algorithm = Some(Algorithm::RecursiveDoubling);
+            self.barrier()?;
+        }
         let seq = self.seq;
         self.seq = (self.seq + 1) & !P2P_BIT;
         tracing::debug!(

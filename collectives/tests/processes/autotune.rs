@@ -92,10 +92,10 @@ fn trials_settle_every_rank_on_one_algorithm_per_size() {
             .collect();
         assert_eq!(tuned.len(), 2, "rank {r}:\n{out}");
         for line in &tuned {
-            // Settled after the trials (three passes of two calls of at least two
-            // candidates), not at once.
+            // Settled after the trials (at least a first pass of two calls of at least
+            // two candidates), not at once.
             let calls: usize = line.split_whitespace().nth(4).unwrap().parse().unwrap();
-            assert!((12..=60).contains(&calls), "rank {r}: {line}");
+            assert!((4..=60).contains(&calls), "rank {r}: {line}");
         }
         // The log names the candidates tried and their agreed times.
         let tried = out.lines().filter(|l| l.contains("autotune")).count();
