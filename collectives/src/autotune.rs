@@ -146,7 +146,7 @@ pub struct Tuner {
 }
 
 /// Calls smaller than this are timed more often ([`Tuner::timed`]).
-pub const SMALL_CALL_BYTES: usize = 64 << 10;
+pub const SMALL_CALL_BYTES: usize = 1 << 20;
 
 /// At most this many times as often.
 pub const SMALL_CALL_SCALE: usize = 16;
@@ -167,7 +167,9 @@ impl Tuner {
     /// times as many as [`SMALL_CALL_BYTES`] holds calls of the bucket's size, up to
     /// [`SMALL_CALL_SCALE`] times. A small call takes a few microseconds, as long as a rank
     /// that waits on a crowded host takes to get its CPU back: three of them timed the
-    /// mesh at 8.2 us on 3 ranks and 2 CPUs, which took 2.2 in a loop.
+    /// mesh at 8.2 us on 3 ranks and 2 CPUs, which took 2.2 in a loop. And a burst of two
+    /// is mostly its start: on 4 TCP ranks at 256 KiB the tree's bursts of two took
+    /// 246-256 us a call, of five 187-190, the fastest of all.
     fn timed(&self, key: &Key) -> usize {
         let scale = (SMALL_CALL_BYTES / key.bucket_bytes.max(1)).clamp(1, SMALL_CALL_SCALE);
         self.trials as usize * scale
@@ -522,6 +524,7 @@ mod tests {
         assert_eq!(t.timed(&key(BIG)), 3);
         assert_eq!(t.timed(&key(64 << 20)), 3);
         assert_eq!(t.timed(&key(BIG / 4)), 12);
+        assert_eq!(t.timed(&key(256 << 10)), 12);
         assert_eq!(t.timed(&key(8)), 3 * SMALL_CALL_SCALE);
         assert_eq!(t.timed(&key(0)), 3 * SMALL_CALL_SCALE);
         assert_eq!(mean(&[1.0, 2.0, 6.0]), 3.0);

@@ -16,8 +16,8 @@ const CALLS: usize = 70;
 /// every result checked; prints when each size settled and on what.
 pub fn autotune(comm: &mut Communicator) {
     let (r, n) = (comm.rank(), comm.size());
-    // 64 KiB and 400 KB: sizes timed `trials` times (smaller ones are timed more often).
-    for count in [16_384usize, 100_000] {
+    // 1 MiB and 1.2 MB: sizes timed `trials` times (smaller ones are timed more often).
+    for count in [262_144usize, 300_000] {
         assert_eq!(comm.autotuned::<f32>(Collective::AllReduce, count, 0), None);
         let mut settled_at = None;
         for call in 0..CALLS {
