@@ -480,12 +480,12 @@ impl Communicator {
             Ok(p) => p,
             Err(e) => return Err(self.fail(e)),
         };
-        let starts_timing = prepared
+        let starts_burst = prepared
             .trial
             .zip(self.tuner.as_ref())
-            .is_some_and(|(k, t)| t.starts_timing(&k));
-        if starts_timing {
-            // A block's timed calls start on every rank at once (see `autotune`).
+            .is_some_and(|(k, t)| t.starts_burst(&k));
+        if starts_burst {
+            // A burst of timed calls starts on every rank at once (see `autotune`).
             self.next_algorithm = Some(Algorithm::RecursiveDoubling);
             self.barrier()?;
         }

@@ -16,8 +16,9 @@ const CALLS: usize = 70;
 /// every result checked; prints when each size settled and on what.
 pub fn autotune(comm: &mut Communicator) {
     let (r, n) = (comm.rank(), comm.size());
-    // 1 MiB and 1.2 MB: sizes timed `trials` times (smaller ones are timed more often).
-    for count in [262_144usize, 300_000] {
+    // 1.2 and 2.4 MB: sizes timed `trials` times, one call at a time (smaller ones are
+    // timed in bursts, and more often).
+    for count in [300_000usize, 600_000] {
         assert_eq!(comm.autotuned::<f32>(Collective::AllReduce, count, 0), None);
         let mut settled_at = None;
         for call in 0..CALLS {
