@@ -110,8 +110,10 @@ pub fn run_typed<T: Element>(
     let mut worst_choice: Option<(f64, usize)> = None;
     // Sizes with a regret, and of them those above the limit (the rows marked !).
     let (mut regrets, mut above) = (0usize, 0usize);
-    // Auto's calls until its trials were over, the fewest and the most over the sizes.
+    // Auto's calls until its trials were over, the fewest and the most over the sizes, and
+    // the sizes whose trials were not over by the most they can take.
     let mut trial_calls: Option<(usize, usize)> = None;
+    let mut unsettled = Vec::new();
     for &size in &spec.sizes {
         let count = layout_count(spec.collective, size, elem, n);
         let mut settled_at = None;
@@ -129,19 +131,14 @@ pub fn run_typed<T: Element>(
         // Selection by trial (`RCOLL_AUTOTUNE`): auto warms up until its trials are over
         // (on every rank at the same call), so that the rounds time what it settled on;
         // the calls that took are reported.
-        let tuning = comm.config().autotune > 0
-            && count > 0
-            && n > 1
-            && comm
-                .config()
-                .algorithm
-                .is_none_or(|a| !a.serves(spec.collective));
+        let tuning = comm.autotunes::<T>(spec.collective, count);
+        let limit = rcoll::autotune::max_trial_calls(comm.config().autotune);
         for v in &variants {
             let mut calls = 0;
             while calls < spec.warmup
                 || (tuning
                     && v.is_none()
-                    && calls < TRIAL_CALL_LIMIT
+                    && calls < limit
                     && comm
                         .autotuned::<T>(spec.collective, count, spec.root)
                         .is_none())
@@ -153,6 +150,9 @@ pub fn run_typed<T: Element>(
                     settled_at = tuned.map(|_| calls);
                 }
             }
+        }
+        if tuning && settled_at.is_none() {
+            unsettled.push(size);
         }
         comm.barrier()?;
         // Rounds of blocks: each variant's block starts from a barrier (so that no call
@@ -257,6 +257,12 @@ pub fn run_typed<T: Element>(
                  before the rounds\n"
             ));
         }
+        if !unsettled.is_empty() {
+            print(&format!(
+                "# auto's trials (RCOLL_AUTOTUNE) not over before the rounds at {unsettled:?} B: \
+                 their rounds time trials\n"
+            ));
+        }
         if let Some((r, bytes)) = worst_choice {
             print(&format!(
                 "# auto's choice (run forced in the same rounds) over the best: worst {r:.2} \
@@ -266,9 +272,6 @@ pub fn run_typed<T: Element>(
     }
     Ok(reports)
 }
-
-/// The most calls auto warms up for while its trials go on.
-const TRIAL_CALL_LIMIT: usize = 10_000;
 
 /// The order of the variants in round `round`: a permutation drawn anew each round, the
 /// same on every rank (seeded by the round). A fixed rotation made each variant always

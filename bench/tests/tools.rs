@@ -165,9 +165,9 @@ fn algo_all_with_autotune_times_auto_after_its_trials() {
     let calls = line.split_whitespace().nth(6).expect("the calls");
     let (lo, hi) = calls.split_once('-').expect("lo-hi");
     let (lo, hi): (usize, usize) = (lo.parse().unwrap(), hi.parse().unwrap());
-    // A first pass of a warm-up and one timed call for each of at least two candidates;
+    // Two passes of a warm-up and one timed call for each of at least two candidates;
     // at most three passes of ten.
-    assert!(4 <= lo && lo <= hi && hi <= 60, "{line}");
+    assert!(8 <= lo && lo <= hi && hi <= 60, "{line}");
     let rows = rows(&stdout);
     assert_eq!(rows.len(), 2, "{stdout}");
     for r in &rows {

@@ -9,7 +9,8 @@
 //! run-time autotuner (`I_MPI_TUNING_MODE=auto`) does.
 //!
 //! Per size bucket (a collective, its bytes rounded up to a power of two, the element
-//! size, the root):
+//! size; every root alike, so that a job that takes turns at the root tries once; empty
+//! calls and barriers are not tried):
 //! - the candidates are every algorithm that serves the collective and that the model
 //!   prices within [`CANDIDATE_SPREAD`] times the cheapest, the model's order kept (a
 //!   tuning file's rule for the size goes first);
@@ -38,9 +39,10 @@
 //!
 //! Every rank makes the same calls in the same order (a collective's contract), so every
 //! rank counts the same trials and agrees at the same calls without a word more than the
-//! two all_reduces. Each call's fingerprint carries its algorithm: ranks configured
+//! barrier before each burst and the two all_reduces (both forced to recursive doubling,
+//! never tried themselves). Each call's fingerprint carries its algorithm: ranks configured
 //! differently (one with `RCOLL_AUTOTUNE`, one without) fail their call with an error
-//! naming both, never a hang.
+//! naming how the calls differ, never a hang.
 //!
 //! During the trials, calls of one size run different algorithms, whose results may
 //! differ in the last bits of floating-point sums (the order of the additions): where that
@@ -57,8 +59,9 @@ use crate::schedule::Collective;
 /// the model's choice.
 pub const CANDIDATE_SPREAD: f64 = 4.0;
 
-/// Calls timed per candidate and pass when `RCOLL_AUTOTUNE` is `on` (before
-/// [`Tuner::timed`] scales them for small calls).
+/// Bursts of calls timed per candidate and pass when `RCOLL_AUTOTUNE` is `on` (a burst is
+/// one call above [`SMALL_CALL_BYTES`], [`BURST_CALLS`] up to it; [`Tuner::timed`] scales
+/// them for small calls).
 pub const DEFAULT_TRIALS: u32 = 2;
 
 /// Passes over the candidates: each candidate's time is its median pass's, so that a
@@ -93,8 +96,6 @@ pub struct Key {
     pub bucket_bytes: usize,
     /// Bytes per element.
     pub elem_size: usize,
-    /// The root of a rooted collective, else 0.
-    pub root: usize,
 }
 
 /// Where one bucket stands.
@@ -154,8 +155,16 @@ pub const BURST_CALLS: usize = 5;
 /// At most this many times as many bursts for small calls.
 pub const SMALL_CALL_SCALE: usize = 8;
 
-/// Beyond this many buckets the tuner starts again (every rank at the same call).
+/// Beyond this many buckets the tuner forgets the buckets still being tried (every rank at
+/// the same call), and then, if that is not enough, the settled ones too.
 const BUCKET_LIMIT: usize = 1024;
+
+/// The most calls one bucket's trials can take with `trials` per candidate and pass:
+/// three passes over every algorithm, blocks of the most timed calls and a warm-up.
+pub fn max_trial_calls(trials: u32) -> usize {
+    let block = trials.max(1) as usize * SMALL_CALL_SCALE * BURST_CALLS + 1;
+    block * Algorithm::ALL.len() * PASSES
+}
 
 impl Tuner {
     /// A tuner that tries each candidate `trials` times (at least 1).
@@ -242,6 +251,9 @@ impl Tuner {
         candidates: impl FnOnce() -> Vec<Algorithm>,
     ) -> Next {
         if !self.entries.contains_key(&key) {
+            if self.entries.len() >= BUCKET_LIMIT {
+                self.entries.retain(|_, e| matches!(e, Entry::Settled(_)));
+            }
             if self.entries.len() >= BUCKET_LIMIT {
                 self.entries.clear();
             }
@@ -395,7 +407,6 @@ mod tests {
             collective: Collective::AllReduce,
             bucket_bytes: bytes,
             elem_size: 4,
-            root: 0,
         }
     }
 
@@ -541,6 +552,35 @@ mod tests {
         assert_eq!(burst_starts(2, key(BIG), 7), [1, 2, 4, 5]);
         // At 1 MiB: a warm-up, then two bursts of five (blocks of eleven).
         assert_eq!(burst_starts(2, key(SMALL_CALL_BYTES), 23), [1, 6, 12, 17]);
+    }
+
+    #[test]
+    fn a_full_map_forgets_trials_before_choices() {
+        let mut t = Tuner::new(1);
+        let settled = key(BIG);
+        t.next(settled, Algorithm::Ring, || vec![Algorithm::Tree]);
+        for i in 1..BUCKET_LIMIT {
+            t.next(key(BIG + i), Algorithm::Ring, || ABC.to_vec());
+        }
+        assert_eq!(t.entries.len(), BUCKET_LIMIT);
+        t.next(key(2 * BIG), Algorithm::Ring, || ABC.to_vec());
+        assert_eq!(t.entries.len(), 2, "the settled bucket and the new one");
+        assert_eq!(t.settled(&settled), Some(Algorithm::Tree));
+        // Every trial of a bucket fits what the bench waits for.
+        let mut t = Tuner::new(3);
+        let tiny = key(8);
+        let mut calls = 0;
+        while let Next::Trial(a) = t.next(tiny, Algorithm::Ring, || ABC.to_vec()) {
+            calls += 1;
+            match t.record(&tiny, a, 1.0) {
+                Some(Agree::FirstPasses(v)) => assert_eq!(t.prune(&tiny, &v), None),
+                Some(Agree::Final(v)) => assert!(t.settle(&tiny, &v).is_some()),
+                None => {}
+            }
+        }
+        // Three passes of three candidates, blocks of a warm-up and 3 x 8 bursts of 5.
+        assert_eq!(calls, 3 * 3 * (3 * SMALL_CALL_SCALE * BURST_CALLS + 1));
+        assert!(calls <= max_trial_calls(3), "{calls}");
     }
 
     #[test]

@@ -302,6 +302,15 @@ impl Communicator {
             .unwrap_or(Algorithm::Ring)
     }
 
+    /// Whether selection by trial (`RCOLL_AUTOTUNE`, [`crate::autotune`]) chooses for calls
+    /// of `collective` with `count` elements of `T` (it is on, nothing is forced, the call
+    /// moves something, and there are two ranks or more).
+    pub fn autotunes<T: Element>(&self, collective: Collective, count: usize) -> bool {
+        let layout = self.layout(collective, count, 0, false);
+        self.tune_key(&layout, std::mem::size_of::<T>(), None)
+            .is_some()
+    }
+
     /// The algorithm selection by trial (`RCOLL_AUTOTUNE`, [`crate::autotune`]) settled on
     /// for calls like [`Communicator::algorithm_for`]'s, once the ranks agreed on it;
     /// `None` before, or when it is off or not deciding (an algorithm forced).

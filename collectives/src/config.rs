@@ -315,7 +315,8 @@ mod tests {
             .unwrap();
         assert_eq!(c.algorithm, None);
         assert_eq!(c.autotune, 0);
-        for (v, trials) in [("on", 3), ("OFF", 0), ("", 0), ("5", 5), (" 0 ", 0)] {
+        let on = crate::autotune::DEFAULT_TRIALS;
+        for (v, trials) in [("on", on), ("OFF", 0), ("", 0), ("5", 5), (" 0 ", 0)] {
             let owned = v.to_string();
             let c = Config::default()
                 .with_vars(|n| (n == "RCOLL_AUTOTUNE").then(|| owned.clone()))

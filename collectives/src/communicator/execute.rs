@@ -169,7 +169,9 @@ impl Communicator {
     ) -> Option<autotune::Key> {
         let forced = forced.is_some()
             || matches!(self.config.algorithm, Some(a) if a.serves(layout.collective));
-        if forced || self.tuner.is_none() || self.nranks < 2 {
+        // A barrier or an empty call moves nothing to choose for.
+        let nothing = layout.collective == Collective::Barrier || layout.count == 0;
+        if forced || nothing || self.tuner.is_none() || self.nranks < 2 {
             return None;
         }
         let bytes = layout.count.saturating_mul(elem_size);
@@ -177,10 +179,6 @@ impl Communicator {
             collective: layout.collective,
             bucket_bytes: bytes.checked_next_power_of_two().unwrap_or(usize::MAX),
             elem_size,
-            root: match layout.collective.is_rooted() {
-                true => layout.root.index(),
-                false => 0,
-            },
         })
     }
 
@@ -192,7 +190,12 @@ impl Communicator {
         layout: &Layout,
         elem_size: usize,
     ) -> Result<(Algorithm, bool)> {
-        let fallback = self.choose(layout, elem_size, None)?;
+        // Priced out of place, as the candidates are: every rank the same.
+        let out_of_place = Layout {
+            in_place: false,
+            ..*layout
+        };
+        let fallback = self.choose(&out_of_place, elem_size, None)?;
         let Some(mut tuner) = self.tuner.take() else {
             return Ok((fallback, false));
         };

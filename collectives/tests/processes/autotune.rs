@@ -8,63 +8,69 @@ use rcoll::{Collective, Communicator, ReduceOp};
 use super::common::finish;
 use super::{spawn, spawn_each};
 
-/// Calls of each size; enough for every candidate's trials at `RCOLL_AUTOTUNE=1` (three
-/// passes of a warm-up and a timed call, at most 10 candidates).
-const CALLS: usize = 70;
+/// Calls after the trials, checked as the ones before.
+const AFTER: usize = 5;
 
-/// Scenario `autotune`: all_reduce of two sizes, alternately out of place and in place,
-/// every result checked; prints when each size settled and on what.
+/// Scenario `autotune`: all_reduce of two sizes until their trials are over and a few
+/// calls more, every result checked: 4 KB, timed in bursts of five from a common start,
+/// and 2.4 MB, one call at a time. Rank 0 calls in place, the others out of place: one
+/// bucket all the same. Prints when each size settled and on what.
 pub fn autotune(comm: &mut Communicator) {
     let (r, n) = (comm.rank(), comm.size());
-    // 1.2 and 2.4 MB: sizes timed `trials` times, one call at a time (smaller ones are
-    // timed in bursts, and more often).
-    for count in [300_000usize, 600_000] {
+    let limit = rcoll::autotune::max_trial_calls(1);
+    assert!(
+        !comm.autotunes::<f32>(Collective::Barrier, 0),
+        "a barrier is not tried"
+    );
+    for count in [1000usize, 600_000] {
+        assert!(comm.autotunes::<f32>(Collective::AllReduce, count));
         assert_eq!(comm.autotuned::<f32>(Collective::AllReduce, count, 0), None);
-        let mut settled_at = None;
-        for call in 0..CALLS {
+        let mut calls = 0;
+        let mut after = 0;
+        while after < AFTER {
             // Small integers: every order of the additions gives the exact sum.
             let input: Vec<f32> = (0..count)
-                .map(|i| ((r + 1) * (i % 7 + call)) as f32)
+                .map(|i| ((r + 1) * (i % 7 + calls % 5)) as f32)
                 .collect();
             let mut out = vec![0f32; count];
-            if call % 2 == 0 {
-                comm.all_reduce(&input, &mut out, ReduceOp::Sum)
-            } else {
+            if r == 0 {
                 out.copy_from_slice(&input);
                 comm.all_reduce_in_place(&mut out, ReduceOp::Sum)
+            } else {
+                comm.all_reduce(&input, &mut out, ReduceOp::Sum)
             }
-            .unwrap_or_else(|e| panic!("rank {r}, {count} elements, call {call}: {e}"));
+            .unwrap_or_else(|e| panic!("rank {r}, {count} elements, call {calls}: {e}"));
             for (i, x) in out.iter().enumerate() {
-                let want = ((i % 7 + call) * n * (n + 1) / 2) as f32;
+                let want = ((i % 7 + calls % 5) * n * (n + 1) / 2) as f32;
                 assert_eq!(
                     *x, want,
-                    "rank {r}, {count} elements, call {call}, element {i}"
+                    "rank {r}, {count} elements, call {calls}, element {i}"
                 );
             }
-            let tuned = comm.autotuned::<f32>(Collective::AllReduce, count, 0);
-            if settled_at.is_none() && tuned.is_some() {
-                settled_at = Some(call + 1);
+            match comm.autotuned::<f32>(Collective::AllReduce, count, 0) {
+                Some(_) => after += 1,
+                None => calls += 1,
             }
+            assert!(calls < limit, "rank {r}: {count} elements never settled");
         }
-        let tuned = comm.autotuned::<f32>(Collective::AllReduce, count, 0);
-        let chosen = tuned.unwrap_or_else(|| panic!("rank {r}: {count} elements never settled"));
+        let chosen = comm
+            .autotuned::<f32>(Collective::AllReduce, count, 0)
+            .expect("settled");
         assert_eq!(
             comm.algorithm_for::<f32>(Collective::AllReduce, count, 0, true),
             chosen,
             "what auto reports is what it settled on"
         );
-        println!(
-            "TUNED {count} {chosen} after {} calls",
-            settled_at.unwrap_or(0)
-        );
+        println!("TUNED {count} {chosen} after {} calls", calls + 1);
     }
 }
 
 /// Scenario `autotune_mismatch`: rank 1 runs without `RCOLL_AUTOTUNE`, the others with it;
-/// the same loop of all_reduce must fail on every rank, naming the disagreement.
+/// the same loop of all_reduce must fail on every rank (the others' first burst starts
+/// with a barrier rank 1 does not make), naming the disagreement.
 pub fn mismatch(comm: &mut Communicator) {
     let mut v = vec![1f32; 1000];
-    let r = (0..CALLS)
+    let r = (0..50)
         .try_for_each(|_| comm.all_reduce_in_place(&mut v, ReduceOp::Sum))
         .and_then(|_| comm.barrier())
         .and_then(|_| comm.barrier());
@@ -73,8 +79,9 @@ pub fn mismatch(comm: &mut Communicator) {
     assert!(e.to_string().contains("disagrees"), "{e}");
 }
 
-/// Three ranks over shared memory try every candidate at two sizes, agree, and settle
-/// on one algorithm per size, the same on every rank, with every result exact.
+/// Three ranks over shared memory try every candidate at two sizes (in bursts and one
+/// call at a time), agree, and settle on one algorithm per size, the same on every rank,
+/// whether they call in place or not, with every result exact.
 #[test]
 fn trials_settle_every_rank_on_one_algorithm_per_size() {
     let extra = [
@@ -93,10 +100,19 @@ fn trials_settle_every_rank_on_one_algorithm_per_size() {
             .collect();
         assert_eq!(tuned.len(), 2, "rank {r}:\n{out}");
         for line in &tuned {
-            // Settled after the trials (at least a first pass of two calls of at least
-            // two candidates), not at once.
-            let calls: usize = line.split_whitespace().nth(4).unwrap().parse().unwrap();
-            assert!((4..=60).contains(&calls), "rank {r}: {line}");
+            // Settled after two passes over at least two candidates: blocks of a warm-up
+            // and 8 bursts of 5 at 4 KB, of a warm-up and one call at 2.4 MB.
+            let w: Vec<&str> = line.split_whitespace().collect();
+            let calls: usize = w[4].parse().unwrap();
+            let least = if w[1] == "1000" {
+                2 * 2 * 41
+            } else {
+                2 * 2 * 2
+            };
+            assert!(
+                (least..=rcoll::autotune::max_trial_calls(1)).contains(&calls),
+                "rank {r}: {line}"
+            );
         }
         // The log names the candidates tried and their agreed times.
         let tried = out.lines().filter(|l| l.contains("autotune")).count();
