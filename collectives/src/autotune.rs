@@ -39,8 +39,8 @@
 //!
 //! Every rank makes the same calls in the same order (a collective's contract), so every
 //! rank counts the same trials and agrees at the same calls without a word more than the
-//! barrier before each burst and the two all_reduces (both forced to recursive doubling,
-//! never tried themselves). Each call's fingerprint carries its algorithm: ranks configured
+//! barrier before each burst (the communicator's own: barriers are not tried) and the two
+//! all_reduces (forced to recursive doubling). Each call's fingerprint carries its algorithm: ranks configured
 //! differently (one with `RCOLL_AUTOTUNE`, one without) fail their call with an error
 //! naming how the calls differ, never a hang.
 //!

@@ -488,8 +488,9 @@ impl Communicator {
             .zip(self.tuner.as_ref())
             .is_some_and(|(k, t)| t.starts_burst(&k));
         if starts_burst {
-            // A burst of timed calls starts on every rank at once (see `autotune`).
-            self.next_algorithm = Some(Algorithm::RecursiveDoubling);
+            // A burst of timed calls starts on every rank at once (see `autotune`), from
+            // the barrier an application would call (barriers are not tried): the skew it
+            // leaves the ranks in is part of what the burst's algorithm is timed on.
             self.barrier()?;
         }
         let seq = self.seq;
