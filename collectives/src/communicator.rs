@@ -19,6 +19,7 @@ use crate::schedule::{Collective, Layout};
 use crate::select::Selector;
 
 mod execute;
+mod trials;
 
 /// Tags of point-to-point messages have this bit set in their sequence number, so that
 /// they never collide with collectives (whose numbers stay below it).

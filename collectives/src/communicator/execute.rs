@@ -7,7 +7,7 @@ use rcoll_transport::{Rank, TransportError};
 
 use crate::algorithm::hierarchical::LevelAlgorithms;
 use crate::algorithm::Algorithm;
-use crate::autotune::{self, Next};
+use crate::autotune;
 use crate::element::{DataType, Element};
 use crate::engine::core::{ExecError, Position};
 use crate::engine::driver::{run, RunError};
@@ -38,7 +38,7 @@ pub(super) struct Prepared {
     expect: BufferLayout,
     algorithm: Algorithm,
     /// The size bucket this call is a trial of (selection by trial, [`crate::autotune`]):
-    /// such a call is timed and never reused for the next.
+    /// such a call is timed, and reused for the next only within its block.
     trial: Option<autotune::Key>,
     plan: Arc<Plan>,
     /// The description the fingerprint is made of: algorithm, levels, segment length.
@@ -159,145 +159,6 @@ impl Communicator {
         }
     }
 
-    /// The size bucket of `layout` that selection by trial decides, if it is on and `Auto`
-    /// chooses for this call (nothing forced, two ranks or more).
-    pub(super) fn tune_key(
-        &self,
-        layout: &Layout,
-        elem_size: usize,
-        forced: Option<Algorithm>,
-    ) -> Option<autotune::Key> {
-        let forced = forced.is_some()
-            || matches!(self.config.algorithm, Some(a) if a.serves(layout.collective));
-        // A barrier or an empty call moves nothing to choose for.
-        let nothing = layout.collective == Collective::Barrier || layout.count == 0;
-        if forced || nothing || self.tuner.is_none() || self.nranks < 2 {
-            return None;
-        }
-        let bytes = layout.count.saturating_mul(elem_size);
-        Some(autotune::Key {
-            collective: layout.collective,
-            bucket_bytes: bytes.checked_next_power_of_two().unwrap_or(usize::MAX),
-            elem_size,
-        })
-    }
-
-    /// The algorithm of a call in `key`'s bucket under selection by trial, and whether it
-    /// is a trial.
-    fn choose_by_trial(
-        &mut self,
-        key: autotune::Key,
-        layout: &Layout,
-        elem_size: usize,
-    ) -> Result<(Algorithm, bool)> {
-        // Priced out of place, as the candidates are: every rank the same.
-        let out_of_place = Layout {
-            in_place: false,
-            ..*layout
-        };
-        let fallback = self.choose(&out_of_place, elem_size, None)?;
-        let Some(mut tuner) = self.tuner.take() else {
-            return Ok((fallback, false));
-        };
-        let next = tuner.next(key, fallback, || self.candidates(layout, elem_size));
-        self.tuner = Some(tuner);
-        Ok(match next {
-            Next::Settled(a) => (a, false),
-            Next::Trial(a) => (a, true),
-        })
-    }
-
-    /// Whether the next call can reuse `p`: it is no trial, or the next trial of its
-    /// bucket runs the same algorithm (a block of trials; the call is counted). Reused, a
-    /// trial costs what the calls of a settled bucket do: preparing each anew cost the
-    /// mesh's 8-byte all_reduce on 3 ranks twice its time in a loop (5.7 against 2.6 us).
-    fn trial_goes_on(&mut self, p: &Prepared) -> bool {
-        let (Some(k), Some(tuner)) = (p.trial, self.tuner.as_mut()) else {
-            return p.trial.is_none();
-        };
-        let same = tuner.upcoming(&k) == Some(Next::Trial(p.algorithm));
-        if same {
-            tuner.next(k, p.algorithm, Vec::new);
-        }
-        same
-    }
-
-    /// What selection by trial tries for `layout`'s bucket: the tuning file's rule for it
-    /// first, then every algorithm the model prices within
-    /// [`autotune::CANDIDATE_SPREAD`] times the cheapest, cheapest first. Priced out of
-    /// place whatever this rank's call is, so that every rank has the same list.
-    fn candidates(&self, layout: &Layout, elem_size: usize) -> Vec<Algorithm> {
-        let canonical = crate::select::bucket(
-            &Layout {
-                in_place: false,
-                ..*layout
-            },
-            elem_size,
-        );
-        let bytes = layout.count.saturating_mul(elem_size);
-        let rule = self.config.tuning.as_ref().and_then(|t| {
-            t.rule(self.tuning_key, layout.collective, self.nranks, bytes)
-                .filter(|a| a.serves(layout.collective))
-        });
-        let levels = self.hosts.as_deref().map(|hosts| self.levels_on(hosts));
-        let ranked = crate::select::rank_algorithms(
-            &canonical,
-            elem_size,
-            &self.config.cost_model,
-            levels.as_ref(),
-        );
-        let cheapest = ranked.first().map_or(0.0, |(_, c)| c.predicted_us);
-        let mut out: Vec<Algorithm> = rule.into_iter().collect();
-        for (a, c) in ranked {
-            if c.predicted_us <= autotune::CANDIDATE_SPREAD * cheapest && !out.contains(&a) {
-                out.push(a);
-            }
-        }
-        out
-    }
-
-    /// After a trial of `algorithm` on `key` that took `us` here: when it ends the first
-    /// passes or the last, the ranks agree on each candidate's time on the slowest rank (one
-    /// all_reduce), and drop the slow candidates or settle on the cheapest.
-    fn after_trial(&mut self, key: autotune::Key, algorithm: Algorithm, us: f64) -> Result<()> {
-        let Some(agree) = self
-            .tuner
-            .as_mut()
-            .and_then(|t| t.record(&key, algorithm, us))
-        else {
-            return Ok(());
-        };
-        let (mut agreed, first_pass) = match agree {
-            autotune::Agree::FirstPasses(times) => (times, true),
-            autotune::Agree::Final(times) => (times, false),
-        };
-        self.next_algorithm = Some(Algorithm::RecursiveDoubling);
-        self.all_reduce_in_place(&mut agreed, ReduceOp::Max)?;
-        let settled = self.tuner.as_mut().and_then(|t| match first_pass {
-            true => t.prune(&key, &agreed),
-            false => t.settle(&key, &agreed),
-        });
-        if let Some((chosen, tried)) = settled {
-            let times: Vec<String> = tried
-                .iter()
-                .zip(&agreed)
-                .map(|(a, t)| match t.is_finite() {
-                    true => format!("{a} {t:.1} us"),
-                    false => format!("{a} dropped after the first passes"),
-                })
-                .collect();
-            tracing::info!(
-                rank = self.rank.0,
-                collective = %key.collective,
-                bytes = key.bucket_bytes,
-                chosen = %chosen,
-                tried = %times.join(", "),
-                "autotune"
-            );
-        }
-        Ok(())
-    }
-
     /// Checks `req` against this group; its layout and this rank's buffers in it.
     pub(super) fn validate<T: Element>(
         &self,
@@ -373,7 +234,7 @@ impl Communicator {
 
     /// What pricing knows of the two levels on `hosts`: this group's rates inside a host,
     /// whether receivers read senders' memory there, and any forced level algorithms.
-    fn levels_on<'h>(
+    pub(super) fn levels_on<'h>(
         &self,
         hosts: &'h rcoll_transport::hosts::HostMap,
     ) -> crate::schedule::cost::Levels<'h> {
@@ -474,7 +335,7 @@ impl Communicator {
         // reference count on the plan.
         // Only the buffers' lengths are checked again (`prepare` checks them with the rest).
         let checked = match self.prepared.take() {
-            Some(p) if p.key == key && self.trial_goes_on(&p) => {
+            Some(p) if p.key == key && self.trial_goes_on(p.trial, p.algorithm) => {
                 self.check_lengths(&req, &p.expect).map(|()| p)
             }
             _ => self.prepare(&req, key),
