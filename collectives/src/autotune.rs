@@ -28,6 +28,10 @@
 //!   first run pays its allocations and cold caches: it is not counted. A rank's time for
 //!   a candidate in a pass is the mean of the block's timed calls (one call alone swings
 //!   with the calls around it: 0.2-8 us at 8 B);
+//! - above [`SMALL_CALL_BYTES`], calls are single ones from a barrier, and long enough for
+//!   the machine's state to change between blocks: there the candidates take turns (A B
+//!   C, A B C) after one warm-up pass, each pass a single call of each, `trials` times as
+//!   many passes, so that every pass times all of them in the same state;
 //! - after [`PRUNE_AFTER`] passes over all candidates, an all_reduce of each one's faster
 //!   pass (the maximum over ranks: the collective lasts as long as its slowest rank)
 //!   gives every rank the same numbers, and the candidates slower than [`PRUNE_RATIO`]
@@ -201,6 +205,53 @@ impl Tuner {
         self.trials as usize * scale * self.burst(key)
     }
 
+    /// Whether `key`'s calls are single ones, taken in turn ([`SMALL_CALL_BYTES`]): one
+    /// call of each candidate after another (A B C, A B C), each from a barrier, after one
+    /// warm-up pass. A call above 1 MiB lasts long enough for the host's state to change
+    /// between blocks: on 2 TCP ranks at 64 MiB, in blocks, the candidates timed in one
+    /// second took 14.4-16.0 ms and those of the next 21.1-23.8, and 5 of 9 were dropped,
+    /// the ring among them, which the rounds then timed among the fastest (all nine within
+    /// 1.1 of each other). Taken in turn, each pass times every candidate in the same
+    /// state; the barrier before each call leaves no skew from the call before.
+    fn in_turn(key: &Key) -> bool {
+        key.bucket_bytes > SMALL_CALL_BYTES
+    }
+
+    /// Calls per plan entry of `key`: a block's warm-up and timed calls, or one call of
+    /// a bucket taken in turn.
+    fn block(&self, key: &Key) -> usize {
+        match Self::in_turn(key) {
+            true => 1,
+            false => self.timed(key) + 1,
+        }
+    }
+
+    /// Passes over the candidates before the ranks agree on which to drop (`first`), or in
+    /// all: [`PRUNE_AFTER`] and [`PASSES`], each of `trials` single calls for a bucket
+    /// taken in turn. Not counting the warm-up pass of such a bucket.
+    fn passes(&self, key: &Key, first: bool) -> usize {
+        let passes = match first {
+            true => PRUNE_AFTER.min(PASSES),
+            false => PASSES,
+        };
+        match Self::in_turn(key) {
+            true => passes * self.trials as usize,
+            false => passes,
+        }
+    }
+
+    /// This rank's time of each pass of a candidate, from its calls `t` in blocks of
+    /// `block`: a block's mean without its warm-up, or (`in_turn`) each call after the
+    /// warm-up pass's.
+    fn pass_times(block: usize, in_turn: bool, t: &[f64]) -> Vec<f64> {
+        match in_turn {
+            true => t.get(1..).unwrap_or_default().to_vec(),
+            false => (0..t.len() / block)
+                .map(|p| mean(&t[p * block + 1..(p + 1) * block]))
+                .collect(),
+        }
+    }
+
     /// The agreed algorithm of `key`, if its trials are over.
     pub fn settled(&self, key: &Key) -> Option<Algorithm> {
         match self.entries.get(key) {
@@ -220,7 +271,7 @@ impl Tuner {
                 calls,
                 ..
             } => {
-                let block = *calls / (self.timed(key) + 1);
+                let block = *calls / self.block(key);
                 // Past the plan only if a call ran before the first pass was agreed on,
                 // which the communicator does not do.
                 let i = plan.get(block).or(plan.last()).copied().unwrap_or(0);
@@ -233,6 +284,7 @@ impl Tuner {
     /// timed calls: the ranks start it together.
     pub fn starts_burst(&self, key: &Key) -> bool {
         match self.entries.get(key) {
+            Some(Entry::Trying { calls, .. }) if *calls > 0 && Self::in_turn(key) => true,
             Some(Entry::Trying { calls, .. }) if *calls > 0 => {
                 let at = (*calls - 1) % (self.timed(key) + 1);
                 at >= 1 && (at - 1) % self.burst(key) == 0
@@ -264,7 +316,10 @@ impl Tuner {
                 n => Entry::Trying {
                     candidates,
                     times: vec![Vec::new(); n],
-                    plan: (0..PRUNE_AFTER.min(PASSES)).flat_map(|_| 0..n).collect(),
+                    // A bucket taken in turn starts with a warm-up pass.
+                    plan: (0..self.passes(&key, true) + usize::from(Self::in_turn(&key)))
+                        .flat_map(|_| 0..n)
+                        .collect(),
                     calls: 0,
                     first_passes_agreed: false,
                 },
@@ -281,7 +336,10 @@ impl Tuner {
     /// Records this rank's time of a trial of `algorithm` on `key`. Returns what the
     /// ranks must agree on when it ends the first pass or the last.
     pub fn record(&mut self, key: &Key, algorithm: Algorithm, us: f64) -> Option<Agree> {
-        let block = self.timed(key) + 1;
+        let block = self.block(key);
+        let all = self.passes(key, false);
+        let in_turn = Self::in_turn(key);
+        let pass_times = |t: &[f64]| Self::pass_times(block, in_turn, t);
         let Some(Entry::Trying {
             candidates,
             times,
@@ -298,22 +356,19 @@ impl Tuner {
         if recorded != plan.len() * block {
             return None;
         }
-        // Per pass, the block's mean without its first call (a warm-up).
-        let pass = |t: &[f64], p: usize| mean(&t[p * block + 1..(p + 1) * block]);
-        let passes = |t: &[f64]| (0..t.len() / block).map(|p| pass(t, p)).collect::<Vec<_>>();
         Some(match first_passes_agreed {
             false => Agree::FirstPasses(
                 times
                     .iter()
-                    .map(|t| passes(t).into_iter().fold(f64::INFINITY, f64::min))
+                    .map(|t| pass_times(t).into_iter().fold(f64::INFINITY, f64::min))
                     .collect(),
             ),
             true => Agree::Final(
                 times
                     .iter()
-                    .map(|t| match t.len() / block {
-                        n if n < PASSES => f64::INFINITY,
-                        _ => median(passes(t)),
+                    .map(|t| match pass_times(t) {
+                        p if p.len() < all => f64::INFINITY,
+                        p => median(p),
                     })
                     .collect(),
             ),
@@ -324,6 +379,7 @@ impl Tuner {
     /// candidates within [`PRUNE_RATIO`] of the fastest for the other passes. Returns the choice and
     /// the candidates if that leaves one (the bucket is then settled).
     pub fn prune(&mut self, key: &Key, agreed: &[f64]) -> Option<(Algorithm, Vec<Algorithm>)> {
+        let more = self.passes(key, false) - self.passes(key, true);
         let Some(Entry::Trying {
             candidates,
             plan,
@@ -341,10 +397,10 @@ impl Tuner {
         let kept: Vec<usize> = (0..candidates.len())
             .filter(|&i| agreed.get(i).is_some_and(|t| *t <= PRUNE_RATIO * fastest))
             .collect();
-        if kept.len() < 2 || agreed.len() != candidates.len() || PASSES <= PRUNE_AFTER {
+        if kept.len() < 2 || agreed.len() != candidates.len() || more == 0 {
             return self.settle(key, agreed);
         }
-        for _ in PRUNE_AFTER..PASSES {
+        for _ in 0..more {
             plan.extend(&kept);
         }
         *first_passes_agreed = true;
@@ -434,59 +490,92 @@ mod tests {
         (ran, agree)
     }
 
+    /// A block at 1 MiB with one trial: a warm-up, then a burst of five calls.
+    fn block(warm_up: f64, burst: [f64; BURST_CALLS]) -> Vec<f64> {
+        [&[warm_up][..], &burst[..]].concat()
+    }
+
     #[test]
     fn candidates_run_in_blocks_and_passes_until_the_ranks_agree() {
-        let mut t = Tuner::new(2);
+        let mut t = Tuner::new(1);
+        let mib = key(SMALL_CALL_BYTES);
         let [r, tr, m] = ABC;
-        // Two passes, blocks of three, each first call a warm-up (the mesh's slow): ring
-        // 30/30 then 20/24, tree 5/7 then 40/50, mesh 8/8 then 9/9. Faster passes: ring
-        // 22, tree 6, mesh 8.
+        // Two passes, blocks of six, each first call a warm-up (the mesh's slow): ring
+        // 30 then 22, tree 6 then 45, mesh 8 then 9. Faster passes: ring 22, tree 6,
+        // mesh 8.
         let first = [
-            [50.0, 30.0, 30.0, 60.0, 5.0, 7.0, 900.0, 8.0, 8.0],
-            [50.0, 20.0, 24.0, 60.0, 40.0, 50.0, 90.0, 9.0, 9.0],
+            block(50.0, [30.0; 5]),
+            block(60.0, [5.0, 7.0, 6.0, 6.0, 6.0]),
+            block(900.0, [8.0; 5]),
+            block(50.0, [20.0, 24.0, 22.0, 22.0, 22.0]),
+            block(60.0, [40.0, 50.0, 45.0, 45.0, 45.0]),
+            block(90.0, [9.0; 5]),
         ];
-        let (ran, agree) = run(&mut t, key(BIG), &first.concat());
-        let pass = [r, r, r, tr, tr, tr, m, m, m];
-        assert_eq!(ran, [pass, pass].concat());
+        let (ran, agree) = run(&mut t, mib, &first.concat());
+        let pass = [[r; 6], [tr; 6], [m; 6]].concat();
+        assert_eq!(ran, [pass.clone(), pass].concat());
         assert_eq!(agree, Some(Agree::FirstPasses(vec![22.0, 6.0, 8.0])));
         // Another rank was slower on the tree: 9 against the mesh's 8, and the ring more
         // than 1.5 times the mesh's is dropped.
-        assert_eq!(t.prune(&key(BIG), &[22.0, 9.0, 8.0]), None);
-        assert_eq!(
-            t.upcoming(&key(BIG)),
-            Some(Next::Trial(tr)),
-            "not counted yet"
-        );
-        assert_eq!(t.upcoming(&key(BIG)), Some(Next::Trial(tr)));
-        assert_eq!(t.upcoming(&key(2 * BIG)), None);
-        // A third pass of the tree and the mesh: tree 6/6, mesh 7/7. The median passes:
+        assert_eq!(t.prune(&mib, &[22.0, 9.0, 8.0]), None);
+        assert_eq!(t.upcoming(&mib), Some(Next::Trial(tr)), "not counted yet");
+        assert_eq!(t.upcoming(&mib), Some(Next::Trial(tr)));
+        assert_eq!(t.upcoming(&key(BIG)), None);
+        // A third pass of the tree and the mesh: tree 6, mesh 7. The median passes:
         // tree 6 (6, 45, 6), mesh 8 (8, 9, 7).
-        let (ran, agree) = run(&mut t, key(BIG), &[1.0, 6.0, 6.0, 1.0, 7.0, 7.0]);
-        assert_eq!(ran, [tr, tr, tr, m, m, m]);
+        let third = [block(1.0, [6.0; 5]), block(1.0, [7.0; 5])].concat();
+        let (ran, agree) = run(&mut t, mib, &third);
+        assert_eq!(ran, [[tr; 6], [m; 6]].concat());
         assert_eq!(agree, Some(Agree::Final(vec![f64::INFINITY, 6.0, 8.0])));
-        assert_eq!(t.settled(&key(BIG)), None);
+        assert_eq!(t.settled(&mib), None);
         // Another rank was slower on the tree again: the agreed maxima make the mesh
         // cheapest.
-        let (chosen, tried) = t.settle(&key(BIG), &[f64::INFINITY, 9.0, 8.0]).unwrap();
+        let (chosen, tried) = t.settle(&mib, &[f64::INFINITY, 9.0, 8.0]).unwrap();
         assert_eq!((chosen, tried), (Algorithm::Mesh, ABC.to_vec()));
-        assert_eq!(t.settled(&key(BIG)), Some(Algorithm::Mesh));
+        assert_eq!(t.settled(&mib), Some(Algorithm::Mesh));
         assert_eq!(
-            t.next(key(BIG), Algorithm::Ring, || panic!("asked again")),
+            t.next(mib, Algorithm::Ring, || panic!("asked again")),
             Next::Settled(Algorithm::Mesh)
         );
         // Other buckets are tried on their own.
         assert_eq!(
-            t.next(key(2 * BIG), Algorithm::Ring, || ABC.to_vec()),
+            t.next(key(BIG), Algorithm::Ring, || ABC.to_vec()),
             Next::Trial(Algorithm::Ring)
+        );
+    }
+
+    #[test]
+    fn large_calls_take_the_candidates_in_turn_after_a_warm_up_pass() {
+        let mut t = Tuner::new(2);
+        let [_, tr, m] = ABC;
+        // A warm-up pass (not counted), then 2 x 2 passes of one call each: ring 30, 22,
+        // 25, 40; tree 6, 45, 7, 50; mesh 8, 9, 9, 10. Fastest calls: 22, 6, 8.
+        let first = [
+            [900.0, 900.0, 900.0],
+            [30.0, 6.0, 8.0],
+            [22.0, 45.0, 9.0],
+            [25.0, 7.0, 9.0],
+            [40.0, 50.0, 10.0],
+        ];
+        let (ran, agree) = run(&mut t, key(BIG), &first.concat());
+        assert_eq!(ran, [ABC; 5].concat());
+        assert_eq!(agree, Some(Agree::FirstPasses(vec![22.0, 6.0, 8.0])));
+        // The ring is dropped; two more passes take the tree and the mesh in turn.
+        assert_eq!(t.prune(&key(BIG), &[22.0, 9.0, 8.0]), None);
+        let (ran, agree) = run(&mut t, key(BIG), &[6.0, 7.0, 8.0, 8.0]);
+        assert_eq!(ran, [tr, m, tr, m]);
+        // Medians of six calls: tree (6, 6, 7, 8, 45, 50) 7.5, mesh (7, 8, 8, 9, 9, 10) 8.5.
+        assert_eq!(agree, Some(Agree::Final(vec![f64::INFINITY, 7.5, 8.5])));
+        assert_eq!(
+            t.settle(&key(BIG), &[f64::INFINITY, 7.5, 8.5]).unwrap().0,
+            tr
         );
     }
 
     #[test]
     fn first_passes_that_leave_one_candidate_settle_on_it() {
         let mut t = Tuner::new(1);
-        let us = [
-            1.0, 20.0, 1.0, 10.0, 1.0, 30.0, 1.0, 25.0, 1.0, 12.0, 1.0, 8.0,
-        ];
+        let us = [1.0, 1.0, 1.0, 20.0, 10.0, 30.0, 25.0, 12.0, 8.0];
         let (_, agree) = run(&mut t, key(BIG), &us);
         assert_eq!(agree, Some(Agree::FirstPasses(vec![20.0, 10.0, 8.0])));
         let (chosen, _) = t.prune(&key(BIG), &[20.0, 10.0, 30.0]).unwrap();
@@ -497,10 +586,10 @@ mod tests {
     #[test]
     fn ties_go_to_the_model_order_and_nothing_to_try_settles_at_once() {
         let mut t = Tuner::new(1);
-        let (_, agree) = run(&mut t, key(4 * BIG), &[4.0; 12]);
+        let (_, agree) = run(&mut t, key(4 * BIG), &[4.0; 9]);
         assert_eq!(agree, Some(Agree::FirstPasses(vec![4.0; 3])));
         assert_eq!(t.prune(&key(4 * BIG), &[4.0; 3]), None);
-        let (_, agree) = run(&mut t, key(4 * BIG), &[4.0; 6]);
+        let (_, agree) = run(&mut t, key(4 * BIG), &[4.0; 3]);
         assert_eq!(agree, Some(Agree::Final(vec![4.0; 3])));
         assert_eq!(
             t.settle(&key(4 * BIG), &[4.0, 4.0, 3.9]).unwrap().0,
@@ -548,8 +637,8 @@ mod tests {
 
     #[test]
     fn bursts_start_after_each_blocks_warm_up() {
-        // Above 1 MiB: a warm-up, then two calls, each on its own (blocks of three).
-        assert_eq!(burst_starts(2, key(BIG), 7), [1, 2, 4, 5]);
+        // Above 1 MiB: every call, in turn (the warm-up pass's too).
+        assert_eq!(burst_starts(2, key(BIG), 7), [0, 1, 2, 3, 4, 5, 6]);
         // At 1 MiB: a warm-up, then two bursts of five (blocks of eleven).
         assert_eq!(burst_starts(2, key(SMALL_CALL_BYTES), 23), [1, 6, 12, 17]);
     }

@@ -135,6 +135,15 @@ impl Communicator {
         };
         self.next_algorithm = Some(Algorithm::RecursiveDoubling);
         self.all_reduce_in_place(&mut agreed, ReduceOp::Max)?;
+        if first_pass {
+            tracing::debug!(
+                rank = self.rank.0,
+                collective = %key.collective,
+                bytes = key.bucket_bytes,
+                agreed = ?agreed,
+                "autotune: first passes"
+            );
+        }
         let settled = self.tuner.as_mut().and_then(|t| match first_pass {
             true => t.prune(&key, &agreed),
             false => t.settle(&key, &agreed),
