@@ -116,40 +116,58 @@ pub fn held_back() {
 }
 
 /// Small messages both ways in lockstep, as a 2-rank all_reduce sends them: each rank
-/// sends message i, takes the peer's message i and lets it go. Prints the credit messages
-/// it posted and the grants that went behind its messages (`VerbsTransport::credit_flow`).
+/// sends message i, takes the peer's message i and lets it go. Every other message goes
+/// as the engine's small calls send it (from a slice, taken into the caller's memory),
+/// the rest as payloads lent and recycled: 400 messages, more than a peer may hold, so a
+/// slot that one way did not give back stalls the exchange. Prints the credit messages it
+/// posted and the grants that went behind its messages (`VerbsTransport::credit_flow`).
 pub fn lockstep() {
     use rcoll::transport::verbs::VerbsTransport;
     use std::time::Instant;
     const N: u64 = 400;
     let (mut t, other) = verbs_pair();
     let deadline = Instant::now() + Duration::from_secs(60);
+    let stalled = |t: &mut Box<dyn rcoll::transport::Transport>, i: u64| {
+        assert!(
+            Instant::now() < deadline,
+            "rank {} stalled at {i}",
+            t.rank()
+        );
+        t.wait(deadline).expect("wait");
+    };
     for i in 0..N {
-        let mut m = t.alloc(8);
-        m.as_bytes_mut()
-            .copy_from_slice(&(i * 2 + t.rank().index() as u64).to_le_bytes());
-        let mut m = Some(m);
-        while let Some(back) = t
-            .try_send(other, tag(i), m.take().expect("m"))
-            .expect("send")
-        {
-            m = Some(back);
-            t.wait(deadline).expect("wait for room");
-        }
-        let p = loop {
-            if let Some(p) = t.try_recv(other, tag(i), 8).expect("recv") {
-                break p;
+        let mine = (i * 2 + t.rank().index() as u64).to_le_bytes();
+        let got = if i % 2 == 0 {
+            let mut m = t.alloc(8);
+            m.as_bytes_mut().copy_from_slice(&mine);
+            let mut m = Some(m);
+            while let Some(back) = t
+                .try_send(other, tag(i), m.take().expect("m"))
+                .expect("send")
+            {
+                m = Some(back);
+                stalled(&mut t, i);
             }
-            assert!(
-                Instant::now() < deadline,
-                "rank {} stalled at {i}",
-                t.rank()
-            );
-            t.wait(deadline).expect("wait");
+            let p = loop {
+                if let Some(p) = t.try_recv(other, tag(i), 8).expect("recv") {
+                    break p;
+                }
+                stalled(&mut t, i);
+            };
+            let got = u64::from_le_bytes(p.as_bytes().try_into().expect("8 bytes"));
+            t.recycle(p);
+            got
+        } else {
+            while !t.try_send_slice(other, tag(i), &mine).expect("send") {
+                stalled(&mut t, i);
+            }
+            let mut into = [0u8; 8];
+            while !t.try_recv_into(other, tag(i), &mut into).expect("recv") {
+                stalled(&mut t, i);
+            }
+            u64::from_le_bytes(into)
         };
-        let got = u64::from_le_bytes(p.as_bytes().try_into().expect("8 bytes"));
         assert_eq!(got, i * 2 + other.index() as u64, "message {i}");
-        t.recycle(p);
     }
     let verbs = t
         .as_any_mut()
@@ -430,7 +448,13 @@ fn messages_too_large_for_the_peers_slots_are_refused_at_no_cost() {
 #[test]
 #[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
 fn slots_go_back_behind_the_messages_of_a_lockstep_exchange() {
-    let results = finish(spawn("lockstep", 2, |_| vec![]), Duration::from_secs(120));
+    // 1 MiB slots: a peer may hold fewer than the 200 messages each way takes into its
+    // own memory (64 MiB of them, or 8 windows).
+    let segment = || vec![("RCOLL_SEGMENT_BYTES".into(), (1 << 20).to_string())];
+    let results = finish(
+        spawn("lockstep", 2, |_| segment()),
+        Duration::from_secs(120),
+    );
     all_ok("lockstep", &results);
     for (r, (_, out)) in results.iter().enumerate() {
         let flow: Vec<u64> = out

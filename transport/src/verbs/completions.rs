@@ -9,10 +9,10 @@ use super::wire::{
     decode_header, trailing_grants, HEADER, HELLO, OFFER, WR_BIND, WR_CREDIT, WR_DATA, WR_HELLO,
     WR_INLINE, WR_INVALIDATE, WR_KIND, WR_RECV, WR_WINDOW_WRITE,
 };
-use super::{VerbsTransport, CTRL_BYTES};
+use super::{Arrival, VerbsTransport, CTRL_BYTES};
 use crate::error::TransportError;
 use crate::transport::{Payload, Transport};
-use crate::types::Rank;
+use crate::types::{Rank, Tag};
 
 impl VerbsTransport {
     pub(super) fn verbs_error(&self, peer: Option<usize>, e: VerbsError) -> TransportError {
@@ -60,7 +60,11 @@ impl VerbsTransport {
     }
 
     pub(super) fn complete(&mut self, c: &ffi::Completion) {
-        if let Some((_, reading)) = self.borrowed.remove(&c.wr_id) {
+        // (Most sends borrow nothing: no hashing then.)
+        if let Some((_, reading)) = match self.borrowed.is_empty() {
+            true => None,
+            false => self.borrowed.remove(&c.wr_id),
+        } {
             // Done, or flushed: either way the device no longer reads that memory.
             reading.fetch_sub(1, std::sync::atomic::Ordering::Release);
         }
@@ -119,7 +123,12 @@ impl VerbsTransport {
                         self.replenish_due = true;
                     }
                 }
-                if let Some((id, v)) = self.inflight.remove(&c.wr_id) {
+                // An inline message's buffer went back to the pool when it was posted.
+                let buffer = match kind {
+                    WR_INLINE => None,
+                    _ => self.inflight.remove(&c.wr_id),
+                };
+                if let Some((id, v)) = buffer {
                     self.free.push((id, v));
                     self.replenish_due = true;
                 }
@@ -235,6 +244,56 @@ impl VerbsTransport {
         }
     }
 
+    /// The message `tag` from `peer` with the tag it was sent with, if it has arrived
+    /// (taken out of the arrivals); the peer's error if it is gone and the message is not
+    /// here.
+    pub(super) fn take_arrival(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+    ) -> Result<Option<(Tag, Arrival)>, TransportError> {
+        self.check()?;
+        let p = self.peer_index(peer)?;
+        let key = (peer, tag.key());
+        let mut found = self.arrived.remove(&key);
+        if found.is_none() {
+            self.progress();
+            self.check()?;
+            found = self.arrived.remove(&key);
+        }
+        if found.is_none() {
+            self.control(false)?;
+            if let Some(gone) = self.tcp.peer_gone(Rank::from(p)) {
+                // Its last messages may still be in the completion queue.
+                self.progress();
+                found = Some(self.arrived.remove(&key).ok_or(gone)?);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Lends arrival `a`'s slot to the engine as the payload it holds, until the engine
+    /// recycles it, sends it on, or drops it (then it comes back through `returns`).
+    pub(super) fn lend(&mut self, a: Arrival) -> Payload {
+        self.lent_from.insert(a.id, a.from);
+        self.lent.insert(a.v.as_ptr() as usize, a.id);
+        Payload::lent(a.v, HEADER, a.len, &self.returns)
+    }
+
+    /// Arrival `a` was copied out (or refused): its peer holds one message fewer, and its
+    /// slot is free to lend again at once.
+    pub(super) fn let_go(&mut self, a: Arrival) {
+        self.holds_one_fewer(a.from);
+        if self
+            .bufs
+            .get(a.id as usize)
+            .is_some_and(|b| b.ptr == a.v.as_ptr() as usize)
+        {
+            self.free.push((a.id, a.v));
+            self.replenish();
+        }
+    }
+
     pub(super) fn arrival(&mut self, from: usize, imm: u32) {
         let me = self.rank;
         let Some(peer) = self.peers[from].as_mut() else {
@@ -270,14 +329,16 @@ impl VerbsTransport {
         match header {
             Some((tag, len)) => {
                 peer.held += 1;
-                self.lent_from.insert(imm, from);
-                self.lent.insert(v.as_ptr() as usize, imm);
-                let payload = Payload::lent(v, HEADER, len, &self.returns);
-                if self
-                    .arrived
-                    .insert((Rank::from(from), tag.key()), (tag, payload))
-                    .is_some()
-                {
+                let a = Arrival {
+                    id: imm,
+                    from,
+                    v,
+                    len,
+                };
+                let key = (Rank::from(from), tag.key());
+                if let Some((_, twin)) = self.arrived.insert(key, (tag, a)) {
+                    // Registered memory is never freed behind the device's back.
+                    self.free.push((twin.id, twin.v));
                     self.fail(TransportError::DuplicateTag {
                         rank: me,
                         peer: Rank::from(from),

@@ -71,9 +71,14 @@ impl VerbsTransport {
     /// that is what held its owed slots back, the next [`progress`](Self::progress) grants
     /// them (not here: the caller may still own the buffer that should serve them).
     pub(super) fn released(&mut self, id: u32) {
-        let Some(p) = self.lent_from.remove(&id) else {
-            return;
-        };
+        if let Some(p) = self.lent_from.remove(&id) {
+            self.holds_one_fewer(p);
+        }
+    }
+
+    /// This rank holds one message fewer of peer `p`'s: if that is what held its owed
+    /// slots back, they are due.
+    pub(super) fn holds_one_fewer(&mut self, p: usize) {
         let limit = self.hold_limit;
         if let Some(peer) = self.peers[p].as_mut() {
             peer.held = peer.held.saturating_sub(1);

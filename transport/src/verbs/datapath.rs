@@ -50,26 +50,10 @@ impl Transport for VerbsTransport {
         tag: Tag,
         payload: Payload,
     ) -> Result<Option<Payload>, TransportError> {
-        self.check()?;
-        let p = self.peer_index(peer)?;
+        let Some((p, offer)) = self.ready_for(peer, tag, payload.len())? else {
+            return Ok(Some(payload));
+        };
         let len = payload.len();
-        if len > self.slot_bytes {
-            return Err(TransportError::MessageTooLarge {
-                rank: self.rank,
-                peer,
-                len,
-                max: self.slot_bytes,
-            });
-        }
-        let offer = self.take_offer(p, tag, len);
-        if offer.is_none() {
-            if !self.room_for(p)? {
-                return Ok(Some(payload));
-            }
-            // The peer's slot must hold it (peers configured with smaller segments lend
-            // smaller slots): checked before any buffer changes hands.
-            self.check_slot_fits(p, HEADER + len)?;
-        }
         // The message must sit in one of this transport's registered buffers.
         let mut payload = payload;
         let id = if payload.head() == HEADER {
@@ -77,7 +61,7 @@ impl Transport for VerbsTransport {
         } else {
             None
         };
-        let (id, mut v) = match id {
+        let (id, v) = match id {
             Some(id) => {
                 self.released(id);
                 (id, payload.into_storage())
@@ -90,92 +74,25 @@ impl Transport for VerbsTransport {
                 (id, v)
             }
         };
-        let lkey = self.bufs[id as usize].mr.lkey();
-        if let Some(credit) = offer {
-            // The data alone, into the destination offered for it.
-            self.next_wr = self.next_wr.wrapping_add(1);
-            let wr_id = wr(WR_DATA, p, self.next_wr);
-            let sge = Sge {
-                addr: v.as_ptr() as u64 + HEADER as u64,
-                len: len as u32,
-                lkey,
-            };
-            // SAFETY: `v` is registered (buffer `id`) and moves into `inflight` below,
-            // untouched until this work request completes or is flushed.
-            return match unsafe { self.post_offered(p, wr_id, sge, &credit) } {
-                Ok(()) => {
-                    self.inflight.insert(wr_id, (id, v));
-                    Ok(None)
-                }
-                Err((e, posted)) => {
-                    // A posted write still reads `v`: it stays in flight until then.
-                    if posted {
-                        self.inflight.insert(wr_id, (id, v));
-                    } else {
-                        self.free.push((id, v));
-                    }
-                    Err(e)
-                }
-            };
-        }
-        if let Some(h) = v.first_chunk_mut::<HEADER>() {
-            encode_header(tag, len, h);
-        }
-        let mut total = HEADER + len;
-        // Grants ride behind the message only with regions: a window's bind is retired by
-        // the completion of the credit message that lends it.
-        let scoped = self.scoped;
-        // `room_for` and `check_slot_fits` saw the peer and its first credit.
-        let Some((peer_state, credit)) = self.peers[p]
-            .as_mut()
-            .and_then(|s| s.credits.pop_front().map(|c| (s, c)))
-        else {
-            // Registered memory is never freed behind the device's back: back to the pool.
-            self.free.push((id, v));
-            return Err(TransportError::InvalidPeer {
-                rank: self.rank,
-                peer,
-                nranks: self.nranks,
-            });
+        self.send_in(p, tag, len, id, v, offer).map(|()| None)
+    }
+
+    fn try_send_slice(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        data: &[u8],
+    ) -> Result<bool, TransportError> {
+        // Straight into a registered buffer: no payload lent and taken back on the way.
+        let Some((p, offer)) = self.ready_for(peer, tag, data.len())? else {
+            return Ok(false);
         };
-        let max_inline = peer_state.qp.max_inline as usize;
-        let mut carried = 0;
-        if !scoped && !peer_state.owed.is_empty() {
-            // Into the peer's slot and this buffer, and inline still if the message is.
-            let mut end = v.len().min(credit.len as usize);
-            if total <= max_inline {
-                end = end.min(max_inline);
-            }
-            (total, carried) = peer_state.lend_behind(&mut v, total, end);
-        }
-        self.grants_carried += carried as u64;
-        let inline = total <= max_inline;
-        self.next_wr = self.next_wr.wrapping_add(1);
-        let wr_id = wr(if inline { WR_INLINE } else { WR_DATA }, p, self.next_wr);
-        let sge = Sge {
-            addr: v.as_ptr() as u64,
-            len: total as u32,
-            lkey,
-        };
-        // SAFETY: `v` is registered (buffer `id`); unless inline it moves into `inflight`
-        // below, untouched until this work request completes; inline data is copied
-        // during the call while `v` is alive.
-        let posted = unsafe { peer_state.post_message(p, wr_id, &[sge], &credit, inline) };
-        if let Err((e, write_posted)) = posted {
-            if write_posted && !inline {
-                self.inflight.insert(wr_id, (id, v));
-            } else {
-                self.free.push((id, v));
-            }
-            return Err(self.broken_by(p, e));
-        }
-        self.last_credit = Some((p, credit));
-        if inline {
-            self.free.push((id, v));
-        } else {
-            self.inflight.insert(wr_id, (id, v));
-        }
-        Ok(None)
+        let (id, mut v) = self
+            .take_buffer()
+            .map_err(|e| self.verbs_error(Some(p), e))?;
+        v[HEADER..HEADER + data.len()].copy_from_slice(data);
+        self.send_in(p, tag, data.len(), id, v, offer)
+            .map(|()| true)
     }
 
     fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
@@ -529,25 +446,9 @@ impl Transport for VerbsTransport {
         tag: Tag,
         len: usize,
     ) -> Result<Option<Payload>, TransportError> {
-        self.check()?;
-        let p = self.peer_index(peer)?;
-        let key = (peer, tag.key());
-        let mut found = self.arrived.remove(&key);
-        if found.is_none() {
-            self.progress();
-            self.check()?;
-            found = self.arrived.remove(&key);
-        }
-        if found.is_none() {
-            self.control(false)?;
-            if let Some(gone) = self.tcp.peer_gone(Rank::from(p)) {
-                // Its last messages may still be in the completion queue.
-                self.progress();
-                found = Some(self.arrived.remove(&key).ok_or(gone)?);
-            }
-        }
-        match found {
-            Some((sent, payload)) => {
+        match self.take_arrival(peer, tag)? {
+            Some((sent, a)) => {
+                let payload = self.lend(a);
                 check_arrival(self.rank, peer, tag, sent, payload, len).map(Some)
             }
             None => Ok(None),
@@ -664,7 +565,7 @@ impl Drop for VerbsTransport {
         }
         graveyard.extend(self.inflight.drain().map(|(_, (_, v))| v));
         graveyard.extend(self.free.drain(..).map(|(_, v)| v));
-        graveyard.extend(self.arrived.drain().map(|(_, (_, p))| p.into_storage()));
+        graveyard.extend(self.arrived.drain().map(|(_, (_, a))| a.v));
         while let Some(v) = self.returns.pop() {
             graveyard.push(v);
         }
@@ -674,6 +575,135 @@ impl Drop for VerbsTransport {
 }
 
 impl VerbsTransport {
+    /// Whether a message of `len` bytes with `tag` can go to `peer` now: its index and the
+    /// destination it offered for the tag, if any; `None` when there is no room yet.
+    fn ready_for(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        len: usize,
+    ) -> Result<Option<(usize, Option<Credit>)>, TransportError> {
+        self.check()?;
+        let p = self.peer_index(peer)?;
+        if len > self.slot_bytes {
+            return Err(TransportError::MessageTooLarge {
+                rank: self.rank,
+                peer,
+                len,
+                max: self.slot_bytes,
+            });
+        }
+        let offer = self.take_offer(p, tag, len);
+        if offer.is_none() {
+            if !self.room_for(p)? {
+                return Ok(None);
+            }
+            // The peer's slot must hold it (peers configured with smaller segments lend
+            // smaller slots): checked before any buffer changes hands.
+            self.check_slot_fits(p, HEADER + len)?;
+        }
+        Ok(Some((p, offer)))
+    }
+
+    /// Sends the `len` bytes after the header room of registered buffer `id` (`v`) to peer
+    /// `p` as `tag`: into the destination `offer`ed for it, or into the peer's next slot.
+    fn send_in(
+        &mut self,
+        p: usize,
+        tag: Tag,
+        len: usize,
+        id: u32,
+        mut v: Vec<u8>,
+        offer: Option<Credit>,
+    ) -> Result<(), TransportError> {
+        let lkey = self.bufs[id as usize].mr.lkey();
+        if let Some(credit) = offer {
+            // The data alone, into the destination offered for it.
+            self.next_wr = self.next_wr.wrapping_add(1);
+            let wr_id = wr(WR_DATA, p, self.next_wr);
+            let sge = Sge {
+                addr: v.as_ptr() as u64 + HEADER as u64,
+                len: len as u32,
+                lkey,
+            };
+            // SAFETY: `v` is registered (buffer `id`) and moves into `inflight` below,
+            // untouched until this work request completes or is flushed.
+            return match unsafe { self.post_offered(p, wr_id, sge, &credit) } {
+                Ok(()) => {
+                    self.inflight.insert(wr_id, (id, v));
+                    Ok(())
+                }
+                Err((e, posted)) => {
+                    // A posted write still reads `v`: it stays in flight until then.
+                    if posted {
+                        self.inflight.insert(wr_id, (id, v));
+                    } else {
+                        self.free.push((id, v));
+                    }
+                    Err(e)
+                }
+            };
+        }
+        if let Some(h) = v.first_chunk_mut::<HEADER>() {
+            encode_header(tag, len, h);
+        }
+        let mut total = HEADER + len;
+        // Grants ride behind the message only with regions: a window's bind is retired by
+        // the completion of the credit message that lends it.
+        let scoped = self.scoped;
+        // `room_for` and `check_slot_fits` saw the peer and its first credit.
+        let Some((peer_state, credit)) = self.peers[p]
+            .as_mut()
+            .and_then(|s| s.credits.pop_front().map(|c| (s, c)))
+        else {
+            // Registered memory is never freed behind the device's back: back to the pool.
+            self.free.push((id, v));
+            return Err(TransportError::InvalidPeer {
+                rank: self.rank,
+                peer: Rank::from(p),
+                nranks: self.nranks,
+            });
+        };
+        let max_inline = peer_state.qp.max_inline as usize;
+        let mut carried = 0;
+        if !scoped && !peer_state.owed.is_empty() {
+            // Into the peer's slot and this buffer, and inline still if the message is.
+            let mut end = v.len().min(credit.len as usize);
+            if total <= max_inline {
+                end = end.min(max_inline);
+            }
+            (total, carried) = peer_state.lend_behind(&mut v, total, end);
+        }
+        self.grants_carried += carried as u64;
+        let inline = total <= max_inline;
+        self.next_wr = self.next_wr.wrapping_add(1);
+        let wr_id = wr(if inline { WR_INLINE } else { WR_DATA }, p, self.next_wr);
+        let sge = Sge {
+            addr: v.as_ptr() as u64,
+            len: total as u32,
+            lkey,
+        };
+        // SAFETY: `v` is registered (buffer `id`); unless inline it moves into `inflight`
+        // below, untouched until this work request completes; inline data is copied
+        // during the call while `v` is alive.
+        let posted = unsafe { peer_state.post_message(p, wr_id, &[sge], &credit, inline) };
+        if let Err((e, write_posted)) = posted {
+            if write_posted && !inline {
+                self.inflight.insert(wr_id, (id, v));
+            } else {
+                self.free.push((id, v));
+            }
+            return Err(self.broken_by(p, e));
+        }
+        self.last_credit = Some((p, credit));
+        if inline {
+            self.free.push((id, v));
+        } else {
+            self.inflight.insert(wr_id, (id, v));
+        }
+        Ok(())
+    }
+
     /// A failure to post to peer `p`: the transport is broken (a message may be half
     /// posted), and the error names the peer.
     pub(super) fn broken_by(&mut self, p: usize, e: VerbsError) -> TransportError {

@@ -63,7 +63,12 @@
 //!   receive is under way.
 //! - A received payload is the registered slot itself: the engine reduces into it and may
 //!   forward it with `try_send`, which writes it to the next peer straight from that memory
-//!   (zero copy on forward). Messages that fit inline go inline.
+//!   (zero copy on forward). A receive into the engine's memory (`try_recv_into`, every
+//!   small call's) copies the message out of its slot and lends the slot again at once,
+//!   and a send from the engine's memory (`try_send_slice`) copies into a registered
+//!   buffer and posts it: no payload is lent and taken back on the way (8-byte all_reduce
+//!   on 2 Soft-RoCE ranks: 44.4-48.4 us against 47.4-57.2 with payloads, interleaved).
+//!   Messages that fit inline go inline.
 //! - Receivers replenish on arrival, not on consumption: like the TCP backend, this rank
 //!   accepts every message a peer sends whatever tag it waits for (the trait's contract),
 //!   up to a per-peer hold limit past which the peer waits for slots until this rank
@@ -99,7 +104,6 @@ use std::time::{Duration, Instant};
 
 use crate::error::TransportError;
 use crate::tcp::TcpTransport;
-use crate::transport::Payload;
 use crate::types::{Rank, Tag};
 
 pub use device::{choose, choose_for, library, prefix_of, probe, PortReport, Selection};
@@ -286,6 +290,17 @@ struct Peer {
     hello: bool,
 }
 
+/// A message that arrived in this rank's slot `id` (`v`, header first) from peer `from`:
+/// `len` bytes. Lent to the engine as a payload only if it asks for one
+/// ([`VerbsTransport::lend`]); a receive into the engine's memory copies it out and lends
+/// the slot to the peer again at once, with no payload on the way.
+struct Arrival {
+    id: u32,
+    from: usize,
+    v: Vec<u8>,
+    len: usize,
+}
+
 /// The longest a wait sleeps before it looks at the completion queue again, whatever
 /// events say: a lost event costs this much, never the whole timeout.
 pub(crate) const WAKE_CHECK: Duration = Duration::from_millis(10);
@@ -314,7 +329,7 @@ pub struct VerbsTransport {
     /// Sends in flight: their buffers, by work request id.
     inflight: Map<u64, (u32, Vec<u8>)>,
     next_wr: u32,
-    arrived: crate::transport::Arrivals<(Tag, Payload)>,
+    arrived: crate::transport::Arrivals<(Tag, Arrival)>,
     broken: Option<TransportError>,
     completions: Vec<ffi::Completion>,
     slot_bytes: usize,

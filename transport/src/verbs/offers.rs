@@ -5,10 +5,10 @@
 use std::sync::atomic::Ordering;
 
 use super::ffi::{MemoryWindow, Sge, VerbsError};
-use super::wire::{wr, Credit, Grant, OFFER, WR_BIND, WR_INVALIDATE};
+use super::wire::{wr, Credit, Grant, HEADER, OFFER, WR_BIND, WR_INVALIDATE};
 use super::{Offer, VerbsTransport, OFFER_MIN};
 use crate::error::TransportError;
-use crate::transport::{Offered, Transport, P2P};
+use crate::transport::{check_tag, Offered, P2P};
 use crate::types::{Rank, Tag, TagKey};
 
 /// How long a withdrawal waits for the local invalidation of its window.
@@ -147,13 +147,19 @@ impl VerbsTransport {
         let key = (peer, tag.key());
         // (Most receives have no offer: no hashing then.)
         if self.placed.is_empty() || !self.placed.contains_key(&key) {
-            if let Some(payload) = self.try_recv(peer, tag, dst.len())? {
-                if !self.offered.is_empty() {
-                    self.withdraw(peer, tag.key())?;
+            if let Some((sent, a)) = self.take_arrival(peer, tag)? {
+                // Copied out of its slot, which goes back to the peer at once.
+                let taken = check_tag(self.rank, peer, tag, sent, a.len, dst.len()).and_then(
+                    |()| match self.offered.is_empty() {
+                        true => Ok(()),
+                        false => self.withdraw(peer, tag.key()),
+                    },
+                );
+                if taken.is_ok() {
+                    dst.copy_from_slice(&a.v[HEADER..HEADER + a.len]);
                 }
-                dst.copy_from_slice(payload.as_bytes());
-                self.recycle(payload);
-                return Ok(true);
+                self.let_go(a);
+                return taken.map(|()| true);
             }
             if self.placed.is_empty() {
                 return Ok(false);
