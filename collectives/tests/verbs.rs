@@ -13,6 +13,8 @@
 //! host with rxe set up by `soft-roce/setup.sh`.
 
 mod common;
+#[path = "verbs/placement.rs"]
+mod placement;
 #[path = "verbs/transport.rs"]
 mod transport;
 
@@ -251,7 +253,8 @@ fn zero_copy(comm: &mut Communicator) {
     );
     assert!(comm.zero_copy_sends() > 0, "no send went zero-copy");
     if n == 2 {
-        ring_sends_what_it_reduced_from_the_output(comm);
+        placement::ring_sends_what_it_reduced_from_the_output(comm);
+        placement::in_place_the_all_gather_half_lands_in_place(comm);
     }
     let placed = comm.placed_receives();
     println!(
@@ -266,37 +269,6 @@ fn zero_copy(comm: &mut Communicator) {
         assert!(placed > 0, "no receive landed in its destination");
     }
     assert_eq!(comm.borrowed_in_flight(), 0, "an offer outlived its call");
-}
-
-/// On 2 ranks the ring's all_reduce sends twice: its own half of the input, then the half
-/// it completes, reduced straight into the output and sent from there. With registered
-/// buffers both go from the caller's memory: more zero-copy sends than the first half's
-/// segments (before, the reduced half was reduced into its slot, copied to the output and
-/// sent from the slot: exactly that many).
-fn ring_sends_what_it_reduced_from_the_output(comm: &mut Communicator) {
-    let count = 1 << 20;
-    let mut src = comm.alloc::<f32>(count).expect("alloc");
-    let mut dst = comm.alloc::<f32>(count).expect("alloc");
-    let r = comm.rank();
-    src.iter_mut()
-        .enumerate()
-        .for_each(|(i, x)| *x = ((r + 1) * (i % 1000)) as f32);
-    let half = (count / 2 * std::mem::size_of::<f32>()) as u64;
-    let segments = half.div_ceil(comm.config().segment_bytes as u64);
-    let before = comm.zero_copy_sends();
-    comm.with_algorithm(Algorithm::Ring)
-        .all_reduce(&src, &mut dst, ReduceOp::Sum)
-        .expect("ring all_reduce");
-    let sent = comm.zero_copy_sends() - before;
-    let bad = (0..count).find(|&i| dst[i] != (3 * (i % 1000)) as f32);
-    assert_eq!(bad, None, "ring all_reduce on 2 ranks");
-    println!(
-        "rank {r}: ring all_reduce, {sent} zero-copy sends of {segments} + {segments} segments"
-    );
-    assert!(
-        sent > segments && sent <= 2 * segments,
-        "rank {r}: {sent} zero-copy sends; the first half alone has {segments} segments"
-    );
 }
 
 /// Loops over an all_reduce until the group fails (one rank is killed); the error must
@@ -628,9 +600,30 @@ fn too_little_locked_memory_is_named_on_every_rank() {
 }
 
 /// The ring's collectives over a link that loses 1% of packets and reorders a quarter of
-/// them (netem on both veths, in the VM): rxe retransmits, and every result is still right.
+/// them (netem on both veths, in the VM): rxe retransmits, and every result is still right;
+/// also in place in registered memory, where offers travel with the sends that read it.
 fn lossy(comm: &mut Communicator) {
     let mut failures = Vec::new();
+    let (n, r) = (comm.size(), comm.rank());
+    let count = 1 << 20;
+    let mut buf = comm.alloc::<f32>(count).expect("alloc");
+    for algorithm in [Algorithm::Ring, Algorithm::HalvingDoubling] {
+        buf.iter_mut()
+            .enumerate()
+            .for_each(|(i, x)| *x = ((r + 1) * (i % 1000)) as f32);
+        match comm
+            .with_algorithm(algorithm)
+            .all_reduce_in_place(&mut buf, ReduceOp::Sum)
+        {
+            Ok(()) => {
+                let want = |i: usize| ((n * (n + 1) / 2) * (i % 1000)) as f32;
+                if let Some(i) = (0..count).find(|&i| buf[i] != want(i)) {
+                    failures.push(format!("{algorithm} in place, registered: element {i}"));
+                }
+            }
+            Err(e) => failures.push(format!("{algorithm} in place, registered: {e}")),
+        }
+    }
     for collective in [
         Collective::AllReduce,
         Collective::Broadcast,

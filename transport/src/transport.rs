@@ -559,9 +559,37 @@ pub trait Transport: Send {
         Ok(Offered::No)
     }
 
+    /// As [`Transport::offer`], for memory that this rank's message `with` to `peer`, not
+    /// yet sent, will read: the offer goes to the peer with that message or behind it,
+    /// never before it, so that the peer can write `dst` only once it has that message
+    /// (where [`Transport::offers_follow_sends`]; [`Offered::Later`] elsewhere, and then
+    /// the caller offers `dst` once the send no longer reads it). Made with the message,
+    /// the offer is there when the peer learns the data its own message to this rank may
+    /// depend on.
+    fn offer_with(
+        &mut self,
+        _peer: Rank,
+        _tag: Tag,
+        _dst: &mut [u8],
+        _with: Tag,
+    ) -> Result<Offered, TransportError> {
+        Ok(Offered::Later)
+    }
+
     /// Whether [`Transport::offer`] may place messages from `peer` (take them with
     /// [`Transport::try_recv_into`] then).
     fn places_directly(&self, _peer: Rank) -> bool {
+        false
+    }
+
+    /// Whether an offer to `peer` reaches it only behind everything this rank already sent
+    /// it, on one ordered channel whose messages the peer has received before it can use
+    /// the offer. Then memory that a send to `peer` alone still reads may be offered to
+    /// `peer` at once: its device has put the send's bytes on the wire before the peer can
+    /// write there. (An in-place all_reduce on 2 ranks offers the half it sends in the
+    /// reduce-scatter for the peer's half of the all-gather: waiting for the send's
+    /// completion first, the peer's write comes before the offer.)
+    fn offers_follow_sends(&self, _peer: Rank) -> bool {
         false
     }
 

@@ -12,10 +12,12 @@
 //! their way up. While one segment is reduced the next is arriving and the previous one is
 //! on its way out. Channels advance independently.
 
+mod offers;
+
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use rcoll_transport::{Offered, Payload, Rank, SendState, Tag, Transport, TransportError};
+use rcoll_transport::{Payload, Rank, SendState, Tag, Transport, TransportError};
 
 use super::memory::{Memory, OutOfRange, SrcDst};
 use crate::element::Element;
@@ -74,6 +76,9 @@ struct ChannelState {
     offered: Vec<usize>,
     /// Entries in `in_flight`, all primitives together.
     in_flight_len: usize,
+    /// Whether the receives free from the start have offered their first segments
+    /// ([`Execution::offer_first`]).
+    offered_first: bool,
     /// Every primitive before this one has completed.
     first_open: usize,
     /// Segments the transport refused for now (no credits), with the primitive that sent
@@ -129,6 +134,7 @@ impl<'p> Execution<'p> {
                 state.done.fill(0);
                 state.issued.fill(0);
                 state.offered.fill(0);
+                state.offered_first = false;
                 state.first_open = 0;
             }
         } else {
@@ -143,6 +149,7 @@ impl<'p> Execution<'p> {
                         segments: Vec::new(),
                         offered: Vec::new(),
                         in_flight_len: 0,
+                        offered_first: false,
                         first_open: 0,
                         pending: VecDeque::new(),
                     });
@@ -157,6 +164,7 @@ impl<'p> Execution<'p> {
                 state.in_flight.iter_mut().for_each(VecDeque::clear);
                 state.in_flight.resize_with(n, VecDeque::new);
                 state.in_flight_len = 0;
+                state.offered_first = false;
                 state.segments.clear();
                 state
                     .segments
@@ -230,6 +238,10 @@ impl<'p> Execution<'p> {
     ) -> Result<bool, ExecError> {
         let plan = self.plan;
         let ops = &plan.channels[c].ops;
+        if !self.channels[c].offered_first {
+            self.channels[c].offered_first = true;
+            self.offer_first(c, mem, io)?;
+        }
         let mut moved = self.flush_pending(c, ops, io)?;
         moved |= self.reap(c, ops, io)?;
         let mut again = true;
@@ -341,10 +353,11 @@ impl<'p> Execution<'p> {
     ) -> Result<bool, ExecError> {
         let len = p.prim.len();
         let k = self.channels[c].issued[j];
-        if k >= self.channels[c].segments[j]
-            || !self.channels[c].pending.is_empty()
-            || !self.ready(c, k, &p.waits)
-        {
+        if k >= self.channels[c].segments[j] || !self.channels[c].pending.is_empty() {
+            return Ok(false);
+        }
+        if !self.ready(c, k, &p.waits) {
+            self.offer_early(c, j, p, k, mem, io)?;
             return Ok(false);
         }
         let at = || position(c, p);
@@ -416,7 +429,7 @@ impl<'p> Execution<'p> {
                     return Err(ExecError::InconsistentPlan(at()));
                 };
                 if placed {
-                    self.offer_ahead(c, j, p, k, from, t, mem, io)?;
+                    self.offer_ahead(c, j, p, k, from, t, mem, io, None)?;
                 }
                 let d = mem.write(dst).map_err(mem_err)?;
                 if !io
@@ -444,7 +457,10 @@ impl<'p> Execution<'p> {
             }
             // Straight from the caller's memory to every destination where the transport
             // can (several receivers may read it there).
-            (Primitive::Send { .. }, None, Some(src), _) => {
+            (Primitive::Send { to, .. }, None, Some(src), _) => {
+                if let ([to], Some(&t)) = (to.as_slice(), p.send_transfers.first()) {
+                    self.offer_with_send(c, j, p, *to, tag(t), mem, io)?;
+                }
                 let data = mem.read(src).map_err(mem_err)?;
                 let for_copy = !self.plan.reduces;
                 let bytes = bytemuck::cast_slice(data);
@@ -557,63 +573,6 @@ impl<'p> Execution<'p> {
             queue.push_back((tokens.first, true));
         }
         Ok(true)
-    }
-
-    /// Offers the transport the destinations of receive `p`'s segments from `k` on, as far
-    /// as [`OFFER_AHEAD`] and their dependencies allow (a segment whose memory an earlier
-    /// primitive still uses is offered once it is free), so that its peer's device may
-    /// write them in place. An offered segment's memory is left alone until
-    /// `try_recv_into` takes it, which this primitive does segment by segment.
-    #[allow(clippy::too_many_arguments)] // the receive's full description; one caller
-    fn offer_ahead<T: Element>(
-        &mut self,
-        c: usize,
-        j: usize,
-        p: &PlannedPrimitive,
-        k: usize,
-        from: Rank,
-        transfer: u32,
-        mem: &mut Memory<'_, T>,
-        io: &mut dyn Transport,
-    ) -> Result<(), ExecError> {
-        let state = &self.channels[c];
-        let Some(dst) = p.dst else {
-            return Ok(());
-        };
-        if state.offered[j] & NO_MORE_OFFERS != 0 {
-            return Ok(());
-        }
-        let end = state.segments[j].min(k + OFFER_AHEAD);
-        let mut next = state.offered[j].max(k);
-        let at = || position(c, p);
-        while next < end && self.ready(c, next, &p.waits) {
-            let lo = next * self.segment_elems;
-            let mut l = dst;
-            l.offset += lo;
-            l.len = p.prim.len().saturating_sub(lo).min(self.segment_elems);
-            let d = mem.write(l).map_err(|e| ExecError::Memory(at(), e))?;
-            let tag = Tag {
-                collective: self.collective,
-                channel: c as u16,
-                transfer,
-                segment: next as u32,
-                schedule: self.schedule,
-            };
-            match io
-                .offer(from, tag, bytemuck::cast_slice_mut(d))
-                .map_err(|e| ExecError::Transport(at(), e))?
-            {
-                Offered::Yes => next += 1,
-                Offered::Later => break,
-                // The segments before it stay offered: they are taken where they land.
-                Offered::No => {
-                    next |= NO_MORE_OFFERS;
-                    break;
-                }
-            }
-        }
-        self.channels[c].offered[j] = next;
-        Ok(())
     }
 
     /// Sends `data`, the caller's memory, to every destination of `p`: from that memory

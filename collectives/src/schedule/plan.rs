@@ -142,6 +142,10 @@ pub struct PlannedPrimitive {
     pub send_transfers: Vec<u32>,
     /// Earlier primitives of the channel it must wait for.
     pub waits: Vec<Dependency>,
+    /// For a send to one peer (and nothing else), the later receives from that peer that
+    /// wait for it (only to read what it overwrites): their destinations may be offered to
+    /// travel with its segments (see the engine's `offer_with_send`).
+    pub offers_with: Vec<usize>,
 }
 
 /// One channel resolved for execution: its primitives in schedule order (step, then
@@ -359,7 +363,24 @@ fn plan_channel(
                 recv_transfer,
                 send_transfers,
                 waits,
+                offers_with: Vec::new(),
             });
+        }
+    }
+    for j in 0..ops.len() {
+        let later = &ops[j];
+        let from = match (&later.prim, later.prim.recv_from()) {
+            (Primitive::Recv { .. } | Primitive::RecvCopySend { .. }, Some(from)) => from,
+            _ => continue,
+        };
+        let sends: Vec<usize> = later
+            .waits
+            .iter()
+            .map(|d| d.op)
+            .filter(|&i| matches!(&ops[i].prim, Primitive::Send { to, .. } if to[..] == [from]))
+            .collect();
+        for i in sends {
+            ops[i].offers_with.push(j);
         }
     }
     Ok(PlannedChannel { ops })
@@ -430,5 +451,45 @@ mod tests {
             pairs: vec![(at(0, 0), at(0, 0))],
         };
         assert_eq!(d.needs(0, 10, 1), 1);
+    }
+}
+
+#[cfg(test)]
+mod offers_with {
+    use super::*;
+    use crate::algorithm::Algorithm;
+    use crate::schedule::{Collective, Layout};
+
+    /// Per primitive of rank 0's ring all_reduce of 1000 elements: the later receives its
+    /// send lists in `offers_with`.
+    fn riders(nranks: usize, in_place: bool) -> Vec<Vec<usize>> {
+        let layout = Layout {
+            collective: Collective::AllReduce,
+            nranks,
+            count: 1000,
+            root: Rank(0),
+            in_place,
+        };
+        let schedule = Algorithm::Ring
+            .schedule(&layout, Rank(0))
+            .expect("schedule");
+        let plan = Plan::new(&schedule, &layout.buffers(Rank(0))).expect("plan");
+        plan.channels[0]
+            .ops
+            .iter()
+            .map(|p| p.offers_with.clone())
+            .collect()
+    }
+
+    #[test]
+    fn an_in_place_send_lists_the_receive_from_its_peer_that_refills_its_memory() {
+        // On 2 ranks: send own half (0), receive-reduce-send the other (1), receive own
+        // half back (2), which in place overwrites what 0 sends, from the same peer.
+        assert_eq!(riders(2, true), vec![vec![2], vec![], vec![]]);
+        // Out of place the receive writes the output, which the send does not read.
+        assert_eq!(riders(2, false), vec![Vec::<usize>::new(); 3]);
+        // On 3 ranks the ring sends right and receives from the left: another peer, so
+        // its offer could reach that peer before the send has gone.
+        assert!(riders(3, true).iter().all(Vec::is_empty));
     }
 }

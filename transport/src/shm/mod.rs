@@ -687,8 +687,26 @@ impl Transport for ShmTransport {
         self.inner.offer(peer, tag, dst)
     }
 
+    fn offer_with(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        dst: &mut [u8],
+        with: Tag,
+    ) -> Result<Offered, TransportError> {
+        if self.shares_memory_with(peer) {
+            return Ok(Offered::Later);
+        }
+        self.check()?;
+        self.inner.offer_with(peer, tag, dst, with)
+    }
+
     fn places_directly(&self, peer: Rank) -> bool {
         !self.shares_memory_with(peer) && self.inner.places_directly(peer)
+    }
+
+    fn offers_follow_sends(&self, peer: Rank) -> bool {
+        !self.shares_memory_with(peer) && self.inner.offers_follow_sends(peer)
     }
 
     fn placed_receives(&self) -> u64 {

@@ -56,7 +56,10 @@ impl VerbsTransport {
                 break;
             }
         }
-        self.send_credits(false);
+        // Offers go out at once (with any credits owed behind them): a peer's write that
+        // overtakes its offer lands in a slot and is copied out.
+        let offers = std::mem::take(&mut self.offers_due);
+        self.send_credits(offers);
     }
 
     pub(super) fn complete(&mut self, c: &ffi::Completion) {
@@ -312,7 +315,8 @@ impl VerbsTransport {
             return;
         };
         peer.deficit += 1;
-        let header = decode_header(&v).filter(|&(_, len)| len <= v.len() - HEADER);
+        // No longer than this rank's messages: the rest of the slot is for grants.
+        let header = decode_header(&v).filter(|&(_, len)| len <= self.slot_bytes);
         let grants = header.map(|(_, len)| trailing_grants(&v, len));
         if let Some(None) = grants {
             self.free.push((imm, v));

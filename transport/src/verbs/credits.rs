@@ -4,7 +4,8 @@
 
 use super::ffi::{Access, MemoryRegion, MemoryWindow, Sge};
 use super::wire::{
-    set_trailing_grants, wr, Credit, Grant, CREDIT_BYTES, HEADER, WR_BIND, WR_CREDIT, WR_RECV,
+    set_trailing_grants, wr, Credit, Grant, CREDIT_BYTES, HEADER, TRAILER, WR_BIND, WR_CREDIT,
+    WR_RECV,
 };
 use super::{Buf, VerbsError, VerbsTransport, CTRL_BYTES, OFFERS_HELD_MAX};
 use crate::error::TransportError;
@@ -34,7 +35,7 @@ impl VerbsTransport {
         if let Some(b) = self.free.pop() {
             return Ok(b);
         }
-        let mut v = vec![0u8; HEADER + self.slot_bytes];
+        let mut v = vec![0u8; HEADER + self.slot_bytes + TRAILER];
         let mr = self.register_vec(&mut v)?;
         let window = if self.scoped {
             Some(MemoryWindow::new(&self.pd)?)
@@ -91,12 +92,14 @@ impl VerbsTransport {
     /// Whether peer `p`'s next slot holds `total` bytes (header included); an error naming
     /// both sizes if not. Call after `room_for` said a credit is there.
     pub(super) fn check_slot_fits(&self, p: usize, total: usize) -> Result<(), TransportError> {
+        // A slot holds its peer's largest message and the grants behind it (`TRAILER`).
+        let fits = |c: &Credit| (c.len as usize).saturating_sub(TRAILER);
         match self.peers[p].as_ref().and_then(|s| s.credits.front()) {
-            Some(credit) if total > credit.len as usize => Err(TransportError::MessageTooLarge {
+            Some(credit) if total > fits(credit) => Err(TransportError::MessageTooLarge {
                 rank: self.rank,
                 peer: Rank::from(p),
                 len: total - HEADER,
-                max: (credit.len as usize).saturating_sub(HEADER),
+                max: fits(credit).saturating_sub(HEADER),
             }),
             _ => Ok(()),
         }
@@ -211,7 +214,7 @@ impl VerbsTransport {
                         return;
                     }
                 };
-                v.resize(HEADER + self.slot_bytes, 0);
+                v.resize(HEADER + self.slot_bytes + TRAILER, 0);
                 let credit = match self.credit_for(p, id, &v) {
                     Ok(c) => c,
                     Err(e) => {
@@ -297,6 +300,26 @@ impl VerbsTransport {
 }
 
 impl super::Peer {
+    /// The offers that were to go with this rank's message `key` ([`Self::riding`]), owed
+    /// from now, ahead of the rest: called as that message is posted, they go behind it
+    /// (or right after it). Whether there were any.
+    pub(super) fn release_riding(&mut self, key: crate::types::TagKey) -> bool {
+        if self.riding.is_empty() {
+            return false;
+        }
+        let mut first = Vec::new();
+        self.riding.retain(|&(k, g)| {
+            let go = k == key;
+            if go {
+                first.push(g);
+            }
+            !go
+        });
+        let any = !first.is_empty();
+        self.owed.splice(0..0, first);
+        any
+    }
+
     /// How many of the owed grants, from the first, take at most `records` records.
     fn owed_within(&self, records: usize) -> usize {
         let mut taken = 0;

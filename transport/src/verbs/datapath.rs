@@ -8,11 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::ffi::{Access, MemoryRegion, Sge, VerbsError};
 use super::registry::Remote;
-use super::wire::{encode_header, wr, Credit, Grant, HEADER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE};
+use super::wire::{encode_header, wr, Credit, HEADER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE};
 use super::{Peer, VerbsTransport, ZERO_COPY_MIN};
-
-/// How long [`Transport::reap_borrowed`] waits for stopped queue pairs to flush.
-const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 use crate::error::TransportError;
 use crate::transport::{
     check_arrival, is_stale, Offered, Payload, Registered, SendState, Transport,
@@ -165,6 +162,7 @@ impl Transport for VerbsTransport {
                 Ok(()) => {
                     self.borrowed.insert(wr_id, (p, region.reading));
                     self.zero_copy += 1;
+                    self.send_riding(p, tag);
                     Ok(SendState::InFlight(wr_id))
                 }
                 Err((e, posted)) => {
@@ -191,18 +189,6 @@ impl Transport for VerbsTransport {
         if let Some(h) = head.first_chunk_mut::<HEADER>() {
             encode_header(tag, data.len(), h);
         }
-        let sges = [
-            Sge {
-                addr: head.as_ptr() as u64,
-                len: HEADER as u32,
-                lkey: self.bufs[id as usize].mr.lkey(),
-            },
-            Sge {
-                addr: data.as_ptr() as u64,
-                len: data.len() as u32,
-                lkey: region.lkey,
-            },
-        ];
         self.next_wr = self.next_wr.wrapping_add(1);
         let wr_id = wr(WR_DATA, p, self.next_wr);
         let Some(state) = self.peers[p].as_mut() else {
@@ -217,6 +203,36 @@ impl Transport for VerbsTransport {
             self.free.push((id, head));
             return Ok(SendState::NoRoom);
         };
+        // Grants ride behind the data in the peer's slot, gathered from the header's
+        // buffer (with regions, as in `send_in`): first the offers that go with this
+        // message, which the peer then holds before it learns the data.
+        let rode = state.release_riding(tag.key());
+        let mut grants = HEADER;
+        if !self.scoped && !state.owed.is_empty() {
+            let room = (credit.len as usize).saturating_sub(HEADER + data.len());
+            let carried;
+            let end = head.len().min(HEADER + room);
+            (grants, carried) = state.lend_behind(&mut head, HEADER, end);
+            self.grants_carried += carried as u64;
+        }
+        let lkey = self.bufs[id as usize].mr.lkey();
+        let sges = [
+            Sge {
+                addr: head.as_ptr() as u64,
+                len: HEADER as u32,
+                lkey,
+            },
+            Sge {
+                addr: data.as_ptr() as u64,
+                len: data.len() as u32,
+                lkey: region.lkey,
+            },
+            Sge {
+                addr: head.as_ptr() as u64 + HEADER as u64,
+                len: (grants - HEADER) as u32,
+                lkey,
+            },
+        ];
         // Counted before the device can read: the memory is not freed while it is nonzero.
         region.reading.fetch_add(1, Ordering::Relaxed);
         // SAFETY: the header buffer is registered and moves into `inflight` until the
@@ -239,6 +255,10 @@ impl Transport for VerbsTransport {
         self.inflight.insert(wr_id, (id, head));
         self.borrowed.insert(wr_id, (p, region.reading));
         self.zero_copy += 1;
+        if rode {
+            // Those that did not fit behind it go right after it.
+            self.send_credits(true);
+        }
         Ok(SendState::InFlight(wr_id))
     }
 
@@ -331,71 +351,7 @@ impl Transport for VerbsTransport {
     }
 
     fn reap_borrowed(&mut self) {
-        // Landed and never taken: nothing more to do with them.
-        self.placed.clear();
-        if self.borrowed.is_empty() && self.offers.is_empty() && self.withdrawing.is_empty() {
-            return;
-        }
-        // Most complete on their own within a moment.
-        let soon = Instant::now() + Duration::from_millis(50);
-        while !self.borrowed.is_empty() && Instant::now() < soon {
-            self.progress();
-            std::thread::yield_now();
-        }
-        if self.borrowed.is_empty() && self.offers.is_empty() && self.withdrawing.is_empty() {
-            return;
-        }
-        // The rest may wait on a dead peer for the whole retry budget (7 ACK timeouts):
-        // stop their queue pairs, and the device flushes every work request at once. A
-        // peer holding an offer could still write the caller's memory: its pair stops too
-        // (a stopped queue pair executes no more incoming writes).
-        let stuck: std::collections::BTreeSet<usize> = self
-            .borrowed
-            .values()
-            .map(|(p, _)| *p)
-            .chain(self.offers.values().map(|o| o.peer))
-            .chain(self.withdrawing.values().map(|o| o.peer))
-            .collect();
-        for &p in &stuck {
-            if let Some(peer) = self.peers[p].as_mut() {
-                if let Err(e) = peer.qp.stop() {
-                    tracing::warn!(peer = p, error = %e, "cannot stop the queue pair");
-                }
-            }
-        }
-        let stopped: Vec<String> = stuck.iter().map(|&p| Rank::from(p).to_string()).collect();
-        self.fail(TransportError::Aborted {
-            rank: self.rank,
-            by: self.rank,
-            reason: format!(
-                "queue pairs to {} stopped to reclaim sends from, and offers of, caller \
-                 memory after a failure",
-                stopped.join(", ")
-            ),
-        });
-        // Their peers can no longer write here: the offers are void (their windows, bound
-        // to stopped pairs, are freed).
-        for (_, o) in self.offers.drain().chain(self.withdrawing.drain()) {
-            drop(o.window);
-            o.reading.fetch_sub(1, Ordering::Release);
-        }
-        self.offered.clear();
-        for peer in self.peers.iter_mut().flatten() {
-            peer.offers_out = 0;
-            peer.owed.retain(|g| matches!(g, Grant::Slot(_)));
-        }
-        let until = Instant::now() + REAP_TIMEOUT;
-        while !self.borrowed.is_empty() && Instant::now() < until {
-            self.progress();
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        if !self.borrowed.is_empty() {
-            // The memory they read stays allocated and registered (see `Registered`).
-            tracing::error!(
-                sends = self.borrowed.len(),
-                "the device did not flush sends from caller memory: that memory is leaked"
-            );
-        }
+        self.reap();
     }
 
     fn unresponsive(&mut self, within: Duration) -> Vec<Rank> {
@@ -420,11 +376,31 @@ impl Transport for VerbsTransport {
     }
 
     fn offer(&mut self, peer: Rank, tag: Tag, dst: &mut [u8]) -> Result<Offered, TransportError> {
-        self.make_offer(peer, tag, dst)
+        self.make_offer(peer, tag, dst, None)
+    }
+
+    fn offer_with(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        dst: &mut [u8],
+        with: Tag,
+    ) -> Result<Offered, TransportError> {
+        self.make_offer(peer, tag, dst, Some(with))
     }
 
     fn places_directly(&self, peer: Rank) -> bool {
         self.direct && matches!(self.peers.get(peer.index()), Some(Some(_)))
+    }
+
+    fn offers_follow_sends(&self, peer: Rank) -> bool {
+        // One queue pair per peer carries sends and the credit messages (or messages) that
+        // carry offers, in the order posted, and its responder executes them in that order.
+        // A retransmission that reads the memory again is a duplicate there, which rxe
+        // acknowledges without writing; a device that wrote it again would write the slot
+        // that message landed in, followed by everything sent after it, as for any slot.
+        // (Scoped offers wait for nothing but binds in flight anyway.)
+        !self.scoped && self.places_directly(peer)
     }
 
     fn placed_receives(&self) -> u64 {
@@ -631,6 +607,7 @@ impl VerbsTransport {
             return match unsafe { self.post_offered(p, wr_id, sge, &credit) } {
                 Ok(()) => {
                     self.inflight.insert(wr_id, (id, v));
+                    self.send_riding(p, tag);
                     Ok(())
                 }
                 Err((e, posted)) => {
@@ -666,6 +643,7 @@ impl VerbsTransport {
         };
         let max_inline = peer_state.qp.max_inline as usize;
         let mut carried = 0;
+        let rode = peer_state.release_riding(tag.key());
         if !scoped && !peer_state.owed.is_empty() {
             // Into the peer's slot and this buffer, and inline still if the message is.
             let mut end = v.len().min(credit.len as usize);
@@ -701,7 +679,22 @@ impl VerbsTransport {
         } else {
             self.inflight.insert(wr_id, (id, v));
         }
+        if rode {
+            // Those that did not fit behind it go right after it.
+            self.send_credits(true);
+        }
         Ok(())
+    }
+
+    /// After this rank's message `tag` to peer `p` was posted with no room for grants:
+    /// the offers that were to go with it ([`Transport::offer_with`]) go now, behind it.
+    fn send_riding(&mut self, p: usize, tag: Tag) {
+        if self.peers[p]
+            .as_mut()
+            .is_some_and(|x| x.release_riding(tag.key()))
+        {
+            self.send_credits(true);
+        }
     }
 
     /// A failure to post to peer `p`: the transport is broken (a message may be half

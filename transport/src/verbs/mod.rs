@@ -48,7 +48,14 @@
 //!   (the offer's id); the receiver takes it in place, with no copy out of a slot. An offer
 //!   is one message's: a sender without it (yet) uses a slot as before, and the receiver then
 //!   withdraws the offer when the message arrives; the sender forgets offers it never used
-//!   once its call is over (each tag is sent once). The engine offers a receive's segments
+//!   once its call is over (each tag is sent once). Memory that a send to the same peer
+//!   still reads may be offered with that send ([`crate::Transport::offer_with`]): the
+//!   offer rides behind the message in the peer's slot (every slot has [`wire::TRAILER`]
+//!   bytes of room for that behind a message of the largest size; a zero-copy send gathers
+//!   header, data and grants from three places), or goes right after it, never before.
+//!   The peer then holds the offer before it can answer the message: in an in-place
+//!   all_reduce on 2 ranks, its reduced half, written where this rank's half came from.
+//!   Offered once the send had completed, 0-17 of 48 such segments landed in place. The engine offers a receive's segments
 //!   ahead of their arrival as soon as nothing else uses their memory, up to twice the
 //!   window per peer: more than the slots a sender
 //!   may fill ahead, so that after the first window the offers are there first. On a
@@ -270,6 +277,10 @@ struct Peer {
     owed: Vec<Grant>,
     /// Grants encoded behind a message ([`Peer::lend_behind`]), kept for the next one.
     behind: Vec<u8>,
+    /// Offers of memory that this rank's message with that tag to the peer will read
+    /// ([`crate::Transport::offer_with`]): owed once that message is posted
+    /// ([`Peer::release_riding`]), never before.
+    riding: Vec<(crate::types::TagKey, Grant)>,
     /// Destinations the peer offered this rank for one message each, by tag (see the module
     /// docs): used by the send of that tag, forgotten once this rank's call is over.
     offers: Map<crate::types::TagKey, (Tag, Credit)>,
@@ -371,7 +382,7 @@ pub struct VerbsTransport {
     placed: crate::transport::Arrivals<(usize, usize)>,
     /// The next offer's id (below [`wire::OFFER`]).
     next_offer: u32,
-    /// An offer was made since offers last went out: they go before this rank waits.
+    /// An offer was made since offers last went out: they go at the next progress.
     offers_due: bool,
     /// Messages that landed in offered destinations.
     placed_count: u64,

@@ -1,8 +1,10 @@
 //! Offers: ranges of this rank's registered destinations lent to a peer for one message
 //! each, and the sender's side of them (see the module docs of [`super`]): making them,
-//! writing into them, and taking what landed, withdrawing what a slot overtook.
+//! writing into them, taking what landed, withdrawing what a slot overtook, and voiding
+//! them (with the sends from caller memory) after a failure.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use super::ffi::{MemoryWindow, Sge, VerbsError};
 use super::wire::{wr, Credit, Grant, HEADER, OFFER, WR_BIND, WR_INVALIDATE};
@@ -11,18 +13,26 @@ use crate::error::TransportError;
 use crate::transport::{check_tag, Offered, P2P};
 use crate::types::{Rank, Tag, TagKey};
 
+/// How long [`crate::Transport::reap_borrowed`] waits for stopped queue pairs to flush.
+const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a withdrawal waits for the local invalidation of its window.
 const INVALIDATE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl VerbsTransport {
-    /// [`Transport::offer`]: `dst` offered to `peer` for `tag`, if it can be.
+    /// [`Transport::offer`]: `dst` offered to `peer` for `tag`, if it can be; with `with`,
+    /// [`Transport::offer_with`]: the offer waits to go with this rank's message `with`.
     pub(super) fn make_offer(
         &mut self,
         peer: Rank,
         tag: Tag,
         dst: &mut [u8],
+        with: Option<Tag>,
     ) -> Result<Offered, TransportError> {
         self.check()?;
+        if with.is_some() && self.scoped {
+            // A window is bound behind nothing but binds: once the send has gone.
+            return Ok(Offered::Later);
+        }
         let n = dst.len();
         // An offer and its tag take two records of one credit message.
         if !self.direct || n < OFFER_MIN || n > self.slot_bytes || self.per_credit_msg < 2 {
@@ -112,7 +122,13 @@ impl VerbsTransport {
             rkey,
             len: n as u32,
         };
-        state.owed.push(Grant::Offer(credit, tag));
+        match with {
+            Some(w) => state.riding.push((w.key(), Grant::Offer(credit, tag))),
+            None => {
+                state.owed.push(Grant::Offer(credit, tag));
+                self.offers_due = true;
+            }
+        }
         // Counted before the peer can write: the memory is not freed while nonzero.
         region.reading.fetch_add(1, Ordering::Relaxed);
         self.offers.insert(
@@ -127,7 +143,6 @@ impl VerbsTransport {
             },
         );
         self.offered.insert(key, id);
-        self.offers_due = true;
         Ok(Offered::Yes)
     }
 
@@ -211,6 +226,8 @@ impl VerbsTransport {
         peer.offers_out = peer.offers_out.saturating_sub(1);
         peer.owed
             .retain(|g| !matches!(g, Grant::Offer(c, _) if c.id == id));
+        peer.riding
+            .retain(|(_, g)| !matches!(g, Grant::Offer(c, _) if c.id == id));
         let Some(window) = o.window.take() else {
             o.reading.fetch_sub(1, Ordering::Release);
             return Ok(());
@@ -357,6 +374,77 @@ impl VerbsTransport {
         match unsafe { peer.post_message(p, wr_id, &[sge], credit, false) } {
             Ok(()) => Ok(()),
             Err((e, posted)) => Err((self.broken_by(p, e), posted)),
+        }
+    }
+
+    /// [`crate::Transport::reap_borrowed`]: after a failure, no send still reads caller memory and
+    /// no peer can still write it (the pairs of those that do not finish at once stop).
+    pub(super) fn reap(&mut self) {
+        // Landed and never taken: nothing more to do with them.
+        self.placed.clear();
+        if self.borrowed.is_empty() && self.offers.is_empty() && self.withdrawing.is_empty() {
+            return;
+        }
+        // Most complete on their own within a moment.
+        let soon = Instant::now() + Duration::from_millis(50);
+        while !self.borrowed.is_empty() && Instant::now() < soon {
+            self.progress();
+            std::thread::yield_now();
+        }
+        if self.borrowed.is_empty() && self.offers.is_empty() && self.withdrawing.is_empty() {
+            return;
+        }
+        // The rest may wait on a dead peer for the whole retry budget (7 ACK timeouts):
+        // stop their queue pairs, and the device flushes every work request at once. A
+        // peer holding an offer could still write the caller's memory: its pair stops too
+        // (a stopped queue pair executes no more incoming writes).
+        let stuck: std::collections::BTreeSet<usize> = self
+            .borrowed
+            .values()
+            .map(|(p, _)| *p)
+            .chain(self.offers.values().map(|o| o.peer))
+            .chain(self.withdrawing.values().map(|o| o.peer))
+            .collect();
+        for &p in &stuck {
+            if let Some(peer) = self.peers[p].as_mut() {
+                if let Err(e) = peer.qp.stop() {
+                    tracing::warn!(peer = p, error = %e, "cannot stop the queue pair");
+                }
+            }
+        }
+        let stopped: Vec<String> = stuck.iter().map(|&p| Rank::from(p).to_string()).collect();
+        self.fail(TransportError::Aborted {
+            rank: self.rank,
+            by: self.rank,
+            reason: format!(
+                "queue pairs to {} stopped to reclaim sends from, and offers of, caller \
+                 memory after a failure",
+                stopped.join(", ")
+            ),
+        });
+        // Their peers can no longer write here: the offers are void (their windows, bound
+        // to stopped pairs, are freed).
+        for (_, o) in self.offers.drain().chain(self.withdrawing.drain()) {
+            drop(o.window);
+            o.reading.fetch_sub(1, Ordering::Release);
+        }
+        self.offered.clear();
+        for peer in self.peers.iter_mut().flatten() {
+            peer.offers_out = 0;
+            peer.owed.retain(|g| matches!(g, Grant::Slot(_)));
+            peer.riding.clear();
+        }
+        let until = Instant::now() + REAP_TIMEOUT;
+        while !self.borrowed.is_empty() && Instant::now() < until {
+            self.progress();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if !self.borrowed.is_empty() {
+            // The memory they read stays allocated and registered (see `Registered`).
+            tracing::error!(
+                sends = self.borrowed.len(),
+                "the device did not flush sends from caller memory: that memory is leaked"
+            );
         }
     }
 }

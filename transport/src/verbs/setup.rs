@@ -264,6 +264,7 @@ fn connect_peers(
             credits: VecDeque::new(),
             advertised: Default::default(),
             owed: Vec::new(),
+            riding: Vec::new(),
             behind: Vec::new(),
             offers: Default::default(),
             offers_out: 0,

@@ -13,6 +13,9 @@ pub const MAGIC: u32 = u32::from_be_bytes(*b"RCV1");
 pub const HELLO: u32 = u32::MAX;
 /// Bytes of one credit in a credit message.
 pub const CREDIT_BYTES: usize = 20;
+/// Room in every slot behind a message of the largest size for grants that ride with it
+/// (32 records: 16 offers).
+pub const TRAILER: usize = 32 * CREDIT_BYTES;
 
 /// A slot the receiver lends: the sender may write up to `len` bytes at `addr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

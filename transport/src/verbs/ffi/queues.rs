@@ -261,6 +261,10 @@ pub struct Path {
     pub timeout: u8,
 }
 
+/// Scatter/gather entries one send may gather: a message's header, its data from the
+/// caller's memory, and the grants behind it.
+pub const MAX_SGE: usize = 3;
+
 /// A reliable connected queue pair.
 pub struct QueuePair {
     qp: NonNull<sys::ibv_qp>,
@@ -302,7 +306,7 @@ impl QueuePair {
             attr.qp_type = sys::IBV_QPT_RC;
             attr.cap.max_send_wr = send;
             attr.cap.max_recv_wr = recv;
-            attr.cap.max_send_sge = 2;
+            attr.cap.max_send_sge = MAX_SGE as u32;
             attr.cap.max_recv_sge = 1;
             attr.cap.max_inline_data = want;
             // SAFETY: domain and CQ are live; `attr` is fully initialised.
@@ -544,29 +548,31 @@ impl QueuePair {
             .map_err(|e| (e, write_posted))
     }
 
-    /// The provider's scatter/gather list for `sges` (at most 2; empty ones dropped).
-    fn sge_list(sges: &[Sge]) -> Result<([sys::ibv_sge; 2], i32), VerbsError> {
+    /// The provider's scatter/gather list for `sges` (at most [`MAX_SGE`]; empty ones
+    /// dropped).
+    fn sge_list(sges: &[Sge]) -> Result<([sys::ibv_sge; MAX_SGE], i32), VerbsError> {
         let mut list = [sys::ibv_sge {
             addr: 0,
             length: 0,
             lkey: 0,
-        }; 2];
-        let used: Vec<&Sge> = sges.iter().filter(|s| s.len > 0).collect();
-        if used.len() > list.len() {
-            return Err(VerbsError::new(
-                "ibv_post_send",
-                libc::EINVAL,
-                "more than 2 SGEs",
-            ));
-        }
-        for (l, s) in list.iter_mut().zip(&used) {
+        }; MAX_SGE];
+        let mut used = 0;
+        for s in sges.iter().filter(|s| s.len > 0) {
+            let Some(l) = list.get_mut(used) else {
+                return Err(VerbsError::new(
+                    "ibv_post_send",
+                    libc::EINVAL,
+                    "more scatter/gather entries than the queue pair takes",
+                ));
+            };
             *l = sys::ibv_sge {
                 addr: s.addr,
                 length: s.len,
                 lkey: s.lkey,
             };
+            used += 1;
         }
-        Ok((list, used.len() as i32))
+        Ok((list, used as i32))
     }
 
     /// Posts a signaled LOCAL INVALIDATE of `window`'s current key as `wr_id`: once it
