@@ -14,10 +14,26 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// must fit 32 bits with room for headers.
 pub const MAX_SEGMENT_BYTES: usize = 1 << 30;
 
-/// Segment size over TCP alone, unless one is set: measured on loopback, 4 ranks on 2
-/// cores, all_reduce 1 to 64 MiB, 256 KiB moved 2-15% more than 128 KiB (fewer system calls
-/// and wake-ups per byte) and about as much as 512 KiB and 1 MiB.
+/// Segment size over TCP alone for 2 ranks, unless one is set: measured on loopback, 2
+/// cores, all_reduce 1 to 64 MiB, 256 KiB moved 2-15% more than 128 KiB on 4 ranks (fewer
+/// system calls and wake-ups per byte), and more than 512 KiB on 2. More ranks take
+/// [`TCP_SEGMENT_BYTES_MANY`].
 pub const TCP_SEGMENT_BYTES: usize = 256 * 1024;
+
+/// Segment size over TCP alone for more than 2 ranks, unless one is set. On loopback, 2
+/// cores, all_reduce interleaved with 256 KiB over 4 rounds: on 4 ranks 512 KiB took
+/// 2.6-3.2 ms at 4 MiB (256 KiB: 3.2-3.5), 66.3-68.8 ms at 64 MiB (67.4-70.7), the same at
+/// 1 MiB; on 3 ranks 10.2-10.8 ms at 16 MiB (12.0-12.6). On 2 ranks 256 KiB stays faster
+/// (0.64-1.2 ms at 4 MiB against 0.57-1.3, mostly above 1 ms).
+pub const TCP_SEGMENT_BYTES_MANY: usize = 512 * 1024;
+
+/// The segment size over TCP alone for a group of `nranks`, unless one is set.
+pub fn tcp_segment_bytes(nranks: usize) -> usize {
+    match nranks {
+        0..=2 => TCP_SEGMENT_BYTES,
+        _ => TCP_SEGMENT_BYTES_MANY,
+    }
+}
 
 /// Default segment size: small enough that a segment stays in L2 between the rank that
 /// writes it and the rank that reduces it, large enough to amortise per-message work.
@@ -40,7 +56,7 @@ pub struct Config {
     pub segment_bytes: usize,
     /// Whether `RCOLL_SEGMENT_BYTES` or a builder chose [`Config::segment_bytes`]. If
     /// not, a process group asked to run over TCP alone (`RCOLL_TRANSPORT=tcp`) uses
-    /// [`TCP_SEGMENT_BYTES`] instead.
+    /// [`tcp_segment_bytes`] instead.
     pub segment_bytes_set: bool,
     /// The machine model used to choose algorithms.
     pub cost_model: CostModel,

@@ -214,7 +214,7 @@ impl Builder {
         // what each rank's connections turn out to be; shared memory's and verbs' slots
         // are sized by the setting.
         if self.transport == TransportKind::Tcp && !config.segment_bytes_set {
-            config.segment_bytes = crate::config::TCP_SEGMENT_BYTES;
+            config.segment_bytes = crate::config::tcp_segment_bytes(self.size);
         }
         let (transport, ip, placement) = self.connect(&config)?;
         let mut comm = Communicator::new(transport, config)?;

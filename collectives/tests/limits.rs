@@ -47,11 +47,12 @@ fn a_segment_size_beyond_the_limit_is_a_config_error() {
     }
 }
 
-/// TCP alone moves segments of `TCP_SEGMENT_BYTES` unless a size is set; a group with
-/// shared memory keeps the default (its slots were sized by it).
+/// TCP alone moves segments of `tcp_segment_bytes(ranks)` unless a size is set (larger
+/// ones for more than 2 ranks, every rank alike); a group with shared memory keeps the
+/// default (its slots were sized by it).
 #[test]
 fn tcp_alone_takes_its_own_segment_size_unless_one_is_set() {
-    use rcoll::config::{DEFAULT_SEGMENT_BYTES, TCP_SEGMENT_BYTES};
+    use rcoll::config::{DEFAULT_SEGMENT_BYTES, TCP_SEGMENT_BYTES, TCP_SEGMENT_BYTES_MANY};
     let segment = |kind, bytes: Option<usize>| {
         let mut b = process::Builder::new(0, 1, free_addr())
             .insecure_default_id()
@@ -75,6 +76,28 @@ fn tcp_alone_takes_its_own_segment_size_unless_one_is_set() {
     );
     let shm = process::TransportKind::Shm;
     assert_eq!(segment(shm, None), DEFAULT_SEGMENT_BYTES);
+    // Three ranks over TCP: the larger segment, on every rank (they must cut alike).
+    let root = free_addr();
+    let ranks: Vec<_> = (0..3)
+        .map(|r| {
+            std::thread::spawn(move || {
+                let mut comm = process::Builder::new(r, 3, root)
+                    .insecure_default_id()
+                    .transport(tcp)
+                    .build()
+                    .expect("group");
+                let mut x = vec![1.0f32; 1 << 20];
+                comm.all_reduce_in_place(&mut x, rcoll::ReduceOp::Sum)
+                    .expect("all_reduce");
+                assert!(x.iter().all(|&v| v == 3.0), "rank {r}: wrong sum");
+                comm.config().segment_bytes
+            })
+        })
+        .collect();
+    for (r, h) in ranks.into_iter().enumerate() {
+        assert_eq!(h.join().expect("rank"), TCP_SEGMENT_BYTES_MANY, "rank {r}");
+    }
+    assert_ne!(TCP_SEGMENT_BYTES_MANY, TCP_SEGMENT_BYTES);
 }
 
 #[test]
