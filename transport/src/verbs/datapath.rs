@@ -235,8 +235,9 @@ impl Transport for VerbsTransport {
         ];
         // Counted before the device can read: the memory is not freed while it is nonzero.
         region.reading.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: the header buffer is registered and moves into `inflight` until the
-        // completion; `data` lies in registered caller memory (`lkey` from the registry),
+        // SAFETY: the header buffer (header and grants) is registered and moves into
+        // `inflight` until the completion; `data` lies in registered caller memory (`lkey`
+        // from the registry),
         // which stays allocated while its count is nonzero (`Registered` leaks it rather
         // than free it), and which the engine does not return to the caller before this
         // work request completed or was reaped (`reap_borrowed`).
