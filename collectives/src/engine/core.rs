@@ -353,11 +353,10 @@ impl<'p> Execution<'p> {
     ) -> Result<bool, ExecError> {
         let len = p.prim.len();
         let k = self.channels[c].issued[j];
-        if k >= self.channels[c].segments[j] || !self.channels[c].pending.is_empty() {
-            return Ok(false);
-        }
-        if !self.ready(c, k, &p.waits) {
-            self.offer_early(c, j, p, k, mem, io)?;
+        if k >= self.channels[c].segments[j]
+            || !self.channels[c].pending.is_empty()
+            || !self.ready(c, k, &p.waits)
+        {
             return Ok(false);
         }
         let at = || position(c, p);

@@ -35,43 +35,6 @@ impl Execution<'_> {
         Ok(())
     }
 
-    /// Offers for receive `p` while its segment `k` still waits for earlier primitives:
-    /// where the transport delivers offers behind earlier sends
-    /// ([`Transport::offers_follow_sends`]), segments that wait only for sends to the same
-    /// peer need not wait for their completion (see [`Self::may_offer`]).
-    pub(super) fn offer_early<T: Element>(
-        &mut self,
-        c: usize,
-        j: usize,
-        p: &PlannedPrimitive,
-        k: usize,
-        mem: &mut Memory<'_, T>,
-        io: &mut dyn Transport,
-    ) -> Result<(), ExecError> {
-        let (Primitive::Recv { .. } | Primitive::RecvCopySend { .. }, Some(from), Some(t)) =
-            (&p.prim, p.prim.recv_from(), p.recv_transfer)
-        else {
-            return Ok(());
-        };
-        let state = &self.channels[c];
-        let offered = state.offered[j];
-        let bytes = p
-            .prim
-            .len()
-            .saturating_sub(k * self.segment_elems)
-            .min(self.segment_elems)
-            * std::mem::size_of::<T>();
-        if offered & NO_MORE_OFFERS != 0
-            || offered >= state.segments[j].min(k + OFFER_AHEAD)
-            || bytes <= SMALL_SEGMENT
-            || !io.places_directly(from)
-            || !io.offers_follow_sends(from)
-        {
-            return Ok(());
-        }
-        self.offer_ahead(c, j, p, k, from, t, mem, io, None)
-    }
-
     /// Whether segment `k` of receive `p` from `from` may be offered now: the segments of
     /// earlier primitives it depends on are done, or, when the transport delivers offers
     /// behind earlier sends (`ordered`), handed to it where they are sends to `from` alone
