@@ -27,7 +27,17 @@
 # rxe's retransmit timer is started when none is pending and never stopped, so queue pairs
 # that stream retry about once per ACK timeout although nothing is lost (sent_pkts equals
 # the peer's rcvd_pkts): completer_retry_err counts them, each resending up to 128 packets.
+#
+# In the emulated VM (RCOLL_IN_VM=1), user-space copies leave `rep movsb` to the kernel:
+# qemu's TCG runs that instruction one byte at a time, and glibc's memcpy takes it for
+# copies from 2 KiB up to its non-temporal threshold, so 4 MiB copied in 128 KiB pieces
+# took 6.3 ms there against 0.9-1.0 with vector moves (KVM and hardware run either at
+# memory speed). GLIBC_TUNABLES raises the threshold; set RCOLL_VM_KEEP_REP_MOVSB=1 to
+# measure with the emulator's default.
 set -euo pipefail
+if [[ ${RCOLL_IN_VM:-} == 1 && -z ${RCOLL_VM_KEEP_REP_MOVSB:-} ]]; then
+    export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.cpu.x86_rep_movsb_threshold=1099511627776"
+fi
 cd "$(dirname "$0")/.."
 bench=target/release/rcoll-bench
 [[ -x $bench ]] || { echo "compare.sh: build $bench first (cargo build --release -p rcoll-bench)" >&2; exit 1; }
