@@ -26,8 +26,9 @@
 //!   regret figure (`rcoll-bench --algo all`) times calls, and on a crowded host the
 //!   grouping decides the winner. The warm-up follows another algorithm, and a plan's
 //!   first run pays its allocations and cold caches: it is not counted. A rank's time for
-//!   a candidate in a pass is the mean of the block's timed calls (one call alone swings
-//!   with the calls around it: 0.2-8 us at 8 B);
+//!   a candidate in a pass is the median of its bursts' mean call times (one call alone
+//!   swings with the calls around it: 0.2-8 us at 8 B; a burst that waits on a rank the
+//!   host descheduled is an outlier, which the figure's median over rounds leaves out too);
 //! - above [`SMALL_CALL_BYTES`], calls are single ones from a barrier, and long enough for
 //!   the machine's state to change between blocks: there the candidates take turns (A B
 //!   C, A B C) after one warm-up pass, each pass a single call of each, `trials` times as
@@ -252,13 +253,19 @@ impl Tuner {
     }
 
     /// This rank's time of each pass of a candidate, from its calls `t` in blocks of
-    /// `block`: a block's mean without its warm-up, or (`in_turn`) each call after the
-    /// warm-up pass's.
-    fn pass_times(block: usize, in_turn: bool, t: &[f64]) -> Vec<f64> {
+    /// `block` and bursts of `burst`: the median of a block's burst means (its warm-up
+    /// left out), or (`in_turn`) each call after the warm-up pass's. The regret figure
+    /// times a variant the same way, by the median of its rounds' means: on a crowded
+    /// host a burst that waits for a descheduled rank takes several times the others, and
+    /// in a block's mean it would decide the pass.
+    fn pass_times(block: usize, burst: usize, in_turn: bool, t: &[f64]) -> Vec<f64> {
         match in_turn {
             true => t.get(1..).unwrap_or_default().to_vec(),
             false => (0..t.len() / block)
-                .map(|p| mean(&t[p * block + 1..(p + 1) * block]))
+                .map(|p| {
+                    let timed = &t[p * block + 1..(p + 1) * block];
+                    median(timed.chunks(burst.max(1)).map(mean).collect())
+                })
                 .collect(),
         }
     }
@@ -350,7 +357,8 @@ impl Tuner {
         let block = self.block(key);
         let all = self.passes(key, false);
         let in_turn = Self::in_turn(key);
-        let pass_times = |t: &[f64]| Self::pass_times(block, in_turn, t);
+        let burst = self.burst(key);
+        let pass_times = |t: &[f64]| Self::pass_times(block, burst, in_turn, t);
         let Some(Entry::Trying {
             candidates,
             times,
@@ -648,6 +656,26 @@ mod tests {
         // Faster by more, the faster one.
         assert_eq!(settle(&[100.0, 90.0, 95.0]), Algorithm::Tree);
         assert_eq!(settle(&[100.0, 99.0, 90.0]), Algorithm::Mesh);
+    }
+
+    #[test]
+    fn a_pass_is_timed_by_its_median_burst_as_the_regret_figure_times_rounds() {
+        // A quarter of a MiB: blocks of a warm-up and four bursts of five calls.
+        let quarter = key(SMALL_CALL_BYTES / 4);
+        let mut t = Tuner::new(1);
+        assert_eq!(t.block(&quarter), 1 + 4 * BURST_CALLS);
+        // The ring's last burst of each pass waited on a descheduled rank (50 us a call
+        // against 10): its mean pass is 20, its median burst 10. The tree took 15 throughout.
+        let ring = [
+            vec![100.0],
+            vec![10.0; 3 * BURST_CALLS],
+            vec![50.0; BURST_CALLS],
+        ]
+        .concat();
+        let (tree, mesh) = (vec![15.0; 21], vec![30.0; 21]);
+        let pass = [ring, tree, mesh].concat();
+        let (_, agree) = run(&mut t, quarter, &[pass.clone(), pass].concat());
+        assert_eq!(agree, Some(Agree::FirstPasses(vec![10.0, 15.0, 30.0])));
     }
 
     /// The calls among the first `calls` of `key` that start a burst.
