@@ -28,12 +28,13 @@
 # that stream retry about once per ACK timeout although nothing is lost (sent_pkts equals
 # the peer's rcvd_pkts): completer_retry_err counts them, each resending up to 128 packets.
 #
-# In the emulated VM (RCOLL_IN_VM=1), user-space copies leave `rep movsb` to the kernel:
-# qemu's TCG runs that instruction one byte at a time, and glibc's memcpy takes it for
-# copies from 2 KiB up to its non-temporal threshold, so 4 MiB copied in 128 KiB pieces
-# took 6.3 ms there against 0.9-1.0 with vector moves (KVM and hardware run either at
-# memory speed). GLIBC_TUNABLES raises the threshold; set RCOLL_VM_KEEP_REP_MOVSB=1 to
-# measure with the emulator's default.
+# In the emulated VM (RCOLL_IN_VM=1), glibc's memcpy is kept off `rep movsb`: qemu's TCG
+# runs that instruction one byte at a time, and glibc takes it for copies from 2 KiB up to
+# its non-temporal threshold, so 4 MiB copied in 128 KiB pieces took 6.3 ms there against
+# 0.9-1.0 with vector moves (KVM and hardware run either at memory speed). GLIBC_TUNABLES
+# raises the threshold above any copy; RCOLL_VM_KEEP_REP_MOVSB=1 keeps glibc's choice.
+# (The kernel's copies, rxe's among them, still use it: see RCOLL_VM_CPU_MODEL in
+# run-in-vm.sh.)
 set -euo pipefail
 if [[ ${RCOLL_IN_VM:-} == 1 && -z ${RCOLL_VM_KEEP_REP_MOVSB:-} ]]; then
     export GLIBC_TUNABLES="${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}glibc.cpu.x86_rep_movsb_threshold=1099511627776"
