@@ -27,7 +27,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::error::TransportError;
-use crate::transport::{check_arrival, copy_and_send, Payload, Transport};
+use crate::transport::{check_arrival, Payload, Transport};
 use crate::types::{Rank, Tag};
 use frame::{Decoder, Frame, Header, Kind, HEADER_LEN};
 
@@ -52,6 +52,9 @@ const POOL_BUFFERS: usize = 256;
 const RECV_BUDGET: usize = 1 << 30;
 const PEER_BUDGET_MIN: usize = 64 << 20;
 
+/// A message queued to a peer: `written` counts the header's bytes, then the payload's.
+/// A message the socket took part of holds only the rest as its payload, its header
+/// counted as written.
 struct Outgoing {
     header: [u8; HEADER_LEN],
     payload: Payload,
@@ -107,6 +110,9 @@ pub struct TcpTransport {
     /// Socket reads tried by [`TcpTransport::progress`] (what a quiet peer saves).
     #[cfg(test)]
     reads: u64,
+    /// Bytes of caller memory that `try_send_slice` copied into its queue.
+    #[cfg(test)]
+    copied: u64,
 }
 
 /// A buffer for a `len`-byte payload from `pool`, or a new one.
@@ -188,6 +194,8 @@ impl TcpTransport {
             placed: 0,
             #[cfg(test)]
             reads: 0,
+            #[cfg(test)]
+            copied: 0,
         })
     }
 
@@ -387,8 +395,11 @@ impl Transport for TcpTransport {
     }
 
     /// Writes header and `data` with one vectored write when nothing is queued to the peer:
-    /// no copy if the socket takes it all; otherwise the message is queued (copied) with
-    /// what was written already marked as sent.
+    /// no copy if the socket takes it all; otherwise the rest of the message is queued
+    /// (copied). Behind a queued message, it tries to write that out first and refuses
+    /// (`false`, no room yet) while it stays: the caller's memory waits, and no copy is
+    /// made of a message the socket cannot take anyway (at 64 MiB on 4 ranks, a third of
+    /// the bytes sent were copied so).
     fn try_send_slice(
         &mut self,
         peer: Rank,
@@ -397,15 +408,16 @@ impl Transport for TcpTransport {
     ) -> Result<bool, TransportError> {
         self.check_usable()?;
         let r = self.peer_index(peer)?;
-        let queued = match self.peers.get(r) {
-            Some(Some(p)) if p.gone.is_none() => p.queue.len(),
-            _ => {
-                return Err(self.closed(peer));
-            }
+        let queued = |t: &mut Self| match t.peers.get(r) {
+            Some(Some(p)) if p.gone.is_none() => Ok(!p.queue.is_empty()),
+            _ => Err(t.closed(peer)),
         };
-        if queued > 0 {
-            // Keep the stream in order: go behind what is queued.
-            return copy_and_send(self, peer, tag, data);
+        if queued(self)? {
+            // Keep the stream in order: what is queued goes first.
+            self.flush(r);
+            if queued(self)? {
+                return Ok(false);
+            }
         }
         let header = Header {
             kind: Kind::Data,
@@ -441,8 +453,18 @@ impl Transport for TcpTransport {
             return Err(self.closed(peer));
         }
         if written < total {
-            let mut payload = self.alloc(data.len());
-            payload.as_bytes_mut().copy_from_slice(data);
+            // Only what the socket did not take: once the header is out, the queued
+            // message holds the rest of the data alone, as if its header had been all.
+            let (rest, written) = match written.checked_sub(HEADER_LEN) {
+                Some(sent) => (&data[sent..], HEADER_LEN),
+                None => (data, written),
+            };
+            let mut payload = self.alloc(rest.len());
+            payload.as_bytes_mut().copy_from_slice(rest);
+            #[cfg(test)]
+            {
+                self.copied += rest.len() as u64;
+            }
             if let Some(Some(p)) = self.peers.get_mut(r) {
                 p.queue.push_back(Outgoing {
                     header,

@@ -117,15 +117,72 @@ fn messages_larger_than_the_socket_buffers_go_straight_from_the_callers_memory()
                     t.wait(deadline)?;
                 }
             }
-            // Keep the connection up until the receiver has everything.
-            let _ = recv_blocking(&mut t, Rank(1), tag(9, 9), 0)?;
+            held_until_received(&mut t)?;
         } else {
-            for k in 0..3 {
-                let got = recv_blocking(&mut t, Rank(0), tag(k, 0), big.len())?;
-                assert!(got.as_bytes() == &big[..], "message {k} arrived intact");
+            let all: Vec<_> = (0..3).map(|k| (tag(k, 0), &big[..])).collect();
+            receive_then_release(&mut t, &all)?;
+        }
+        Ok(())
+    });
+    for r in results {
+        r.unwrap();
+    }
+}
+
+/// Rank 0 keeps its connection up until rank 1 has every message
+/// ([`receive_then_release`]).
+fn held_until_received(t: &mut TcpTransport) -> Result<(), TransportError> {
+    recv_blocking(t, Rank(1), tag(9, 9), 0).map(drop)
+}
+
+/// Rank 1 receives `messages` from rank 0 in turn, each intact, then lets rank 0 go.
+fn receive_then_release(
+    t: &mut TcpTransport,
+    messages: &[(Tag, &[u8])],
+) -> Result<(), TransportError> {
+    for (i, (tag, bytes)) in messages.iter().enumerate() {
+        let got = recv_blocking(t, Rank(0), *tag, bytes.len())?;
+        assert!(got.as_bytes() == *bytes, "message {i} arrived intact");
+    }
+    let done = t.alloc(0);
+    send_blocking(t, Rank(0), tag(9, 9), done)
+}
+
+#[test]
+fn a_send_behind_a_queued_message_waits_for_it_and_only_the_rest_is_copied() {
+    let big: Vec<u8> = (0..24 << 20).map(|i: usize| (i % 251) as u8).collect();
+    let second: Vec<u8> = (0..1 << 20).map(|i: usize| (i % 241) as u8).collect();
+    // Rank 1 reads nothing until rank 0 has tried its second send (or 10 s, if rank 0
+    // failed before: its transport is gone then, and rank 1 fails too, never hangs).
+    let tried = std::sync::atomic::AtomicBool::new(false);
+    let results = group(2, |mut t| -> Result<(), TransportError> {
+        if t.rank() == Rank(0) {
+            // More than the sockets hold: part written, the rest queued.
+            assert!(t.try_send_slice(Rank(1), tag(0, 0), &big)?);
+            assert!(t.copied > 0, "the socket took all of 24 MiB at once");
+            assert!(
+                t.copied < big.len() as u64,
+                "the whole message was copied ({} B), not what the socket left",
+                t.copied
+            );
+            let copied = t.copied;
+            assert!(
+                !t.try_send_slice(Rank(1), tag(1, 0), &second)?,
+                "a send behind a queued message was taken (copied) instead of waiting"
+            );
+            assert_eq!(t.copied, copied, "the refused send copied");
+            tried.store(true, std::sync::atomic::Ordering::Release);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !t.try_send_slice(Rank(1), tag(1, 0), &second)? {
+                t.wait(deadline)?;
             }
-            let done = t.alloc(0);
-            send_blocking(&mut t, Rank(0), tag(9, 9), done)?;
+            held_until_received(&mut t)?;
+        } else {
+            let until = Instant::now() + Duration::from_secs(10);
+            while !tried.load(std::sync::atomic::Ordering::Acquire) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            receive_then_release(&mut t, &[(tag(0, 0), &big[..]), (tag(1, 0), &second[..])])?;
         }
         Ok(())
     });
