@@ -76,6 +76,19 @@ fn send_blocking(
     Ok(())
 }
 
+fn send_slice_blocking(
+    t: &mut TcpTransport,
+    peer: Rank,
+    tag: Tag,
+    data: &[u8],
+) -> Result<(), TransportError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !t.try_send_slice(peer, tag, data)? {
+        t.wait(deadline)?;
+    }
+    Ok(())
+}
+
 #[test]
 fn every_pair_exchanges_large_and_empty_messages() {
     let n = 4;
@@ -112,10 +125,7 @@ fn messages_larger_than_the_socket_buffers_go_straight_from_the_callers_memory()
     let results = group(2, |mut t| -> Result<(), TransportError> {
         if t.rank() == Rank(0) {
             for k in 0..3 {
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while !t.try_send_slice(Rank(1), tag(k, 0), &big)? {
-                    t.wait(deadline)?;
-                }
+                send_slice_blocking(&mut t, Rank(1), tag(k, 0), &big)?;
             }
             held_until_received(&mut t)?;
         } else {
@@ -172,10 +182,7 @@ fn a_send_behind_a_queued_message_waits_for_it_and_only_the_rest_is_copied() {
             );
             assert_eq!(t.copied, copied, "the refused send copied");
             tried.store(true, std::sync::atomic::Ordering::Release);
-            let deadline = Instant::now() + Duration::from_secs(20);
-            while !t.try_send_slice(Rank(1), tag(1, 0), &second)? {
-                t.wait(deadline)?;
-            }
+            send_slice_blocking(&mut t, Rank(1), tag(1, 0), &second)?;
             held_until_received(&mut t)?;
         } else {
             let until = Instant::now() + Duration::from_secs(10);
