@@ -762,3 +762,27 @@ fn the_topology_of_soft_roce_degrades_to_the_choice_by_address_and_says_so() {
         topology::Report::new(t, 2, topology::Bind::Numa, &topology::CpuSet::new()).describe()
     );
 }
+
+/// The GID table ranks choose from comes from `ibv_query_gid_table` (one call), and it is
+/// the table sysfs shows entry by entry (the fallback for rdma-core before 32): the same
+/// indexes, GIDs, types and interfaces, with the RoCE v2 IPv4 GID of each rxe device's
+/// veth among them.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn the_gid_table_from_one_library_call_is_the_one_sysfs_shows() {
+    use rcoll::transport::verbs::{self, select::GidKind};
+    let names = verbs::device_names().expect("devices");
+    let rxe: Vec<&String> = names.iter().filter(|n| n.starts_with("rxe")).collect();
+    assert!(rxe.len() >= 2, "rxe devices: {names:?}");
+    for dev in rxe {
+        let (library, sysfs) = verbs::gid_tables(dev, 1).expect("GID tables");
+        let library = library.expect("rdma-core 44 has ibv_query_gid_table");
+        assert_eq!(library, sysfs, "{dev}: the library's table against sysfs");
+        assert!(
+            library.iter().any(|e| e.kind == GidKind::RoceV2
+                && e.ipv4().is_some_and(|a| a.octets()[..3] == [10, 99, 0])
+                && e.netdev.as_deref().is_some_and(|n| n.starts_with("veth"))),
+            "{dev}: no RoCE v2 GID of a 10.99.0.x veth in {library:?}"
+        );
+    }
+}

@@ -104,13 +104,21 @@ pub fn probe(
     {
         let ctx = Context::open(name).map_err(|e| e.to_string())?;
         let dev = ctx.query_device().map_err(|e| e.to_string())?;
+        let mut table = None;
         for port in 1..=dev.phys_port_cnt {
             if want_port.is_some_and(|p| p != port) {
                 continue;
             }
             let attr = ctx.query_port(port).map_err(|e| e.to_string())?;
             let roce = attr.link_layer != sys::IBV_LINK_LAYER_INFINIBAND;
-            let gids = select::read_gid_table(FsPath::new(select::SYSFS), name, port);
+            let gids = gid_table(
+                &ctx,
+                port,
+                dev.phys_port_cnt,
+                attr.gid_table_len,
+                &mut table,
+            )
+            .unwrap_or_else(|| select::read_gid_table(FsPath::new(select::SYSFS), name, port));
             let choice = if attr.state != sys::IBV_PORT_ACTIVE {
                 Err(format!("port is {}", port_state(attr.state)))
             } else if roce {
@@ -143,6 +151,52 @@ pub fn probe(
         }
     }
     Ok(out)
+}
+
+/// Port `port`'s GID table from the library's table of the whole device (read at the first
+/// port asked, with room for `ports` tables of `per_port` entries, and kept in `table`);
+/// `None` when the library cannot give it (rdma-core before 32, or the call failed), for
+/// sysfs to be read instead.
+fn gid_table(
+    ctx: &Context,
+    port: u8,
+    ports: u8,
+    per_port: i32,
+    table: &mut Option<Option<Vec<ffi::GidTableEntry>>>,
+) -> Option<Vec<select::GidEntry>> {
+    let table = table.get_or_insert_with(|| {
+        let room = usize::from(ports) * usize::try_from(per_port).unwrap_or(0);
+        match ctx.gid_table(room)? {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::debug!(error = %e, "reading the GID table from sysfs instead");
+                None
+            }
+        }
+    });
+    table.as_deref().map(|t| select::from_library(t, port))
+}
+
+/// Port `port` of device `dev`'s GID table as `ibv_query_gid_table` gives it (`None` when
+/// the library has no such call) and as sysfs does: the two sources [`probe`] uses, the
+/// first where it can. For tests and `rcoll-bench doctor`.
+pub fn gid_tables(
+    dev: &str,
+    port: u8,
+) -> Result<(Option<Vec<select::GidEntry>>, Vec<select::GidEntry>), String> {
+    let ctx = Context::open(dev).map_err(|e| e.to_string())?;
+    let ports = ctx.query_device().map_err(|e| e.to_string())?.phys_port_cnt;
+    let attr = ctx.query_port(port).map_err(|e| e.to_string())?;
+    let library = match ctx
+        .gid_table(usize::from(ports) * usize::try_from(attr.gid_table_len).unwrap_or(0))
+    {
+        None => None,
+        Some(t) => Some(select::from_library(&t.map_err(|e| e.to_string())?, port)),
+    };
+    Ok((
+        library,
+        select::read_gid_table(FsPath::new(select::SYSFS), dev, port),
+    ))
 }
 
 /// The libibverbs this process uses (its file name), loading it on first use; the error

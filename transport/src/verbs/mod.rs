@@ -113,9 +113,11 @@ use crate::error::TransportError;
 use crate::tcp::TcpTransport;
 use crate::types::{Rank, Tag};
 
-pub use device::{choose, choose_for, library, prefix_of, probe, PortReport, Selection};
+pub use device::{
+    choose, choose_for, gid_tables, library, prefix_of, probe, PortReport, Selection,
+};
 pub use faults::Fault;
-pub use ffi::{device_names, VerbsError};
+pub use ffi::{device_names, GidTableEntry, VerbsError};
 pub use registry::ZERO_COPY_MIN;
 pub use setup::{agree, connect, upgrade, upgrade_for};
 pub use sys::LoadError;

@@ -167,6 +167,22 @@ pub struct ibv_gid {
     pub raw: [u8; 16],
 }
 
+/// `struct ibv_gid_entry` (rdma-core 32 and later): one valid entry of a GID table.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_gid_entry {
+    /// The GID (0).
+    pub gid: ibv_gid,
+    /// Its index in the port's table (16).
+    pub gid_index: u32,
+    /// The port (20).
+    pub port_num: u32,
+    /// `enum ibv_gid_type` (24).
+    pub gid_type: u32,
+    /// The network device's interface index, 0 for none (28).
+    pub ndev_ifindex: u32,
+}
+
 /// `struct ibv_sge`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -543,6 +559,17 @@ pub const IBV_QP_MAX_DEST_RD_ATOMIC: c_int = 131072;
 pub const IBV_LINK_LAYER_INFINIBAND: u8 = 1;
 /// `IBV_PORT_ACTIVE`.
 pub const IBV_PORT_ACTIVE: c_uint = 4;
+/// `IBV_GID_TYPE_IB` (also RoCE v1's wire format on Ethernet ports).
+pub const IBV_GID_TYPE_IB: u32 = 0;
+/// `IBV_GID_TYPE_ROCE_V1`.
+pub const IBV_GID_TYPE_ROCE_V1: u32 = 1;
+/// `IBV_GID_TYPE_ROCE_V2`.
+pub const IBV_GID_TYPE_ROCE_V2: u32 = 2;
+
+/// `_ibv_query_gid_table@IBVERBS_1.11` (the function behind the header's inline
+/// `ibv_query_gid_table`): context, entries, their number, flags (0), the entry size.
+pub type QueryGidTable =
+    unsafe extern "C" fn(*mut ibv_context, *mut ibv_gid_entry, usize, u32, usize) -> isize;
 
 // ---------------------------------------------------------------------------------------
 // The functions.
@@ -557,6 +584,9 @@ macro_rules! verbs_functions {
         pub struct Lib {
             /// The file that was opened.
             pub library: String,
+            /// `_ibv_query_gid_table@IBVERBS_1.11`, absent before rdma-core 32: the whole
+            /// GID table with types and interfaces in one call (else sysfs is read).
+            pub query_gid_table: Option<QueryGidTable>,
             $(
                 #[doc = concat!("`", stringify!($name), "@", $version, "`.")]
                 pub $name: unsafe extern "C" fn($($arg),*) $(-> $ret)?,
@@ -575,6 +605,13 @@ macro_rules! verbs_functions {
                             )
                         },
                     )*
+                    query_gid_table: symbol(handle, &library, "_ibv_query_gid_table", "IBVERBS_1.11")
+                        .ok()
+                        .map(|p| {
+                            // SAFETY: the symbol at IBVERBS_1.11 has the signature of
+                            // `QueryGidTable`, copied from verbs.h.
+                            unsafe { std::mem::transmute::<*mut c_void, QueryGidTable>(p) }
+                        }),
                     library,
                 })
             }

@@ -255,6 +255,91 @@ impl Context {
     }
 }
 
+/// One valid GID table entry as the library reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GidTableEntry {
+    /// The port.
+    pub port: u8,
+    /// The index in the port's table.
+    pub index: u32,
+    /// The GID, 16 bytes in network order.
+    pub gid: [u8; 16],
+    /// `IBV_GID_TYPE_*`.
+    pub kind: u32,
+    /// The network interface's name, if it has one and it still exists.
+    pub netdev: Option<String>,
+}
+
+impl Context {
+    /// Every valid GID of every port in one call (`ibv_query_gid_table`, which reads the
+    /// kernel's table with one ioctl where sysfs takes three files per entry), with room
+    /// for `max` entries. `None` when the library predates it (rdma-core 32).
+    pub fn gid_table(&self, max: usize) -> Option<Result<Vec<GidTableEntry>, VerbsError>> {
+        let query = self.lib.query_gid_table?;
+        let mut raw = vec![
+            sys::ibv_gid_entry {
+                gid: sys::ibv_gid::zeroed(),
+                gid_index: 0,
+                port_num: 0,
+                gid_type: 0,
+                ndev_ifindex: 0,
+            };
+            max
+        ];
+        // SAFETY: the context is open; `raw` has room for `max` entries of the size passed.
+        let n = unsafe {
+            query(
+                self.ctx.as_ptr(),
+                raw.as_mut_ptr(),
+                max,
+                0,
+                std::mem::size_of::<sys::ibv_gid_entry>(),
+            )
+        };
+        let Ok(n) = usize::try_from(n) else {
+            // A negative errno (or -1 with errno set, as other verbs do).
+            let errno = if n < -1 {
+                i32::try_from(-n).unwrap_or(0)
+            } else {
+                0
+            };
+            let what = format!("{}, room for {max} entries", self.name);
+            return Some(Err(if errno == 0 {
+                VerbsError::last("ibv_query_gid_table", &what)
+            } else {
+                VerbsError::new("ibv_query_gid_table", errno, &what)
+            }));
+        };
+        raw.truncate(n.min(max));
+        Some(Ok(raw
+            .iter()
+            .map(|e| GidTableEntry {
+                port: u8::try_from(e.port_num).unwrap_or(0),
+                index: e.gid_index,
+                gid: e.gid.raw,
+                kind: e.gid_type,
+                netdev: interface_name(e.ndev_ifindex),
+            })
+            .collect()))
+    }
+}
+
+/// The name of network interface `index` (`if_indextoname`), `None` for 0 or one gone.
+fn interface_name(index: u32) -> Option<String> {
+    if index == 0 {
+        return None;
+    }
+    let mut buf = [0 as std::ffi::c_char; libc::IF_NAMESIZE];
+    // SAFETY: `buf` has the IF_NAMESIZE bytes the call may write, NUL included.
+    let p = unsafe { libc::if_indextoname(index, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: on success the buffer holds a NUL-terminated name.
+    let name = unsafe { CStr::from_ptr(buf.as_ptr()) };
+    Some(name.to_string_lossy().into_owned())
+}
+
 impl Drop for Context {
     fn drop(&mut self) {
         // SAFETY: opened by ibv_open_device; every object created from it holds an `Arc`

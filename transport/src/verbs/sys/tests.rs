@@ -50,6 +50,7 @@ fn expectations() -> Vec<(String, usize, Rule)> {
     offsets!(v, ibv_pd: context);
     offsets!(v, ibv_mw: context, rkey);
     offsets!(v, ibv_sge: addr, length, lkey);
+    offsets!(v, ibv_gid_entry: gid, gid_index, port_num, gid_type, ndev_ifindex);
     offsets!(v, ibv_send_wr: wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data);
     offsets!(v, ibv_recv_wr: wr_id, next, sg_list, num_sge);
     offsets!(v, ibv_wc: wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num);
@@ -133,6 +134,11 @@ fn expectations() -> Vec<(String, usize, Rule)> {
     // Structs rcoll allocates and hands to the library.
     for (c_type, rust, rule) in [
         ("union ibv_gid", size_of::<ibv_gid>(), Rule::Equal),
+        (
+            "struct ibv_gid_entry",
+            size_of::<ibv_gid_entry>(),
+            Rule::Equal,
+        ),
         ("struct ibv_sge", size_of::<ibv_sge>(), Rule::Equal),
         ("struct ibv_send_wr", size_of::<ibv_send_wr>(), Rule::Equal),
         ("struct ibv_recv_wr", size_of::<ibv_recv_wr>(), Rule::Equal),
@@ -173,6 +179,7 @@ fn expectations() -> Vec<(String, usize, Rule)> {
     constants!(v: IBV_QP_RQ_PSN, IBV_QP_MAX_QP_RD_ATOMIC, IBV_QP_MIN_RNR_TIMER, IBV_QP_SQ_PSN);
     constants!(v: IBV_QP_DEST_QPN, IBV_QP_MAX_DEST_RD_ATOMIC);
     constants!(v: IBV_LINK_LAYER_INFINIBAND, IBV_PORT_ACTIVE);
+    constants!(v: IBV_GID_TYPE_IB, IBV_GID_TYPE_ROCE_V1, IBV_GID_TYPE_ROCE_V2);
     v
 }
 
