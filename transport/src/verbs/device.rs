@@ -113,6 +113,7 @@ pub fn probe(
             let roce = attr.link_layer != sys::IBV_LINK_LAYER_INFINIBAND;
             let gids = gid_table(
                 &ctx,
+                name,
                 port,
                 dev.phys_port_cnt,
                 attr.gid_table_len,
@@ -154,11 +155,12 @@ pub fn probe(
 }
 
 /// Port `port`'s GID table from the library's table of the whole device (read at the first
-/// port asked, with room for `ports` tables of `per_port` entries, and kept in `table`);
-/// `None` when the library cannot give it (rdma-core before 32, or the call failed), for
-/// sysfs to be read instead.
+/// port asked, with room for `ports` tables of `per_port` entries, and kept in `table`), its
+/// interfaces named as sysfs names them ([`select::name_netdevs`]); `None` when the library
+/// cannot give it (rdma-core before 32, or the call failed), for sysfs to be read instead.
 fn gid_table(
     ctx: &Context,
+    dev: &str,
     port: u8,
     ports: u8,
     per_port: i32,
@@ -174,12 +176,16 @@ fn gid_table(
             }
         }
     });
-    table.as_deref().map(|t| select::from_library(t, port))
+    table.as_deref().map(|t| {
+        let mut gids = select::from_library(t, port);
+        select::name_netdevs(&mut gids, FsPath::new(select::SYSFS), dev, port);
+        gids
+    })
 }
 
-/// Port `port` of device `dev`'s GID table as `ibv_query_gid_table` gives it (`None` when
-/// the library has no such call) and as sysfs does: the two sources [`probe`] uses, the
-/// first where it can. For tests and `rcoll-bench doctor`.
+/// Port `port` of device `dev`'s GID table as `ibv_query_gid_table` gives it, interfaces
+/// named by the index it reports (`None` when the library has no such call), and as sysfs
+/// does: the two sources [`probe`] uses, the first where it can. For tests.
 pub fn gid_tables(
     dev: &str,
     port: u8,

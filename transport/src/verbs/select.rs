@@ -137,6 +137,26 @@ pub fn from_library(table: &[super::ffi::GidTableEntry], port: u8) -> Vec<GidEnt
     out
 }
 
+/// Names each entry's interface as sysfs under `root` does (`gid_attrs/ndevs/I`), where it
+/// gives one: the library reports the interface's index in the interface's own network
+/// namespace, which is not this process's where a container shares the host's devices. A
+/// few files, one per valid entry.
+pub fn name_netdevs(entries: &mut [GidEntry], root: &Path, dev: &str, port: u8) {
+    let ndevs = root
+        .join(dev)
+        .join("ports")
+        .join(port.to_string())
+        .join("gid_attrs/ndevs");
+    for e in entries {
+        if let Ok(name) = fs::read_to_string(ndevs.join(e.index.to_string())) {
+            let name = name.trim();
+            if !name.is_empty() {
+                e.netdev = Some(name.to_owned());
+            }
+        }
+    }
+}
+
 /// The non-empty entries of `dev` port `port`'s GID table under `root` (normally [`SYSFS`]).
 pub fn read_gid_table(root: &Path, dev: &str, port: u8) -> Vec<GidEntry> {
     let base: PathBuf = root.join(dev).join("ports").join(port.to_string());
@@ -358,11 +378,41 @@ mod tests {
         w("gid_attrs/ndevs/1", "veth0\n");
         w("gids/2", "0000:0000:0000:0000:0000:0000:0000:0000\n");
         let t = read_gid_table(&root, "rxe9", 1);
+        // The library's table of the same device: another port's entry and an empty one
+        // left out, types mapped, and the interface named as sysfs names it where it does
+        // (the index the library gives may be another namespace's).
+        let e = |port: u8, index: u32, gid: [u8; 16], kind: u32, netdev: &str| {
+            super::super::ffi::GidTableEntry {
+                port,
+                index,
+                gid,
+                kind,
+                netdev: Some(netdev.into()),
+            }
+        };
+        let mut lib = from_library(
+            &[
+                e(1, 3, t[1].gid, 1, "eth3"),
+                e(2, 1, t[1].gid, 2, "eth2"),
+                e(1, 1, t[1].gid, 2, "eth7"),
+                e(1, 5, [0; 16], 2, "eth7"),
+                e(1, 0, t[0].gid, 2, "eth7"),
+            ],
+            1,
+        );
+        name_netdevs(&mut lib, &root, "rxe9", 1);
         fs::remove_dir_all(&root).unwrap();
         assert_eq!(t.len(), 2);
         assert_eq!(t[1].ipv4(), Some(Ipv4Addr::new(10, 99, 0, 1)));
         assert_eq!(t[1].kind, GidKind::RoceV2);
         assert_eq!(t[1].netdev.as_deref(), Some("veth0"));
+        assert_eq!(lib[..2], t[..], "{lib:?}");
+        assert_eq!(lib.len(), 3, "{lib:?}");
+        assert_eq!(
+            (lib[2].index, lib[2].kind, lib[2].netdev.as_deref()),
+            (3, GidKind::RoceV1OrIb, Some("eth3")),
+            "no sysfs name: the library's stays"
+        );
     }
 
     #[test]
