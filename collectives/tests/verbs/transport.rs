@@ -469,8 +469,12 @@ fn slots_go_back_behind_the_messages_of_a_lockstep_exchange() {
             flow[0], flow[1]
         );
         // 400 messages each way: in credit messages of 8 grants (the batch), 50 of them.
+        // Fewer than half that, and most grants behind messages. How many go alone depends
+        // on timing: a grant due while no message goes back soon enough goes in one of its
+        // own: on a slow day of the emulated VM, 0-20 per rank in 8 runs (20 in two of
+        // them, once inside the container image), where the bound had been below 20.
         assert!(
-            flow[0] < 20 && flow[1] > 300,
+            flow[0] < 25 && flow[1] > 300,
             "rank {r}: {} credit messages, {} grants behind messages",
             flow[0],
             flow[1]
