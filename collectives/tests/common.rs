@@ -74,6 +74,53 @@ pub fn reduced<T: Element>(op: ReduceOp, n: usize, i: usize) -> T {
     acc[0]
 }
 
+/// The data above repeats every `PERIOD` elements (`i` enters through `i % 11` and `i % 3`).
+/// 33 shares no factor with a power of two, so a block misplaced by a power-of-two number
+/// of elements still shows.
+pub const PERIOD: usize = 33;
+
+/// One period of `value` for every rank, and of `reduced` over them: what a check needs of
+/// the data, at a table lookup per element. (Evaluating `value` per element cost a 2-rank
+/// 64 MiB all_reduce more time than the call in the emulated VM.)
+pub struct Data<T> {
+    ranks: Vec<[T; PERIOD]>,
+    reduced: [T; PERIOD],
+}
+
+impl<T: Element> Data<T> {
+    /// The tables of `n` ranks' data for `op`.
+    pub fn new(op: ReduceOp, n: usize) -> Self {
+        Data {
+            ranks: (0..n)
+                .map(|r| std::array::from_fn(|i| value::<T>(op, r, i)))
+                .collect(),
+            reduced: std::array::from_fn(|i| reduced::<T>(op, n, i)),
+        }
+    }
+
+    /// `value(op, rank, i)`.
+    pub fn at(&self, rank: usize, i: usize) -> T {
+        self.ranks[rank][i % PERIOD]
+    }
+
+    /// `value(op, rank, i)` for `i` in `0..len`.
+    pub fn of(&self, rank: usize, len: usize) -> Vec<T> {
+        self.ranks[rank].iter().copied().cycle().take(len).collect()
+    }
+
+    /// `reduced(op, n, i)` for `i` in `from..from + len`.
+    pub fn reduced(&self, from: usize, len: usize) -> Vec<T> {
+        let table = &self.reduced;
+        table
+            .iter()
+            .copied()
+            .cycle()
+            .skip(from % PERIOD)
+            .take(len)
+            .collect()
+    }
+}
+
 /// A value no collective produces from the data above, to fill outputs with.
 pub fn sentinel<T: Element>() -> T {
     T::from_f64(99.0)
@@ -91,14 +138,15 @@ pub fn run_one<T: Element>(
     in_place: bool,
 ) -> Result<(), String> {
     let (n, r) = (comm.size(), comm.rank());
-    let v = |rank: usize, i: usize| value::<T>(op, rank, i);
-    let mine = |len: usize| (0..len).map(|i| v(r, i)).collect::<Vec<T>>();
+    let data = Data::<T>::new(op, n);
+    let v = |rank: usize, i: usize| data.at(rank, i);
+    let mine = |len: usize| data.of(r, len);
     let s = sentinel::<T>();
     let mut c = comm.with_algorithm(algorithm);
     // (buffer after the call, expected contents)
     let (got, want): (Vec<T>, Vec<T>) = match collective {
         Collective::AllReduce => {
-            let want = (0..count).map(|i| reduced::<T>(op, n, i)).collect();
+            let want = data.reduced(0, count);
             if in_place {
                 let mut b = mine(count);
                 c.all_reduce_in_place(&mut b, op).map(|_| (b, want))
@@ -110,7 +158,7 @@ pub fn run_one<T: Element>(
         }
         Collective::Reduce => {
             let want: Vec<T> = if r == root {
-                (0..count).map(|i| reduced::<T>(op, n, i)).collect()
+                data.reduced(0, count)
             } else {
                 mine(count)
             };
@@ -152,9 +200,7 @@ pub fn run_one<T: Element>(
             }
         }
         Collective::ReduceScatter => {
-            let block: Vec<T> = (0..count)
-                .map(|i| reduced::<T>(op, n, r * count + i))
-                .collect();
+            let block = data.reduced(r * count, count);
             if in_place {
                 let mut b = mine(n * count);
                 let mut want = b.clone();

@@ -309,3 +309,50 @@ fn one_plan_alternating_element_sizes_cuts_each_call_right() {
     .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The tables `run_one` checks with are the definition (`value`, `reduced`) element by
+/// element, for every type and operation, at offsets across several periods.
+#[test]
+fn the_check_tables_are_the_data_definition() {
+    fn one<T: Element>() -> Vec<String> {
+        let mut f = Vec::new();
+        for op in ReduceOp::ALL.into_iter().filter(|o| T::DTYPE.supports(*o)) {
+            for n in 1..=8 {
+                let data = common::Data::<T>::new(op, n);
+                for r in 0..n {
+                    let row = data.of(r, 200);
+                    if (0..200).any(|i| row[i] != common::value::<T>(op, r, i)) {
+                        f.push(format!("{} {op} n={n} rank {r}: values", T::DTYPE));
+                    }
+                    if (0..200).any(|i| data.at(r, i) != common::value::<T>(op, r, i)) {
+                        f.push(format!("{} {op} n={n} rank {r}: at", T::DTYPE));
+                    }
+                }
+                for from in [0, 1, 32, 33, 34, 1000] {
+                    let red = data.reduced(from, 100);
+                    if (0..100).any(|i| red[i] != common::reduced::<T>(op, n, from + i)) {
+                        f.push(format!("{} {op} n={n}: reduced from {from}", T::DTYPE));
+                    }
+                }
+            }
+        }
+        f
+    }
+    let mut failures = Vec::new();
+    for dtype in DataType::ALL {
+        failures.extend(match dtype {
+            DataType::I8 => one::<i8>(),
+            DataType::U8 => one::<u8>(),
+            DataType::I32 => one::<i32>(),
+            DataType::U32 => one::<u32>(),
+            DataType::I64 => one::<i64>(),
+            DataType::U64 => one::<u64>(),
+            DataType::F16 => one::<f16>(),
+            DataType::Bf16 => one::<bf16>(),
+            DataType::F32 => one::<f32>(),
+            DataType::F64 => one::<f64>(),
+            _ => vec![format!("no test for {dtype}")],
+        });
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
