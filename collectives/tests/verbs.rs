@@ -716,11 +716,16 @@ fn a_wrong_gid_forced_by_env_is_a_clear_error_on_every_rank() {
             "rank {r} must fail to join:\n{out}"
         );
     }
-    let forced = &results[1].1;
-    assert!(
-        forced.contains("GID index 0") && forced.contains("fe80:") && forced.contains("RoCE"),
-        "the error names the GID and its type:\n{forced}"
-    );
+    // Whichever rank finds the mismatch first (the other is aborted with its error), both
+    // errors name the forced GID, its index and type, and the variable that forced it.
+    for (r, (_, out)) in results.iter().enumerate() {
+        assert!(
+            out.contains("GID index 0 fe80:")
+                && out.contains("RoCE")
+                && out.contains("RCOLL_IB_GID_INDEX"),
+            "rank {r}: the error names the forced GID, its type and the variable:\n{out}"
+        );
+    }
     // An index that does not exist: refused, listing the table.
     let results = finish(
         spawn("wrong_gid", 2, |_| {

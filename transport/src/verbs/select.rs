@@ -211,6 +211,10 @@ fn same_subnet(a: Ipv4Addr, b: Ipv4Addr, prefix: u8) -> bool {
     u32::from(a) & mask == u32::from(b) & mask
 }
 
+/// The highest GID index a queue pair can send from: its address names the source GID in
+/// 8 bits (`ibv_global_route::sgid_index`), though a table may be longer (rxe's has 1,024).
+pub const MAX_SGID_INDEX: u32 = 255;
+
 /// Chooses a GID from `table` for traffic from `local` (the address the bootstrap uses,
 /// with its prefix length), or the one `forced` names.
 pub fn choose_gid(
@@ -219,6 +223,12 @@ pub fn choose_gid(
     forced: Option<u32>,
 ) -> Result<GidChoice, String> {
     if let Some(i) = forced {
+        if i > MAX_SGID_INDEX {
+            return Err(format!(
+                "RCOLL_IB_GID_INDEX={i}: a queue pair's address names its source GID in 8 \
+                 bits, so only indexes 0-{MAX_SGID_INDEX} can be used"
+            ));
+        }
         return match table.iter().find(|e| e.index == i) {
             Some(e) => Ok(GidChoice {
                 entry: e.clone(),
@@ -250,6 +260,7 @@ pub fn choose_gid(
     };
     let best = table
         .iter()
+        .filter(|e| e.index <= MAX_SGID_INDEX)
         .map(|e| (score(e), e))
         .filter(|((s, _), _)| *s > 0)
         .max_by_key(|((s, _), e)| (*s, std::cmp::Reverse(e.index)));
@@ -360,6 +371,23 @@ mod tests {
         assert!(c.why.contains("forced"), "{}", c.why);
         let err = choose_gid(&t, None, Some(9)).unwrap_err();
         assert!(err.contains("RCOLL_IB_GID_INDEX=9"), "{err}");
+    }
+
+    /// A queue pair's address names its source GID in 8 bits (`ibv_global_route`'s
+    /// `sgid_index`), while rxe's table has 1,024 slots: an entry past 255 is never chosen
+    /// (it would connect from whatever entry its low byte names), and forcing one is refused.
+    #[test]
+    fn a_gid_past_index_255_is_never_used() {
+        let mut t = rxe_table();
+        let mine = t.iter().position(|e| e.index == 1).unwrap();
+        t[mine].index = 257;
+        let c = choose_gid(&t, Some(("10.99.0.1".parse().unwrap(), 24)), None).unwrap();
+        assert_ne!(c.entry.index, 257, "{c:?}");
+        let err = choose_gid(&t, None, Some(257)).unwrap_err();
+        assert!(
+            err.contains("RCOLL_IB_GID_INDEX=257") && err.contains("255"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -294,6 +294,8 @@ fn connect_peers(
             mtu: sel.active_mtu as u8,
             gid_kind: sel.gid.entry.kind as u8,
             gid: sel.gid.entry.gid,
+            gid_index: sel.gid.entry.index,
+            gid_forced: opts.gid_index.is_some(),
             credits,
         });
     }
@@ -320,15 +322,21 @@ fn connect_peers(
             return Err(TransportError::NoDevice {
                 rank,
                 reason: format!(
-                    "{local} on {} cannot reach {}'s GID {} ({}): one is IPv4-mapped and the \
-                     other is not{}",
+                    "{local} on {} cannot reach {}'s GID index {} {} ({}{}): one is \
+                     IPv4-mapped and the other is not{}",
                     sel.device,
                     Rank::from(p),
+                    ep.gid_index,
                     std::net::Ipv6Addr::from(ep.gid),
                     if ep.gid_kind == GidKind::RoceV2 as u8 {
                         "RoCE v2"
                     } else {
                         "other type"
+                    },
+                    if ep.gid_forced {
+                        ", forced by its RCOLL_IB_GID_INDEX"
+                    } else {
+                        ""
                     },
                     if opts.gid_index.is_some() {
                         "; check RCOLL_IB_GID_INDEX"
@@ -340,7 +348,11 @@ fn connect_peers(
         }
         let path = ffi::Path {
             port: sel.port,
-            gid_index: local.index as u8,
+            // choose_gid takes none past MAX_SGID_INDEX.
+            gid_index: u8::try_from(local.index).map_err(|_| TransportError::NoDevice {
+                rank,
+                reason: format!("{local}: a GID index past 255 cannot be a source GID"),
+            })?,
             mtu: u32::from(ep.mtu).min(sel.active_mtu).max(1),
             global: sel.roce,
             timeout: opts.ack_timeout,

@@ -66,6 +66,10 @@ pub struct Endpoint {
     pub gid_kind: u8,
     /// GID.
     pub gid: [u8; 16],
+    /// The GID's index in its port's table (named in errors).
+    pub gid_index: u32,
+    /// Whether `RCOLL_IB_GID_INDEX` chose that GID (named in errors).
+    pub gid_forced: bool,
     /// Whether its slots are memory windows (written, then invalidated by a SEND WITH
     /// INVALIDATE), not regions (written with immediate).
     pub scoped: bool,
@@ -76,7 +80,7 @@ pub struct Endpoint {
 impl Endpoint {
     /// The encoding.
     pub fn encode(&self) -> Vec<u8> {
-        let mut o = Vec::with_capacity(32 + self.credits.len() * CREDIT_BYTES);
+        let mut o = Vec::with_capacity(44 + self.credits.len() * CREDIT_BYTES);
         o.extend_from_slice(&MAGIC.to_le_bytes());
         o.extend_from_slice(&self.qpn.to_le_bytes());
         o.extend_from_slice(&self.psn.to_le_bytes());
@@ -84,7 +88,9 @@ impl Endpoint {
         o.push(self.mtu);
         o.push(self.gid_kind);
         o.extend_from_slice(&self.gid);
-        o.extend_from_slice(&u32::from(self.scoped).to_le_bytes());
+        let flags = u32::from(self.scoped) | u32::from(self.gid_forced) << 1;
+        o.extend_from_slice(&flags.to_le_bytes());
+        o.extend_from_slice(&self.gid_index.to_le_bytes());
         o.extend_from_slice(&(self.credits.len() as u32).to_le_bytes());
         for c in &self.credits {
             c.encode(&mut o);
@@ -98,19 +104,21 @@ impl Endpoint {
         if u32_at(0)? != MAGIC {
             return None;
         }
-        let scoped = match u32_at(32)? {
-            0 => false,
-            1 => true,
-            _ => return None,
-        };
-        let n = u32_at(36)? as usize;
-        let body = b.get(40..)?;
+        // Bit 0: scoped; bit 1: the GID forced. Nothing else.
+        let flags = u32_at(32)?;
+        if flags > 3 {
+            return None;
+        }
+        let n = u32_at(40)? as usize;
+        let body = b.get(44..)?;
         if body.len() != n.checked_mul(CREDIT_BYTES)? {
             return None;
         }
         Some(Endpoint {
             qpn: u32_at(4)?,
-            scoped,
+            scoped: flags & 1 != 0,
+            gid_forced: flags & 2 != 0,
+            gid_index: u32_at(36)?,
             psn: u32_at(8)?,
             lid: u16::from_le_bytes(b.get(12..14)?.try_into().ok()?),
             mtu: *b.get(14)?,
@@ -281,6 +289,8 @@ mod tests {
             mtu: 3,
             gid_kind: 0,
             gid: [9; 16],
+            gid_index: 300,
+            gid_forced: true,
             scoped: true,
             credits: vec![
                 Credit {
@@ -300,7 +310,20 @@ mod tests {
         let b = ep.encode();
         assert_eq!(Endpoint::decode(&b), Some(ep));
         assert_eq!(Endpoint::decode(&b[..b.len() - 1]), None);
-        assert_eq!(Endpoint::decode(&[0; 40]), None);
+        assert_eq!(Endpoint::decode(&[0; 44]), None);
+        // Flags other than scoped and forced: refused.
+        let mut bad = b.clone();
+        bad[32] = 4;
+        assert_eq!(Endpoint::decode(&bad), None);
+        for flags in 0..4u8 {
+            let mut b = b.clone();
+            b[32] = flags;
+            let got = Endpoint::decode(&b).expect("valid flags");
+            assert_eq!(
+                (got.scoped, got.gid_forced),
+                (flags & 1 != 0, flags & 2 != 0)
+            );
+        }
     }
 
     /// A slot, an offer and a slot again.
