@@ -90,6 +90,17 @@ fn rank_main() {
             comm.rank()
         );
     }
+    // A rank gives its CPU away between polls only where its host has more ranks than
+    // CPUs: "waits spin" or "waits yield".
+    if let Ok(waits) = std::env::var("RCOLL_TEST_EXPECT_WAITS") {
+        let details = comm.transport_details();
+        assert!(
+            details.contains(&format!("waits {waits}")),
+            "rank {} of {}: expected waits {waits}: {details}",
+            comm.rank(),
+            comm.size()
+        );
+    }
     match scenario.as_str() {
         "sweep" => sweep(&mut comm),
         "large" => large(&mut comm),
@@ -327,7 +338,15 @@ fn all_ok(what: &str, results: &[(bool, String)]) {
 fn every_collective_on_rxe_2_3_4_ranks() {
     let _ = IGNORE;
     for n in [2, 3, 4] {
-        let results = finish(spawn("sweep", n, |_| vec![]), Duration::from_secs(600));
+        // Two CPUs: 2 ranks spin for messages, 3 and 4 give their CPU away between polls.
+        let waits = if n <= 2 { "spin" } else { "yield" };
+        let env = |_| {
+            vec![
+                ("RCOLL_HOST_CPUS".into(), "2".into()),
+                ("RCOLL_TEST_EXPECT_WAITS".into(), waits.into()),
+            ]
+        };
+        let results = finish(spawn("sweep", n, env), Duration::from_secs(600));
         all_ok(&format!("{n} ranks"), &results);
     }
 }

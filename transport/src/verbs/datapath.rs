@@ -295,7 +295,7 @@ impl Transport for VerbsTransport {
     fn details(&self) -> String {
         let s = &self.selection;
         format!(
-            "{}:{}, MTU {}, queue pairs to {} of {} peers, slots lent as {}",
+            "{}:{}, MTU {}, queue pairs to {} of {} peers, slots lent as {}; {}",
             s.device,
             s.port,
             super::select::mtu_bytes(s.active_mtu),
@@ -310,6 +310,11 @@ impl Transport for VerbsTransport {
                 "registered regions, and destinations offered in registered buffers"
             } else {
                 "registered regions"
+            },
+            if self.crowded {
+                "waits yield (more ranks than CPUs)"
+            } else {
+                "waits spin"
             }
         )
     }
@@ -444,6 +449,19 @@ impl Transport for VerbsTransport {
                 self.free.push((id, v));
                 self.replenish();
             }
+        }
+    }
+
+    fn relax(&self) {
+        // A system call per poll only delays the answer when every rank of this host has
+        // a CPU: a peer's message is the device's work (with rxe, done in the sender's
+        // system call), not this CPU's. While this rank's own writes are in flight rxe
+        // may need this CPU for them (as in `wait`), and on a crowded host a peer may; an
+        // unknown host counts as crowded.
+        if self.crowded || !self.inflight.is_empty() {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
         }
     }
 

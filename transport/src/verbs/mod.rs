@@ -352,6 +352,9 @@ pub struct VerbsTransport {
     last_control: Instant,
     /// How long `wait` busy-polls before blocking on the completion channel.
     spin: Duration,
+    /// More ranks on this host than CPUs: a rank spinning for a message gives its CPU
+    /// away between polls (`relax`).
+    crowded: bool,
     /// Sleeps that ended at their cap with work waiting (a completion whose event never
     /// woke this rank): healed within [`WAKE_CHECK`], counted for the stall report.
     late_wakeups: u64,

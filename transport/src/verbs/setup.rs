@@ -149,6 +149,9 @@ pub fn upgrade_for(
         selection: sel.clone(),
         last_control: Instant::now(),
         spin: opts.spin,
+        crowded: tcp
+            .hosts()
+            .is_none_or(|h| h.members(h.host_of(rank)).len() > crate::topology::host_cpus()),
         late_wakeups: 0,
         credit_messages: 0,
         grants_carried: 0,
