@@ -15,17 +15,14 @@
 mod common;
 #[path = "verbs/placement.rs"]
 mod placement;
+#[path = "verbs/scenarios.rs"]
+mod scenarios;
 #[path = "verbs/transport.rs"]
 mod transport;
 
 use std::time::Duration;
 
-use rcoll::{Algorithm, Collective, Communicator, ReduceOp};
-
-use common::{
-    all_reduce_until_a_rank_dies, finish, ring_send_recv, run_one, signal, spawn_ranks,
-    sweep_collectives, StartedDir,
-};
+use common::{finish, signal, spawn_ranks, StartedDir};
 
 const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
 const IGNORE: &str = "needs RDMA devices: run in soft-roce/run-in-vm.sh";
@@ -102,196 +99,16 @@ fn rank_main() {
         );
     }
     match scenario.as_str() {
-        "sweep" => sweep(&mut comm),
-        "large" => large(&mut comm),
-        "killed" => killed(&mut comm),
-        "zero_copy" => zero_copy(&mut comm),
-        "killed_zero_copy" => killed_zero_copy(&mut comm),
+        "sweep" => scenarios::sweep(&mut comm),
+        "large" => scenarios::large(&mut comm),
+        "killed" => scenarios::killed(&mut comm),
+        "zero_copy" => scenarios::zero_copy(&mut comm),
+        "killed_zero_copy" => scenarios::killed_zero_copy(&mut comm),
         "wrong_gid" => panic!("rank {} joined although a GID was wrong", comm.rank()),
         "memlock" => panic!("rank {} joined although memlock was too low", comm.rank()),
-        "lossy" => lossy(&mut comm),
+        "lossy" => scenarios::lossy(&mut comm),
         other => panic!("unknown scenario {other}"),
     }
-}
-
-const ALGORITHMS: [Algorithm; 4] = [
-    Algorithm::Ring,
-    Algorithm::DoubleBinaryTree,
-    Algorithm::HalvingDoubling,
-    // The ring where the group has one host; two levels where it has several.
-    Algorithm::Hierarchical,
-];
-
-fn check(comm: &mut Communicator, failures: Vec<String>) {
-    assert!(
-        failures.is_empty(),
-        "rank {}: {}",
-        comm.rank(),
-        failures.join("\n")
-    );
-}
-
-/// Every collective x ring, double binary tree, halving-doubling and hierarchical (where
-/// they serve it),
-/// in place and out of place, at 0, 1, 7 and 10007 elements, plus point-to-point.
-fn sweep(comm: &mut Communicator) {
-    let failures = sweep_collectives(comm, &ALGORITHMS, &[0, 1, 7, 10_007]);
-    check(comm, failures);
-    ring_send_recv(comm, 300_000);
-    // Many small calls in a row: every slot a peer lends must come back to it (a small
-    // message handed between transports and kept by the wrong one starves the pair
-    // after a few hundred).
-    let n = comm.size() as i64;
-    for i in 0..2000i64 {
-        let mut x = [i, comm.rank() as i64];
-        comm.all_reduce_in_place(&mut x, rcoll::ReduceOp::Sum)
-            .unwrap_or_else(|e| panic!("small all_reduce #{i}: {e}"));
-        assert_eq!(x, [i * n, n * (n - 1) / 2], "small all_reduce #{i}");
-    }
-}
-
-/// Every collective at 1 MiB of f32 per rank's buffer and all_reduce at 64 MiB, with each
-/// algorithm, in place and out of place.
-fn large(comm: &mut Communicator) {
-    let mut failures = Vec::new();
-    for algorithm in ALGORITHMS {
-        for collective in Collective::SCHEDULED
-            .into_iter()
-            .filter(|c| algorithm.serves(*c))
-        {
-            for in_place in [false, true] {
-                let count = (1 << 20) / 4 / comm.size() * comm.size();
-                if let Err(e) = run_one::<f32>(
-                    comm,
-                    algorithm,
-                    collective,
-                    ReduceOp::Sum,
-                    count,
-                    0,
-                    in_place,
-                ) {
-                    failures.push(format!(
-                        "{algorithm} {collective} 1 MiB in_place={in_place}: {e}"
-                    ));
-                }
-            }
-        }
-        for in_place in [false, true] {
-            if let Err(e) = run_one::<f32>(
-                comm,
-                algorithm,
-                Collective::AllReduce,
-                ReduceOp::Sum,
-                16 << 20,
-                0,
-                in_place,
-            ) {
-                failures.push(format!(
-                    "{algorithm} all_reduce 64 MiB in_place={in_place}: {e}"
-                ));
-            }
-        }
-    }
-    check(comm, failures);
-}
-
-/// Collectives on memory from `Communicator::alloc` (registered once, sent zero-copy):
-/// all_reduce in place and out of place at 4 and 64 MiB with each algorithm, broadcast and
-/// all_gather; the sources stay intact and the zero-copy path is taken.
-fn zero_copy(comm: &mut Communicator) {
-    let (n, r) = (comm.size(), comm.rank());
-    println!("rank {r}: {}", comm.transport_details());
-    let mine = |i: usize| ((r + 1) * (i % 1000)) as f32;
-    let total = |i: usize| ((n * (n + 1) / 2) * (i % 1000)) as f32;
-    // The first element where `got` differs from `want`.
-    let differs = |got: &[f32], want: &[f32]| got.iter().zip(want).position(|(g, w)| g != w);
-    for count in [1 << 20, 16 << 20] {
-        let mut src = comm.alloc::<f32>(count).expect("alloc");
-        let mut dst = comm.alloc::<f32>(count).expect("alloc");
-        assert!(src.is_registered() && dst.is_registered());
-        // Computed once: per element and per call they took a tenth of this test's time
-        // in the emulated VM.
-        let input: Vec<f32> = (0..count).map(mine).collect();
-        let sum: Vec<f32> = (0..count).map(total).collect();
-        for algorithm in ALGORITHMS {
-            src.copy_from_slice(&input);
-            comm.with_algorithm(algorithm)
-                .all_reduce(&src, &mut dst, ReduceOp::Sum)
-                .expect("all_reduce");
-            let bad = differs(&dst, &sum).or(differs(&src, &input));
-            assert_eq!(bad, None, "{algorithm} out of place, {count} elements");
-            comm.with_algorithm(algorithm)
-                .all_reduce_in_place(&mut src, ReduceOp::Sum)
-                .expect("all_reduce in place");
-            let bad = differs(&src, &sum);
-            assert_eq!(bad, None, "{algorithm} in place, {count} elements");
-        }
-        src.iter_mut()
-            .enumerate()
-            .for_each(|(i, x)| *x = if r == 1 { i as f32 } else { -1.0 });
-        comm.broadcast_in_place(&mut src, 1).expect("broadcast");
-        assert!(
-            src.iter().enumerate().all(|(i, &x)| x == i as f32),
-            "broadcast"
-        );
-    }
-    let per = 1 << 18;
-    let mut part = comm.alloc::<i64>(per).expect("alloc");
-    part.iter_mut()
-        .enumerate()
-        .for_each(|(i, x)| *x = (r * per + i) as i64);
-    let mut all = comm.alloc::<i64>(per * n).expect("alloc");
-    comm.all_gather(&part, &mut all).expect("all_gather");
-    assert!(
-        all.iter().enumerate().all(|(i, &x)| x == i as i64),
-        "all_gather"
-    );
-    // Point-to-point receives are never offered: their tags are never stale, so an offer a
-    // sender did not use would wait for the tag to come round again.
-    let before = comm.placed_receives();
-    let mut from_left = comm.alloc::<f32>(1 << 20).expect("alloc");
-    let mut to_right = comm.alloc::<f32>(1 << 20).expect("alloc");
-    to_right
-        .iter_mut()
-        .enumerate()
-        .for_each(|(i, x)| *x = mine(i));
-    let left = (r + n - 1) % n;
-    comm.send_recv(&to_right, (r + 1) % n, &mut from_left, left)
-        .expect("send_recv");
-    let theirs = |i: usize| ((left + 1) * (i % 1000)) as f32;
-    assert!(
-        from_left.iter().enumerate().all(|(i, &x)| x == theirs(i)),
-        "send_recv"
-    );
-    assert_eq!(
-        comm.placed_receives(),
-        before,
-        "a point-to-point receive was offered"
-    );
-    assert!(comm.zero_copy_sends() > 0, "no send went zero-copy");
-    if n == 2 {
-        placement::ring_sends_what_it_reduced_from_the_output(comm);
-        placement::in_place_the_all_gather_half_lands_in_place(comm);
-    }
-    let placed = comm.placed_receives();
-    println!(
-        "rank {r}: {} zero-copy sends, {placed} receives written in place",
-        comm.zero_copy_sends()
-    );
-    if std::env::var("RCOLL_IB_DIRECT").as_deref() == Ok("0") {
-        assert_eq!(placed, 0, "RCOLL_IB_DIRECT=0 offers nothing");
-    } else {
-        // Broadcast, all_gather and the all-gather half of every all_reduce only copy what
-        // they receive: some of it lands in place.
-        assert!(placed > 0, "no receive landed in its destination");
-    }
-    assert_eq!(comm.borrowed_in_flight(), 0, "an offer outlived its call");
-}
-
-/// Loops over an all_reduce until the group fails (one rank is killed); the error must
-/// name the dead rank.
-fn killed(comm: &mut Communicator) {
-    all_reduce_until_a_rank_dies(comm, 1 << 20, 100_000);
 }
 
 fn list(var: &str, default: &str) -> Vec<String> {
@@ -535,30 +352,6 @@ fn a_blackholed_link_fails_both_ranks_within_the_timeout() {
     println!("a blackholed link on verbs: both ranks failed {took:?} after it went down");
 }
 
-/// Zero-copy all_reduces from a registered buffer until a peer dies. When the call fails no
-/// send may still be reading the buffer (a write to the dead peer would otherwise retry for
-/// seconds after the call returned), no range of it may still be offered to a peer's device
-/// to write, and the buffer is dropped (deregistered, freed) at once.
-fn killed_zero_copy(comm: &mut Communicator) {
-    let mut buf = comm.alloc::<f32>(4 << 20).expect("alloc");
-    common::started();
-    for _ in 0..100_000 {
-        buf.fill(1.0);
-        let result = comm
-            .with_algorithm(Algorithm::Ring)
-            .all_reduce_in_place(&mut buf, ReduceOp::Sum);
-        if let Err(e) = result {
-            let left = comm.borrowed_in_flight();
-            println!("RANK-ERROR {e}");
-            println!("BORROWED-IN-FLIGHT {left}");
-            assert_eq!(left, 0, "a device may still read the returned buffer");
-            drop(buf);
-            return;
-        }
-    }
-    panic!("no peer died");
-}
-
 #[test]
 #[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
 fn a_killed_peer_leaves_no_send_reading_a_returned_buffer() {
@@ -622,54 +415,6 @@ fn too_little_locked_memory_is_named_on_every_rank() {
             eprintln!("rank {r}: {line}");
         }
     }
-}
-
-/// The ring's collectives over a link that loses 1% of packets and reorders a quarter of
-/// them (netem on both veths, in the VM): rxe retransmits, and every result is still right;
-/// also in place in registered memory, where offers travel with the sends that read it.
-fn lossy(comm: &mut Communicator) {
-    let mut failures = Vec::new();
-    let (n, r) = (comm.size(), comm.rank());
-    let count = 1 << 20;
-    let mut buf = comm.alloc::<f32>(count).expect("alloc");
-    for algorithm in [Algorithm::Ring, Algorithm::HalvingDoubling] {
-        buf.iter_mut()
-            .enumerate()
-            .for_each(|(i, x)| *x = ((r + 1) * (i % 1000)) as f32);
-        match comm
-            .with_algorithm(algorithm)
-            .all_reduce_in_place(&mut buf, ReduceOp::Sum)
-        {
-            Ok(()) => {
-                let want = |i: usize| ((n * (n + 1) / 2) * (i % 1000)) as f32;
-                if let Some(i) = (0..count).find(|&i| buf[i] != want(i)) {
-                    failures.push(format!("{algorithm} in place, registered: element {i}"));
-                }
-            }
-            Err(e) => failures.push(format!("{algorithm} in place, registered: {e}")),
-        }
-    }
-    for collective in [
-        Collective::AllReduce,
-        Collective::Broadcast,
-        Collective::AllGather,
-        Collective::ReduceScatter,
-    ] {
-        for count in [7, 100_002] {
-            if let Err(e) = run_one::<f32>(
-                comm,
-                Algorithm::Ring,
-                collective,
-                ReduceOp::Sum,
-                count / comm.size() * comm.size(),
-                0,
-                false,
-            ) {
-                failures.push(format!("{collective} of {count}: {e}"));
-            }
-        }
-    }
-    check(comm, failures);
 }
 
 /// netem on an interface for as long as it lives.
