@@ -107,6 +107,7 @@ fn rank_main() {
         "wrong_gid" => panic!("rank {} joined although a GID was wrong", comm.rank()),
         "memlock" => panic!("rank {} joined although memlock was too low", comm.rank()),
         "lossy" => scenarios::lossy(&mut comm),
+        "wake_ups" => scenarios::wake_ups(&mut comm),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -233,6 +234,28 @@ fn registered_buffers_go_zero_copy_and_stay_correct() {
         Duration::from_secs(900),
     );
     all_ok("2 ranks, RCOLL_IB_DIRECT=0", &results);
+}
+
+/// A wait that took the completion the engine waited for returns at once. The periodic
+/// poll that heals a lost wake-up within 10 ms is off here, and the busy-poll before
+/// sleeping is long (a second), so that it takes every completion a root's broadcast ends
+/// on: a wait that did not count one would sleep to the deadline and fail the call.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_wait_wakes_for_every_completion_without_the_periodic_poll() {
+    for n in [2, 3] {
+        let results = finish(
+            spawn("wake_ups", n, |_| {
+                vec![
+                    ("RCOLL_IB_WAKE_CHECK_MS".into(), "0".into()),
+                    ("RCOLL_IB_SPIN_US".into(), "1000000".into()),
+                    ("RCOLL_TIMEOUT".into(), "20".into()),
+                ]
+            }),
+            Duration::from_secs(600),
+        );
+        all_ok(&format!("{n} ranks"), &results);
+    }
 }
 
 #[test]

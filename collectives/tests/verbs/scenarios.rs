@@ -183,6 +183,50 @@ pub fn zero_copy(comm: &mut Communicator) {
     assert_eq!(comm.borrowed_in_flight(), 0, "an offer outlived its call");
 }
 
+/// Zero-copy broadcasts from every root, and all_reduce and all_gather, on registered
+/// buffers: a root's call ends on the completions of writes into its peers' offered
+/// destinations, which free no slot buffer. Run with the periodic poll off
+/// (`RCOLL_IB_WAKE_CHECK_MS=0`), a wait that took such a completion and did not say so
+/// sleeps until the deadline: the call fails instead of finishing late.
+pub fn wake_ups(comm: &mut Communicator) {
+    let (n, r) = (comm.size(), comm.rank());
+    let count = 1 << 18;
+    let mut buf = comm.alloc::<f32>(count).expect("alloc");
+    let mut out = comm.alloc::<f32>(count).expect("alloc");
+    for call in 0..4 {
+        for root in 0..n {
+            buf.iter_mut()
+                .enumerate()
+                .for_each(|(i, x)| *x = if r == root { (i + call) as f32 } else { -1.0 });
+            comm.broadcast_in_place(&mut buf, root)
+                .unwrap_or_else(|e| panic!("rank {r}: broadcast from {root}, call {call}: {e}"));
+            let bad = buf
+                .iter()
+                .enumerate()
+                .position(|(i, &x)| x != (i + call) as f32);
+            assert_eq!(bad, None, "rank {r}: broadcast from {root}, call {call}");
+        }
+        buf.fill((r + 1) as f32);
+        comm.all_reduce(&buf, &mut out, ReduceOp::Sum)
+            .unwrap_or_else(|e| panic!("rank {r}: all_reduce, call {call}: {e}"));
+        let sum = (n * (n + 1) / 2) as f32;
+        assert!(
+            out.iter().all(|&x| x == sum),
+            "rank {r}: all_reduce, call {call}"
+        );
+    }
+    assert!(comm.zero_copy_sends() > 0, "no send went zero-copy");
+    assert!(
+        comm.placed_receives() > 0,
+        "no receive landed in its destination"
+    );
+    println!(
+        "rank {r}: {} zero-copy sends, {} receives written in place",
+        comm.zero_copy_sends(),
+        comm.placed_receives()
+    );
+}
+
 /// Loops over an all_reduce until the group fails (one rank is killed); the error must
 /// name the dead rank.
 pub fn killed(comm: &mut Communicator) {

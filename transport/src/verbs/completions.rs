@@ -63,6 +63,7 @@ impl VerbsTransport {
     }
 
     pub(super) fn complete(&mut self, c: &ffi::Completion) {
+        self.taken += 1;
         // (Most sends borrow nothing: no hashing then.)
         if let Some((_, reading)) = match self.borrowed.is_empty() {
             true => None,
@@ -424,6 +425,19 @@ impl VerbsTransport {
         self.send_credits(true);
     }
 
+    /// What a wait watches for: arrivals, free buffers and completions taken (a send's,
+    /// which may be all the engine waits for: a zero-copy write into an offered destination
+    /// frees nothing but the caller's memory).
+    pub(super) fn mark(&self) -> (usize, usize, u64) {
+        (self.arrived.len(), self.free.len(), self.taken)
+    }
+
+    /// Whether any of this rank's writes are in flight: from slot buffers (`inflight`) or
+    /// from the caller's registered memory (`borrowed`).
+    pub(super) fn writing(&self) -> bool {
+        !self.inflight.is_empty() || !self.borrowed.is_empty()
+    }
+
     pub(super) fn wait_inner(&mut self, deadline: Instant) -> Result<(), TransportError> {
         self.lend_all_due();
         if let Err(e) = self.cq.arm() {
@@ -433,20 +447,20 @@ impl VerbsTransport {
         // A completion that landed before arming raises no event: poll once more. What it
         // brought may make slots due (an arrival, a send done that frees room for binds):
         // lend them now, since nothing else would before this rank wakes up.
-        let before = (self.arrived.len(), self.free.len(), self.inflight.len());
+        let before = self.mark();
         self.progress();
         self.lend_all_due();
-        if (self.arrived.len(), self.free.len(), self.inflight.len()) != before {
+        if self.mark() != before {
             return Ok(());
         }
-        let cap = deadline.min(Instant::now() + super::WAKE_CHECK);
+        let cap = match self.wake_check {
+            Duration::ZERO => deadline,
+            check => deadline.min(Instant::now() + check),
+        };
         self.tcp.wait(cap)?;
         self.cq.drain_events();
         self.progress();
-        if cap < deadline
-            && Instant::now() >= cap
-            && (self.arrived.len(), self.free.len(), self.inflight.len()) != before
-        {
+        if cap < deadline && Instant::now() >= cap && self.mark() != before {
             self.late_wakeups += 1;
         }
         Ok(())

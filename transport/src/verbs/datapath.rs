@@ -458,7 +458,7 @@ impl Transport for VerbsTransport {
         // system call), not this CPU's. While this rank's own writes are in flight rxe
         // may need this CPU for them (as in `wait`), and on a crowded host a peer may; an
         // unknown host counts as crowded.
-        if self.crowded || !self.inflight.is_empty() {
+        if self.crowded || self.writing() {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();

@@ -158,6 +158,11 @@ pub struct Options {
     /// How long a wait busy-polls the completion queue before it blocks
     /// (`RCOLL_IB_SPIN_US`, microseconds).
     pub spin: Duration,
+    /// The longest a wait sleeps on the completion channel before it polls the queue
+    /// anyway (`RCOLL_IB_WAKE_CHECK_MS`, default [`WAKE_CHECK`]): a safety net for a wake-up
+    /// that never comes. Zero turns it off, so that a lost wake-up shows as a timeout
+    /// (tests do).
+    pub wake_check: Duration,
     /// ACK timeout exponent of the queue pairs (`RCOLL_IB_TIMEOUT`): a try waits
     /// 4.096 us * 2^n for its acknowledgement, 7 tries in all.
     pub ack_timeout: u8,
@@ -203,14 +208,28 @@ impl Options {
             ),
             _ => None,
         };
-        let spin = match std::env::var("RCOLL_IB_SPIN_US") {
-            Ok(s) if !s.trim().is_empty() => {
-                Duration::from_micros(s.trim().parse().map_err(|_| {
-                    format!("RCOLL_IB_SPIN_US={s:?} is not a number of microseconds")
-                })?)
-            }
-            _ => DEFAULT_SPIN,
-        };
+        // A whole number of `unit`s (named `units` in the error), or the default if unset.
+        let duration =
+            |var: &str, unit: fn(u64) -> Duration, units: &str, default| match std::env::var(var) {
+                Ok(s) if !s.trim().is_empty() => s
+                    .trim()
+                    .parse()
+                    .map(unit)
+                    .map_err(|_| format!("{var}={s:?} is not a number of {units}")),
+                _ => Ok(default),
+            };
+        let spin = duration(
+            "RCOLL_IB_SPIN_US",
+            Duration::from_micros,
+            "microseconds",
+            DEFAULT_SPIN,
+        )?;
+        let wake_check = duration(
+            "RCOLL_IB_WAKE_CHECK_MS",
+            Duration::from_millis,
+            "milliseconds",
+            WAKE_CHECK,
+        )?;
         let ack_timeout = match std::env::var("RCOLL_IB_TIMEOUT") {
             Ok(s) if !s.trim().is_empty() => s
                 .trim()
@@ -242,6 +261,7 @@ impl Options {
             hca,
             gid_index,
             spin,
+            wake_check,
         })
     }
 }
@@ -315,8 +335,9 @@ struct Arrival {
 }
 
 /// The longest a wait sleeps before it looks at the completion queue again, whatever
-/// events say: a lost event costs this much, never the whole timeout.
-pub(crate) const WAKE_CHECK: Duration = Duration::from_millis(10);
+/// events say: a lost event costs this much, never the whole timeout
+/// ([`Options::wake_check`]).
+pub const WAKE_CHECK: Duration = Duration::from_millis(10);
 
 /// One rank's endpoint of a verbs group. Built by [`connect`] or [`upgrade`].
 pub struct VerbsTransport {
@@ -352,11 +373,16 @@ pub struct VerbsTransport {
     last_control: Instant,
     /// How long `wait` busy-polls before blocking on the completion channel.
     spin: Duration,
+    /// The longest a blocked wait sleeps before it polls anyway; zero: until the deadline.
+    wake_check: Duration,
     /// More ranks on this host than CPUs: a rank spinning for a message gives its CPU
     /// away between polls (`relax`).
     crowded: bool,
+    /// Completions taken, of every kind: a wait that took one returns, whatever it freed
+    /// (a slot buffer, caller memory a zero-copy write read, a receive).
+    taken: u64,
     /// Sleeps that ended at their cap with work waiting (a completion whose event never
-    /// woke this rank): healed within [`WAKE_CHECK`], counted for the stall report.
+    /// woke this rank): healed within `wake_check`, counted for the stall report.
     late_wakeups: u64,
     /// Credit messages posted (SENDs of grants alone).
     credit_messages: u64,

@@ -149,9 +149,11 @@ pub fn upgrade_for(
         selection: sel.clone(),
         last_control: Instant::now(),
         spin: opts.spin,
+        wake_check: opts.wake_check,
         crowded: tcp
             .hosts()
             .is_none_or(|h| h.members(h.host_of(rank)).len() > crate::topology::host_cpus()),
+        taken: 0,
         late_wakeups: 0,
         credit_messages: 0,
         grants_carried: 0,
