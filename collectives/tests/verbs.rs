@@ -238,8 +238,9 @@ fn registered_buffers_go_zero_copy_and_stay_correct() {
 
 /// A wait that took the completion the engine waited for returns at once. The periodic
 /// poll that heals a lost wake-up within 10 ms is off here, and the busy-poll before
-/// sleeping is long (a second), so that it takes every completion a root's broadcast ends
-/// on: a wait that did not count one would sleep to the deadline and fail the call.
+/// sleeping is longer than the timeout, so that it takes every completion a root's
+/// broadcast ends on: a wait that did not count one would spin, or sleep, to the deadline
+/// and fail the call.
 #[test]
 #[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
 fn a_wait_wakes_for_every_completion_without_the_periodic_poll() {
@@ -248,7 +249,7 @@ fn a_wait_wakes_for_every_completion_without_the_periodic_poll() {
             spawn("wake_ups", n, |_| {
                 vec![
                     ("RCOLL_IB_WAKE_CHECK_MS".into(), "0".into()),
-                    ("RCOLL_IB_SPIN_US".into(), "1000000".into()),
+                    ("RCOLL_IB_SPIN_US".into(), "30000000".into()),
                     ("RCOLL_TIMEOUT".into(), "20".into()),
                 ]
             }),

@@ -432,12 +432,6 @@ impl VerbsTransport {
         (self.arrived.len(), self.free.len(), self.taken)
     }
 
-    /// Whether any of this rank's writes are in flight: from slot buffers (`inflight`) or
-    /// from the caller's registered memory (`borrowed`).
-    pub(super) fn writing(&self) -> bool {
-        !self.inflight.is_empty() || !self.borrowed.is_empty()
-    }
-
     pub(super) fn wait_inner(&mut self, deadline: Instant) -> Result<(), TransportError> {
         self.lend_all_due();
         if let Err(e) = self.cq.arm() {

@@ -381,6 +381,8 @@ pub struct VerbsTransport {
     /// Completions taken, of every kind: a wait that took one returns, whatever it freed
     /// (a slot buffer, caller memory a zero-copy write read, a receive).
     taken: u64,
+    /// `taken` when the last wait returned.
+    taken_seen: u64,
     /// Sleeps that ended at their cap with work waiting (a completion whose event never
     /// woke this rank): healed within `wake_check`, counted for the stall report.
     late_wakeups: u64,

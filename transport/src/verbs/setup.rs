@@ -154,6 +154,7 @@ pub fn upgrade_for(
             .hosts()
             .is_none_or(|h| h.members(h.host_of(rank)).len() > crate::topology::host_cpus()),
         taken: 0,
+        taken_seen: 0,
         late_wakeups: 0,
         credit_messages: 0,
         grants_carried: 0,
