@@ -193,6 +193,8 @@ pub struct ShmTransport {
     bell_watched: bool,
     /// Sleeps that ended at their cap with a ring moved and no bell (a lost wake-up).
     pub(crate) late_wakeups: u64,
+    /// Waits that went to sleep (past their spin, nothing moved).
+    pub(crate) sleeps: u64,
     arrived: crate::transport::Arrivals<(Tag, Arrived)>,
     /// The rings' counters when this rank last looked and found nothing.
     /// Messages taken off the rings so far, and when this rank last found nothing; with
@@ -589,7 +591,8 @@ impl Transport for ShmTransport {
             None => (0..self.links.len()).filter_map(one).collect(),
         };
         parts.push(format!(
-            "late wake-ups (shared memory) {}; single-copy sends not yet read {}",
+            "sleeps (shared memory) {}, late wake-ups {}; single-copy sends not yet read {}",
+            self.sleeps,
             self.late_wakeups,
             self.outstanding.len()
         ));

@@ -312,15 +312,12 @@ impl ShmTransport {
             }
         }
         self.quick_misses = 0;
+        // Counters first, then look: a wait after this sleeps only if nothing arrived
+        // since. Before the rings are drained: what this look moves off them for another
+        // receive (one that missed quickly, recording nothing) is news for the next wait.
+        self.mark_seen();
         let mut found = self.take(peer, tag);
         if found.is_none() {
-            self.drain()?;
-            found = self.take(peer, tag);
-        }
-        if found.is_none() {
-            // Counters first, then look again: a wait after this sleeps only if nothing
-            // arrived since.
-            self.mark_seen();
             self.drain()?;
             found = self.take(peer, tag);
         }

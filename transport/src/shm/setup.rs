@@ -208,6 +208,7 @@ impl Prepared {
             bell,
             bell_watched,
             late_wakeups: 0,
+            sleeps: 0,
             arrived: Default::default(),
             drained: 0,
             seen_drained: 0,

@@ -126,6 +126,61 @@ fn a_sender_out_of_descriptors_is_woken_when_they_are_read() {
     assert_eq!(results, [0, 0], "late wake-ups (sender, receiver)");
 }
 
+/// A receive that looks at every ring (after quick misses) drains the messages other
+/// receives wait for. A wait after it must not sleep through one of them: the receive
+/// waiting for it missed quickly, before it came, and recorded nothing. Three ranks: P's
+/// message comes between rank 0's quick miss for it and rank 0's full look for Q's.
+#[test]
+fn a_message_drained_for_another_receive_ends_the_next_wait_at_once() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let (send_now, sent, done) = (
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+    );
+    let (p, q) = (Rank::from(1), Rank::from(2));
+    let results = group(3, 4, |mut t| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        match t.rank().index() {
+            0 => {
+                assert!(t.try_recv(p, tag(1), 8).expect("recv").is_none());
+                send_now.store(true, SeqCst);
+                until(&sent, "P sent");
+                // Quick misses for Q's message, then full looks: the first drains P's.
+                for _ in 0..2 * QUICK_MISSES {
+                    assert!(t.try_recv(q, tag(2), 8).expect("recv").is_none());
+                }
+                let sleeps = t.sleeps;
+                t.wait(deadline).expect("wait");
+                let slept = t.sleeps - sleeps;
+                let msg = t
+                    .try_recv(p, tag(1), 8)
+                    .expect("recv")
+                    .expect("P's message");
+                assert_eq!(msg.as_bytes(), 7u64.to_le_bytes());
+                done.store(true, SeqCst);
+                slept
+            }
+            r => {
+                if r == 1 {
+                    until(&send_now, "told to send");
+                    let state = t
+                        .try_send_borrowed(Rank::from(0), tag(1), &7u64.to_le_bytes())
+                        .expect("send");
+                    assert_eq!(state, SendState::Done, "an 8-byte send goes out at once");
+                    sent.store(true, SeqCst);
+                }
+                until(&done, "rank 0 done");
+                0
+            }
+        }
+    });
+    assert_eq!(
+        results[0], 0,
+        "rank 0 slept with P's message drained and not asked for"
+    );
+}
+
 /// A peer that floods this rank with small messages it never asks for is held to the
 /// same budget as one whose slots it holds ([`HEAP_CAP`], an inline message counting
 /// [`INLINE_CHARGE`]): past it this rank stops reading the peer's descriptors and the

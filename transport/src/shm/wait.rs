@@ -141,6 +141,7 @@ impl ShmTransport {
         } else {
             deadline.min(Instant::now() + Duration::from_millis(1))
         };
+        self.sleeps += 1;
         let r = self.inner.wait(until);
         self.mine.sleeping().store(0, Ordering::Relaxed);
         let mut sink = [0u8; 64];
