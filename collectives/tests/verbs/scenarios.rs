@@ -183,11 +183,11 @@ pub fn zero_copy(comm: &mut Communicator) {
     assert_eq!(comm.borrowed_in_flight(), 0, "an offer outlived its call");
 }
 
-/// Zero-copy broadcasts from every root, and all_reduce and all_gather, on registered
-/// buffers: a root's call ends on the completions of writes into its peers' offered
-/// destinations, which free no slot buffer. Run with the periodic poll off
-/// (`RCOLL_IB_WAKE_CHECK_MS=0`), a wait that took such a completion and did not say so
-/// sleeps until the deadline: the call fails instead of finishing late.
+/// Zero-copy broadcasts from every root, and all_reduces, on registered buffers: a root's
+/// call ends on the completions of writes into its peers' offered destinations, which
+/// free no slot buffer. Run with the periodic poll off (`RCOLL_IB_WAKE_CHECK_MS=0`) and a
+/// busy-poll longer than the timeout, a wait that took such a completion and did not say
+/// so spins, or sleeps, to the deadline: the call fails instead of finishing late.
 pub fn wake_ups(comm: &mut Communicator) {
     let (n, r) = (comm.size(), comm.rank());
     let count = 1 << 18;

@@ -468,13 +468,15 @@ fn slots_go_back_behind_the_messages_of_a_lockstep_exchange() {
             "rank {r}: {} credit messages, {} grants behind messages",
             flow[0], flow[1]
         );
-        // 400 messages each way: in credit messages of 8 grants (the batch), 50 of them.
-        // Fewer than half that, and most grants behind messages. How many go alone depends
-        // on timing: a grant due while no message goes back soon enough goes in one of its
-        // own: on a slow day of the emulated VM, 0-20 per rank in 8 runs (20 in two of
-        // them, once inside the container image), where the bound had been below 20.
+        // 400 messages each way: in credit messages of 8 grants (the batch), 50 of them,
+        // and none behind messages. Here most grants go behind messages: that is the test.
+        // How many go alone depends on timing: a grant due when this rank goes to sleep
+        // goes in a message of its own, often alone. On a slow day of the emulated VM, 0-20
+        // credit messages per rank in 8 runs; on 2026-11-28, 3-16 in 8 rounds, and once,
+        // in the whole suite, 53 (with 343 grants behind messages). The count is bounded
+        // only against a flood (a credit message per grant).
         assert!(
-            flow[0] < 25 && flow[1] > 300,
+            flow[0] < 100 && flow[1] > 300,
             "rank {r}: {} credit messages, {} grants behind messages",
             flow[0],
             flow[1]

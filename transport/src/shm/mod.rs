@@ -196,10 +196,10 @@ pub struct ShmTransport {
     /// Waits that went to sleep (past their spin, nothing moved).
     pub(crate) sleeps: u64,
     arrived: crate::transport::Arrivals<(Tag, Arrived)>,
-    /// The rings' counters when this rank last looked and found nothing.
-    /// Messages taken off the rings so far, and when this rank last found nothing; with
-    /// the slots given back then: what a spinning wait compares (local counters and the
-    /// rings' next descriptors, not the senders' `head` lines).
+    /// Messages taken off the rings so far, and before this rank's first full look (or
+    /// failed send) since its last wait; with the slots given back then: what a spinning
+    /// wait compares (local counters and the rings' next descriptors, not the senders'
+    /// `head` lines).
     drained: u64,
     seen_drained: u64,
     seen_released: u64,

@@ -298,6 +298,13 @@ impl ShmTransport {
                         check_tag(self.rank, peer, tag, sent, msg.len(), len)?;
                         return Ok(Some(msg));
                     }
+                    // Off its ring for another receive, which may be waiting: news for
+                    // the next wait, which compares with counters from before it moved
+                    // (a quick look records none).
+                    if !self.marked {
+                        self.mark_seen();
+                        self.seen_drained = self.seen_drained.wrapping_sub(1);
+                    }
                     self.hold(peer, sent, msg, charge)?;
                 }
                 // Nothing from the peer and nothing held: a small call spinning for its

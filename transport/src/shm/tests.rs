@@ -126,30 +126,35 @@ fn a_sender_out_of_descriptors_is_woken_when_they_are_read() {
     assert_eq!(results, [0, 0], "late wake-ups (sender, receiver)");
 }
 
-/// A receive that looks at every ring (after quick misses) drains the messages other
-/// receives wait for. A wait after it must not sleep through one of them: the receive
-/// waiting for it missed quickly, before it came, and recorded nothing. Three ranks: P's
-/// message comes between rank 0's quick miss for it and rank 0's full look for Q's.
-#[test]
-fn a_message_drained_for_another_receive_ends_the_next_wait_at_once() {
+/// Rank 0 misses P's message (tag 1) quickly, P sends it, and then `other` (receives of
+/// something else) takes it off P's ring and holds it. The wait after that must not sleep
+/// through it: the receive waiting for it missed before it came, and a quick miss records
+/// nothing. Three ranks (P = 1, Q = 2); returns the number of times that wait slept.
+fn sleeps_after_another_receive_took_it(other: impl Fn(&mut ShmTransport) + Sync) -> u64 {
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    /// Lets the other ranks go when rank 0 is done, or failed.
+    struct Done<'a>(&'a AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, SeqCst);
+        }
+    }
     let (send_now, sent, done) = (
         AtomicBool::new(false),
         AtomicBool::new(false),
         AtomicBool::new(false),
     );
-    let (p, q) = (Rank::from(1), Rank::from(2));
+    let p = Rank::from(1);
     let results = group(3, 4, |mut t| {
         let deadline = Instant::now() + Duration::from_secs(20);
         match t.rank().index() {
             0 => {
+                let _done = Done(&done);
+                // A new transport records nothing and has no misses yet: a quick miss.
                 assert!(t.try_recv(p, tag(1), 8).expect("recv").is_none());
                 send_now.store(true, SeqCst);
                 until(&sent, "P sent");
-                // Quick misses for Q's message, then full looks: the first drains P's.
-                for _ in 0..2 * QUICK_MISSES {
-                    assert!(t.try_recv(q, tag(2), 8).expect("recv").is_none());
-                }
+                other(&mut t);
                 let sleeps = t.sleeps;
                 t.wait(deadline).expect("wait");
                 let slept = t.sleeps - sleeps;
@@ -158,7 +163,6 @@ fn a_message_drained_for_another_receive_ends_the_next_wait_at_once() {
                     .expect("recv")
                     .expect("P's message");
                 assert_eq!(msg.as_bytes(), 7u64.to_le_bytes());
-                done.store(true, SeqCst);
                 slept
             }
             r => {
@@ -175,9 +179,34 @@ fn a_message_drained_for_another_receive_ends_the_next_wait_at_once() {
             }
         }
     });
+    results[0]
+}
+
+/// A receive from Q, after its quick misses, looks at every ring: it drains P's message.
+#[test]
+fn a_message_drained_for_another_receive_ends_the_next_wait_at_once() {
+    let q = Rank::from(2);
+    let slept = sleeps_after_another_receive_took_it(|t| {
+        for _ in 0..2 * QUICK_MISSES {
+            assert!(t.try_recv(q, tag(2), 8).expect("recv").is_none());
+        }
+    });
     assert_eq!(
-        results[0], 0,
+        slept, 0,
         "rank 0 slept with P's message drained and not asked for"
+    );
+}
+
+/// A receive from P with another tag takes P's message off the ring in its quick look.
+#[test]
+fn a_message_taken_in_a_quick_look_for_another_tag_ends_the_next_wait_at_once() {
+    let p = Rank::from(1);
+    let slept = sleeps_after_another_receive_took_it(|t| {
+        assert!(t.try_recv(p, tag(2), 8).expect("recv").is_none());
+    });
+    assert_eq!(
+        slept, 0,
+        "rank 0 slept with P's message held and not asked for"
     );
 }
 

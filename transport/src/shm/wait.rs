@@ -17,9 +17,10 @@ const CLOCK_EVERY: u32 = 16;
 const READ_SPIN: Duration = Duration::from_millis(20);
 
 impl ShmTransport {
-    /// Records the counters of "nothing found" (see [`Self::moved`]): messages taken
-    /// and slots given back so far; only at the first failure since the last wait (a
-    /// later one would hide what moved in between, and the wait would sleep through it).
+    /// Records the counters a wait compares (see [`Self::moved`]): messages taken and
+    /// slots given back so far; only at the first full look, or failed send, since the
+    /// last wait (a later one would hide what moved in between, and the wait would sleep
+    /// through it), and before that look takes anything off a ring.
     pub(super) fn mark_seen(&mut self) {
         if self.marked {
             return;

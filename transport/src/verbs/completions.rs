@@ -449,7 +449,9 @@ impl VerbsTransport {
         }
         let cap = match self.wake_check {
             Duration::ZERO => deadline,
-            check => deadline.min(Instant::now() + check),
+            check => Instant::now()
+                .checked_add(check)
+                .map_or(deadline, |t| t.min(deadline)),
         };
         self.tcp.wait(cap)?;
         self.cq.drain_events();

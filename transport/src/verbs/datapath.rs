@@ -489,7 +489,8 @@ impl Transport for VerbsTransport {
         } else {
             Duration::ZERO
         };
-        let spin_until = Instant::now() + spin;
+        // (A spin of years ends at the deadline.)
+        let spin_until = Instant::now().checked_add(spin).unwrap_or(deadline);
         let before = self.mark();
         while Instant::now() < spin_until.min(deadline) {
             self.progress();
