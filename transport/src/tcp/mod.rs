@@ -7,7 +7,9 @@
 //! on which message its receiver is waiting for. A socket read dry is read again once a
 //! single `poll` over all such sockets says it has something (one system call, not one
 //! per idle peer). [`Transport::wait`] sleeps in
-//! `mio::Poll::poll` until a socket is ready or the deadline passes.
+//! `mio::Poll::poll` until a socket is ready or the deadline passes; it does not sleep
+//! when a frame was filed (or a queued message sent) since the last wait, as another
+//! call's progress may have read what the engine waits for, leaving no socket to wake it.
 //!
 //! Sends are vectored writes of the 32-byte header and the payload straight from the
 //! payload buffer; a peer's queue holds at most `window` messages (the credit window).
@@ -107,6 +109,12 @@ pub struct TcpTransport {
     hosts: Option<std::sync::Arc<crate::hosts::HostMap>>,
     /// Messages read straight into their destinations ([`direct`]).
     placed: u64,
+    /// Frames filed, messages read into place and queued messages sent in full: what a
+    /// caller may be waiting for. A wait that finds it moved since the last wait returned
+    /// does not sleep (the frame may have been read by another call's progress, leaving
+    /// no socket ready again).
+    moved: u64,
+    moved_seen: u64,
     /// Socket reads tried by [`TcpTransport::progress`] (what a quiet peer saves).
     #[cfg(test)]
     reads: u64,
@@ -192,6 +200,8 @@ impl TcpTransport {
             broken: None,
             hosts: None,
             placed: 0,
+            moved: 0,
+            moved_seen: 0,
             #[cfg(test)]
             reads: 0,
             #[cfg(test)]
@@ -548,7 +558,9 @@ impl Transport for TcpTransport {
         if claimed {
             timeout = timeout.min(direct::CLAIMED_WAIT);
         }
-        if self.fresh_claims() {
+        // Sockets are edge-triggered: what progress read since the last wait (here or in
+        // a receive's own call) makes no socket ready again.
+        if self.fresh_claims() || self.moved != self.moved_seen {
             timeout = Duration::ZERO;
         }
         match self.poll.poll(&mut self.events, Some(timeout)) {
@@ -564,6 +576,7 @@ impl Transport for TcpTransport {
             }
         }
         self.progress();
+        self.moved_seen = self.moved;
         self.check_usable()
     }
 

@@ -622,3 +622,58 @@ fn idle_peers_cost_one_poll_not_a_read_each() {
         "{reads} socket reads for 100 polls of idle peers"
     );
 }
+
+/// A wait right after a receive that read another message off its socket ends at once:
+/// that message is what the engine may be waiting for, and the socket will not be ready
+/// again (read dry; and not writable either, its send buffer full of a message its peer
+/// does not read yet), so a wait that slept for the next event slept to its deadline.
+#[test]
+fn a_frame_read_by_another_receive_ends_the_next_wait_at_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let big: Vec<u8> = (0..24 << 20).map(|i: usize| (i % 251) as u8).collect();
+    // Each side waits for the other's flag at most 30 s: a rank that failed sets none,
+    // and the other fails too, never hangs.
+    let sent = AtomicBool::new(false);
+    let waited = AtomicBool::new(false);
+    let until = |flag: &AtomicBool| {
+        let end = Instant::now() + Duration::from_secs(30);
+        while !flag.load(Ordering::Acquire) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let results = group(2, |mut t| -> Result<Option<Duration>, TransportError> {
+        if t.rank() == Rank(0) {
+            until(&sent);
+            // The socket to rank 1 full: part written, the rest queued.
+            assert!(t.try_send_slice(Rank(1), tag(0, 0), &big)?);
+            assert!(t.copied > 0, "the socket took all of 24 MiB at once");
+            // The acks of what the socket took land (on loopback, at once): from then on
+            // nothing makes it writable until rank 1 reads.
+            std::thread::sleep(Duration::from_millis(300));
+            // A receive for another message reads rank 1's first off the socket.
+            assert!(t.try_recv(Rank(1), tag(2, 0), 8)?.is_none());
+            let start = Instant::now();
+            t.wait(start + Duration::from_secs(20))?;
+            let slept = start.elapsed();
+            waited.store(true, Ordering::Release);
+            let got = recv_blocking(&mut t, Rank(1), tag(1, 0), 8)?;
+            assert_eq!(got.as_bytes(), &[7; 8]);
+            held_until_received(&mut t)?;
+            Ok(Some(slept))
+        } else {
+            let mut p = t.alloc(8);
+            p.as_bytes_mut().fill(7);
+            send_blocking(&mut t, Rank(0), tag(1, 0), p)?;
+            sent.store(true, Ordering::Release);
+            until(&waited);
+            receive_then_release(&mut t, &[(tag(0, 0), &big[..])])?;
+            Ok(None)
+        }
+    });
+    let results: Vec<_> = results.into_iter().map(Result::unwrap).collect();
+    let slept = results[0].expect("rank 0 measures its wait");
+    assert!(
+        slept < Duration::from_secs(10),
+        "the wait slept {slept:?} (its deadline was 20 s) with a message read and filed"
+    );
+}
