@@ -210,6 +210,13 @@ impl HostMap {
         (0..self.nhosts()).any(|h| self.cpus(h).is_some_and(|c| self.members(h).len() > c))
     }
 
+    /// Whether `rank`'s host runs more ranks of the group than this process has CPUs
+    /// ([`crate::topology::host_cpus`]): they take turns on them, so a waiting rank yields
+    /// its CPU rather than spin.
+    pub fn crowds_cpus_of(&self, rank: Rank) -> bool {
+        self.members(self.host_of(rank)).len() > crate::topology::host_cpus()
+    }
+
     /// `n` ranks on one host.
     pub fn single(n: usize) -> HostMap {
         HostMap::from_keys(&vec!["localhost"; n])

@@ -48,6 +48,7 @@
 // and the public API, is safe.
 #![deny(unsafe_code)]
 
+pub(crate) mod env;
 pub mod error;
 pub mod hosts;
 pub mod interface;

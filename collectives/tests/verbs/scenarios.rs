@@ -91,16 +91,19 @@ pub fn large(comm: &mut Communicator) {
 }
 
 /// Collectives on memory from `Communicator::alloc` (registered once, sent zero-copy):
-/// all_reduce in place and out of place at 4 and 64 MiB with each algorithm, broadcast and
-/// all_gather; the sources stay intact and the zero-copy path is taken.
+/// all_reduce in place and out of place at 4 and 64 MiB (`RCOLL_TEST_LARGE_MIB` sets the
+/// second) with each algorithm, broadcast and all_gather; the sources stay intact and the
+/// zero-copy path is taken.
 pub fn zero_copy(comm: &mut Communicator) {
     let (n, r) = (comm.size(), comm.rank());
+    let large_mib: usize =
+        std::env::var("RCOLL_TEST_LARGE_MIB").map_or(64, |v| v.parse().expect("MiB"));
     println!("rank {r}: {}", comm.transport_details());
     let mine = |i: usize| ((r + 1) * (i % 1000)) as f32;
     let total = |i: usize| ((n * (n + 1) / 2) * (i % 1000)) as f32;
     // The first element where `got` differs from `want`.
     let differs = |got: &[f32], want: &[f32]| got.iter().zip(want).position(|(g, w)| g != w);
-    for count in [1 << 20, 16 << 20] {
+    for count in [1 << 20, large_mib << 18] {
         let mut src = comm.alloc::<f32>(count).expect("alloc");
         let mut dst = comm.alloc::<f32>(count).expect("alloc");
         assert!(src.is_registered() && dst.is_registered());

@@ -48,24 +48,13 @@ pub struct Options {
 impl Options {
     /// Defaults for messages up to `slot_bytes`, with the `RCOLL_SHM_*` overrides.
     pub fn from_env(slot_bytes: usize) -> Result<Options, String> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let slots = match var("RCOLL_SHM_SLOTS") {
-            Some(v) => Some(
-                v.trim()
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|n| (2..=1024).contains(n))
-                    .ok_or_else(|| format!("RCOLL_SHM_SLOTS={v:?} is not a number in 2..=1024"))?,
-            ),
-            None => None,
-        };
+        let var = crate::env::var;
+        let slots = crate::env::parsed("RCOLL_SHM_SLOTS", "a number in 2..=1024", |n| {
+            (2..=1024).contains(n)
+        })?;
         let spin =
-            match var("RCOLL_SHM_SPIN_US") {
-                Some(v) => Duration::from_micros(v.trim().parse().map_err(|_| {
-                    format!("RCOLL_SHM_SPIN_US={v:?} is not a number of microseconds")
-                })?),
-                None => DEFAULT_SPIN,
-            };
+            crate::env::duration("RCOLL_SHM_SPIN_US", Duration::from_micros, "microseconds")?
+                .unwrap_or(DEFAULT_SPIN);
         Ok(Options {
             slot_bytes: slot_bytes.max(64),
             slots,
@@ -198,10 +187,7 @@ impl Prepared {
             nranks: links.len(),
             slot_bytes: self.opts.slot_bytes,
             spin: self.opts.spin,
-            crowded: {
-                let local = self.hosts.members(self.hosts.host_of(me)).len();
-                local > crate::topology::host_cpus()
-            },
+            crowded: self.hosts.crowds_cpus_of(me),
             hosts: self.hosts,
             links,
             mine,

@@ -200,45 +200,20 @@ impl Options {
     /// `RCOLL_IB_GID_INDEX`. A GID index that is not a number is an error.
     pub fn from_env(slot_bytes: usize) -> Result<Options, String> {
         let hca = std::env::var("RCOLL_IB_HCA").ok().filter(|s| !s.is_empty());
-        let gid_index = match std::env::var("RCOLL_IB_GID_INDEX") {
-            Ok(s) if !s.trim().is_empty() => Some(
-                s.trim()
-                    .parse()
-                    .map_err(|_| format!("RCOLL_IB_GID_INDEX={s:?} is not a GID index"))?,
-            ),
-            _ => None,
-        };
-        // A whole number of `unit`s (named `units` in the error), or the default if unset.
-        let duration =
-            |var: &str, unit: fn(u64) -> Duration, units: &str, default| match std::env::var(var) {
-                Ok(s) if !s.trim().is_empty() => s
-                    .trim()
-                    .parse()
-                    .map(unit)
-                    .map_err(|_| format!("{var}={s:?} is not a number of {units}")),
-                _ => Ok(default),
-            };
-        let spin = duration(
-            "RCOLL_IB_SPIN_US",
-            Duration::from_micros,
-            "microseconds",
-            DEFAULT_SPIN,
-        )?;
-        let wake_check = duration(
+        let gid_index = crate::env::parsed("RCOLL_IB_GID_INDEX", "a GID index", |_| true)?;
+        let spin = crate::env::duration("RCOLL_IB_SPIN_US", Duration::from_micros, "microseconds")?
+            .unwrap_or(DEFAULT_SPIN);
+        let wake_check = crate::env::duration(
             "RCOLL_IB_WAKE_CHECK_MS",
             Duration::from_millis,
             "milliseconds",
-            WAKE_CHECK,
-        )?;
-        let ack_timeout = match std::env::var("RCOLL_IB_TIMEOUT") {
-            Ok(s) if !s.trim().is_empty() => s
-                .trim()
-                .parse::<u8>()
-                .ok()
-                .filter(|t| (1..=31).contains(t))
-                .ok_or_else(|| format!("RCOLL_IB_TIMEOUT={s:?} is not an exponent in 1..=31"))?,
-            _ => DEFAULT_ACK_TIMEOUT,
-        };
+        )?
+        .unwrap_or(WAKE_CHECK);
+        let ack_timeout =
+            crate::env::parsed("RCOLL_IB_TIMEOUT", "an exponent in 1..=31", |t: &u8| {
+                (1..=31).contains(t)
+            })?
+            .unwrap_or(DEFAULT_ACK_TIMEOUT);
         let off = |var: &str| {
             matches!(
                 std::env::var(var).as_deref().map(str::trim),

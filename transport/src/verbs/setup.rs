@@ -150,9 +150,7 @@ pub fn upgrade_for(
         last_control: Instant::now(),
         spin: opts.spin,
         wake_check: opts.wake_check,
-        crowded: tcp
-            .hosts()
-            .is_none_or(|h| h.members(h.host_of(rank)).len() > crate::topology::host_cpus()),
+        crowded: tcp.hosts().is_none_or(|h| h.crowds_cpus_of(rank)),
         taken: 0,
         taken_seen: 0,
         late_wakeups: 0,
