@@ -320,7 +320,7 @@ impl TcpTransport {
         p.direct.taken(tag);
         p.large = true;
         self.placed += 1;
-        self.moved += 1;
+        self.progressed += 1;
         // The next header's first bytes came with the payload's last.
         let mut frames = std::mem::take(&mut self.frames);
         let rest = &self.read_buf[..behind];

@@ -8,8 +8,9 @@
 //! single `poll` over all such sockets says it has something (one system call, not one
 //! per idle peer). [`Transport::wait`] sleeps in
 //! `mio::Poll::poll` until a socket is ready or the deadline passes; it does not sleep
-//! when a frame was filed (or a queued message sent) since the last wait, as another
-//! call's progress may have read what the engine waits for, leaving no socket to wake it.
+//! when a frame was filed (or a queued message sent, or a peer found gone) since the last
+//! wait, as another call's progress may have read what the engine waits for, leaving no
+//! socket to wake it.
 //!
 //! Sends are vectored writes of the 32-byte header and the payload straight from the
 //! payload buffer; a peer's queue holds at most `window` messages (the credit window).
@@ -110,11 +111,10 @@ pub struct TcpTransport {
     /// Messages read straight into their destinations ([`direct`]).
     placed: u64,
     /// Frames filed, messages read into place and queued messages sent in full: what a
-    /// caller may be waiting for. A wait that finds it moved since the last wait returned
-    /// does not sleep (the frame may have been read by another call's progress, leaving
-    /// no socket ready again).
-    moved: u64,
-    moved_seen: u64,
+    /// caller may be waiting for. A wait that finds it, or the peers gone, changed since
+    /// the last wait returned does not sleep ([`TcpTransport::mark`]).
+    progressed: u64,
+    seen: (u64, usize),
     /// Socket reads tried by [`TcpTransport::progress`] (what a quiet peer saves).
     #[cfg(test)]
     reads: u64,
@@ -200,13 +200,22 @@ impl TcpTransport {
             broken: None,
             hosts: None,
             placed: 0,
-            moved: 0,
-            moved_seen: 0,
+            progressed: 0,
+            seen: (0, 0),
             #[cfg(test)]
             reads: 0,
             #[cfg(test)]
             copied: 0,
         })
+    }
+
+    /// What changed that a caller may wait for: `progressed`, and the peers found
+    /// gone (closed, reset, or cut off by a protocol error). Another call's progress may
+    /// have read it, and then no socket is ready again: edge-triggered, a socket read dry
+    /// wakes no wait, nor does one whose connection ended on an edge a wait took before.
+    fn mark(&self) -> (u64, usize) {
+        let gone = self.peers.iter().flatten().filter(|p| p.gone.is_some());
+        (self.progressed, gone.count())
     }
 
     fn check_usable(&self) -> Result<(), TransportError> {
@@ -560,7 +569,7 @@ impl Transport for TcpTransport {
         }
         // Sockets are edge-triggered: what progress read since the last wait (here or in
         // a receive's own call) makes no socket ready again.
-        if self.fresh_claims() || self.moved != self.moved_seen {
+        if self.fresh_claims() || self.mark() != self.seen {
             timeout = Duration::ZERO;
         }
         match self.poll.poll(&mut self.events, Some(timeout)) {
@@ -576,7 +585,7 @@ impl Transport for TcpTransport {
             }
         }
         self.progress();
-        self.moved_seen = self.moved;
+        self.seen = self.mark();
         self.check_usable()
     }
 

@@ -120,7 +120,7 @@ impl TcpTransport {
                     front.written += n;
                     if front.written == total {
                         if let Some(done) = peer.queue.pop_front() {
-                            self.moved += 1;
+                            self.progressed += 1;
                             // A shared-memory slot goes back to its sender (dropped).
                             if !done.payload.is_foreign() && self.pool.len() < POOL_BUFFERS {
                                 self.pool.push(done.payload.into_storage());
@@ -222,7 +222,7 @@ impl TcpTransport {
 
     /// Files a frame that arrived whole from peer `r`, or answers it.
     pub(super) fn accept(&mut self, r: usize, frame: Frame) {
-        self.moved += 1;
+        self.progressed += 1;
         match frame.header.kind {
             Kind::Data => {
                 if let Some(Some(peer)) = self.peers.get_mut(r) {

@@ -677,3 +677,33 @@ fn a_frame_read_by_another_receive_ends_the_next_wait_at_once() {
         "the wait slept {slept:?} (its deadline was 20 s) with a message read and filed"
     );
 }
+
+/// A wait whose own look at the sockets finds a peer gone (here: it sent garbage) ends at
+/// once with the error, even though no socket will be ready again: the garbage was read,
+/// and the socket to that peer is not writable (its send buffer full of a message the peer
+/// never reads).
+#[test]
+fn a_peer_found_gone_by_a_wait_ends_it_at_once() {
+    use std::io::Write;
+    let (mut t, mut raw) = with_raw_peer();
+    let big = vec![5u8; 24 << 20];
+    assert!(t.try_send_slice(Rank(1), tag(0, 0), &big).unwrap());
+    assert!(t.copied > 0, "the socket took all of 24 MiB at once");
+    // The acks of what the socket took land: from then on nothing makes it writable.
+    std::thread::sleep(Duration::from_millis(300));
+    // More than a header's 32 bytes: the decoder judges a whole header.
+    raw.write_all(b"GET / HTTP/1.1\r\nHost: rcoll\r\n\r\n-----")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    let e = t.wait(start + Duration::from_secs(20));
+    let slept = start.elapsed();
+    assert!(
+        matches!(e, Err(TransportError::Protocol { peer: Rank(1), .. })),
+        "{e:?}"
+    );
+    assert!(
+        slept < Duration::from_secs(10),
+        "the wait slept {slept:?} (its deadline was 20 s) with its peer gone"
+    );
+}
