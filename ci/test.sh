@@ -13,9 +13,10 @@ cargo test --workspace --doc
 # machines' XML files and this host as rcoll's own readers do.
 cargo test -p rcoll-transport --features hwloc --lib --test topology
 
-# The verbs suite's binary, built on the host (the VM runs host binaries unchanged).
+# The verbs suite's binary, built on the host (the VM runs host binaries unchanged): the one
+# the first command built (`--workspace`: the same features; `-p rcoll` would build it again).
 # (Captured, then shown: `tee /dev/stderr` would reopen — and truncate — a log file.)
-build_log=$(cargo test -p rcoll --test verbs --no-run 2>&1) || { echo "$build_log" >&2; exit 1; }
+build_log=$(cargo test --workspace --test verbs --no-run 2>&1) || { echo "$build_log" >&2; exit 1; }
 echo "$build_log" >&2
 verbs_test=$(grep -o 'target/[^ )]*/verbs-[0-9a-f]*' <<<"$build_log" | tail -n 1)
 [ -x "$verbs_test" ] || { echo "ci/test.sh: no verbs test binary found" >&2; exit 1; }

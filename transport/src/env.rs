@@ -31,6 +31,23 @@ pub(crate) fn duration(
     Ok(parsed::<u64>(name, &format!("a number of {units}"), |_| true)?.map(unit))
 }
 
+/// `name` as a switch: `Ok(None)` when unset or blank; `1`, `true`, `on`, `yes` and `0`,
+/// `false`, `off`, `no` (any case) turn it on and off; anything else is an error.
+pub(crate) fn switch(name: &str) -> Result<Option<bool>, String> {
+    parse_switch(name, var(name).as_deref())
+}
+
+/// [`switch`] of a value already looked up.
+fn parse_switch(name: &str, value: Option<&str>) -> Result<Option<bool>, String> {
+    value
+        .map(|v| match v.to_ascii_lowercase().as_str() {
+            "1" | "true" | "on" | "yes" => Ok(true),
+            "0" | "false" | "off" | "no" => Ok(false),
+            _ => Err(format!("{name}={v:?} is not a switch (1 or 0, on or off)")),
+        })
+        .transpose()
+}
+
 /// [`parsed`] of a value already looked up.
 fn parse<T: FromStr>(
     name: &str,
@@ -68,6 +85,22 @@ mod tests {
         assert_eq!(
             slots(Some("many")),
             Err("SLOTS=\"many\" is not a number in 2..=1024".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_switch_is_on_off_unset_or_an_error_naming_the_variable() {
+        let zc = |v| parse_switch("ZERO_COPY", v);
+        assert_eq!(zc(None), Ok(None));
+        for on in ["1", "true", "On", "YES"] {
+            assert_eq!(zc(Some(on)), Ok(Some(true)), "{on}");
+        }
+        for off in ["0", "false", "OFF", "no"] {
+            assert_eq!(zc(Some(off)), Ok(Some(false)), "{off}");
+        }
+        assert_eq!(
+            zc(Some("2")),
+            Err("ZERO_COPY=\"2\" is not a switch (1 or 0, on or off)".to_owned())
         );
     }
 }

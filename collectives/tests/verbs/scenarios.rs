@@ -45,9 +45,16 @@ pub fn sweep(comm: &mut Communicator) {
     }
 }
 
-/// Every collective at 1 MiB of f32 per rank's buffer and all_reduce at 64 MiB, with each
-/// algorithm, in place and out of place.
+/// The largest buffer of [`large`] and [`zero_copy`], in MiB: 64 unless
+/// `RCOLL_TEST_LARGE_MIB` says otherwise.
+fn large_mib() -> usize {
+    std::env::var("RCOLL_TEST_LARGE_MIB").map_or(64, |v| v.parse().expect("MiB"))
+}
+
+/// Every collective at 1 MiB of f32 per rank's buffer and all_reduce at 64 MiB
+/// (`RCOLL_TEST_LARGE_MIB` sets it), with each algorithm, in place and out of place.
 pub fn large(comm: &mut Communicator) {
+    let large_mib = large_mib();
     let mut failures = Vec::new();
     for algorithm in ALGORITHMS {
         for collective in Collective::SCHEDULED
@@ -77,12 +84,12 @@ pub fn large(comm: &mut Communicator) {
                 algorithm,
                 Collective::AllReduce,
                 ReduceOp::Sum,
-                16 << 20,
+                large_mib << 18,
                 0,
                 in_place,
             ) {
                 failures.push(format!(
-                    "{algorithm} all_reduce 64 MiB in_place={in_place}: {e}"
+                    "{algorithm} all_reduce {large_mib} MiB in_place={in_place}: {e}"
                 ));
             }
         }
@@ -96,8 +103,7 @@ pub fn large(comm: &mut Communicator) {
 /// zero-copy path is taken.
 pub fn zero_copy(comm: &mut Communicator) {
     let (n, r) = (comm.size(), comm.rank());
-    let large_mib: usize =
-        std::env::var("RCOLL_TEST_LARGE_MIB").map_or(64, |v| v.parse().expect("MiB"));
+    let large_mib = large_mib();
     println!("rank {r}: {}", comm.transport_details());
     let mine = |i: usize| ((r + 1) * (i % 1000)) as f32;
     let total = |i: usize| ((n * (n + 1) / 2) * (i % 1000)) as f32;

@@ -196,10 +196,11 @@ pub const DEFAULT_ACK_TIMEOUT: u8 = 16;
 pub const DEFAULT_SPIN: Duration = Duration::from_micros(100);
 
 impl Options {
-    /// Defaults for messages up to `slot_bytes`, overridden by `RCOLL_IB_HCA` and
-    /// `RCOLL_IB_GID_INDEX`. A GID index that is not a number is an error.
+    /// Defaults for messages up to `slot_bytes`, overridden by the `RCOLL_IB_*` variables
+    /// (`crate::env`): a value that does not parse, a GID index that is not a number or a
+    /// switch that is neither on nor off, is an error naming the variable.
     pub fn from_env(slot_bytes: usize) -> Result<Options, String> {
-        let hca = std::env::var("RCOLL_IB_HCA").ok().filter(|s| !s.is_empty());
+        let hca = crate::env::var("RCOLL_IB_HCA");
         let gid_index = crate::env::parsed("RCOLL_IB_GID_INDEX", "a GID index", |_| true)?;
         let spin = crate::env::duration("RCOLL_IB_SPIN_US", Duration::from_micros, "microseconds")?
             .unwrap_or(DEFAULT_SPIN);
@@ -214,18 +215,9 @@ impl Options {
                 (1..=31).contains(t)
             })?
             .unwrap_or(DEFAULT_ACK_TIMEOUT);
-        let off = |var: &str| {
-            matches!(
-                std::env::var(var).as_deref().map(str::trim),
-                Ok("0" | "false" | "off" | "no")
-            )
-        };
-        let zero_copy = !off("RCOLL_IB_ZERO_COPY");
-        let direct = !off("RCOLL_IB_DIRECT");
-        let scoped = match std::env::var("RCOLL_IB_SCOPED").as_deref().map(str::trim) {
-            Ok("") | Err(_) => None,
-            Ok(_) => Some(!off("RCOLL_IB_SCOPED")),
-        };
+        let zero_copy = crate::env::switch("RCOLL_IB_ZERO_COPY")?.unwrap_or(true);
+        let direct = crate::env::switch("RCOLL_IB_DIRECT")?.unwrap_or(true);
+        let scoped = crate::env::switch("RCOLL_IB_SCOPED")?;
         Ok(Options {
             scoped,
             zero_copy,
