@@ -84,12 +84,13 @@ for size in 1048576 8388608 67108864; do
     for both in "" "-b"; do
         # shellcheck disable=SC2086 # $both is empty or one flag
         cpu_begin
-        timeout 120 ib_write_bw -d rxe1 -x 1 -s "$size" -n "$iters" -F $both >/dev/null 2>&1 &
+        # 300 s: at MTU 1500, -b at 64 MiB (1280 MiB at ~11 MiB/s) took longer than 120.
+        timeout 300 ib_write_bw -d rxe1 -x 1 -s "$size" -n "$iters" -F $both >/dev/null 2>&1 &
         sleep 1
         # shellcheck disable=SC2086
-        line=$(timeout 120 ib_write_bw -d rxe0 -x 1 -s "$size" -n "$iters" -F $both 10.99.0.2 2>&1 |
+        line=$(timeout 300 ib_write_bw -d rxe0 -x 1 -s "$size" -n "$iters" -F $both 10.99.0.2 2>&1 |
             grep -A1 '#bytes' | tail -n 1)
-        wait
+        wait || { echo "compare.sh: ib_write_bw $both at $size B failed or timed out" >&2; exit 1; }
         echo "ib_write_bw ${both:-  } $size B: $line   (bytes, iters, peak MiB/s, average MiB/s, Mmsg/s)"
         if [[ -n $both ]]; then ways=2; else ways=1; fi
         cpu_end $((size * iters * ways))
