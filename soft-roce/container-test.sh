@@ -3,7 +3,7 @@
 # doctor` and the verbs test suite inside the container, in the VM, with exactly the flags
 # soft-roce/README.md documents (the device files, IPC_LOCK, memlock, the host network).
 #
-# Usage: soft-roce/container-test.sh          (as root; the verbs suite takes ~6 min under TCG)
+# Usage: soft-roce/container-test.sh          (as root; the verbs suite takes ~3 min under TCG)
 #        RCOLL_CONTAINER_ONLY_BUILD=1 soft-roce/container-test.sh   (only make the image)
 #        RCOLL_CONTAINER_BENCH=path/to/rcoll-bench soft-roce/container-test.sh   (pack that
 #          binary instead of building target/release/rcoll-bench: CI gives ci/clean-build.sh's)
