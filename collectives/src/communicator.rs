@@ -117,7 +117,7 @@ impl Communicator {
             )));
         }
         let hosts = match transport.hosts().filter(|h| h.nranks() == nranks) {
-            Some(h) => Some(Arc::new(with_machine_cpus(config.network(&h)?, rank))),
+            Some(h) => Some(Arc::new(with_machine_cpus(config.network(&h)?, rank)?)),
             None => None,
         };
         // Default rates follow the transport of each level, measured ones
@@ -646,10 +646,10 @@ impl Drop for WithAlgorithm<'_> {
 fn with_machine_cpus(
     hosts: rcoll_transport::hosts::HostMap,
     rank: Rank,
-) -> rcoll_transport::hosts::HostMap {
+) -> Result<rcoll_transport::hosts::HostMap> {
     let known = (0..hosts.nhosts()).any(|h| hosts.cpus(h).is_some());
     let hosts = if !known && hosts.nhosts() == 1 {
-        let cpus = rcoll_transport::topology::machine_cpus();
+        let cpus = rcoll_transport::topology::machine_cpus().map_err(Error::Config)?;
         hosts.with_cpus(vec![cpus])
     } else {
         hosts
@@ -666,5 +666,5 @@ fn with_machine_cpus(
             );
         }
     }
-    hosts
+    Ok(hosts)
 }

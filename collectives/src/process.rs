@@ -284,7 +284,7 @@ impl Builder {
             timeout: config.timeout,
             window: self.window,
             host: rcoll_transport::hosts::local_key().map_err(Error::Config)?,
-            cpus: rcoll_transport::topology::machine_cpus(),
+            cpus: rcoll_transport::topology::machine_cpus().map_err(Error::Config)?,
         };
         tracing::info!(rank = self.rank, size = self.size, root = %self.root, "joining over tcp");
         let deadline = rcoll_transport::deadline_after(config.timeout);
@@ -317,8 +317,9 @@ impl Builder {
     }
 
     /// This rank's place on its host ([`topology::place`]): bound as `RCOLL_BIND` says,
-    /// with the device it should drive. A topology that cannot be read leaves the rank
-    /// where it is (logged); a bad `RCOLL_BIND` is an error.
+    /// with the device it should drive. A machine whose topology cannot be read leaves the
+    /// rank where it is (logged); a bad `RCOLL_BIND`, or an `RCOLL_TOPO_FILE` that cannot be
+    /// read, is an error.
     fn place(
         &self,
         hosts: &rcoll_transport::hosts::HostMap,
@@ -326,6 +327,8 @@ impl Builder {
         let bind = topology::Bind::from_env().map_err(Error::Config)?;
         let topo = match topology::discover() {
             Ok(t) => t,
+            // The error names the file (`RCOLL_TOPO_FILE <path>: ...`).
+            Err(why) if topology::topo_file().is_some() => return Err(Error::Config(why)),
             Err(why) => {
                 tracing::warn!(rank = self.rank, %why, "no topology: the rank stays where it is");
                 return Ok(None);

@@ -502,6 +502,61 @@ fn auto_prices_ranks_taking_turns_on_fewer_cpus_alike_on_every_rank() {
     );
 }
 
+/// A setting that does not parse fails every rank at setup with an error naming the
+/// variable and its value (not a default taken in silence): the host's CPUs, the binding,
+/// the topology file, shared memory's slots.
+#[test]
+fn a_bad_setting_fails_every_rank_naming_the_variable() {
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (&[("RCOLL_HOST_CPUS", "two")], "RCOLL_HOST_CPUS=\"two\""),
+        (&[("RCOLL_HOST_CPUS", "0")], "RCOLL_HOST_CPUS=\"0\""),
+        (&[("RCOLL_BIND", "tight")], "RCOLL_BIND=\"tight\""),
+        (
+            &[("RCOLL_TOPO_FILE", "/nonexistent/topo.xml")],
+            "RCOLL_TOPO_FILE /nonexistent/topo.xml",
+        ),
+        (
+            &[("RCOLL_TRANSPORT", "shm"), ("RCOLL_SHM_SLOTS", "1")],
+            "RCOLL_SHM_SLOTS=\"1\"",
+        ),
+    ];
+    for (vars, named) in cases {
+        let extra: Vec<(&str, String)> = vars.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        let results = finish(spawn("hello", 2, &extra), Duration::from_secs(60));
+        for (r, (ok, out)) in results.iter().enumerate() {
+            assert!(
+                !ok && out.contains("RANK-INIT-ERROR") && out.contains(named),
+                "{vars:?}: rank {r} should fail at setup naming {named}:\n{out}"
+            );
+        }
+    }
+    // Set on one rank only: that rank fails naming it, and the other's setup fails too,
+    // within its timeout, instead of waiting for it.
+    let start = std::time::Instant::now();
+    let results = finish(
+        spawn_each("hello", 2, |r| {
+            let mut env = vec![("RCOLL_TIMEOUT", "4".to_string())];
+            if r == 1 {
+                env.push(("RCOLL_HOST_CPUS", "-1".to_string()));
+            }
+            env
+        }),
+        Duration::from_secs(60),
+    );
+    let (ok1, out1) = &results[1];
+    assert!(
+        !ok1 && out1.contains("RCOLL_HOST_CPUS=\"-1\""),
+        "rank 1:\n{out1}"
+    );
+    let (ok0, out0) = &results[0];
+    assert!(!ok0 && out0.contains("RANK-INIT-ERROR"), "rank 0:\n{out0}");
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
 #[test]
 fn a_killed_rank_fails_the_others_naming_it_20_times_out_of_20() {
     for trial in 0..20 {

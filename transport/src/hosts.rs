@@ -210,11 +210,11 @@ impl HostMap {
         (0..self.nhosts()).any(|h| self.cpus(h).is_some_and(|c| self.members(h).len() > c))
     }
 
-    /// Whether `rank`'s host runs more ranks of the group than this process has CPUs
-    /// ([`crate::topology::host_cpus`]): they take turns on them, so a waiting rank yields
-    /// its CPU rather than spin.
-    pub fn crowds_cpus_of(&self, rank: Rank) -> bool {
-        self.members(self.host_of(rank)).len() > crate::topology::host_cpus()
+    /// Whether `rank`'s host runs more ranks of the group than the `cpus` this process's
+    /// ranks share ([`crate::topology::host_cpus`]): they take turns on them, so a waiting
+    /// rank yields its CPU rather than spin.
+    pub fn crowds_cpus_of(&self, rank: Rank, cpus: usize) -> bool {
+        self.members(self.host_of(rank)).len() > cpus
     }
 
     /// `n` ranks on one host.

@@ -43,6 +43,9 @@ pub struct Options {
     /// copy (`RCOLL_SHM_SINGLE_COPY`: bytes, `on` for [`DEFAULT_SINGLE_COPY`], or `off`,
     /// the default); `None`: never.
     pub single_copy: Option<usize>,
+    /// The CPUs this host's ranks share ([`crate::topology::host_cpus`]): with more ranks
+    /// than that, a waiting rank yields its CPU rather than spin.
+    pub cpus: usize,
 }
 
 impl Options {
@@ -56,6 +59,7 @@ impl Options {
             crate::env::duration("RCOLL_SHM_SPIN_US", Duration::from_micros, "microseconds")?
                 .unwrap_or(DEFAULT_SPIN);
         Ok(Options {
+            cpus: crate::topology::host_cpus()?,
             slot_bytes: slot_bytes.max(64),
             slots,
             spin,
@@ -187,7 +191,7 @@ impl Prepared {
             nranks: links.len(),
             slot_bytes: self.opts.slot_bytes,
             spin: self.opts.spin,
-            crowded: self.hosts.crowds_cpus_of(me),
+            crowded: self.hosts.crowds_cpus_of(me, self.opts.cpus),
             hosts: self.hosts,
             links,
             mine,

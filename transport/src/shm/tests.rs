@@ -50,6 +50,7 @@ fn group_with<R: Send>(
                         dir: "/dev/shm".into(),
                         required: true,
                         single_copy: single_copy(r),
+                        cpus: crate::topology::host_cpus().expect("the host's CPUs"),
                     };
                     let deadline = Instant::now() + Duration::from_secs(20);
                     let prepared =

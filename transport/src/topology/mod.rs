@@ -289,24 +289,27 @@ impl Report {
 /// may run on when a launcher bound it (`RCOLL_HOST_CPUS` overrides both). Not this
 /// thread's affinity alone: a rank that rcoll bound to a core of its own sees one CPU, and
 /// its neighbours are on others.
-pub fn host_cpus() -> usize {
-    if let Some(n) = cpus_override() {
-        return n;
+///
+/// A bad `RCOLL_HOST_CPUS` is an error naming it.
+pub fn host_cpus() -> Result<usize, String> {
+    if let Some(n) = cpus_override()? {
+        return Ok(n);
     }
-    match bind::launcher_affinity().len() {
-        0 => machine_cpus(),
-        l => machine_cpus().min(l),
-    }
+    let machine = machine_cpus()?;
+    Ok(match bind::launcher_affinity().len() {
+        0 => machine,
+        l => machine.min(l),
+    })
 }
 
 /// The CPUs of this machine that its ranks may share, the same for every process on it
 /// (so that every rank prices schedules alike): the online CPUs, within a container's CPU
 /// quota (cgroup v2 `cpu.max`, rounded up); `RCOLL_HOST_CPUS` overrides it (set it alike on
 /// every rank). A launcher's binding is not counted: ranks bound to a core each may still
-/// have a core of their own.
-pub fn machine_cpus() -> usize {
-    if let Some(n) = cpus_override() {
-        return n;
+/// have a core of their own. A bad `RCOLL_HOST_CPUS` is an error naming it.
+pub fn machine_cpus() -> Result<usize, String> {
+    if let Some(n) = cpus_override()? {
+        return Ok(n);
     }
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online")
         .ok()
@@ -317,15 +320,16 @@ pub fn machine_cpus() -> usize {
     let quota = std::fs::read_to_string("/sys/fs/cgroup/cpu.max")
         .ok()
         .and_then(|s| cpu_quota(&s));
-    quota.map_or(online, |q| online.min(q)).max(1)
+    Ok(quota.map_or(online, |q| online.min(q)).max(1))
 }
 
-/// `RCOLL_HOST_CPUS`, when set to a positive count.
-fn cpus_override() -> Option<usize> {
-    std::env::var("RCOLL_HOST_CPUS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
+/// `RCOLL_HOST_CPUS`, if set: a positive count, or an error naming it.
+fn cpus_override() -> Result<Option<usize>, String> {
+    crate::env::parsed(
+        "RCOLL_HOST_CPUS",
+        "a positive number of CPUs",
+        |&n: &usize| n > 0,
+    )
 }
 
 /// The CPUs a cgroup v2 `cpu.max` (`"<quota> <period>"`, or `"max <period>"`) allows,
@@ -340,8 +344,8 @@ pub fn cpu_quota(cpu_max: &str) -> Option<usize> {
 /// This host's topology: `RCOLL_TOPO_FILE` if set, else the running machine (hwloc with
 /// the `hwloc` feature, sysfs otherwise).
 pub fn discover() -> Result<Topology, String> {
-    if let Ok(path) = std::env::var("RCOLL_TOPO_FILE") {
-        return load_xml(std::path::Path::new(&path));
+    if let Some(path) = topo_file() {
+        return load_xml(&path);
     }
     #[cfg(feature = "hwloc")]
     {
@@ -351,6 +355,11 @@ pub fn discover() -> Result<Topology, String> {
     {
         sysfs::discover(std::path::Path::new("/sys"))
     }
+}
+
+/// `RCOLL_TOPO_FILE`, unless unset or blank.
+pub fn topo_file() -> Option<std::path::PathBuf> {
+    crate::env::var("RCOLL_TOPO_FILE").map(std::path::PathBuf::from)
 }
 
 /// An hwloc XML file (with hwloc itself under the `hwloc` feature).

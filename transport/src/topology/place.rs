@@ -41,6 +41,9 @@ pub enum Bind {
     Auto,
 }
 
+/// What `RCOLL_BIND` (and `--bind`) take.
+const BIND_VALUES: &str = "none, numa, core or auto";
+
 impl std::str::FromStr for Bind {
     type Err = String;
     fn from_str(s: &str) -> Result<Bind, String> {
@@ -49,15 +52,15 @@ impl std::str::FromStr for Bind {
             "numa" => Ok(Bind::Numa),
             "core" => Ok(Bind::Core),
             "auto" => Ok(Bind::Auto),
-            other => Err(format!("RCOLL_BIND={other:?}: none, numa, core or auto")),
+            _ => Err(format!("{s:?} is not {BIND_VALUES}")),
         }
     }
 }
 
 impl Bind {
-    /// `RCOLL_BIND`, `auto` when unset.
+    /// `RCOLL_BIND`, `auto` when unset or blank; another value is an error naming it.
     pub fn from_env() -> Result<Bind, String> {
-        std::env::var("RCOLL_BIND").map_or(Ok(Bind::Auto), |v| v.parse())
+        Ok(crate::env::parsed("RCOLL_BIND", BIND_VALUES, |_| true)?.unwrap_or(Bind::Auto))
     }
 
     /// Its name, as `RCOLL_BIND` takes it.

@@ -185,6 +185,9 @@ pub struct Options {
     /// stale write into this job's own memory that regions allow. Devices without type 2
     /// windows use regions either way.
     pub scoped: Option<bool>,
+    /// The CPUs this host's ranks share ([`crate::topology::host_cpus`]): with more ranks
+    /// than that, a waiting rank yields its CPU rather than spin.
+    pub cpus: usize,
 }
 
 /// Default ACK timeout exponent: 2^16 * 4.096 us = 268 ms per try. Emulated devices
@@ -219,6 +222,7 @@ impl Options {
         let direct = crate::env::switch("RCOLL_IB_DIRECT")?.unwrap_or(true);
         let scoped = crate::env::switch("RCOLL_IB_SCOPED")?;
         Ok(Options {
+            cpus: crate::topology::host_cpus()?,
             scoped,
             zero_copy,
             direct,

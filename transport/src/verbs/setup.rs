@@ -150,7 +150,9 @@ pub fn upgrade_for(
         last_control: Instant::now(),
         spin: opts.spin,
         wake_check: opts.wake_check,
-        crowded: tcp.hosts().is_none_or(|h| h.crowds_cpus_of(rank)),
+        crowded: tcp
+            .hosts()
+            .is_none_or(|h| h.crowds_cpus_of(rank, opts.cpus)),
         taken: 0,
         taken_seen: 0,
         late_wakeups: 0,
