@@ -1,13 +1,15 @@
-//! The bootstrap against strangers and scarcity, with real processes: a job without a
-//! secret, strangers first at the root or at a member's listener (driven by hand with
-//! [`RawRank`]), a root out of file descriptors. Part of the `processes` test binary
-//! (`../processes.rs`), whose `rank_main` runs the scenarios.
+//! The bootstrap against strangers, scarcity and departures, with real processes: a job
+//! without a secret, strangers first at the root or at a member's listener (driven by hand
+//! with [`RawRank`]), a root out of file descriptors, the root or a member dying on the way.
+//! Part of the `processes` test binary (`../processes.rs`), whose `rank_main` runs the
+//! scenarios.
 
+use std::net::TcpListener;
 use std::time::Duration;
 
 use rcoll_transport::tcp::bootstrap::{auth, wire::Message, Options};
 
-use super::common::finish;
+use super::common::{finish, signal};
 use super::{free_root, spawn};
 
 /// One end of a bootstrap connection driven by hand, as a stranger or a departing member
@@ -270,4 +272,81 @@ fn strangers_at_a_members_listener_cannot_take_a_rank() {
             other => panic!("the silent stranger at {member} was answered with {other:?}"),
         }
     }
+}
+
+/// The root dies while the rendezvous is under way: a rank that reached it learns at
+/// once, one that comes later fails within its timeout; both say the root is the cause.
+#[test]
+fn the_root_dying_mid_bootstrap_fails_every_rank_within_the_timeout() {
+    let root = free_root();
+    let mut children = spawn(
+        "hello",
+        3,
+        &[
+            ("RCOLL_ROOT_ADDR", root),
+            ("RCOLL_TIMEOUT", "3".to_string()),
+            // Rank 1 reaches the root before it dies, rank 2 after.
+            ("RCOLL_TEST_DELAY_MS", "0,300,2000".to_string()),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    let mut root_rank = children.remove(0);
+    signal(&root_rank, "KILL");
+    let _ = root_rank.wait();
+    let start = std::time::Instant::now();
+    let results = finish(children, Duration::from_secs(60));
+    let took = start.elapsed();
+    for (i, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            !ok && out.contains("RANK-INIT-ERROR") && out.contains("root"),
+            "rank {} should fail naming the root:\n{out}",
+            i + 1
+        );
+    }
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+}
+
+/// A member passes the rendezvous (it knows the secret: a real member, then gone) and
+/// dies before the mesh: the others fail within the timeout naming it.
+#[test]
+fn a_member_dying_between_rendezvous_and_mesh_is_named_within_the_timeout() {
+    let root = free_root();
+    let secret = rcoll::process::random_unique_id().expect("secret");
+    let children = spawn(
+        "hello",
+        2,
+        &[
+            ("RCOLL_ROOT_ADDR", root.clone()),
+            ("RCOLL_WORLD_SIZE", "3".to_string()),
+            ("RCOLL_TIMEOUT", "4".to_string()),
+            ("RCOLL_UNIQUE_ID", rcoll::process::format_unique_id(secret)),
+        ],
+    );
+    // Rank 2: hello to the root with the right proof, take the table, die.
+    let mut member = RawRank::connect(&root);
+    let (nonce_c, nonce_s) = member.challenge();
+    // Its data listener exists while the root collects the table, then goes with it.
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let hello = Message::Hello {
+        rank: 2,
+        nranks: 3,
+        addr: listener.local_addr().expect("addr").to_string(),
+        host: "localhost".into(),
+        cpus: 0,
+        mac: [0; 32],
+    };
+    member.send(&auth::sign_intro(secret, &nonce_c, &nonce_s, hello));
+    assert!(matches!(member.receive(), Message::Table { .. }));
+    drop(listener);
+    drop(member);
+    let start = std::time::Instant::now();
+    let results = finish(children, Duration::from_secs(60));
+    let took = start.elapsed();
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(
+            !ok && out.contains("RANK-INIT-ERROR") && out.contains("ranks 2"),
+            "rank {r} should fail naming rank 2:\n{out}"
+        );
+    }
+    assert!(took < Duration::from_secs(10), "took {took:?}");
 }
