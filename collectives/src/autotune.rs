@@ -43,12 +43,26 @@
 //!   cheapest wins, or an earlier one in the model's order within [`TIE_TOLERANCE`] of it
 //!   (closer than that, the trials cannot tell them apart).
 //!
+//! A choice that other candidates came close to in the trials (within
+//! [`CONTEND_SPREAD`]: a tie the trials could not tell apart) is watched afterwards: its
+//! calls are timed in windows ([`WINDOW_BURSTS`] bursts after the trials, each next one
+//! twice as long up to about [`WINDOW_US`]), the ranks agree on each window's time (one
+//! all_reduce of 8 bytes), and a window slower than the choice's agreed time by more
+//! than [`DRIFT`] means the machine's state moved since the trials (the host moved the
+//! CPUs apart, another job started) and a contender may be faster now: the next windows
+//! run each contender in turn and then the choice again, and the fastest contender
+//! replaces the choice if it beat that window of the choice by more than
+//! [`TIE_TOLERANCE`] (STAR-MPI's monitoring of its chosen routine, Faraj, Yuan and
+//! Lowenthal, ICS 2006, does the like). The choice's time is then what the probe measured,
+//! so that a job whose calls are slower than the trials' (other work between them)
+//! probes once; each probe doubles the windows before the next may start ([`MAX_GAP`]).
+//!
 //! Every rank makes the same calls in the same order (a collective's contract), so every
-//! rank counts the same trials and agrees at the same calls without a word more than the
-//! barrier before each burst (the communicator's own: barriers are not tried) and the two
-//! all_reduces (forced to recursive doubling). Each call's fingerprint carries its algorithm: ranks configured
-//! differently (one with `RCOLL_AUTOTUNE`, one without) fail their call with an error
-//! naming how the calls differ, never a hang.
+//! rank counts the same trials and windows and agrees at the same calls without a word
+//! more than the barrier before each burst (the communicator's own: barriers are not
+//! tried) and the all_reduces (forced to recursive doubling). Each call's fingerprint
+//! carries its algorithm: ranks configured differently (one with `RCOLL_AUTOTUNE`, one
+//! without) fail their call with an error naming how the calls differ, never a hang.
 //!
 //! During the trials, calls of one size run different algorithms, whose results may
 //! differ in the last bits of floating-point sums (the order of the additions): where that
@@ -102,6 +116,45 @@ pub const TIE_TOLERANCE: f64 = 0.05;
 /// The most trials per candidate `RCOLL_AUTOTUNE` accepts.
 pub const MAX_TRIALS: u32 = 100;
 
+/// Candidates whose agreed time was within this many times the choice's stay its
+/// contenders: the settled bucket's calls are timed in windows, and probes try them
+/// when the choice's calls slow down ([`Tuner::check`]). The choices the regret figure
+/// found slower than the best by more than 1.10 had been timed within 1.05 of it in the
+/// trials (on 4 shared-memory ranks at 8 MiB, the tree 6,288 us against the naive ring
+/// 6,389; in the rounds after them 8,091 against 11,254).
+pub const CONTEND_SPREAD: f64 = 1.25;
+
+/// The most contenders a probe tries (the fastest in the trials).
+pub const MAX_CONTENDERS: usize = 2;
+
+/// A watched bucket's windows grow to about this long (their calls counted from the
+/// choice's agreed time), so that agreeing on them (one all_reduce of 8 bytes) costs a
+/// fraction of a percent in the long run.
+pub const WINDOW_US: f64 = 50_000.0;
+
+/// The first window after the trials or a probe holds this many bursts, each next one
+/// twice as many (up to [`WINDOW_US`]): a change is caught within a few hundred calls of
+/// the trials (a benchmark's rounds; 32-byte all_reduces on 3 TCP ranks took 45 us in the
+/// trials and 64 in the 200 calls after them), and the agreement's cost, a few percent of
+/// the first window of small calls over TCP, halves with each window.
+pub const WINDOW_BURSTS: usize = 8;
+
+/// The most calls in a window.
+const MAX_WINDOW_CALLS: usize = 1 << 16;
+
+/// Choices faster than this are not watched: timing each call would cost more than a
+/// fraction of a percent.
+pub const WATCH_MIN_US: f64 = 10.0;
+
+/// A window slower than the choice's agreed time by more than this fraction starts a
+/// probe of its contenders: the machine's state changed since, and one may be faster
+/// now. Measured in the regret figure's rounds after the trials, the choices found
+/// slower than the best by 1.29 and 1.44 had slowed by 1.32 and 1.76.
+pub const DRIFT: f64 = 0.2;
+
+/// The most windows of the choice between two probes.
+pub const MAX_GAP: usize = 1 << 12;
+
 /// One size bucket's identity: what every rank of a call agrees on (not whether it is in
 /// place, which ranks of one call may differ in through the C API).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -128,8 +181,88 @@ enum Entry {
         calls: usize,
         first_passes_agreed: bool,
     },
-    /// Agreed.
-    Settled(Algorithm),
+    /// Agreed on `algorithm`; its calls are timed (`watch`) when other candidates came
+    /// close to it.
+    Settled {
+        algorithm: Algorithm,
+        watch: Option<Watch>,
+    },
+}
+
+/// The calls of a settled bucket whose choice other candidates came close to
+/// ([`CONTEND_SPREAD`]), timed in windows of whole bursts; the ranks agree on each
+/// window's time (its slowest rank's median burst). A window slower than the choice's
+/// agreed time by more than [`DRIFT`] (the machine's state changed since) starts a probe:
+/// the next windows run each contender in turn, timed alike, then the choice again, and
+/// the fastest contender replaces the choice if it beat that window of the choice by more
+/// than [`TIE_TOLERANCE`]. Probes compare algorithms as the
+/// application calls them (no barrier, no warm-up), one window after another in the same
+/// state of the machine, and cost a window of a contender each.
+#[derive(Clone, Debug)]
+struct Watch {
+    /// The choice first, then its contenders.
+    finalists: Vec<Algorithm>,
+    /// Calls per window, a whole number of bursts: [`WINDOW_BURSTS`] of them after the
+    /// trials or a probe, twice as many after each window of the choice, up to `longest`
+    /// (about [`WINDOW_US`]). A probe's windows are all as long.
+    window: usize,
+    /// The calls of the longest window.
+    longest: usize,
+    /// This rank's call times in the current window, in microseconds.
+    times: Vec<f64>,
+    /// Windows of the choice agreed on since it was (re)measured.
+    windows: usize,
+    /// The first window that may start a probe: 1 after the trials, twice the last gap
+    /// after a probe (up to [`MAX_GAP`]), whether it changed the choice or not: between
+    /// algorithms within noise of each other, probes would otherwise take turns.
+    gap: usize,
+    /// The choice's agreed time in its trials, in microseconds; after a probe that kept
+    /// it, its last window in the probe; after one that changed it, the new choice's next
+    /// window (`None` until then): the fastest of several noisy windows won the probe,
+    /// and its next would be slower than that by chance.
+    reference: Option<f64>,
+    /// A probe under way: its windows so far, each contender's, then the choice's.
+    probe: Option<Vec<f64>>,
+}
+
+impl Watch {
+    /// The watch of `chosen`, which took `time` in the trials of `key` that timed `tried`
+    /// at `agreed`: `None` if no other came within [`CONTEND_SPREAD`] of it.
+    fn after_trials(
+        key: &Key,
+        chosen: Algorithm,
+        tried: &[Algorithm],
+        agreed: &[f64],
+        time: f64,
+    ) -> Option<Watch> {
+        let mut close: Vec<(f64, Algorithm)> = agreed
+            .iter()
+            .zip(tried)
+            .filter(|&(t, a)| *a != chosen && t.is_finite() && *t <= time * CONTEND_SPREAD)
+            .map(|(t, a)| (*t, *a))
+            .collect();
+        close.sort_by(|x, y| x.0.total_cmp(&y.0));
+        let contenders = close.iter().take(MAX_CONTENDERS).map(|(_, a)| *a);
+        let finalists: Vec<Algorithm> = std::iter::once(chosen).chain(contenders).collect();
+        let burst = Tuner::burst(key);
+        let calls = ((WINDOW_US / time).ceil() as usize).clamp(1, MAX_WINDOW_CALLS);
+        (finalists.len() > 1).then(|| Watch {
+            finalists,
+            window: WINDOW_BURSTS * burst,
+            longest: calls.div_ceil(burst).max(WINDOW_BURSTS) * burst,
+            times: Vec::new(),
+            windows: 0,
+            gap: 1,
+            reference: Some(time),
+            probe: None,
+        })
+    }
+
+    /// The algorithm the bucket's calls run now: the choice, or the contender probed.
+    fn running(&self) -> Algorithm {
+        let at = self.probe.as_ref().map_or(0, |done| done.len() + 1);
+        self.finalists.get(at).copied().unwrap_or(self.finalists[0])
+    }
 }
 
 /// What the ranks agree on after a trial call (an all_reduce of the maximum), per
@@ -192,7 +325,7 @@ impl Tuner {
     }
 
     /// The calls of a burst of `key`: [`BURST_CALLS`] up to [`SMALL_CALL_BYTES`], else 1.
-    fn burst(&self, key: &Key) -> usize {
+    fn burst(key: &Key) -> usize {
         match key.bucket_bytes <= SMALL_CALL_BYTES {
             true => BURST_CALLS,
             false => 1,
@@ -214,7 +347,7 @@ impl Tuner {
     /// way the regret figure does, so that auto is chosen for what it is measured on.
     fn timed(&self, key: &Key) -> usize {
         let scale = (SMALL_CALL_BYTES / key.bucket_bytes.max(1)).clamp(1, SMALL_CALL_SCALE);
-        self.trials as usize * scale * self.burst(key)
+        self.trials as usize * scale * Self::burst(key)
     }
 
     /// Whether `key`'s calls are single ones, taken in turn ([`SMALL_CALL_BYTES`]): one
@@ -270,19 +403,31 @@ impl Tuner {
         }
     }
 
-    /// The agreed algorithm of `key`, if its trials are over.
+    /// The agreed algorithm of `key`, if its trials are over (also while a probe runs a
+    /// contender).
     pub fn settled(&self, key: &Key) -> Option<Algorithm> {
         match self.entries.get(key) {
-            Some(Entry::Settled(a)) => Some(*a),
+            Some(Entry::Settled { algorithm, .. }) => Some(*algorithm),
             _ => None,
         }
+    }
+
+    /// Whether the calls of settled `key` are timed and agreed on in windows
+    /// ([`Tuner::watched`]).
+    pub fn watching(&self, key: &Key) -> bool {
+        matches!(
+            self.entries.get(key),
+            Some(Entry::Settled { watch: Some(_), .. })
+        )
     }
 
     /// What the next call of `key` would run, without counting it; `None` for a bucket
     /// not seen yet.
     pub fn upcoming(&self, key: &Key) -> Option<Next> {
         match self.entries.get(key)? {
-            Entry::Settled(a) => Some(Next::Settled(*a)),
+            Entry::Settled { algorithm, watch } => Some(Next::Settled(
+                watch.as_ref().map_or(*algorithm, Watch::running),
+            )),
             Entry::Trying {
                 candidates,
                 plan,
@@ -305,7 +450,7 @@ impl Tuner {
             Some(Entry::Trying { calls, .. }) if *calls > 0 && Self::in_turn(key) => true,
             Some(Entry::Trying { calls, .. }) if *calls > 0 => {
                 let at = (*calls - 1) % (self.timed(key) + 1);
-                at >= 1 && (at - 1) % self.burst(key) == 0
+                at >= 1 && (at - 1) % Self::burst(key) == 0
             }
             _ => false,
         }
@@ -322,15 +467,18 @@ impl Tuner {
     ) -> Next {
         if !self.entries.contains_key(&key) {
             if self.entries.len() >= BUCKET_LIMIT {
-                self.entries.retain(|_, e| matches!(e, Entry::Settled(_)));
+                self.entries
+                    .retain(|_, e| matches!(e, Entry::Settled { .. }));
             }
             if self.entries.len() >= BUCKET_LIMIT {
                 self.entries.clear();
             }
             let candidates = candidates();
             let entry = match candidates.len() {
-                0 => Entry::Settled(fallback),
-                1 => Entry::Settled(candidates[0]),
+                0 | 1 => Entry::Settled {
+                    algorithm: candidates.first().copied().unwrap_or(fallback),
+                    watch: None,
+                },
                 n => Entry::Trying {
                     candidates,
                     times: vec![Vec::new(); n],
@@ -357,7 +505,7 @@ impl Tuner {
         let block = self.block(key);
         let all = self.passes(key, false);
         let in_turn = Self::in_turn(key);
-        let burst = self.burst(key);
+        let burst = Self::burst(key);
         let pass_times = |t: &[f64]| Self::pass_times(block, burst, in_turn, t);
         let Some(Entry::Trying {
             candidates,
@@ -430,17 +578,100 @@ impl Tuner {
     /// rank's time per candidate), or on an earlier candidate within [`TIE_TOLERANCE`] of
     /// it; on the model's first candidate if `agreed` does not fit them or holds no finite
     /// time. Returns the choice and the candidates, or `None` if `key` was not being tried.
+    ///
+    /// The choice is watched ([`Watch`]) when up to [`MAX_CONTENDERS`] candidates came
+    /// within [`CONTEND_SPREAD`] of it and its calls take [`WATCH_MIN_US`] or more.
     pub fn settle(&mut self, key: &Key, agreed: &[f64]) -> Option<(Algorithm, Vec<Algorithm>)> {
         let Some(Entry::Trying { candidates, .. }) = self.entries.get(key) else {
             return None;
         };
-        let best = match agreed.len() == candidates.len() {
+        let fits = agreed.len() == candidates.len();
+        let best = match fits {
             true => cheapest(agreed).unwrap_or(0),
             false => 0,
         };
         let (chosen, tried) = (candidates[best], candidates.clone());
-        self.entries.insert(*key, Entry::Settled(chosen));
+        let watch = agreed
+            .get(best)
+            .filter(|t| fits && t.is_finite() && **t >= WATCH_MIN_US)
+            .and_then(|time| Watch::after_trials(key, chosen, &tried, agreed, *time));
+        self.entries.insert(
+            *key,
+            Entry::Settled {
+                algorithm: chosen,
+                watch,
+            },
+        );
         Some((chosen, tried))
+    }
+
+    /// Records this rank's time of a call of settled `key` that is watched. Returns this
+    /// rank's time of the window it ends (the median of its bursts' mean call times, as a
+    /// trial's pass): the ranks agree on it ([`Tuner::check`]).
+    pub fn watched(&mut self, key: &Key, us: f64) -> Option<f64> {
+        let burst = Self::burst(key);
+        let Some(Entry::Settled { watch: Some(w), .. }) = self.entries.get_mut(key) else {
+            return None;
+        };
+        w.times.push(us);
+        if w.times.len() < w.window {
+            return None;
+        }
+        let time = median(w.times.chunks(burst).map(mean).collect());
+        w.times.clear();
+        Some(time)
+    }
+
+    /// After a window of watched `key`, with `agreed` its slowest rank's time. A window of
+    /// the choice slower than its reference by more than [`DRIFT`] (and not before the
+    /// one it waits for) starts a probe: a window of each contender, then one of the
+    /// choice, and the fastest contender becomes the choice if it beat that last window
+    /// by more than [`TIE_TOLERANCE`]. Returns the algorithm the next calls run when the
+    /// window ends a probe's step.
+    pub fn check(&mut self, key: &Key, agreed: f64) -> Option<Algorithm> {
+        let Some(Entry::Settled {
+            algorithm,
+            watch: Some(w),
+        }) = self.entries.get_mut(key)
+        else {
+            return None;
+        };
+        let Some(mut done) = w.probe.take() else {
+            w.windows += 1;
+            let reference = *w.reference.get_or_insert(agreed);
+            if w.windows < w.gap || agreed <= reference * (1.0 + DRIFT) {
+                w.window = (w.window * 2).min(w.longest);
+                return None;
+            }
+            w.probe = Some(Vec::new());
+            return Some(w.running());
+        };
+        done.push(agreed);
+        if done.len() < w.finalists.len() {
+            w.probe = Some(done);
+            return Some(w.running());
+        }
+        // The choice's window after the contenders', not the one that started the probe:
+        // that one was picked for being slow (its own noise among it), and every
+        // contender would beat it by chance.
+        let choice = done.pop().unwrap_or(f64::INFINITY);
+        let (i, fastest) = done
+            .iter()
+            .copied()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap_or((0, f64::INFINITY));
+        // The winner's own window is no reference either (the fastest of several): its
+        // next window is.
+        let switch = choice > fastest * (1.0 + TIE_TOLERANCE);
+        if switch {
+            w.finalists.swap(0, i + 1);
+            *algorithm = w.finalists[0];
+        }
+        w.reference = (!switch).then_some(choice);
+        (w.windows, w.gap) = (0, (w.gap * 2).min(MAX_GAP));
+        w.window = WINDOW_BURSTS * Self::burst(key);
+        Some(w.running())
     }
 }
 
@@ -473,272 +704,4 @@ fn mean(times: &[f64]) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn key(bytes: usize) -> Key {
-        Key {
-            collective: Collective::AllReduce,
-            bucket_bytes: bytes,
-            elem_size: 4,
-        }
-    }
-
-    /// A size timed `trials` times, one call at a time.
-    const BIG: usize = 2 * SMALL_CALL_BYTES;
-
-    const ABC: [Algorithm; 3] = [Algorithm::Ring, Algorithm::Tree, Algorithm::Mesh];
-
-    /// Runs `us.len()` trial calls of `key`, timed `us`, and returns what ran and what
-    /// the last call's record asked the ranks to agree on.
-    fn run(t: &mut Tuner, key: Key, us: &[f64]) -> (Vec<Algorithm>, Option<Agree>) {
-        let mut ran = Vec::new();
-        let mut agree = None;
-        for (call, us) in us.iter().enumerate() {
-            assert_eq!(
-                agree, None,
-                "call {call}: an agreement before the last call"
-            );
-            let Next::Trial(a) = t.next(key, Algorithm::Ring, || ABC.to_vec()) else {
-                panic!("call {call} settled before its trials ended");
-            };
-            ran.push(a);
-            agree = t.record(&key, a, *us);
-        }
-        (ran, agree)
-    }
-
-    /// A block at 1 MiB with one trial: a warm-up, then a burst of five calls.
-    fn block(warm_up: f64, burst: [f64; BURST_CALLS]) -> Vec<f64> {
-        [&[warm_up][..], &burst[..]].concat()
-    }
-
-    #[test]
-    fn candidates_run_in_blocks_and_passes_until_the_ranks_agree() {
-        let mut t = Tuner::new(1);
-        let mib = key(SMALL_CALL_BYTES);
-        let [r, tr, m] = ABC;
-        // Two passes, blocks of six, each first call a warm-up (the mesh's slow): ring
-        // 30 then 22, tree 6 then 45, mesh 8 then 9. Faster passes: ring 22, tree 6,
-        // mesh 8.
-        let first = [
-            block(50.0, [30.0; 5]),
-            block(60.0, [5.0, 7.0, 6.0, 6.0, 6.0]),
-            block(900.0, [8.0; 5]),
-            block(50.0, [20.0, 24.0, 22.0, 22.0, 22.0]),
-            block(60.0, [40.0, 50.0, 45.0, 45.0, 45.0]),
-            block(90.0, [9.0; 5]),
-        ];
-        let (ran, agree) = run(&mut t, mib, &first.concat());
-        let pass = [[r; 6], [tr; 6], [m; 6]].concat();
-        assert_eq!(ran, [pass.clone(), pass].concat());
-        assert_eq!(agree, Some(Agree::FirstPasses(vec![22.0, 6.0, 8.0])));
-        // Another rank was slower on the tree: 9 against the mesh's 8, and the ring more
-        // than 1.5 times the mesh's is dropped.
-        assert_eq!(t.prune(&mib, &[22.0, 9.0, 8.0]), None);
-        assert_eq!(t.upcoming(&mib), Some(Next::Trial(tr)), "not counted yet");
-        assert_eq!(t.upcoming(&mib), Some(Next::Trial(tr)));
-        assert_eq!(t.upcoming(&key(BIG)), None);
-        // A third pass of the tree and the mesh: tree 6, mesh 7. The median passes:
-        // tree 6 (6, 45, 6), mesh 8 (8, 9, 7).
-        let third = [block(1.0, [6.0; 5]), block(1.0, [7.0; 5])].concat();
-        let (ran, agree) = run(&mut t, mib, &third);
-        assert_eq!(ran, [[tr; 6], [m; 6]].concat());
-        assert_eq!(agree, Some(Agree::Final(vec![f64::INFINITY, 6.0, 8.0])));
-        assert_eq!(t.settled(&mib), None);
-        // Another rank was slower on the tree again: the agreed maxima make the mesh
-        // cheapest.
-        let (chosen, tried) = t.settle(&mib, &[f64::INFINITY, 9.0, 8.0]).unwrap();
-        assert_eq!((chosen, tried), (Algorithm::Mesh, ABC.to_vec()));
-        assert_eq!(t.settled(&mib), Some(Algorithm::Mesh));
-        assert_eq!(
-            t.next(mib, Algorithm::Ring, || panic!("asked again")),
-            Next::Settled(Algorithm::Mesh)
-        );
-        // Other buckets are tried on their own.
-        assert_eq!(
-            t.next(key(BIG), Algorithm::Ring, || ABC.to_vec()),
-            Next::Trial(Algorithm::Ring)
-        );
-    }
-
-    #[test]
-    fn large_calls_take_the_candidates_in_turn_after_a_warm_up_pass() {
-        let mut t = Tuner::new(2);
-        let [_, tr, m] = ABC;
-        // A warm-up pass (not counted), then 2 x 2 passes of one call each: ring 30, 22,
-        // 25, 40; tree 6, 45, 7, 50; mesh 8, 9, 9, 10. Fastest calls: 22, 6, 8.
-        let first = [
-            [900.0, 900.0, 900.0],
-            [30.0, 6.0, 8.0],
-            [22.0, 45.0, 9.0],
-            [25.0, 7.0, 9.0],
-            [40.0, 50.0, 10.0],
-        ];
-        let (ran, agree) = run(&mut t, key(BIG), &first.concat());
-        assert_eq!(ran, [ABC; 5].concat());
-        assert_eq!(agree, Some(Agree::FirstPasses(vec![22.0, 6.0, 8.0])));
-        // The ring is dropped; two more passes take the tree and the mesh in turn.
-        assert_eq!(t.prune(&key(BIG), &[22.0, 9.0, 8.0]), None);
-        let (ran, agree) = run(&mut t, key(BIG), &[6.0, 7.0, 8.0, 8.0]);
-        assert_eq!(ran, [tr, m, tr, m]);
-        // Medians of six calls: tree (6, 6, 7, 8, 45, 50) 7.5, mesh (7, 8, 8, 9, 9, 10) 8.5.
-        assert_eq!(agree, Some(Agree::Final(vec![f64::INFINITY, 7.5, 8.5])));
-        assert_eq!(
-            t.settle(&key(BIG), &[f64::INFINITY, 7.5, 8.5]).unwrap().0,
-            tr
-        );
-    }
-
-    #[test]
-    fn first_passes_that_leave_one_candidate_settle_on_it() {
-        let mut t = Tuner::new(1);
-        let us = [1.0, 1.0, 1.0, 20.0, 10.0, 30.0, 25.0, 12.0, 8.0];
-        let (_, agree) = run(&mut t, key(BIG), &us);
-        assert_eq!(agree, Some(Agree::FirstPasses(vec![20.0, 10.0, 8.0])));
-        let (chosen, _) = t.prune(&key(BIG), &[20.0, 10.0, 30.0]).unwrap();
-        assert_eq!(chosen, Algorithm::Tree);
-        assert_eq!(t.settled(&key(BIG)), Some(Algorithm::Tree));
-    }
-
-    #[test]
-    fn ties_go_to_the_model_order_and_nothing_to_try_settles_at_once() {
-        let mut t = Tuner::new(1);
-        let (_, agree) = run(&mut t, key(4 * BIG), &[4.0; 9]);
-        assert_eq!(agree, Some(Agree::FirstPasses(vec![4.0; 3])));
-        assert_eq!(t.prune(&key(4 * BIG), &[4.0; 3]), None);
-        let (_, agree) = run(&mut t, key(4 * BIG), &[4.0; 3]);
-        assert_eq!(agree, Some(Agree::Final(vec![4.0; 3])));
-        assert_eq!(
-            t.settle(&key(4 * BIG), &[4.0, 4.0, 3.0]).unwrap().0,
-            Algorithm::Mesh
-        );
-        let mut t = Tuner::new(1);
-        t.next(key(4 * BIG), Algorithm::Ring, || ABC.to_vec());
-        assert_eq!(
-            t.settle(&key(4 * BIG), &[4.0, 4.0, 4.0]).unwrap().0,
-            Algorithm::Ring
-        );
-        // A wrong length or no finite time settles on the model's first candidate.
-        for agreed in [&[1.0][..], &[f64::NAN; 3]] {
-            let mut t = Tuner::new(1);
-            t.next(key(4 * BIG), Algorithm::Ring, || ABC.to_vec());
-            assert_eq!(t.settle(&key(4 * BIG), agreed).unwrap().0, Algorithm::Ring);
-            assert_eq!(t.settled(&key(4 * BIG)), Some(Algorithm::Ring));
-        }
-        // Nothing that is not being tried settles.
-        assert_eq!(t.settle(&key(32 * BIG), &[1.0]), None);
-        assert_eq!(
-            t.next(key(8 * BIG), Algorithm::Tree, Vec::new),
-            Next::Settled(Algorithm::Tree)
-        );
-        assert_eq!(
-            t.next(key(16 * BIG), Algorithm::Tree, || vec![Algorithm::Mesh]),
-            Next::Settled(Algorithm::Mesh)
-        );
-        // A time for an algorithm not tried, or a bucket not tried, is ignored.
-        assert_eq!(t.record(&key(16 * BIG), Algorithm::Ring, 1.0), None);
-        assert_eq!(t.record(&key(64 * BIG), Algorithm::Ring, 1.0), None);
-    }
-
-    #[test]
-    fn a_later_candidate_must_be_faster_by_more_than_the_measurements_tell_apart() {
-        let settle = |agreed: &[f64]| {
-            let mut t = Tuner::new(1);
-            t.next(key(BIG), Algorithm::Ring, || ABC.to_vec());
-            t.settle(&key(BIG), agreed).unwrap().0
-        };
-        // Within TIE_TOLERANCE of the fastest, the model's order decides: the trials of 2
-        // MiB on 2 shared-memory ranks timed the tree at 90.2 us and the ring at 90.8, and
-        // the rounds after them 90.9 and 79.0.
-        assert_eq!(settle(&[90.8, 90.2, 95.0]), Algorithm::Ring);
-        assert_eq!(settle(&[f64::INFINITY, 90.8, 90.2]), Algorithm::Tree);
-        // Faster by more, the faster one.
-        assert_eq!(settle(&[100.0, 90.0, 95.0]), Algorithm::Tree);
-        assert_eq!(settle(&[100.0, 99.0, 90.0]), Algorithm::Mesh);
-    }
-
-    #[test]
-    fn a_pass_is_timed_by_its_median_burst_as_the_regret_figure_times_rounds() {
-        // A quarter of a MiB: blocks of a warm-up and four bursts of five calls.
-        let quarter = key(SMALL_CALL_BYTES / 4);
-        let mut t = Tuner::new(1);
-        assert_eq!(t.block(&quarter), 1 + 4 * BURST_CALLS);
-        // The ring's last burst of each pass waited on a descheduled rank (50 us a call
-        // against 10): its mean pass is 20, its median burst 10. The tree took 15 throughout.
-        let ring = [
-            vec![100.0],
-            vec![10.0; 3 * BURST_CALLS],
-            vec![50.0; BURST_CALLS],
-        ]
-        .concat();
-        let (tree, mesh) = (vec![15.0; 21], vec![30.0; 21]);
-        let pass = [ring, tree, mesh].concat();
-        let (_, agree) = run(&mut t, quarter, &[pass.clone(), pass].concat());
-        assert_eq!(agree, Some(Agree::FirstPasses(vec![10.0, 15.0, 30.0])));
-    }
-
-    /// The calls among the first `calls` of `key` that start a burst.
-    fn burst_starts(trials: u32, key: Key, calls: usize) -> Vec<usize> {
-        let mut t = Tuner::new(trials);
-        assert!(!t.starts_burst(&key), "nothing handed out");
-        (0..calls)
-            .filter(|_| {
-                t.next(key, Algorithm::Ring, || ABC.to_vec());
-                t.starts_burst(&key)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn bursts_start_after_each_blocks_warm_up() {
-        // Above 1 MiB: every call, in turn (the warm-up pass's too).
-        assert_eq!(burst_starts(2, key(BIG), 7), [0, 1, 2, 3, 4, 5, 6]);
-        // At 1 MiB: a warm-up, then two bursts of five (blocks of eleven).
-        assert_eq!(burst_starts(2, key(SMALL_CALL_BYTES), 23), [1, 6, 12, 17]);
-    }
-
-    #[test]
-    fn a_full_map_forgets_trials_before_choices() {
-        let mut t = Tuner::new(1);
-        let settled = key(BIG);
-        t.next(settled, Algorithm::Ring, || vec![Algorithm::Tree]);
-        for i in 1..BUCKET_LIMIT {
-            t.next(key(BIG + i), Algorithm::Ring, || ABC.to_vec());
-        }
-        assert_eq!(t.entries.len(), BUCKET_LIMIT);
-        t.next(key(2 * BIG), Algorithm::Ring, || ABC.to_vec());
-        assert_eq!(t.entries.len(), 2, "the settled bucket and the new one");
-        assert_eq!(t.settled(&settled), Some(Algorithm::Tree));
-        // Every trial of a bucket fits what the bench waits for.
-        let mut t = Tuner::new(3);
-        let tiny = key(8);
-        let mut calls = 0;
-        while let Next::Trial(a) = t.next(tiny, Algorithm::Ring, || ABC.to_vec()) {
-            calls += 1;
-            match t.record(&tiny, a, 1.0) {
-                Some(Agree::FirstPasses(v)) => assert_eq!(t.prune(&tiny, &v), None),
-                Some(Agree::Final(v)) => assert!(t.settle(&tiny, &v).is_some()),
-                None => {}
-            }
-        }
-        // Three passes of three candidates, blocks of a warm-up and 3 x 8 bursts of 5.
-        assert_eq!(calls, 3 * 3 * (3 * SMALL_CALL_SCALE * BURST_CALLS + 1));
-        assert!(calls <= max_trial_calls(3), "{calls}");
-    }
-
-    #[test]
-    fn small_calls_are_timed_more_often() {
-        let t = Tuner::new(3);
-        assert_eq!(t.timed(&key(64 << 20)), 3);
-        assert_eq!(t.timed(&key(BIG)), 3);
-        assert_eq!(t.timed(&key(SMALL_CALL_BYTES)), 3 * BURST_CALLS);
-        assert_eq!(t.timed(&key(SMALL_CALL_BYTES / 4)), 12 * BURST_CALLS);
-        assert_eq!(t.timed(&key(8)), 3 * SMALL_CALL_SCALE * BURST_CALLS);
-        assert_eq!(t.timed(&key(0)), 3 * SMALL_CALL_SCALE * BURST_CALLS);
-        assert_eq!(mean(&[1.0, 2.0, 6.0]), 3.0);
-        assert_eq!(mean(&[]), f64::INFINITY);
-        assert_eq!(median(vec![9.0, 1.0, 5.0]), 5.0);
-        assert_eq!(median(vec![1.0, 3.0]), 2.0);
-    }
-}
+mod tests;

@@ -40,6 +40,9 @@ pub(super) struct Prepared {
     /// The size bucket this call is a trial of (selection by trial, [`crate::autotune`]):
     /// such a call is timed, and reused for the next only within its block.
     trial: Option<autotune::Key>,
+    /// The settled size bucket whose calls this one is timed for (a choice watched
+    /// against its contenders, [`autotune::Tuner::watched`]).
+    watch: Option<autotune::Key>,
     plan: Arc<Plan>,
     /// The description the fingerprint is made of: algorithm, levels, segment length.
     call: Call,
@@ -388,7 +391,8 @@ impl Communicator {
             output,
             scratch: &mut scratch[..scratch_len],
         };
-        let started = prepared.trial.map(|k| (k, std::time::Instant::now()));
+        let timed = prepared.trial.or(prepared.watch);
+        let started = timed.map(|k| (k, std::time::Instant::now()));
         let result = self.run_plan(
             &prepared.plan,
             seq,
@@ -396,7 +400,7 @@ impl Communicator {
             prepared.fingerprint,
             &mut mem,
         );
-        let trial = started.map(|(k, t)| (k, t.elapsed().as_secs_f64() * 1e6));
+        let took = started.map(|(k, t)| (k, t.elapsed().as_secs_f64() * 1e6));
         if result.is_ok() && req.op == ReduceOp::Avg && req.collective.reduces() {
             let out = expect.output;
             if let Some(reduced) = mem.output.get_mut(out.offset..out.end()) {
@@ -404,10 +408,11 @@ impl Communicator {
             }
         }
         self.scratch = scratch_words;
-        let algorithm = prepared.algorithm;
+        let (algorithm, trial) = (prepared.algorithm, prepared.trial.is_some());
         self.prepared = Some(prepared);
-        match (result, trial) {
-            (Ok(()), Some((key, us))) => self.after_trial(key, algorithm, us),
+        match (result, took) {
+            (Ok(()), Some((key, us))) if trial => self.after_trial(key, algorithm, us),
+            (Ok(()), Some((key, us))) => self.after_watched(key, us),
             (result, _) => result,
         }
     }
@@ -418,12 +423,13 @@ impl Communicator {
     fn prepare<T: Element>(&mut self, req: &Request<'_, T>, key: CallKey) -> Result<Box<Prepared>> {
         let (layout, expect) = self.validate(req)?;
         let elem = std::mem::size_of::<T>();
-        let (algorithm, trial) = match self.tune_key(&layout, elem, key.forced) {
+        let (algorithm, trial, watch) = match self.tune_key(&layout, elem, key.forced) {
             Some(k) => {
                 let (a, trial) = self.choose_by_trial(k, &layout, elem)?;
-                (a, trial.then_some(k))
+                let watched = !trial && self.tuner.as_ref().is_some_and(|t| t.watching(&k));
+                (a, trial.then_some(k), watched.then_some(k))
             }
-            None => (self.choose(&layout, elem, key.forced)?, None),
+            None => (self.choose(&layout, elem, key.forced)?, None, None),
         };
         let levels = match algorithm {
             Algorithm::Hierarchical => self.levels_for(&layout, elem),
@@ -455,6 +461,7 @@ impl Communicator {
             key,
             algorithm,
             trial,
+            watch,
             plan,
             expect,
             call,

@@ -46,7 +46,7 @@ impl Communicator {
         // 8 B on 2 shared-memory ranks, auto over its choice forced in the same rounds of
         // `--algo all`: 1.02-1.10 this way, 1.06-1.17 through the four lookups and the
         // model's choice below, over 4 interleaved runs.)
-        if let Some(a) = self.tuner.as_ref().and_then(|t| t.settled(&key)) {
+        if let Some(Next::Settled(a)) = self.tuner.as_ref().and_then(|t| t.upcoming(&key)) {
             return Ok((a, false));
         }
         // Priced out of place, as the candidates are: every rank the same.
@@ -172,6 +172,37 @@ impl Communicator {
                 chosen = %chosen,
                 tried = %times.join(", "),
                 "autotune"
+            );
+        }
+        Ok(())
+    }
+
+    /// After a call of settled `key` whose choice is watched, which took `us` here: when
+    /// it ends a window, the ranks agree on the window's time on the slowest rank (one
+    /// all_reduce), which may start a probe of the choice's contenders, go on to the next,
+    /// or end it ([`autotune::Tuner::check`]).
+    pub(super) fn after_watched(&mut self, key: autotune::Key, us: f64) -> Result<()> {
+        let Some(time) = self.tuner.as_mut().and_then(|t| t.watched(&key, us)) else {
+            return Ok(());
+        };
+        let mut agreed = [time];
+        self.next_algorithm = Some(Algorithm::RecursiveDoubling);
+        self.all_reduce_in_place(&mut agreed, ReduceOp::Max)?;
+        let Some(tuner) = self.tuner.as_mut() else {
+            return Ok(());
+        };
+        if let Some(runs) = tuner.check(&key, agreed[0]) {
+            // The next call of the bucket prepares anew, for the algorithm it runs now.
+            self.prepared = None;
+            let chosen = tuner.settled(&key).unwrap_or(runs);
+            tracing::info!(
+                rank = self.rank.0,
+                collective = %key.collective,
+                bytes = key.bucket_bytes,
+                window_us = agreed[0],
+                runs = %runs,
+                chosen = %chosen,
+                "autotune: probe"
             );
         }
         Ok(())

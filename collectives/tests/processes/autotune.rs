@@ -16,7 +16,7 @@ const AFTER: usize = 5;
 /// and 2.4 MB, one call at a time. Rank 0 calls in place, the others out of place: one
 /// bucket all the same. Prints when each size settled and on what.
 pub fn autotune(comm: &mut Communicator) {
-    let (r, n) = (comm.rank(), comm.size());
+    let r = comm.rank();
     let limit = rcoll::autotune::max_trial_calls(1);
     assert!(
         !comm.autotunes::<f32>(Collective::Barrier, 0),
@@ -28,25 +28,7 @@ pub fn autotune(comm: &mut Communicator) {
         let mut calls = 0;
         let mut after = 0;
         while after < AFTER {
-            // Small integers: every order of the additions gives the exact sum.
-            let input: Vec<f32> = (0..count)
-                .map(|i| ((r + 1) * (i % 7 + calls % 5)) as f32)
-                .collect();
-            let mut out = vec![0f32; count];
-            if r == 0 {
-                out.copy_from_slice(&input);
-                comm.all_reduce_in_place(&mut out, ReduceOp::Sum)
-            } else {
-                comm.all_reduce(&input, &mut out, ReduceOp::Sum)
-            }
-            .unwrap_or_else(|e| panic!("rank {r}, {count} elements, call {calls}: {e}"));
-            for (i, x) in out.iter().enumerate() {
-                let want = ((i % 7 + calls % 5) * n * (n + 1) / 2) as f32;
-                assert_eq!(
-                    *x, want,
-                    "rank {r}, {count} elements, call {calls}, element {i}"
-                );
-            }
+            checked_all_reduce(comm, count, calls);
             match comm.autotuned::<f32>(Collective::AllReduce, count, 0) {
                 Some(_) => after += 1,
                 None => calls += 1,
@@ -63,6 +45,62 @@ pub fn autotune(comm: &mut Communicator) {
         );
         println!("TUNED {count} {chosen} after {} calls", calls + 1);
     }
+}
+
+/// One all_reduce of `count` elements, the `call`-th, its result checked: rank 0 calls in
+/// place, the others out of place (one bucket all the same).
+fn checked_all_reduce(comm: &mut Communicator, count: usize, call: usize) {
+    let (r, n) = (comm.rank(), comm.size());
+    // Small integers: every order of the additions gives the exact sum.
+    let input: Vec<f32> = (0..count)
+        .map(|i| ((r + 1) * (i % 7 + call % 5)) as f32)
+        .collect();
+    let mut out = vec![0f32; count];
+    if r == 0 {
+        out.copy_from_slice(&input);
+        comm.all_reduce_in_place(&mut out, ReduceOp::Sum)
+    } else {
+        comm.all_reduce(&input, &mut out, ReduceOp::Sum)
+    }
+    .unwrap_or_else(|e| panic!("rank {r}, {count} elements, call {call}: {e}"));
+    for (i, x) in out.iter().enumerate() {
+        let want = ((i % 7 + call % 5) * n * (n + 1) / 2) as f32;
+        assert_eq!(
+            *x, want,
+            "rank {r}, {count} elements, call {call}, element {i}"
+        );
+    }
+}
+
+/// Calls after the trials in scenario `autotune_drift`, rank 1 sleeping before each.
+const DRIFT_CALLS: usize = 150;
+
+/// Scenario `autotune_drift`: all_reduce of 2.4 MB until its trials are over, then
+/// [`DRIFT_CALLS`] more before each of which rank 1 sleeps 3 ms (as if its host were busy
+/// with other work): the others' calls wait for it, slower than in the trials. Every
+/// result checked; prints the choice at the end.
+pub fn drift(comm: &mut Communicator) {
+    let r = comm.rank();
+    let count = 600_000;
+    let limit = rcoll::autotune::max_trial_calls(1);
+    let mut call = 0;
+    while comm
+        .autotuned::<f32>(Collective::AllReduce, count, 0)
+        .is_none()
+    {
+        checked_all_reduce(comm, count, call);
+        call += 1;
+        assert!(call < limit, "rank {r}: never settled");
+    }
+    for _ in 0..DRIFT_CALLS {
+        if r == 1 {
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        checked_all_reduce(comm, count, call);
+        call += 1;
+    }
+    let chosen = comm.autotuned::<f32>(Collective::AllReduce, count, 0);
+    println!("CHOSEN {}", chosen.expect("settled").name());
 }
 
 /// Scenario `autotune_mismatch`: rank 1 runs without `RCOLL_AUTOTUNE`, the others with it;
@@ -115,8 +153,7 @@ fn trials_settle_every_rank_on_one_algorithm_per_size() {
             );
         }
         // The log names the candidates tried and their agreed times.
-        let tried = out.lines().filter(|l| l.contains("autotune")).count();
-        assert_eq!(tried, 2, "rank {r}:\n{out}");
+        assert_eq!(events(out).len(), 2, "rank {r}:\n{out}");
         match &seen {
             None => seen = Some(tuned),
             Some(first) => assert_eq!(first, &tuned, "rank {r} settled elsewhere"),
@@ -146,4 +183,88 @@ fn a_rank_without_autotune_fails_every_rank_not_a_hang() {
             "rank {r} names the algorithms:\n{out}"
         );
     }
+}
+
+/// A rank's log of selection by trial: each settlement (choice, candidates and agreed
+/// times) and re-trial, without the time of day and the rank, which differ between ranks.
+fn events(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| l.split_once("trials: autotune"))
+        .map(|(_, e)| {
+            e.split_whitespace()
+                .filter(|w| !w.starts_with("rank="))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Whether a settlement's log line names a candidate within
+/// [`rcoll::autotune::CONTEND_SPREAD`] of the choice's agreed time.
+fn contended(settled: &str) -> bool {
+    let chosen = settled
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("chosen="))
+        .expect("a choice");
+    let tried = settled.split_once("tried=").expect("candidates").1;
+    let times: Vec<(&str, f64)> = tried
+        .split(", ")
+        .filter_map(|c| {
+            let mut w = c.split_whitespace();
+            let name = w.next()?;
+            Some((name, w.next()?.parse().ok()?))
+        })
+        .collect();
+    let mine = times
+        .iter()
+        .find(|(a, _)| *a == chosen)
+        .expect("the choice's time")
+        .1;
+    times
+        .iter()
+        .any(|(a, t)| *a != chosen && *t <= mine * rcoll::autotune::CONTEND_SPREAD)
+}
+
+/// Three shared-memory ranks settle on an algorithm for 2.4 MB; then one rank comes late to
+/// every call, and the calls take longer than in the trials. If a candidate came close to
+/// the choice in them, every rank probes it at the same call (their logs of trials, probes
+/// and agreed times are the same) and a probe ends (the choice runs again); if none did,
+/// nothing is probed. The results stay exact and the ranks end on one choice.
+#[test]
+fn a_close_choice_whose_calls_slow_down_is_probed_by_every_rank_alike() {
+    let extra = [
+        ("RCOLL_TRANSPORT", "shm".to_string()),
+        ("RCOLL_AUTOTUNE", "1".to_string()),
+        ("RCOLL_DEBUG", "info".to_string()),
+    ];
+    let results = finish(spawn("autotune_drift", 3, &extra), Duration::from_secs(180));
+    let mut seen: Option<(Vec<String>, String)> = None;
+    for (r, (ok, out)) in results.iter().enumerate() {
+        assert!(ok, "rank {r}:\n{out}");
+        let log = events(out);
+        let chosen = out
+            .lines()
+            .find_map(|l| l.strip_prefix("CHOSEN "))
+            .unwrap_or_else(|| panic!("rank {r}:\n{out}"))
+            .to_owned();
+        let probes: Vec<&String> = log.iter().filter(|e| e.starts_with(": probe")).collect();
+        match contended(&log[0]) {
+            true => {
+                // A probe's last window goes back to the choice (the one it kept, or the
+                // contender it found faster): `runs=A chosen=A`. The scenario may end
+                // during a later probe.
+                let ended = probes.iter().any(|p| {
+                    let field = |f: &str| p.split_whitespace().find_map(|w| w.strip_prefix(f));
+                    field("runs=").is_some() && field("runs=") == field("chosen=")
+                });
+                assert!(ended, "rank {r}: no probe ended:\n{out}");
+            }
+            false => assert!(probes.is_empty(), "rank {r}:\n{out}"),
+        }
+        match &seen {
+            None => seen = Some((log, chosen)),
+            Some(first) => assert_eq!(first, &(log, chosen), "rank {r} differs from rank 0"),
+        }
+    }
+    eprintln!("{:#?}", seen.expect("ranks"));
 }
