@@ -55,7 +55,8 @@
 //! [`TIE_TOLERANCE`] (STAR-MPI's monitoring of its chosen routine, Faraj, Yuan and
 //! Lowenthal, ICS 2006, does the like). The choice's time is then what the probe measured,
 //! so that a job whose calls are slower than the trials' (other work between them)
-//! probes once; each probe doubles the windows before the next may start ([`MAX_GAP`]).
+//! probes once; each probe doubles the count of windows before the next may start
+//! ([`MAX_GAP`]).
 //!
 //! Every rank makes the same calls in the same order (a collective's contract), so every
 //! rank counts the same trials and windows and agrees at the same calls without a word
@@ -195,9 +196,9 @@ enum Entry {
 /// agreed time by more than [`DRIFT`] (the machine's state changed since) starts a probe:
 /// the next windows run each contender in turn, timed alike, then the choice again, and
 /// the fastest contender replaces the choice if it beat that window of the choice by more
-/// than [`TIE_TOLERANCE`]. Probes compare algorithms as the
-/// application calls them (no barrier, no warm-up), one window after another in the same
-/// state of the machine, and cost a window of a contender each.
+/// than [`TIE_TOLERANCE`]. Probes compare algorithms as the application calls them (no
+/// barrier, no warm-up), one window after another in the same state of the machine, and
+/// cost a window of a contender each.
 #[derive(Clone, Debug)]
 struct Watch {
     /// The choice first, then its contenders.
@@ -652,7 +653,7 @@ impl Tuner {
             return Some(w.running());
         }
         // The choice's window after the contenders', not the one that started the probe:
-        // that one was picked for being slow (its own noise among it), and every
+        // that one was picked for being slow (its noise among the causes), and every
         // contender would beat it by chance.
         let choice = done.pop().unwrap_or(f64::INFINITY);
         let (i, fastest) = done
