@@ -49,11 +49,14 @@
 //! twice as long up to about [`WINDOW_US`]), the ranks agree on each window's time (one
 //! all_reduce of 8 bytes), and a window slower than the choice's agreed time by more
 //! than [`DRIFT`] means the machine's state moved since the trials (the host moved the
-//! CPUs apart, another job started) and a contender may be faster now: the next windows
-//! run each contender in turn and then the choice again, and the fastest contender
-//! replaces the choice if it beat that window of the choice by more than
-//! [`TIE_TOLERANCE`] (STAR-MPI's monitoring of its chosen routine, Faraj, Yuan and
-//! Lowenthal, ICS 2006, does the like). The choice's time is then what the probe measured,
+//! CPUs apart, another job started) and a contender may be faster now: a probe runs the
+//! choice and its contenders in [`PROBE_ROUNDS`] rounds of shorter windows, each round
+//! in the reverse order of the one before (A B C, C B A, A B C, C B A: a machine that
+//! slows or speeds up steadily during the probe moves every finalist's median alike),
+//! and the fastest contender by median window replaces the choice if it beat the
+//! choice's median by more than [`TIE_TOLERANCE`] (STAR-MPI's monitoring of its chosen
+//! routine, Faraj, Yuan and Lowenthal, ICS 2006, does the like). The choice's time is
+//! then what the probe measured,
 //! so that a job whose calls are slower than the trials' (other work between them)
 //! probes once; each probe doubles the count of windows before the next may start
 //! ([`MAX_GAP`]).
@@ -156,6 +159,18 @@ pub const DRIFT: f64 = 0.2;
 /// The most windows of the choice between two probes.
 pub const MAX_GAP: usize = 1 << 12;
 
+/// A probe's rounds: each runs a window of every finalist, in the reverse order of the
+/// round before. One window each, one after another, let the machine's state change
+/// between them decide: in the regret figure a probe switched 4 TCP ranks' 1 MiB
+/// all_reduce from the ring to the single root because the ring's window, last, took
+/// 2,819 us against 1,907 for the window that started the probe; forced in the rounds
+/// after it, the single root was 1.22 times slower. An even count balances a steady drift.
+pub const PROBE_ROUNDS: usize = 4;
+
+/// The fewest bursts in a probe's window: its median leaves out the first burst after
+/// another algorithm's window (the ranks arrive at it as that one left them).
+pub const PROBE_BURSTS: usize = 3;
+
 /// One size bucket's identity: what every rank of a call agrees on (not whether it is in
 /// place, which ranks of one call may differ in through the C API).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -194,11 +209,12 @@ enum Entry {
 /// ([`CONTEND_SPREAD`]), timed in windows of whole bursts; the ranks agree on each
 /// window's time (its slowest rank's median burst). A window slower than the choice's
 /// agreed time by more than [`DRIFT`] (the machine's state changed since) starts a probe:
-/// the next windows run each contender in turn, timed alike, then the choice again, and
-/// the fastest contender replaces the choice if it beat that window of the choice by more
-/// than [`TIE_TOLERANCE`]. Probes compare algorithms as the application calls them (no
-/// barrier, no warm-up), one window after another in the same state of the machine, and
-/// cost a window of a contender each.
+/// [`PROBE_ROUNDS`] rounds of a window of each finalist (the choice first, the order
+/// reversed every other round), each window 1/[`PROBE_ROUNDS`] of the one that started it
+/// (at least [`PROBE_BURSTS`] bursts), and the fastest contender by median window replaces
+/// the choice if it beat the choice's median by more than [`TIE_TOLERANCE`]. Probes
+/// compare algorithms as the application calls them (no barrier, no warm-up), interleaved
+/// in the same moments of the machine, and cost about a window of a contender each.
 #[derive(Clone, Debug)]
 struct Watch {
     /// The choice first, then its contenders.
@@ -211,19 +227,19 @@ struct Watch {
     longest: usize,
     /// This rank's call times in the current window, in microseconds.
     times: Vec<f64>,
-    /// Windows of the choice agreed on since it was (re)measured.
+    /// Windows of the choice agreed on since it was (re)measured (since the last probe).
     windows: usize,
     /// The first window that may start a probe: 1 after the trials, twice the last gap
     /// after a probe (up to [`MAX_GAP`]), whether it changed the choice or not: between
     /// algorithms within noise of each other, probes would otherwise take turns.
     gap: usize,
     /// The choice's agreed time in its trials, in microseconds; after a probe that kept
-    /// it, its last window in the probe; after one that changed it, the new choice's next
-    /// window (`None` until then): the fastest of several noisy windows won the probe,
-    /// and its next would be slower than that by chance.
+    /// it, its median window in the probe; after one that changed it, the new choice's
+    /// next window (`None` until then): the fastest of several noisy medians won the
+    /// probe, and its next window would be slower than that by chance.
     reference: Option<f64>,
-    /// A probe under way: its windows so far, each contender's, then the choice's.
-    probe: Option<Vec<f64>>,
+    /// A probe under way: the agreed windows so far, per finalist.
+    probe: Option<Vec<Vec<f64>>>,
 }
 
 impl Watch {
@@ -259,11 +275,37 @@ impl Watch {
         })
     }
 
-    /// The algorithm the bucket's calls run now: the choice, or the contender probed.
+    /// The algorithm the bucket's calls run now: the choice, or the finalist whose turn
+    /// it is in a probe.
     fn running(&self) -> Algorithm {
-        let at = self.probe.as_ref().map_or(0, |done| done.len() + 1);
-        self.finalists.get(at).copied().unwrap_or(self.finalists[0])
+        self.finalists[self.probe.as_deref().map_or(0, Self::turn)]
     }
+
+    /// The finalist whose turn it is after a probe's windows `done` (per finalist).
+    fn turn(done: &[Vec<f64>]) -> usize {
+        let (n, step) = (done.len(), done.iter().map(Vec::len).sum::<usize>());
+        let (round, at) = (step / n, step % n);
+        if round % 2 == 0 {
+            at
+        } else {
+            n - 1 - at
+        }
+    }
+}
+
+/// What a window of a watched bucket changed ([`Tuner::check`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Probe {
+    /// A probe started, or went on: the next calls run this finalist.
+    Runs(Algorithm),
+    /// A probe ended.
+    Ended {
+        /// Each finalist's median window in microseconds, the choice that started the
+        /// probe first.
+        medians: Vec<(Algorithm, f64)>,
+        /// The choice from now on.
+        chosen: Algorithm,
+    },
 }
 
 /// What the ranks agree on after a trial call (an all_reduce of the maximum), per
@@ -625,11 +667,12 @@ impl Tuner {
 
     /// After a window of watched `key`, with `agreed` its slowest rank's time. A window of
     /// the choice slower than its reference by more than [`DRIFT`] (and not before the
-    /// one it waits for) starts a probe: a window of each contender, then one of the
-    /// choice, and the fastest contender becomes the choice if it beat that last window
-    /// by more than [`TIE_TOLERANCE`]. Returns the algorithm the next calls run when the
-    /// window ends a probe's step.
-    pub fn check(&mut self, key: &Key, agreed: f64) -> Option<Algorithm> {
+    /// one it waits for) starts a probe: [`PROBE_ROUNDS`] rounds of a window of each
+    /// finalist, and the fastest contender by median window becomes the choice if it beat
+    /// the choice's median by more than [`TIE_TOLERANCE`]. Returns what the window
+    /// changed, if anything.
+    pub fn check(&mut self, key: &Key, agreed: f64) -> Option<Probe> {
+        let burst = Self::burst(key);
         let Some(Entry::Settled {
             algorithm,
             watch: Some(w),
@@ -637,42 +680,54 @@ impl Tuner {
         else {
             return None;
         };
-        let Some(mut done) = w.probe.take() else {
+        let n = w.finalists.len();
+        let Some(mut probe) = w.probe.take() else {
             w.windows += 1;
             let reference = *w.reference.get_or_insert(agreed);
             if w.windows < w.gap || agreed <= reference * (1.0 + DRIFT) {
                 w.window = (w.window * 2).min(w.longest);
                 return None;
             }
-            w.probe = Some(Vec::new());
-            return Some(w.running());
+            // The window that started the probe is not one of its windows: it was picked
+            // for being slow (its noise among the causes), and every contender would beat
+            // it by chance.
+            w.window = (w.window / burst / PROBE_ROUNDS).max(PROBE_BURSTS) * burst;
+            w.probe = Some(vec![Vec::new(); n]);
+            return Some(Probe::Runs(w.running()));
         };
-        done.push(agreed);
-        if done.len() < w.finalists.len() {
-            w.probe = Some(done);
-            return Some(w.running());
+        let at = Watch::turn(&probe);
+        probe[at].push(agreed);
+        if probe.iter().map(Vec::len).sum::<usize>() < PROBE_ROUNDS * n {
+            w.probe = Some(probe);
+            return Some(Probe::Runs(w.running()));
         }
-        // The choice's window after the contenders', not the one that started the probe:
-        // that one was picked for being slow (its noise among the causes), and every
-        // contender would beat it by chance.
-        let choice = done.pop().unwrap_or(f64::INFINITY);
-        let (i, fastest) = done
+        let medians: Vec<(Algorithm, f64)> = w
+            .finalists
             .iter()
-            .copied()
+            .zip(probe)
+            .map(|(a, times)| (*a, median(times)))
+            .collect();
+        let choice = medians[0].1;
+        let (i, fastest) = medians[1..]
+            .iter()
+            .map(|m| m.1)
             .enumerate()
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .unwrap_or((0, f64::INFINITY));
-        // The winner's own window is no reference either (the fastest of several): its
-        // next window is.
         let switch = choice > fastest * (1.0 + TIE_TOLERANCE);
         if switch {
             w.finalists.swap(0, i + 1);
             *algorithm = w.finalists[0];
         }
+        // The winner's median is no reference either (the fastest of several): its next
+        // window is.
         w.reference = (!switch).then_some(choice);
         (w.windows, w.gap) = (0, (w.gap * 2).min(MAX_GAP));
-        w.window = WINDOW_BURSTS * Self::burst(key);
-        Some(w.running())
+        w.window = WINDOW_BURSTS * burst;
+        Some(Probe::Ended {
+            medians,
+            chosen: *algorithm,
+        })
     }
 }
 

@@ -288,10 +288,47 @@ fn window(t: &mut Tuner, key: Key, runs: Algorithm, us: f64) -> (f64, usize) {
 }
 
 /// Runs one window of `key` with `runs`, timed `us`, and returns what the ranks' agreement
-/// on it makes the next calls run.
-fn step(t: &mut Tuner, key: Key, runs: Algorithm, us: f64) -> Option<Algorithm> {
+/// on it changed.
+fn step(t: &mut Tuner, key: Key, runs: Algorithm, us: f64) -> Option<Probe> {
     window(t, key, runs, us);
     t.check(&key, us)
+}
+
+/// Runs the windows of a probe under way on `key` until it ends, each finalist's window
+/// timed `us(algorithm, step)`; returns the algorithms in the order they ran, the calls of
+/// each window, and the end.
+fn probe(
+    t: &mut Tuner,
+    key: Key,
+    us: impl Fn(Algorithm, usize) -> f64,
+) -> (Vec<Algorithm>, usize, Probe) {
+    let mut ran = Vec::new();
+    let mut calls = Vec::new();
+    let mut runs = match t.upcoming(&key) {
+        Some(Next::Settled(a)) => a,
+        other => panic!("not settled: {other:?}"),
+    };
+    loop {
+        let time = us(runs, ran.len());
+        calls.push(window(t, key, runs, time).1);
+        ran.push(runs);
+        match t.check(&key, time) {
+            Some(Probe::Runs(next)) => runs = next,
+            Some(end) => {
+                calls.dedup();
+                assert_eq!(calls.len(), 1, "windows of one length: {calls:?}");
+                return (ran, calls[0], end);
+            }
+            None => panic!("the probe stopped without an end after {ran:?}"),
+        }
+    }
+}
+
+fn ended(medians: &[(Algorithm, f64)], chosen: Algorithm) -> Probe {
+    Probe::Ended {
+        medians: medians.to_vec(),
+        chosen,
+    }
 }
 
 #[test]
@@ -307,59 +344,114 @@ fn a_close_choice_whose_calls_slow_down_is_probed_against_its_contenders() {
     assert_eq!(window(&mut t, big, r, 100.0), (100.0, WINDOW_BURSTS));
     // Within DRIFT of the trials' 100 us: nothing to probe.
     assert_eq!(t.check(&big, 119.0), None);
-    // Slower by more: the next window runs the tree, while the ring stays the choice,
-    // then the ring again.
-    assert_eq!(step(&mut t, big, r, 160.0), Some(tr));
+    // Slower by more (a window of 16 calls): a probe, the ring first, while it stays the
+    // choice. Rounds of a window each, every other one reversed; windows of a quarter of
+    // 16 calls.
+    assert_eq!(step(&mut t, big, r, 160.0), Some(Probe::Runs(r)));
     assert_eq!(t.settled(&big), Some(r));
-    assert_eq!(step(&mut t, big, tr, 100.0), Some(r));
-    // The ring's window after the tree's: 130 against 100, the tree becomes the choice
-    // (the 160 that started the probe does not count).
-    assert_eq!(step(&mut t, big, r, 130.0), Some(tr));
+    let times = |a: Algorithm, step: usize| match a == r {
+        true => [130.0, 250.0, 128.0, 131.0][step / 2],
+        false => 100.0,
+    };
+    let (ran, calls, end) = probe(&mut t, big, times);
+    assert_eq!(ran, [r, tr, tr, r, r, tr, tr, r]);
+    assert_eq!(calls, 4);
+    // The tree's median 100 against the ring's 130.5 (its 250 left out; the 160 that
+    // started the probe does not count): the tree is the choice.
+    assert_eq!(end, ended(&[(r, 130.5), (tr, 100.0)], tr));
     assert_eq!(t.settled(&big), Some(tr));
     assert_eq!(t.upcoming(&big), Some(Next::Settled(tr)));
-    // Its next window sets its time (not the probe's 100: it won on its fastest
-    // window); the second may probe the ring, now its contender.
-    assert_eq!(step(&mut t, big, tr, 115.0), None);
-    assert_eq!(step(&mut t, big, tr, 140.0), Some(r));
-    assert_eq!(step(&mut t, big, r, 112.0), Some(tr));
-    // The ring within TIE_TOLERANCE of the tree's window after it: the tree stays.
-    assert_eq!(step(&mut t, big, tr, 115.0), Some(tr));
+    // Its next window sets its time (not the probe's 100: it won on the fastest of two
+    // medians); the second may probe the ring, now its contender.
+    assert_eq!(window(&mut t, big, tr, 115.0).1, WINDOW_BURSTS);
+    assert_eq!(t.check(&big, 115.0), None);
+    assert_eq!(step(&mut t, big, tr, 140.0), Some(Probe::Runs(tr)));
+    let times = |a: Algorithm, _: usize| if a == tr { 115.0 } else { 112.0 };
+    // The ring within TIE_TOLERANCE of the tree: the tree stays.
+    let (ran, _, end) = probe(&mut t, big, times);
+    assert_eq!(ran, [tr, r, r, tr, tr, r, r, tr]);
+    assert_eq!(end, ended(&[(tr, 115.0), (r, 112.0)], tr));
     assert_eq!(t.settled(&big), Some(tr));
 }
 
 #[test]
-fn a_contender_that_only_beats_the_slow_window_does_not_take_over() {
+fn a_contender_must_beat_the_choices_median_in_the_probe_not_the_slow_window() {
     let mut t = Tuner::new(1);
     let big = key(BIG);
     let [r, tr, m] = ABC;
     settled_on(&mut t, big, &[1000.0, 1100.0, 1200.0]);
-    // Two contenders, the tree first (faster).
+    // Two contenders, the tree first (faster in the trials).
     assert_eq!(window(&mut t, big, r, 2000.0).1, WINDOW_BURSTS);
-    assert_eq!(t.check(&big, 2000.0), Some(tr));
-    // The tree and the mesh beat the 2 ms that started the probe, not the ring's
-    // window after them.
-    assert_eq!(step(&mut t, big, tr, 1500.0), Some(m));
-    assert_eq!(step(&mut t, big, m, 1600.0), Some(r));
-    assert_eq!(step(&mut t, big, r, 1480.0), Some(r));
-    assert_eq!(t.settled(&big), Some(r));
-    // The ring's time is its last window's: within DRIFT of 1.48 ms, nothing.
+    assert_eq!(t.check(&big, 2000.0), Some(Probe::Runs(r)));
+    // The tree and the mesh beat the 2 ms that started the probe, not the ring's windows
+    // in it.
+    let times = |a: Algorithm, _: usize| match a {
+        Algorithm::Ring => 1480.0,
+        Algorithm::Tree => 1500.0,
+        _ => 1600.0,
+    };
+    let (ran, calls, end) = probe(&mut t, big, times);
+    assert_eq!(ran, [r, tr, m, m, tr, r, r, tr, m, m, tr, r]);
+    assert_eq!(calls, PROBE_BURSTS);
+    assert_eq!(end, ended(&[(r, 1480.0), (tr, 1500.0), (m, 1600.0)], r));
+    // The ring's time is its median in the probe: within DRIFT of 1.48 ms, nothing; past
+    // it (and past the gap of 2 windows), a probe.
     assert_eq!(step(&mut t, big, r, 1700.0), None);
+    assert_eq!(step(&mut t, big, r, 1700.0), None);
+    assert_eq!(step(&mut t, big, r, 1800.0), Some(Probe::Runs(r)));
+}
+
+#[test]
+fn a_machine_that_slows_down_during_a_probe_slows_every_finalist_alike() {
+    let mut t = Tuner::new(1);
+    let big = key(BIG);
+    let [r, tr, _] = ABC;
+    settled_on(&mut t, big, &[1000.0, 1010.0, 1020.0]);
+    assert_eq!(step(&mut t, big, r, 1500.0), Some(Probe::Runs(r)));
+    // Every algorithm as fast as the others, the machine 10 % slower each window. Run
+    // one window each, the choice last (or first), the choice would lose (win) by 20 %.
+    let (ran, _, end) = probe(&mut t, big, |_, step| 1000.0 * (1.0 + 0.1 * step as f64));
+    assert_eq!(ran.len(), PROBE_ROUNDS * 3);
+    let Probe::Ended { medians, chosen } = end else {
+        panic!("{end:?}");
+    };
+    assert_eq!(chosen, r, "{medians:?}");
+    let spread = medians.iter().map(|m| m.1).fold(0.0, f64::max)
+        / medians.iter().map(|m| m.1).fold(f64::INFINITY, f64::min);
+    assert!(spread < 1.0 + TIE_TOLERANCE, "{medians:?}");
+    // The same steady slowdown with the tree 10 % faster throughout: it takes over.
+    assert_eq!(step(&mut t, big, r, 1000.0), None);
+    assert_eq!(step(&mut t, big, r, 5000.0), Some(Probe::Runs(r)));
+    let slower = |a: Algorithm, step: usize| {
+        let base = if a == tr { 900.0 } else { 1000.0 };
+        base * (1.0 + 0.1 * step as f64)
+    };
+    let (_, _, end) = probe(&mut t, big, slower);
+    assert!(
+        matches!(end, Probe::Ended { chosen, .. } if chosen == tr),
+        "{end:?}"
+    );
+    assert_eq!(t.settled(&big), Some(tr));
 }
 
 #[test]
 fn each_probe_doubles_the_windows_before_the_next() {
     let mut t = Tuner::new(1);
     let big = key(BIG);
-    let [r, tr, m] = ABC;
+    let r = ABC[0];
     settled_on(&mut t, big, &[1000.0, 1100.0, 1200.0]);
     for gap in [1, 2, 4, 8] {
         for w in 1..gap {
             assert_eq!(step(&mut t, big, r, 5000.0), None, "gap {gap}, window {w}");
         }
-        assert_eq!(step(&mut t, big, r, 50_000.0), Some(tr), "gap {gap}");
-        assert_eq!(step(&mut t, big, tr, 6000.0), Some(m));
-        assert_eq!(step(&mut t, big, m, 6000.0), Some(r));
-        assert_eq!(step(&mut t, big, r, 5000.0), Some(r));
+        assert_eq!(
+            step(&mut t, big, r, 50_000.0),
+            Some(Probe::Runs(r)),
+            "gap {gap}"
+        );
+        let times = |a: Algorithm, _: usize| if a == r { 5000.0 } else { 6000.0 };
+        let (_, _, end) = probe(&mut t, big, times);
+        assert!(matches!(end, Probe::Ended { chosen, .. } if chosen == r));
     }
 }
 
@@ -387,7 +479,7 @@ fn clear_or_fast_choices_are_not_watched() {
 fn windows_grow_from_a_few_bursts_to_about_50_ms_and_start_again_after_a_probe() {
     let mut t = Tuner::new(1);
     let small = key(1024);
-    let [r, tr, _] = ABC;
+    let [r, _, _] = ABC;
     settled_on(&mut t, small, &[12.0, 12.5, 40.0]);
     // 8 bursts of five, twice as many each window, up to 50 ms at 12 us: 4,167 calls,
     // in whole bursts.
@@ -400,12 +492,11 @@ fn windows_grow_from_a_few_bursts_to_about_50_ms_and_start_again_after_a_probe()
         want = (want * 2).min(longest);
     }
     assert_eq!(want, longest);
-    // A probe's windows are as long as the one that started it; after it, 8 bursts again.
-    assert_eq!(step(&mut t, small, r, 20.0), Some(tr));
-    assert_eq!(window(&mut t, small, tr, 12.0).1, longest);
-    assert_eq!(t.check(&small, 12.0), Some(r));
-    assert_eq!(window(&mut t, small, r, 12.0).1, longest);
-    assert_eq!(t.check(&small, 12.0), Some(r));
+    // A probe's windows are a quarter of the one that started it, in whole bursts; after
+    // it, 8 bursts again.
+    assert_eq!(step(&mut t, small, r, 20.0), Some(Probe::Runs(r)));
+    let (_, calls, _) = probe(&mut t, small, |_, _| 12.0);
+    assert_eq!(calls, longest / BURST_CALLS / PROBE_ROUNDS * BURST_CALLS);
     assert_eq!(
         window(&mut t, small, r, 12.0).1,
         WINDOW_BURSTS * BURST_CALLS

@@ -2,7 +2,7 @@
 //! it decides, the candidates, the trial calls' reuse, and the agreement after them.
 
 use crate::algorithm::Algorithm;
-use crate::autotune::{self, Next};
+use crate::autotune::{self, Next, Probe};
 use crate::error::Result;
 use crate::op::ReduceOp;
 use crate::schedule::{Collective, Layout};
@@ -191,19 +191,35 @@ impl Communicator {
         let Some(tuner) = self.tuner.as_mut() else {
             return Ok(());
         };
-        if let Some(runs) = tuner.check(&key, agreed[0]) {
-            // The next call of the bucket prepares anew, for the algorithm it runs now.
-            self.prepared = None;
-            let chosen = tuner.settled(&key).unwrap_or(runs);
-            tracing::info!(
+        let Some(probe) = tuner.check(&key, agreed[0]) else {
+            return Ok(());
+        };
+        // The next call of the bucket prepares anew, for the algorithm it runs now.
+        self.prepared = None;
+        match probe {
+            Probe::Runs(runs) => tracing::info!(
                 rank = self.rank.0,
                 collective = %key.collective,
                 bytes = key.bucket_bytes,
                 window_us = agreed[0],
                 runs = %runs,
-                chosen = %chosen,
                 "autotune: probe"
-            );
+            ),
+            Probe::Ended { medians, chosen } => {
+                let medians: Vec<String> = medians
+                    .iter()
+                    .map(|(a, t)| format!("{a} {t:.1} us"))
+                    .collect();
+                tracing::info!(
+                    rank = self.rank.0,
+                    collective = %key.collective,
+                    bytes = key.bucket_bytes,
+                    window_us = agreed[0],
+                    medians = %medians.join(", "),
+                    chosen = %chosen,
+                    "autotune: probed"
+                );
+            }
         }
         Ok(())
     }
