@@ -167,9 +167,13 @@ pub const MAX_GAP: usize = 1 << 12;
 /// after it, the single root was 1.22 times slower. An even count balances a steady drift.
 pub const PROBE_ROUNDS: usize = 4;
 
-/// The fewest bursts in a probe's window: its median leaves out the first burst after
-/// another algorithm's window (the ranks arrive at it as that one left them).
-pub const PROBE_BURSTS: usize = 3;
+/// The fewest bursts in a probe's window. With the first window after the trials (8
+/// bursts) as the one that starts it, each finalist runs as many calls in the probe as
+/// that window ran: a probe of 3 finalists ends within 24 bursts, well inside a
+/// benchmark's 40 rounds of 5 calls (with 3 bursts a window, 36, and in the regret
+/// figure no probe ended within the rounds: they ran contenders to the end, 1.37 times
+/// the choice's time at 16 KiB on 3 shared-memory ranks).
+pub const PROBE_BURSTS: usize = 2;
 
 /// One size bucket's identity: what every rank of a call agrees on (not whether it is in
 /// place, which ranks of one call may differ in through the C API).

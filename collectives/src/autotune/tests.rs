@@ -346,7 +346,7 @@ fn a_close_choice_whose_calls_slow_down_is_probed_against_its_contenders() {
     assert_eq!(t.check(&big, 119.0), None);
     // Slower by more (a window of 16 calls): a probe, the ring first, while it stays the
     // choice. Rounds of a window each, every other one reversed; windows of a quarter of
-    // 16 calls.
+    // 16 calls (the first window, 8 calls, would give 2: PROBE_BURSTS).
     assert_eq!(step(&mut t, big, r, 160.0), Some(Probe::Runs(r)));
     assert_eq!(t.settled(&big), Some(r));
     let times = |a: Algorithm, step: usize| match a == r {
