@@ -338,6 +338,8 @@ pub enum Next {
 pub struct Tuner {
     trials: u32,
     entries: HashMap<Key, Entry, foldhash::fast::RandomState>,
+    /// Counts the changes to settled buckets ([`Tuner::generation`]).
+    generation: u64,
 }
 
 /// Calls of at most this many bytes are timed in bursts of [`BURST_CALLS`] from a common
@@ -368,7 +370,16 @@ impl Tuner {
         Tuner {
             trials: trials.max(1),
             entries: HashMap::default(),
+            generation: 0,
         }
+    }
+
+    /// A count that moves whenever a settled bucket's calls may run another algorithm
+    /// than before (a probe's step, a bucket forgotten to make room): what a caller kept
+    /// of a settled call is stale once it moved. (A bucket's trials going on or settling
+    /// are told by [`Tuner::upcoming`].)
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The calls of a burst of `key`: [`BURST_CALLS`] up to [`SMALL_CALL_BYTES`], else 1.
@@ -514,6 +525,7 @@ impl Tuner {
     ) -> Next {
         if !self.entries.contains_key(&key) {
             if self.entries.len() >= BUCKET_LIMIT {
+                self.generation += 1;
                 self.entries
                     .retain(|_, e| matches!(e, Entry::Settled { .. }));
             }
@@ -676,6 +688,13 @@ impl Tuner {
     /// the choice's median by more than [`TIE_TOLERANCE`]. Returns what the window
     /// changed, if anything.
     pub fn check(&mut self, key: &Key, agreed: f64) -> Option<Probe> {
+        let changed = self.window_ended(key, agreed);
+        self.generation += u64::from(changed.is_some());
+        changed
+    }
+
+    /// [`Tuner::check`] but for the generation.
+    fn window_ended(&mut self, key: &Key, agreed: f64) -> Option<Probe> {
         let burst = Self::burst(key);
         let Some(Entry::Settled {
             algorithm,

@@ -60,8 +60,11 @@ pub struct Communicator {
     /// file's rules, too slow to repeat for every small call.
     measured: HashMap<(Collective, usize), Option<Algorithm>, foldhash::fast::RandomState>,
     scratch: Vec<u128>,
-    /// What the last collective call derived from its arguments.
-    prepared: Option<Box<execute::Prepared>>,
+    /// What the last few collective calls of different arguments derived from them, the
+    /// last call's first ([`execute::PREPARED_CALLS`]). Boxed: each call takes its entry
+    /// out and puts it back first, moving pointers, not the whole.
+    #[allow(clippy::vec_box)]
+    prepared: Vec<Box<execute::Prepared>>,
     /// The engine's per-channel state, kept between calls.
     spare: crate::engine::core::Spare,
     /// The last point-to-point call's description and fingerprint.
@@ -170,7 +173,7 @@ impl Communicator {
             scratch: Vec::new(),
             spare: Default::default(),
             last_fingerprint: None,
-            prepared: None,
+            prepared: Vec::new(),
             next_algorithm: None,
             recent: [(u32::MAX, 0); RECENT_CALLS],
             poisoned: None,

@@ -233,8 +233,11 @@ fn a_full_map_forgets_trials_before_choices() {
         t.next(key(BIG + i), Algorithm::Ring, || ABC.to_vec());
     }
     assert_eq!(t.entries.len(), BUCKET_LIMIT);
+    assert_eq!(t.generation(), 0);
     t.next(key(2 * BIG), Algorithm::Ring, || ABC.to_vec());
     assert_eq!(t.entries.len(), 2, "the settled bucket and the new one");
+    // What a caller kept of the forgotten buckets is stale.
+    assert_eq!(t.generation(), 1);
     assert_eq!(t.settled(&settled), Some(Algorithm::Tree));
     // Every trial of a bucket fits what the bench waits for.
     let mut t = Tuner::new(3);
@@ -432,6 +435,29 @@ fn a_machine_that_slows_down_during_a_probe_slows_every_finalist_alike() {
         "{end:?}"
     );
     assert_eq!(t.settled(&big), Some(tr));
+}
+
+#[test]
+fn every_step_of_a_probe_and_no_other_window_moves_the_generation() {
+    let mut t = Tuner::new(1);
+    let big = key(BIG);
+    let r = ABC[0];
+    settled_on(&mut t, big, &[1000.0, 1100.0, 1200.0]);
+    let g = t.generation();
+    assert_eq!(step(&mut t, big, r, 1000.0), None);
+    assert_eq!(t.generation(), g, "a window without a probe");
+    assert_eq!(step(&mut t, big, r, 5000.0), Some(Probe::Runs(r)));
+    let mut moved = vec![t.generation() - g];
+    while let Some(Next::Settled(runs)) = t.upcoming(&big) {
+        let before = t.generation();
+        let end = step(&mut t, big, runs, 1000.0);
+        moved.push(t.generation() - before);
+        if matches!(end, Some(Probe::Ended { .. })) {
+            break;
+        }
+    }
+    // The window that started it, each of the probe's 12 windows (3 finalists, 4 rounds).
+    assert_eq!(moved, vec![1; 1 + PROBE_ROUNDS * 3]);
 }
 
 #[test]

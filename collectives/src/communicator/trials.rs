@@ -194,8 +194,8 @@ impl Communicator {
         let Some(probe) = tuner.check(&key, agreed[0]) else {
             return Ok(());
         };
-        // The next call of the bucket prepares anew, for the algorithm it runs now.
-        self.prepared = None;
+        // The next call of the bucket prepares anew, for the algorithm it runs now (the
+        // tuner's generation moved).
         match probe {
             Probe::Runs(runs) => tracing::info!(
                 rank = self.rank.0,

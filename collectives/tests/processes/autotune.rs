@@ -77,8 +77,10 @@ const DRIFT_CALLS: usize = 150;
 
 /// Scenario `autotune_drift`: all_reduce of 2.4 MB until its trials are over, then
 /// [`DRIFT_CALLS`] more before each of which rank 1 sleeps 3 ms (as if its host were busy
-/// with other work): the others' calls wait for it, slower than in the trials. Every
-/// result checked; prints the choice at the end.
+/// with other work): the others' calls wait for it, slower than in the trials. A barrier
+/// follows each of those calls (before rank 1's sleep), as steps of an application
+/// end: the communicator keeps what it prepared for both, and a probe's step must still
+/// change what the all_reduce runs. Every result checked; prints the choice at the end.
 pub fn drift(comm: &mut Communicator) {
     let r = comm.rank();
     let count = 600_000;
@@ -97,6 +99,8 @@ pub fn drift(comm: &mut Communicator) {
             std::thread::sleep(Duration::from_millis(3));
         }
         checked_all_reduce(comm, count, call);
+        comm.barrier()
+            .unwrap_or_else(|e| panic!("rank {r}, barrier after call {call}: {e}"));
         call += 1;
     }
     let chosen = comm.autotuned::<f32>(Collective::AllReduce, count, 0);
@@ -189,6 +193,7 @@ fn a_rank_without_autotune_fails_every_rank_not_a_hang() {
 /// times) and re-trial, without the time of day and the rank, which differ between ranks.
 fn events(out: &str) -> Vec<String> {
     out.lines()
+        .filter(|l| l.contains(" INFO "))
         .filter_map(|l| l.split_once("trials: autotune"))
         .map(|(_, e)| {
             e.split_whitespace()
@@ -225,16 +230,51 @@ fn contended(settled: &str) -> bool {
         .any(|(a, t)| *a != chosen && *t <= mine * rcoll::autotune::CONTEND_SPREAD)
 }
 
+/// Checks in a rank's debug log that the 2.4 MB all_reduce after each probe line runs the
+/// algorithm the line says (`runs=`, or `chosen=` at a probe's end), though a barrier came
+/// between: what the communicator keeps of a call is stale once a probe moved on.
+fn ran_as_probed(r: usize, out: &str) {
+    let field = |line: &str, f: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(f))
+            .map(str::to_owned)
+    };
+    let mut want: Option<String> = None;
+    let mut checked = 0;
+    for line in out.lines() {
+        if line.contains("trials: autotune: probe") {
+            want = field(line, "runs=").or_else(|| field(line, "chosen="));
+        } else if line.ends_with(" call") || line.contains(" call rank=") {
+            if field(line, "count=").as_deref() != Some("600000") {
+                continue;
+            }
+            if let Some(w) = want.take() {
+                assert_eq!(
+                    field(line, "algorithm=").as_ref(),
+                    Some(&w),
+                    "rank {r}: {line}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        want.is_none() || checked > 0,
+        "rank {r}: no call after a probe:\n{out}"
+    );
+}
+
 /// Three shared-memory ranks settle on an algorithm for 2.4 MB; then one rank comes late to
 /// every call, and the calls take longer than in the trials. If a candidate came close to
 /// the choice in them, every rank probes it at the same call (their logs of trials, probes
-/// and agreed times are the same) and a probe ends; if none did, nothing is probed. The results stay exact and the ranks end on one choice.
+/// and agreed times are the same) and a probe ends; if none did, nothing is probed. The
+/// results stay exact and the ranks end on one choice.
 #[test]
 fn a_close_choice_whose_calls_slow_down_is_probed_by_every_rank_alike() {
     let extra = [
         ("RCOLL_TRANSPORT", "shm".to_string()),
         ("RCOLL_AUTOTUNE", "1".to_string()),
-        ("RCOLL_DEBUG", "info".to_string()),
+        ("RCOLL_DEBUG", "debug".to_string()),
     ];
     let results = finish(spawn("autotune_drift", 3, &extra), Duration::from_secs(180));
     let mut seen: Option<(Vec<String>, String)> = None;
@@ -256,6 +296,7 @@ fn a_close_choice_whose_calls_slow_down_is_probed_by_every_rank_alike() {
             }
             false => assert!(probes.is_empty(), "rank {r}:\n{out}"),
         }
+        ran_as_probed(r, out);
         match &seen {
             None => seen = Some((log, chosen)),
             Some(first) => assert_eq!(first, &(log, chosen), "rank {r} differs from rank 0"),
