@@ -41,11 +41,12 @@ impl Communicator {
         layout: &Layout,
         elem_size: usize,
     ) -> Result<(Algorithm, bool)> {
-        // A settled bucket is one lookup: the first call after a call of another size or
-        // algorithm prepares anew, and in a loop of sizes in turn that is every call. (At
+        // A settled bucket is one lookup: a call prepares anew when none of the last few
+        // had its arguments (`execute::PREPARED_CALLS`), or once a probe moved on. (At
         // 8 B on 2 shared-memory ranks, auto over its choice forced in the same rounds of
-        // `--algo all`: 1.02-1.10 this way, 1.06-1.17 through the four lookups and the
-        // model's choice below, over 4 interleaved runs.)
+        // `--algo all`, when each block's first call prepared anew: 1.02-1.10 this way,
+        // 1.06-1.17 through the four lookups and the model's choice below, over 4
+        // interleaved runs.)
         if let Some(Next::Settled(a)) = self.tuner.as_ref().and_then(|t| t.upcoming(&key)) {
             return Ok((a, false));
         }
