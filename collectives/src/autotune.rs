@@ -52,13 +52,13 @@
 //! CPUs apart, another job started) and a contender may be faster now: a probe runs the
 //! choice and its contenders in [`PROBE_ROUNDS`] rounds of shorter windows, each round
 //! in the reverse order of the one before (A B C, C B A, A B C, C B A: a machine that
-//! slows or speeds up steadily during the probe moves every finalist's median alike),
-//! and the fastest contender by median window replaces the choice if it beat the
+//! slows or speeds up steadily during the probe moves every finalist's median alike; a
+//! contender slower than the choice by more than [`CONTEND_SPREAD`] in a round leaves
+//! it), and the fastest contender by median window replaces the choice if it beat the
 //! choice's median by more than [`TIE_TOLERANCE`] (STAR-MPI's monitoring of its chosen
 //! routine, Faraj, Yuan and Lowenthal, ICS 2006, does the like). The choice's time is
-//! then what the probe measured,
-//! so that a job whose calls are slower than the trials' (other work between them)
-//! probes once; each probe doubles the count of windows before the next may start
+//! then what the probe measured, so that a job whose calls are slower than the trials'
+//! (other work between them) probes once; each probe doubles the count of windows before the next may start
 //! ([`MAX_GAP`]).
 //!
 //! Every rank makes the same calls in the same order (a collective's contract), so every
@@ -125,7 +125,8 @@ pub const MAX_TRIALS: u32 = 100;
 /// when the choice's calls slow down ([`Tuner::check`]). The choices the regret figure
 /// found slower than the best by more than 1.10 had been timed within 1.05 of it in the
 /// trials (on 4 shared-memory ranks at 8 MiB, the tree 6,288 us against the naive ring
-/// 6,389; in the rounds after them 8,091 against 11,254).
+/// 6,389; in the rounds after them 8,091 against 11,254). A contender whose window in a
+/// probe's round is slower than the choice's by more leaves the probe ([`ProbeRun`]).
 pub const CONTEND_SPREAD: f64 = 1.25;
 
 /// The most contenders a probe tries (the fastest in the trials).
@@ -212,11 +213,12 @@ enum Entry {
 /// The calls of a settled bucket whose choice other candidates came close to
 /// ([`CONTEND_SPREAD`]), timed in windows of whole bursts; the ranks agree on each
 /// window's time (its slowest rank's median burst). A window slower than the choice's
-/// agreed time by more than [`DRIFT`] (the machine's state changed since) starts a probe:
-/// [`PROBE_ROUNDS`] rounds of a window of each finalist (the choice first, the order
-/// reversed every other round), each window 1/[`PROBE_ROUNDS`] of the one that started it
-/// (at least [`PROBE_BURSTS`] bursts), and the fastest contender by median window replaces
-/// the choice if it beat the choice's median by more than [`TIE_TOLERANCE`]. Probes
+/// agreed time by more than [`DRIFT`] (the machine's state changed since) starts a probe
+/// ([`ProbeRun`]): [`PROBE_ROUNDS`] rounds of a window of each finalist (the choice first,
+/// the order reversed every other round), each window 1/[`PROBE_ROUNDS`] of the one that
+/// started it (at least [`PROBE_BURSTS`] bursts), and the fastest contender by median
+/// window replaces the choice if it beat the choice's median by more than
+/// [`TIE_TOLERANCE`]. Probes
 /// compare algorithms as the application calls them (no barrier, no warm-up), interleaved
 /// in the same moments of the machine, and cost about a window of a contender each.
 #[derive(Clone, Debug)]
@@ -242,8 +244,66 @@ struct Watch {
     /// next window (`None` until then): the fastest of several noisy medians won the
     /// probe, and its next window would be slower than that by chance.
     reference: Option<f64>,
-    /// A probe under way: the agreed windows so far, per finalist.
-    probe: Option<Vec<Vec<f64>>>,
+    /// A probe under way.
+    probe: Option<ProbeRun>,
+}
+
+/// A probe under way: [`PROBE_ROUNDS`] rounds of a window of each finalist still in it,
+/// every other round in the reverse order. A contender whose window in a round was slower
+/// than the choice's in the same round by more than [`CONTEND_SPREAD`] leaves the probe
+/// (it is no contender now, and each of its windows costs the application calls that much
+/// slower); the probe ends early when none is left.
+#[derive(Clone, Debug)]
+struct ProbeRun {
+    /// The agreed windows so far, per finalist.
+    times: Vec<Vec<f64>>,
+    /// The finalists still in the probe (indices of `finalists`), the choice first.
+    active: Vec<usize>,
+    /// The round under way.
+    round: usize,
+    /// Its windows done.
+    at: usize,
+}
+
+impl ProbeRun {
+    fn new(finalists: usize) -> ProbeRun {
+        ProbeRun {
+            times: vec![Vec::new(); finalists],
+            active: (0..finalists).collect(),
+            round: 0,
+            at: 0,
+        }
+    }
+
+    /// The finalist whose window is next.
+    fn turn(&self) -> usize {
+        let k = self.active.len();
+        self.active[if self.round % 2 == 0 {
+            self.at
+        } else {
+            k - 1 - self.at
+        }]
+    }
+
+    /// Files the agreed time of the window that just ended; returns whether the probe
+    /// goes on.
+    fn record(&mut self, agreed: f64) -> bool {
+        let f = self.turn();
+        self.times[f].push(agreed);
+        self.at += 1;
+        if self.at == self.active.len() {
+            let ProbeRun { times, active, .. } = self;
+            let choice = times[0].last().copied().unwrap_or(f64::INFINITY);
+            let close = |f: usize| {
+                times[f]
+                    .last()
+                    .is_some_and(|t| *t <= choice * CONTEND_SPREAD)
+            };
+            active.retain(|&f| f == 0 || close(f));
+            (self.round, self.at) = (self.round + 1, 0);
+        }
+        self.round < PROBE_ROUNDS && self.active.len() > 1
+    }
 }
 
 impl Watch {
@@ -282,18 +342,7 @@ impl Watch {
     /// The algorithm the bucket's calls run now: the choice, or the finalist whose turn
     /// it is in a probe.
     fn running(&self) -> Algorithm {
-        self.finalists[self.probe.as_deref().map_or(0, Self::turn)]
-    }
-
-    /// The finalist whose turn it is after a probe's windows `done` (per finalist).
-    fn turn(done: &[Vec<f64>]) -> usize {
-        let (n, step) = (done.len(), done.iter().map(Vec::len).sum::<usize>());
-        let (round, at) = (step / n, step % n);
-        if round % 2 == 0 {
-            at
-        } else {
-            n - 1 - at
-        }
+        self.finalists[self.probe.as_ref().map_or(0, ProbeRun::turn)]
     }
 }
 
@@ -703,7 +752,6 @@ impl Tuner {
         else {
             return None;
         };
-        let n = w.finalists.len();
         let Some(mut probe) = w.probe.take() else {
             w.windows += 1;
             let reference = *w.reference.get_or_insert(agreed);
@@ -715,31 +763,27 @@ impl Tuner {
             // for being slow (its noise among the causes), and every contender would beat
             // it by chance.
             w.window = (w.window / burst / PROBE_ROUNDS).max(PROBE_BURSTS) * burst;
-            w.probe = Some(vec![Vec::new(); n]);
+            w.probe = Some(ProbeRun::new(w.finalists.len()));
             return Some(Probe::Runs(w.running()));
         };
-        let at = Watch::turn(&probe);
-        probe[at].push(agreed);
-        if probe.iter().map(Vec::len).sum::<usize>() < PROBE_ROUNDS * n {
+        if probe.record(agreed) {
             w.probe = Some(probe);
             return Some(Probe::Runs(w.running()));
         }
         let medians: Vec<(Algorithm, f64)> = w
             .finalists
             .iter()
-            .zip(probe)
-            .map(|(a, times)| (*a, median(times)))
+            .zip(&probe.times)
+            .map(|(a, times)| (*a, median(times.clone())))
             .collect();
         let choice = medians[0].1;
-        let (i, fastest) = medians[1..]
-            .iter()
-            .map(|m| m.1)
-            .enumerate()
+        let (i, fastest) = (probe.active[1..].iter())
+            .map(|&f| (f, medians[f].1))
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .unwrap_or((0, f64::INFINITY));
         let switch = choice > fastest * (1.0 + TIE_TOLERANCE);
         if switch {
-            w.finalists.swap(0, i + 1);
+            w.finalists.swap(0, i);
             *algorithm = w.finalists[0];
         }
         // The winner's median is no reference either (the fastest of several): its next

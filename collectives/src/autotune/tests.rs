@@ -438,6 +438,37 @@ fn a_machine_that_slows_down_during_a_probe_slows_every_finalist_alike() {
 }
 
 #[test]
+fn a_contender_far_slower_than_the_choice_in_a_round_leaves_the_probe() {
+    let mut t = Tuner::new(1);
+    let big = key(BIG);
+    let [r, tr, m] = ABC;
+    settled_on(&mut t, big, &[1000.0, 1050.0, 1100.0]);
+    assert_eq!(step(&mut t, big, r, 5000.0), Some(Probe::Runs(r)));
+    // The tree 1.3 times the ring in the first round: the other rounds run the ring and
+    // the mesh, which takes over (its median 950 against 1000).
+    let times = |a: Algorithm, _: usize| match a {
+        Algorithm::Ring => 1000.0,
+        Algorithm::Tree => 1300.0,
+        _ => 950.0,
+    };
+    let (ran, _, end) = probe(&mut t, big, times);
+    assert_eq!(ran, [r, tr, m, m, r, r, m, m, r]);
+    assert_eq!(end, ended(&[(r, 1000.0), (tr, 1300.0), (m, 950.0)], m));
+    // Both contenders that much slower (in the round, not against the trials): the probe
+    // ends after one round, the choice kept.
+    assert_eq!(step(&mut t, big, m, 950.0), None);
+    assert_eq!(step(&mut t, big, m, 950.0), None);
+    assert_eq!(step(&mut t, big, m, 5000.0), Some(Probe::Runs(m)));
+    let times = |a: Algorithm, step: usize| match a {
+        Algorithm::Mesh => 3000.0,
+        _ => 3000.0 * 1.3 + step as f64,
+    };
+    let (ran, _, end) = probe(&mut t, big, times);
+    assert_eq!(ran, [m, tr, r]);
+    assert_eq!(end, ended(&[(m, 3000.0), (tr, 3901.0), (r, 3902.0)], m));
+}
+
+#[test]
 fn every_step_of_a_probe_and_no_other_window_moves_the_generation() {
     let mut t = Tuner::new(1);
     let big = key(BIG);
