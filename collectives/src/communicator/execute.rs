@@ -33,10 +33,8 @@ pub(super) struct CallKey {
 /// Calls of different arguments whose preparation a communicator keeps: an application
 /// that takes turns between a few (gradient buckets of two sizes, a loss scalar after the
 /// gradients, a barrier between steps) prepares each once. Preparing anew costs about 0.1
-/// us a call: on one rank (no peer to wait for; `examples/allreduce_time 8 2000000 32`),
-/// 8 and 32 bytes in turn took 0.18-0.24 us a call with one call kept, 0.10-0.13 with 8,
-/// either size alone 0.09-0.10; on 2 shared-memory ranks, where the 8-byte call takes
-/// 0.23-0.41 us, in turn 0.62-0.72 against 0.35-0.59.
+/// us: on one rank (`examples/allreduce_time 8 2000000 32`), 8 and 32 bytes in turn took
+/// 0.18-0.24 us a call with one call kept, 0.10-0.13 with 8, either size alone 0.09-0.10.
 pub(super) const PREPARED_CALLS: usize = 8;
 
 /// Everything a call derives from its [`CallKey`], checked, for the next calls with the
