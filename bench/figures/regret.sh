@@ -17,7 +17,9 @@
 # run time (RCOLL_AUTOTUNE=on): auto warms up until its trials are over, and the table says
 # after how many calls. Each run prints auto's worst regret and the worst regret of its choice (the
 # chosen algorithm's own forced run in the same rounds over the best: no noise between two
-# runs of one schedule).
+# runs of one schedule), and how far auto's time strayed from that forced run of its
+# choice: one schedule in two columns, the noise no choice can beat (with MODES=builtin
+# no probe runs, so it is the noise alone).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-/tmp/rcoll-regret}
@@ -53,7 +55,7 @@ for t in tcp shm; do
                 -b 8 -e 64M -f 2 -n "${ITERS:-40}" -w 3 > "$out/$t-$n-$mode.txt"
             after=$($b topo 2>&1 | grep -m1 "cache line round trip" || echo "cache line round trip: not measured")
             printf '# before the run: %s\n# after it: %s\n' "$far" "$after" >> "$out/$t-$n-$mode.txt"
-            echo "$t $n ranks, $mode: $(grep -E "^# auto's (regret|choice \(|trials)" "$out/$t-$n-$mode.txt" | tr '\n' ' ')| ${far#cache line }, after: ${after##*: }"
+            echo "$t $n ranks, $mode: $(grep -E "^# auto's (regret|choice \(|trials|time over)" "$out/$t-$n-$mode.txt" | tr '\n' ' ')| ${far#cache line }, after: ${after##*: }"
         done
     done
 done

@@ -6,7 +6,8 @@
 //! then auto's regret, its time over the best algorithm's, and the regret of its choice: the
 //! time of the algorithm auto chose, run forced in the same rounds, over the best. The two
 //! differ by noise alone (auto runs the schedule it chose): the first is what a user sees,
-//! the second whether the choice was right.
+//! the second whether the choice was right. The last line says how far apart they came
+//! ([`Spread`]): a regret limit below that noise cannot be shown on this machine.
 //!
 //! A variant's time is the median over rounds of the slowest rank's mean time per call in
 //! that round: the collective ends when its last rank does, and the median keeps one
@@ -81,13 +82,61 @@ impl Compared {
     /// regret of the choice without the noise between two runs of one schedule. `None`
     /// when the choice was not run forced (or its result was wrong).
     pub fn choice_regret(&self, variants: &[Option<Algorithm>]) -> Option<f64> {
-        let chosen = variants
+        let chosen = self.chosen_time(variants)?;
+        let (_, best) = self.best(variants)?;
+        (best > 0.0).then(|| chosen / best)
+    }
+
+    /// The time of the algorithm auto chose, run forced (`None` when not run or wrong).
+    fn chosen_time(&self, variants: &[Option<Algorithm>]) -> Option<f64> {
+        variants
             .iter()
             .zip(&self.times_us)
             .find_map(|(v, t)| (*v == Some(self.choice)).then_some(*t))
-            .flatten()?;
-        let (_, best) = self.best(variants)?;
-        (best > 0.0).then(|| chosen / best)
+            .flatten()
+    }
+
+    /// Auto's time over that of the algorithm it chose, run forced in the same rounds: one
+    /// schedule timed in two columns (unless a probe of `RCOLL_AUTOTUNE` ran contenders in
+    /// auto's), so its distance from 1 is the noise of this machine at this size, which
+    /// no choice can beat. `None` as for [`Compared::choice_regret`].
+    pub fn auto_over_choice(&self, variants: &[Option<Algorithm>]) -> Option<f64> {
+        let auto = self.times_us.first().copied().flatten()?;
+        let chosen = self.chosen_time(variants)?;
+        (chosen > 0.0).then(|| auto / chosen)
+    }
+}
+
+/// How far apart auto and its choice forced came over the sizes ([`Compared::auto_over_choice`]):
+/// the lowest and highest ratio, and how many of the sizes compared lie beyond
+/// [`REGRET_LIMIT`] either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Spread {
+    /// Lowest and highest ratio (`None` before the first).
+    pub range: Option<(f64, f64)>,
+    /// Sizes compared.
+    pub sizes: usize,
+    /// Of those, the ones above `REGRET_LIMIT` or below its inverse.
+    pub beyond: usize,
+}
+
+impl Spread {
+    /// Adds one size's ratio.
+    pub fn add(&mut self, r: f64) {
+        self.range = Some(self.range.map_or((r, r), |(lo, hi)| (lo.min(r), hi.max(r))));
+        self.sizes += 1;
+        self.beyond += usize::from(r > REGRET_LIMIT || r * REGRET_LIMIT < 1.0);
+    }
+
+    /// The summary line, if any size was compared.
+    pub fn line(&self) -> Option<String> {
+        let (lo, hi) = self.range?;
+        Some(format!(
+            "# auto's time over its choice forced (one schedule in two columns unless a probe \
+             ran: the noise here): {lo:.2}-{hi:.2}, beyond {REGRET_LIMIT:.2} either way at {} of \
+             {} sizes\n",
+            self.beyond, self.sizes
+        ))
     }
 }
 
@@ -108,6 +157,7 @@ pub fn run_typed<T: Element>(
     let mut reports = Vec::new();
     let mut worst: Option<(f64, usize)> = None;
     let mut worst_choice: Option<(f64, usize)> = None;
+    let mut spread = Spread::default();
     // Sizes with a regret, and of them those above the limit (the rows marked !).
     let (mut regrets, mut above) = (0usize, 0usize);
     // Auto's calls until its trials were over, the fewest and the most over the sizes, and
@@ -208,6 +258,9 @@ pub fn run_typed<T: Element>(
                 worst = Some((r, bytes));
             }
         }
+        if let Some(r) = compared.auto_over_choice(&variants).filter(|_| count > 0) {
+            spread.add(r);
+        }
         if let Some(r) = compared.choice_regret(&variants).filter(|_| count > 0) {
             if worst_choice.is_none_or(|(w, _)| r > w) {
                 worst_choice = Some((r, bytes));
@@ -268,6 +321,9 @@ pub fn run_typed<T: Element>(
                 "# auto's choice (run forced in the same rounds) over the best: worst {r:.2} \
                  at {bytes} B\n"
             ));
+        }
+        if let Some(line) = spread.line() {
+            print(&line);
         }
     }
     Ok(reports)
@@ -475,6 +531,37 @@ mod tests {
             ..c
         };
         assert_eq!(wrong.choice_regret(&variants), None);
+    }
+
+    #[test]
+    fn auto_over_its_choice_forced_is_the_noise_between_two_columns_of_one_schedule() {
+        let variants = [None, Some(Algorithm::Ring), Some(Algorithm::Tree)];
+        let c = Compared {
+            size: 8,
+            choice: Algorithm::Ring,
+            times_us: vec![Some(12.0), Some(10.0), Some(9.0)],
+        };
+        assert!((c.auto_over_choice(&variants).expect("ratio") - 1.2).abs() < 1e-12);
+        let not_run = Compared {
+            choice: Algorithm::Mesh,
+            ..c.clone()
+        };
+        assert_eq!(not_run.auto_over_choice(&variants), None);
+        let wrong_auto = Compared {
+            times_us: vec![None, Some(10.0), Some(9.0)],
+            ..c
+        };
+        assert_eq!(wrong_auto.auto_over_choice(&variants), None);
+
+        let mut s = Spread::default();
+        assert_eq!(s.line(), None);
+        for r in [1.0, 1.05, 0.95, 1.2, 0.8, 1.1] {
+            s.add(r);
+        }
+        assert_eq!((s.range, s.sizes, s.beyond), (Some((0.8, 1.2)), 6, 2));
+        let line = s.line().expect("line");
+        assert!(line.contains("0.80-1.20"), "{line}");
+        assert!(line.contains("at 2 of 6 sizes"), "{line}");
     }
 
     /// Every round runs every variant once, in an order that is the same for a given round
