@@ -281,6 +281,32 @@ pub fn run_one<T: Element>(
     }
 }
 
+/// The line every rank process prints as the last thing its body does (see
+/// [`rank_complete`]). [`finish`] counts a rank as successful only if it exited with status
+/// 0 *and* printed it: a rank whose test filter matched nothing (`ok. 0 passed`), or that
+/// left its body early by another way than a failure, exits 0 too.
+pub const RANK_COMPLETE: &str = "RANK-COMPLETE";
+
+/// Marks the end of a rank process's body: prints [`RANK_COMPLETE`] on a line of its own.
+/// Call it once, after everything the rank checks.
+pub fn rank_complete() {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    // The line must reach the pipe before the process can exit (exit does not flush).
+    let _ = writeln!(out, "{RANK_COMPLETE}");
+    let _ = out.flush();
+}
+
+/// Whether a rank's output holds the completion marker on a line of its own (after any
+/// prefix a launcher puts before each line, as `ci/multihost.sh`'s `[rank N] `).
+pub fn completed(output: &str) -> bool {
+    output.lines().any(|l| {
+        l.trim_end()
+            .strip_suffix(RANK_COMPLETE)
+            .is_some_and(|p| p.is_empty() || p.ends_with(' '))
+    })
+}
+
 /// Every rank succeeded; otherwise a panic with every rank's output (a stall is often a
 /// third rank's).
 pub fn all_succeed(what: &str, results: &[(bool, String)]) {
@@ -300,9 +326,10 @@ pub fn all_succeed(what: &str, results: &[(bool, String)]) {
     panic!("{what}: a rank failed\n{}", all.join("\n"));
 }
 
-/// Waits for every child (killing all at `limit`); returns (success, output) per rank.
-/// Their output is read as it comes (a rank that prints more than a pipe holds must not
-/// block on it and pass for hung).
+/// Waits for every child (killing all at `limit`); returns (success, output) per rank:
+/// success is exit status 0 and the completion marker ([`RANK_COMPLETE`]) printed, not
+/// killed for hanging. Their output is read as it comes (a rank that prints more than a
+/// pipe holds must not block on it and pass for hung).
 pub fn finish(children: Vec<Child>, limit: Duration) -> Vec<(bool, String)> {
     use std::io::Read;
     let deadline = Instant::now() + limit;
@@ -334,17 +361,20 @@ pub fn finish(children: Vec<Child>, limit: Duration) -> Vec<(bool, String)> {
             let _ = c.kill();
         }
         let status = c.wait().expect("wait");
+        let stdout = out.join().unwrap_or_default();
+        let complete = completed(&stdout);
         let text = format!(
-            "{}{}{}",
-            out.join().unwrap_or_default(),
+            "{stdout}{}{}",
             err.join().unwrap_or_default(),
             if hung {
                 "\nHUNG: killed by the test"
+            } else if status.success() && !complete {
+                "\nINCOMPLETE: exited 0 without printing RANK-COMPLETE (no test ran, or the body ended early)"
             } else {
                 ""
             }
         );
-        (status.success() && !hung, text)
+        (status.success() && complete && !hung, text)
     };
     while results.iter().any(Option::is_none) {
         let late = Instant::now() > deadline;

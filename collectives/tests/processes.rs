@@ -140,6 +140,7 @@ fn rank_main() {
         }
         other => panic!("unknown scenario {other}"),
     }
+    common::rank_complete();
 }
 
 /// Resident memory of this process, in KiB.
@@ -430,6 +431,43 @@ fn rank_command(
         }
     }
     cmd
+}
+
+/// A rank process whose test filter matches nothing exits 0 (`ok. 0 passed`) without
+/// running a line of the scenario: [`finish`] must count it failed, as it counts a rank
+/// that ran `rank_main` to its end (and printed the completion marker) succeeded.
+#[test]
+fn a_rank_process_that_ran_no_test_counts_as_failed() {
+    let secret = rcoll::process::format_unique_id(rcoll::process::random_unique_id().expect("id"));
+    let run = |filter: &str| {
+        let child = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                filter,
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+                "--quiet",
+            ])
+            .env(SCENARIO, "hello")
+            .env("RCOLL_TRANSPORT", "tcp")
+            .env("RCOLL_RANK", "0")
+            .env("RCOLL_WORLD_SIZE", "1")
+            .env("RCOLL_ROOT_ADDR", free_root())
+            .env("RCOLL_UNIQUE_ID", &secret)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn rank");
+        let results = finish(vec![child], Duration::from_secs(60));
+        results.into_iter().next().expect("one rank")
+    };
+    let (ok, out) = run("no_such_test_anywhere");
+    assert!(
+        !ok && out.contains("0 passed"),
+        "a rank that ran no test passed for one:\n{out}"
+    );
+    let (ok, out) = run("rank_main");
+    assert!(ok, "the same rank running rank_main:\n{out}");
 }
 
 #[test]

@@ -27,12 +27,18 @@ use common::{finish, signal, spawn_ranks, StartedDir};
 const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
 const IGNORE: &str = "needs RDMA devices: run in soft-roce/run-in-vm.sh";
 
-/// Entry point of the spawned rank processes; does nothing in a normal test run.
+/// Entry point of the spawned rank processes; does nothing in a normal test run. A rank
+/// whose body ran to its end prints the completion marker the parent requires.
 #[test]
 fn rank_main() {
     let Ok(scenario) = std::env::var(SCENARIO) else {
         return;
     };
+    rank_body(&scenario);
+    common::rank_complete();
+}
+
+fn rank_body(scenario: &str) {
     // A rank told to run without CAP_IPC_LOCK under a small locked-memory limit runs itself
     // again that way (setpriv drops the capability, prlimit sets the limit).
     if let Ok(kib) = std::env::var("RCOLL_TEST_MEMLOCK_KIB") {
@@ -51,7 +57,7 @@ fn rank_main() {
             std::process::exit(status.code().unwrap_or(1));
         }
     }
-    match scenario.as_str() {
+    match scenario {
         "held_back" => return transport::held_back(),
         "lockstep" => return transport::lockstep(),
         "oversized" => return transport::oversized(),
@@ -98,7 +104,7 @@ fn rank_main() {
             comm.size()
         );
     }
-    match scenario.as_str() {
+    match scenario {
         "sweep" => scenarios::sweep(&mut comm),
         "large" => scenarios::large(&mut comm),
         "killed" => scenarios::killed(&mut comm),

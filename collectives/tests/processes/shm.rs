@@ -414,7 +414,7 @@ fn sweep_on_emulated_hosts(flags: &[&str], env: &[(&str, &str)]) -> String {
     assert!(out.status.success(), "{text}");
     for r in 0..4 {
         assert!(
-            text.contains(&format!("[rank {r}] test result: ok")),
+            text.contains(&format!("[rank {r}] {}\n", super::common::RANK_COMPLETE)),
             "rank {r}:\n{text}"
         );
     }

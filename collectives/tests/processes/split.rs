@@ -98,6 +98,7 @@ pub fn background(comm: Communicator) {
         assert!(die, "rank {r}: {what}: {e}");
         assert!(e.to_string().contains(&named), "rank {r}: {what}: {e}");
         println!("RANK-ERROR {e}");
+        super::common::rank_complete();
         std::process::exit(0);
     };
     for round in 0..20u64 {
