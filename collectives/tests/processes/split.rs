@@ -82,33 +82,126 @@ fn parent_rounds(comm: &mut Communicator) {
     }
 }
 
+/// How the calls of the `background` scenario ended, checked as each ends: without a
+/// dead rank every call succeeds; with one, a call fails only naming it, a call issued
+/// after one that failed fails too (the progress thread runs them in issue order, and a
+/// failure leaves the communicator unusable), none of the calls of a round the dead rank
+/// never joined succeeds, and every call, whichever way it ends, ends within the bound.
+struct Outcomes {
+    rank: usize,
+    /// The rank killed, if one is.
+    dead: Option<usize>,
+    /// The first round the dead rank does not join.
+    dead_from: u64,
+    /// Every call of a round ends within this of the round's start: the timeout, counted
+    /// from the last progress, and slack.
+    bound: Duration,
+    /// The latest call (round, place in issue order) that succeeded, and the earliest that
+    /// failed.
+    last_ok: Option<(u64, usize)>,
+    first_failed: Option<(u64, usize)>,
+    failed: usize,
+    first_error: Option<String>,
+}
+
+impl Outcomes {
+    /// Call `at` (round, place in issue order), `what`, started with its round at
+    /// `started`, ended with `result`: the value if it succeeded.
+    fn end<T>(
+        &mut self,
+        at: (u64, usize),
+        what: &str,
+        started: Instant,
+        result: rcoll::Result<T>,
+    ) -> Option<T> {
+        let r = self.rank;
+        let took = started.elapsed();
+        assert!(
+            took < self.bound,
+            "rank {r}: round {} {what} ended {took:?} after the round started (bound {:?})",
+            at.0,
+            self.bound
+        );
+        match result {
+            Ok(v) => {
+                if let Some(dead) = self.dead {
+                    assert!(
+                        at.0 < self.dead_from,
+                        "rank {r}: round {} {what} succeeded though rank {dead} never joined it",
+                        at.0
+                    );
+                }
+                assert!(
+                    self.first_failed.is_none_or(|f| f > at),
+                    "rank {r}: round {} {what} succeeded after a call issued before it failed ({:?})",
+                    at.0,
+                    self.first_error
+                );
+                self.last_ok = self.last_ok.max(Some(at));
+                Some(v)
+            }
+            Err(e) => {
+                let Some(dead) = self.dead else {
+                    panic!("rank {r}: round {} {what}: {e}", at.0);
+                };
+                assert!(
+                    e.to_string().contains(&format!("rank {dead}")),
+                    "rank {r}: round {} {what}: the error must name rank {dead}: {e}",
+                    at.0
+                );
+                assert!(
+                    self.last_ok.is_none_or(|ok| ok < at),
+                    "rank {r}: round {} {what} failed, but a call issued after it succeeded: {e}",
+                    at.0
+                );
+                if self.first_error.is_none() {
+                    println!("RANK-ERROR {e}");
+                    self.first_error = Some(e.to_string());
+                }
+                self.first_failed = Some(self.first_failed.map_or(at, |f| f.min(at)));
+                self.failed += 1;
+                None
+            }
+        }
+    }
+}
+
 /// Scenario `background`: nonblocking collectives queued several at a time and waited for
 /// out of order, blocking calls between them, each result checked. With
-/// `RCOLL_TEST_KILL_LAST`, the last rank kills itself after the first round and the
-/// others' queued requests must fail naming it, within the timeout.
+/// `RCOLL_TEST_KILL_LAST`, the last rank kills itself at the start of round 1, before it
+/// queues anything: on the others, every call from the first that fails on (and every
+/// call of round 1) must fail naming it, each within the timeout. A rank that saw a call
+/// fail still waits for every call it queued, and then makes two more (queued and
+/// blocking), which must fail too; it prints `RANK-DRAINED <calls failed>`.
 pub fn background(comm: Communicator) {
     let (r, n) = (comm.rank(), comm.size());
     let bg = Background::new(comm).expect("progress thread");
     let die = std::env::var("RCOLL_TEST_KILL_LAST").is_ok();
-    // With a rank killed, any call from the kill on may be the one that fails — a
-    // request or a blocking call, of the round it dies in or of the one before (a peer
-    // already past it aborts the others) — and it must name the dead rank.
-    let ok_or_died = |what: &str, e: rcoll::Error| -> ! {
-        let named = format!("rank {}", n - 1);
-        assert!(die, "rank {r}: {what}: {e}");
-        assert!(e.to_string().contains(&named), "rank {r}: {what}: {e}");
-        println!("RANK-ERROR {e}");
-        super::common::rank_complete();
-        std::process::exit(0);
+    let timeout: u64 = std::env::var("RCOLL_TIMEOUT")
+        .expect("RCOLL_TIMEOUT")
+        .parse()
+        .expect("seconds");
+    let mut outcomes = Outcomes {
+        rank: r,
+        dead: die.then_some(n - 1),
+        dead_from: 1,
+        bound: Duration::from_secs(timeout + 5),
+        last_ok: None,
+        first_failed: None,
+        failed: 0,
+        first_error: None,
     };
     for round in 0..20u64 {
-        if round == 1 && die && r == n - 1 {
+        if round == outcomes.dead_from && die && r == n - 1 {
             std::process::Command::new("kill")
                 .args(["-9", &std::process::id().to_string()])
                 .status()
                 .expect("kill");
             std::thread::sleep(Duration::from_secs(60));
+            unreachable!("rank {r} outlived kill -9");
         }
+        let started = Instant::now();
+        // Issue order: the sums (0..4), the broadcast (4), the all_gather (5).
         let sums: Vec<_> = (0..4u64)
             .map(|k| {
                 bg.all_reduce(
@@ -117,60 +210,84 @@ pub fn background(comm: Communicator) {
                 )
             })
             .collect();
-        let cast = bg.broadcast(
-            vec![(r as u8).wrapping_add(round as u8); 70_001],
-            (round as usize) % n,
-        );
-        let gathered = bg.all_gather(vec![r as u32; 1000]);
-        let started = Instant::now();
-        // Out of order: the last first.
-        let g = gathered.wait();
-        if die && round >= 1 {
-            let e = g.expect_err("a collective with a killed rank succeeded");
-            let named = format!("rank {}", n - 1);
-            assert!(e.to_string().contains(&named), "rank {r}: {e}");
-            assert!(
-                started.elapsed() < Duration::from_secs(25),
-                "rank {r}: {:?}",
-                started.elapsed()
-            );
-            println!("RANK-ERROR {e}");
-            return;
-        }
-        let g = g.unwrap_or_else(|e| ok_or_died("all_gather", e));
-        assert!(g
-            .chunks(1000)
-            .enumerate()
-            .all(|(q, c)| c.iter().all(|&x| x == q as u32)));
-        let b = cast.wait().unwrap_or_else(|e| ok_or_died("broadcast", e));
         let root = (round as usize) % n;
-        assert!(b
-            .iter()
-            .all(|&x| x == (root as u8).wrapping_add(round as u8)));
-        for (k, s) in sums.into_iter().enumerate().rev() {
-            let v = s.wait().unwrap_or_else(|e| ok_or_died("all_reduce", e));
-            let want: u64 = (0..n as u64).map(|q| q + k as u64 + round).sum();
+        let cast = bg.broadcast(vec![(r as u8).wrapping_add(round as u8); 70_001], root);
+        let gathered = bg.all_gather(vec![r as u32; 1000]);
+        // Out of order: the last first.
+        if let Some(g) = outcomes.end((round, 5), "all_gather", started, gathered.wait()) {
             assert!(
-                v.len() == 10_000 + k && v.iter().all(|&x| x == want),
-                "round {round} k {k}"
+                g.len() == 1000 * n
+                    && g.chunks(1000)
+                        .enumerate()
+                        .all(|(q, c)| c.iter().all(|&x| x == q as u32)),
+                "rank {r}: round {round} all_gather"
             );
+        }
+        if let Some(b) = outcomes.end((round, 4), "broadcast", started, cast.wait()) {
+            assert!(
+                b.len() == 70_001
+                    && b.iter()
+                        .all(|&x| x == (root as u8).wrapping_add(round as u8)),
+                "rank {r}: round {round} broadcast from {root}"
+            );
+        }
+        for (k, s) in sums.into_iter().enumerate().rev() {
+            let what = format!("all_reduce {k}");
+            if let Some(v) = outcomes.end((round, k), &what, started, s.wait()) {
+                let want: u64 = (0..n as u64).map(|q| q + k as u64 + round).sum();
+                assert!(
+                    v.len() == 10_000 + k && v.iter().all(|&x| x == want),
+                    "rank {r}: round {round} {what}"
+                );
+            }
         }
         // A blocking call between queued ones keeps the issue order.
         let pending = bg.all_reduce(vec![1i32; 100], ReduceOp::Sum);
         let mut v = vec![2i32; 100];
-        bg.run(|c| c.all_reduce_in_place(&mut v, ReduceOp::Sum))
-            .unwrap_or_else(|e| ok_or_died("blocking", e));
-        assert!(v.iter().all(|&x| x == 2 * n as i32));
+        let blocking = bg.run(|c| c.all_reduce_in_place(&mut v, ReduceOp::Sum));
         assert!(
             pending.test(),
-            "a blocking call ran before the call queued ahead of it"
+            "rank {r}: round {round}: a blocking call ran before the call queued ahead of it"
         );
-        assert!(pending
-            .wait()
-            .unwrap_or_else(|e| ok_or_died("queued", e))
-            .iter()
-            .all(|&x| x == n as i32));
+        if let Some(p) = outcomes.end((round, 6), "queued all_reduce", started, pending.wait()) {
+            assert!(p.iter().all(|&x| x == n as i32), "rank {r}: round {round}");
+        }
+        if outcomes
+            .end((round, 7), "blocking all_reduce", started, blocking)
+            .is_some()
+        {
+            assert!(
+                v.iter().all(|&x| x == 2 * n as i32),
+                "rank {r}: round {round}"
+            );
+        }
+        if outcomes.first_failed.is_some() {
+            // Every call of the round was waited for. Calls made after a failure fail too.
+            let started = Instant::now();
+            let late = bg.all_reduce(vec![1u8; 10], ReduceOp::Max);
+            outcomes.end(
+                (round + 1, 0),
+                "a queued call after the failure",
+                started,
+                late.wait(),
+            );
+            let late = bg.run(|c| c.barrier());
+            outcomes.end(
+                (round + 1, 1),
+                "a blocking call after the failure",
+                started,
+                late,
+            );
+            assert!(outcomes.last_ok < outcomes.first_failed, "rank {r}");
+            println!("RANK-DRAINED {}", outcomes.failed);
+            return;
+        }
     }
+    assert!(
+        !die,
+        "rank {r}: every call succeeded though rank {} was killed",
+        n - 1
+    );
     let mut comm = bg.into_inner();
     comm.barrier().expect("barrier after the progress thread");
     println!("RANK-BACKGROUND ok");
@@ -207,10 +324,15 @@ fn split_groups_run_independently_and_concurrently_with_the_parent() {
 fn nonblocking_collectives_complete_in_issue_order_and_correctly() {
     let results = finish(spawn("background", 3, &[]), Duration::from_secs(120));
     all_succeed("background", &results);
+    for (r, (_, out)) in results.iter().enumerate() {
+        assert!(out.contains("RANK-BACKGROUND ok"), "rank {r}:\n{out}");
+    }
 }
 
-/// A rank killed while the others have nonblocking collectives queued: their requests
-/// fail naming it.
+/// A rank killed while the others have nonblocking collectives queued: on each of the
+/// others, every call from the first that fails on fails naming it (none of the round it
+/// never joined succeeds), each within the timeout, and the rank waits for every request it
+/// queued before it says so (`RANK-DRAINED`).
 #[test]
 fn a_killed_rank_fails_the_others_queued_requests_naming_it() {
     let results = finish(
@@ -218,7 +340,10 @@ fn a_killed_rank_fails_the_others_queued_requests_naming_it() {
         Duration::from_secs(120),
     );
     for (r, (ok, out)) in results.iter().enumerate().take(2) {
-        assert!(*ok && out.contains("RANK-ERROR"), "rank {r}:\n{out}");
+        assert!(
+            *ok && out.contains("RANK-ERROR") && out.contains("RANK-DRAINED"),
+            "rank {r}:\n{out}"
+        );
     }
     assert!(!results[2].0, "the killed rank exited cleanly");
 }
