@@ -6,13 +6,25 @@
  *                  prints "ERRORS-ARGS-OK".
  *   errors killed  the last rank kills itself (SIGKILL) after one all_reduce; the others
  *                  keep calling until a call fails, and print the code and the message
- *                  ("KILLED-SEEN <code> <message>"). */
+ *                  ("KILLED-SEEN <code> <message>").
+ *   errors handles stale, freed and foreign handles, each refused (rcollInvalidArgument)
+ *                  instead of read: a request after rcollTest said done, a request waited
+ *                  twice, a destroyed communicator, a request given as a communicator, a
+ *                  made-up handle; prints "ERRORS-HANDLES-OK".
+ *   errors abort   rank 0's all_reduce blocks (no other rank joins it) and a second thread
+ *                  aborts the communicator; the all_reduce returns at once with an error,
+ *                  not after RCOLL_TIMEOUT, and the other ranks' blocked receives fail
+ *                  naming rank 0 ("ABORT-SEEN <code> <ms> <message>"). */
+#include <pthread.h>
 #include <rcoll.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static rcollComm_t comm;
 static int rank, nranks;
@@ -141,9 +153,100 @@ static int killed(void) {
   return 1;
 }
 
+static int handles(void) {
+  float buf[16] = {0};
+  int done = 0;
+  rcollRequest_t req;
+  /* rcollTest says done: the request is complete and gone; waiting on it is refused. */
+  CHECK(rcollIAllReduce(buf, buf, 16, rcollFloat32, rcollSum, comm, &req));
+  while (!done) CHECK(rcollTest(req, &done));
+  REFUSED_NC(rcollWait(req), "not live");
+  REFUSED_NC(rcollTest(req, &done), "not live");
+  /* Waited once, then again. */
+  CHECK(rcollIAllReduce(buf, buf, 16, rcollFloat32, rcollSum, comm, &req));
+  CHECK(rcollWait(req));
+  REFUSED_NC(rcollWait(req), "not live");
+  /* A request handle where a communicator goes, and the reverse; a made-up value. */
+  rcollRequest_t live;
+  CHECK(rcollIAllReduce(buf, buf, 16, rcollFloat32, rcollSum, comm, &live));
+  REFUSED_NC(rcollAllReduce(buf, buf, 16, rcollFloat32, rcollSum, (rcollComm_t)(void *)live),
+             "not a live communicator");
+  REFUSED_NC(rcollWait((rcollRequest_t)(void *)comm), "not live");
+  REFUSED_NC(rcollCommDestroy((rcollComm_t)(uintptr_t)0x12345678), "not a live communicator");
+  CHECK(rcollWait(live));
+  /* A split communicator destroyed twice, then used. */
+  rcollComm_t half;
+  CHECK(rcollCommSplit(comm, rank % 2, rank, &half));
+  CHECK(rcollAllReduce(buf, buf, 16, rcollFloat32, rcollSum, half));
+  CHECK(rcollCommDestroy(half));
+  REFUSED_NC(rcollCommDestroy(half), "not a live communicator");
+  REFUSED_NC(rcollCommAbort(half), "not a live communicator");
+  REFUSED_NC(rcollBarrier(half), "not a live communicator");
+  /* The values: 16 zeros summed stay zeros; the group is still usable. */
+  for (int i = 0; i < 16; i++) buf[i] = 1.0f;
+  CHECK(rcollAllReduce(buf, buf, 16, rcollFloat32, rcollSum, comm));
+  for (int i = 0; i < 16; i++) {
+    if (buf[i] != (float)nranks) {
+      fprintf(stderr, "rank %d: %g after the misuse, want %d\n", rank, buf[i], nranks);
+      return 1;
+    }
+  }
+  CHECK(rcollCommDestroy(comm));
+  REFUSED_NC(rcollCommDestroy(comm), "not a live communicator");
+  printf("ERRORS-HANDLES-OK %d\n", rank);
+  return 0;
+}
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static float abort_buf[1 << 16];
+static atomic_int call_started;
+static double aborted_at;
+
+static void *aborter(void *unused) {
+  (void)unused;
+  while (!atomic_load(&call_started)) usleep(1000);
+  /* The call is entered (or about to be): either way it must end with an error. */
+  usleep(200 * 1000);
+  aborted_at = now_ms();
+  rcollResult_t r = rcollCommAbort(comm);
+  if (r != rcollSuccess) {
+    fprintf(stderr, "rank 0: rcollCommAbort returned %s\n", rcollGetErrorString(r));
+    exit(1);
+  }
+  return NULL;
+}
+
+static int abort_blocked(void) {
+  /* One collective together first: every connection is up. */
+  CHECK(rcollBarrier(comm));
+  if (rank == 0) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, aborter, NULL)) return 1;
+    atomic_store(&call_started, 1);
+    rcollResult_t r = rcollAllReduce(abort_buf, abort_buf, 1 << 16, rcollFloat32, rcollSum, comm);
+    double ended = now_ms();
+    pthread_join(t, NULL);
+    printf("ABORT-SEEN %d %.0f %s\n", (int)r, ended - aborted_at, rcollGetLastError(comm));
+    /* The handle is gone: the abort ended it. */
+    REFUSED_NC(rcollBarrier(comm), "not a live communicator");
+    return 0;
+  }
+  /* Blocked until rank 0's abort reaches this rank. */
+  double start = now_ms();
+  rcollResult_t r = rcollRecv(abort_buf, 4, rcollFloat32, 0, comm);
+  printf("ABORT-SEEN %d %.0f %s\n", (int)r, now_ms() - start, rcollGetLastError(comm));
+  rcollCommDestroy(comm);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: errors args|killed\n");
+    fprintf(stderr, "usage: errors args|killed|handles|abort\n");
     return 2;
   }
   CHECK(rcollCommInitFromEnv(&comm));
@@ -151,5 +254,7 @@ int main(int argc, char **argv) {
   CHECK(rcollCommCount(comm, &nranks));
   if (!strcmp(argv[1], "args")) return args();
   if (!strcmp(argv[1], "killed")) return killed();
+  if (!strcmp(argv[1], "handles")) return handles();
+  if (!strcmp(argv[1], "abort")) return abort_blocked();
   return 2;
 }

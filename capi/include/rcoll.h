@@ -82,7 +82,8 @@ typedef struct rcollRequest rcollRequest;
 // A communicator handle.
 typedef rcollComm *rcollComm_t;
 
-// A nonblocking call's handle: freed by [`rcollTest`] once done, or by [`rcollWait`].
+// A nonblocking call's handle. Once [`rcollTest`] reported it done, or [`rcollWait`]
+// returned, it is no longer live: using it again returns `rcollInvalidArgument`.
 typedef rcollRequest *rcollRequest_t;
 
 // Everything ranks need to find each other: the rendezvous address and a job secret.
@@ -110,8 +111,7 @@ const char *rcollGetErrorString(rcollResult_t result);
 // if none. The text is copied for this thread: the pointer stays valid until this
 // thread calls rcollGetLastError again, whatever other threads do.
 //
-// # Safety
-// `comm` is NULL or a live handle.
+// A handle that is not live (destroyed or aborted) reads this thread's last error.
 const char *rcollGetLastError(rcollComm_t comm);
 
 // AllReduce: every rank's `recvbuff` becomes the reduction of all ranks' `sendbuff`
@@ -289,18 +289,20 @@ rcollResult_t rcollIReduceScatter(const void *sendbuff,
                                   rcollComm_t comm,
                                   rcollRequest_t *request);
 
-// Sets `*done` to 1 and frees `request` if its call has finished (returning the call's
-// result), else sets `*done` to 0 and returns rcollSuccess. Never blocks.
+// Sets `*done` to 1 and ends `request` if its call has finished (returning the call's
+// result), else sets `*done` to 0 and returns rcollSuccess. Never blocks. After done,
+// `request` is no longer live: a later rcollTest or rcollWait on it returns
+// rcollInvalidArgument (as MPI_Test sets a completed request to MPI_REQUEST_NULL).
 //
 // # Safety
-// `request` is NULL (an error) or a live request; `done` is NULL (an error) or
-// writable.
+// `done` is NULL (an error) or writable; any value of `request` is checked.
 rcollResult_t rcollTest(rcollRequest_t request, int *done);
 
-// Waits for `request`'s call to finish, frees it and returns the call's result.
+// Waits for `request`'s call to finish, ends `request` and returns the call's result.
+// `request` is no longer live afterwards.
 //
 // # Safety
-// `request` is NULL (an error) or a live request, not used again.
+// None beyond the types: any value of `request` is checked.
 rcollResult_t rcollWait(rcollRequest_t request);
 
 // Starts a rendezvous on this process, which must be rank 0 of the new group, and
@@ -347,18 +349,21 @@ rcollResult_t rcollCommCount(rcollComm_t comm, int *count);
 // `comm` is a live handle; `rank` is NULL (an error) or valid for writing an int.
 rcollResult_t rcollCommUserRank(rcollComm_t comm, int *rank);
 
-// Aborts the group (the other ranks' calls fail at once, naming this rank) and frees
-// `comm`; queued nonblocking calls fail. A collective already running on the progress
-// thread ends first, at its next failure or timeout.
+// Aborts the group from any thread: a call running on `comm` (on another thread, or
+// queued) ends within 100 ms with an error, the other ranks' calls fail at once naming
+// this rank, and `comm` is no longer live (later calls with it return
+// rcollInvalidArgument). Returns without waiting for the calls it ends; the communicator
+// is freed when the last of them has returned.
 //
 // # Safety
-// `comm` is NULL (an error) or a live handle, not used again.
+// None beyond the types: any value of `comm` is checked.
 rcollResult_t rcollCommAbort(rcollComm_t comm);
 
-// Frees `comm` once its queued calls have finished.
+// Frees `comm` once its queued calls have finished; a call still running on another
+// thread keeps it until it returns. `comm` is no longer live afterwards.
 //
 // # Safety
-// `comm` is NULL (an error) or a live handle, not used again.
+// None beyond the types: any value of `comm` is checked.
 rcollResult_t rcollCommDestroy(rcollComm_t comm);
 
 #ifdef __cplusplus

@@ -3,12 +3,12 @@
 //! communication.
 
 use std::ffi::{c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::call::{Kind, Raw};
 use crate::{
     check_out, comm_ref, entry, invalid, put, rcollComm_t, rcollRequest, rcollRequest_t,
-    rcollResult_t, DataTypeArg, RedOpArg,
+    rcollResult_t, DataTypeArg, Fail, RedOpArg, REQUESTS,
 };
 
 /// A blocking call: checked, then run in issue order on the calling thread.
@@ -17,8 +17,7 @@ use crate::{
 /// `comm` is NULL or a live handle; the buffers are valid for the call (the API's
 /// contract).
 unsafe fn blocking(comm: rcollComm_t, raw: Raw) -> rcollResult_t {
-    // SAFETY: the caller's contract.
-    let c = match unsafe { comm_ref(comm, "a collective") } {
+    let c = match comm_ref(comm, "a collective") {
         Ok(c) => c,
         Err(f) => return entry(None, || Err(f)),
     };
@@ -37,8 +36,7 @@ unsafe fn blocking(comm: rcollComm_t, raw: Raw) -> rcollResult_t {
 /// `comm` is NULL or a live handle; `request` NULL or writable; the buffers stay valid
 /// until the request completes (the API's contract).
 unsafe fn nonblocking(comm: rcollComm_t, raw: Raw, request: *mut rcollRequest_t) -> rcollResult_t {
-    // SAFETY: the caller's contract.
-    let c = match unsafe { comm_ref(comm, "a nonblocking collective") } {
+    let c = match comm_ref(comm, "a nonblocking collective") {
         Ok(c) => c,
         Err(f) => return entry(None, || Err(f)),
     };
@@ -55,10 +53,10 @@ unsafe fn nonblocking(comm: rcollComm_t, raw: Raw, request: *mut rcollRequest_t)
         // SAFETY: the buffers stay valid until the request completes (the caller's
         // contract for nonblocking calls); the job runs before it completes.
         let pending = c.bg.submit(move |comm| unsafe { call.run(comm) });
-        let handle = Box::into_raw(Box::new(rcollRequest {
-            pending,
+        let handle = REQUESTS.insert(rcollRequest {
+            pending: Mutex::new(Some(pending)),
             error: Arc::clone(&c.error),
-        }));
+        });
         // SAFETY: the caller's contract, passed on.
         unsafe { put(request, handle, "request") }
     })
@@ -514,49 +512,74 @@ pub unsafe extern "C" fn rcollIReduceScatter(
     }
 }
 
-/// Sets `*done` to 1 and frees `request` if its call has finished (returning the call's
-/// result), else sets `*done` to 0 and returns rcollSuccess. Never blocks.
+/// Sets `*done` to 1 and ends `request` if its call has finished (returning the call's
+/// result), else sets `*done` to 0 and returns rcollSuccess. Never blocks. After done,
+/// `request` is no longer live: a later rcollTest or rcollWait on it returns
+/// rcollInvalidArgument (as MPI_Test sets a completed request to MPI_REQUEST_NULL).
 ///
 /// # Safety
-/// `request` is NULL (an error) or a live request; `done` is NULL (an error) or
-/// writable.
+/// `done` is NULL (an error) or writable; any value of `request` is checked.
 #[no_mangle]
 pub unsafe extern "C" fn rcollTest(request: rcollRequest_t, done: *mut c_int) -> rcollResult_t {
-    // SAFETY: the caller's contract: NULL or a live request.
-    let Some(req) = (unsafe { request.as_ref() }) else {
-        return entry(None, || Err(invalid("rcollTest: request is NULL".into())));
+    let req = match request_ref(request, "rcollTest") {
+        Ok(r) => r,
+        Err(f) => return entry(None, || Err(f)),
     };
-    if !req.pending.test() {
-        // SAFETY: the caller's contract, passed on.
-        return entry(Some(&req.error), || unsafe { put(done, 0, "done") });
-    }
-    let error = Arc::clone(&req.error);
-    entry(Some(&error), || {
+    entry(Some(&req.error), || {
+        check_out(done, "rcollTest: done")?;
+        let finished = lock(&req.pending).as_ref().is_some_and(|p| p.test());
+        if !finished {
+            // SAFETY: the caller's contract, passed on.
+            return unsafe { put(done, 0, "done") };
+        }
+        // Two threads testing one request: one completes it, the other finds it gone.
+        let pending = REQUESTS
+            .remove(request)
+            .and_then(|r| lock(&r.pending).take())
+            .ok_or_else(|| gone(request, "rcollTest"))?;
         // SAFETY: the caller's contract, passed on.
         unsafe { put(done, 1, "done") }?;
-        // SAFETY: a live request made by Box::into_raw in `nonblocking`; freed here,
-        // once, and the caller does not use it again after done.
-        let req = unsafe { Box::from_raw(request) };
-        req.pending.wait()?;
+        pending.wait()?;
         Ok(())
     })
 }
 
-/// Waits for `request`'s call to finish, frees it and returns the call's result.
+/// Waits for `request`'s call to finish, ends `request` and returns the call's result.
+/// `request` is no longer live afterwards.
 ///
 /// # Safety
-/// `request` is NULL (an error) or a live request, not used again.
+/// None beyond the types: any value of `request` is checked.
 #[no_mangle]
 pub unsafe extern "C" fn rcollWait(request: rcollRequest_t) -> rcollResult_t {
-    if request.is_null() {
-        return entry(None, || Err(invalid("rcollWait: request is NULL".into())));
-    }
-    // SAFETY: a live request made by Box::into_raw in `nonblocking` (the caller's
-    // contract); freed here, once.
-    let req = unsafe { Box::from_raw(request) };
-    let error = Arc::clone(&req.error);
-    entry(Some(&error), || {
-        req.pending.wait()?;
+    let req = match request_ref(request, "rcollWait") {
+        Ok(r) => r,
+        Err(f) => return entry(None, || Err(f)),
+    };
+    entry(Some(&req.error), || {
+        let pending = REQUESTS
+            .remove(request)
+            .and_then(|r| lock(&r.pending).take())
+            .ok_or_else(|| gone(request, "rcollWait"))?;
+        pending.wait()?;
         Ok(())
     })
+}
+
+/// What `request` names, held for the length of a call.
+fn request_ref(request: rcollRequest_t, call: &str) -> Result<Arc<rcollRequest>, Fail> {
+    if request.is_null() {
+        return Err(invalid(format!("{call}: request is NULL")));
+    }
+    REQUESTS.get(request).ok_or_else(|| gone(request, call))
+}
+
+fn gone(request: rcollRequest_t, call: &str) -> Fail {
+    invalid(format!(
+        "{call}: request {request:p} is not live (completed by rcollTest or rcollWait \
+         already, or never one)"
+    ))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -7,7 +7,7 @@ use rcoll::process::{Builder, UniqueId, UNIQUE_ID_BYTES};
 
 use crate::{
     check_out, comm_ref, entry, invalid, put, rcollComm_t, rcollResult_t, rcollUniqueId, wrap,
-    RCOLL_UNIQUE_ID_BYTES,
+    COMMS, RCOLL_UNIQUE_ID_BYTES,
 };
 
 /// Starts a rendezvous on this process, which must be rank 0 of the new group, and
@@ -99,9 +99,9 @@ pub unsafe extern "C" fn rcollCommSplit(
     key: c_int,
     newcomm: *mut rcollComm_t,
 ) -> rcollResult_t {
-    // SAFETY: the caller's contract.
-    let Ok(c) = (unsafe { comm_ref(comm, "rcollCommSplit") }) else {
-        return entry(None, || Err(invalid("rcollCommSplit: comm is NULL".into())));
+    let c = match comm_ref(comm, "rcollCommSplit") {
+        Ok(c) => c,
+        Err(f) => return entry(None, || Err(f)),
     };
     entry(Some(&c.error), || {
         check_out(
@@ -125,8 +125,7 @@ pub unsafe extern "C" fn rcollCommSplit(
 /// `comm` is a live handle; `count` is NULL (an error) or valid for writing an int.
 #[no_mangle]
 pub unsafe extern "C" fn rcollCommCount(comm: rcollComm_t, count: *mut c_int) -> rcollResult_t {
-    // SAFETY: the caller's contract.
-    let c = match unsafe { comm_ref(comm, "rcollCommCount") } {
+    let c = match comm_ref(comm, "rcollCommCount") {
         Ok(c) => c,
         Err(f) => return entry(None, || Err(f)),
     };
@@ -143,8 +142,7 @@ pub unsafe extern "C" fn rcollCommCount(comm: rcollComm_t, count: *mut c_int) ->
 /// `comm` is a live handle; `rank` is NULL (an error) or valid for writing an int.
 #[no_mangle]
 pub unsafe extern "C" fn rcollCommUserRank(comm: rcollComm_t, rank: *mut c_int) -> rcollResult_t {
-    // SAFETY: the caller's contract.
-    let c = match unsafe { comm_ref(comm, "rcollCommUserRank") } {
+    let c = match comm_ref(comm, "rcollCommUserRank") {
         Ok(c) => c,
         Err(f) => return entry(None, || Err(f)),
     };
@@ -155,38 +153,36 @@ pub unsafe extern "C" fn rcollCommUserRank(comm: rcollComm_t, rank: *mut c_int) 
     })
 }
 
-/// Aborts the group (the other ranks' calls fail at once, naming this rank) and frees
-/// `comm`; queued nonblocking calls fail. A collective already running on the progress
-/// thread ends first, at its next failure or timeout.
+/// Aborts the group from any thread: a call running on `comm` (on another thread, or
+/// queued) ends within 100 ms with an error, the other ranks' calls fail at once naming
+/// this rank, and `comm` is no longer live (later calls with it return
+/// rcollInvalidArgument). Returns without waiting for the calls it ends; the communicator
+/// is freed when the last of them has returned.
 ///
 /// # Safety
-/// `comm` is NULL (an error) or a live handle, not used again.
+/// None beyond the types: any value of `comm` is checked.
 #[no_mangle]
 pub unsafe extern "C" fn rcollCommAbort(comm: rcollComm_t) -> rcollResult_t {
     entry(None, || {
-        if comm.is_null() {
-            return Err(invalid("rcollCommAbort: comm is NULL".into()));
-        }
-        // SAFETY: a live handle (the caller's contract), made by Box::into_raw in wrap.
-        let c = unsafe { Box::from_raw(comm) };
+        let c = comm_ref(comm, "rcollCommAbort")?;
+        // Ended first, so that no new call starts on it; the running one is interrupted.
+        COMMS.remove(comm);
         c.bg.abort("rcollCommAbort");
-        drop(c);
         Ok(())
     })
 }
 
-/// Frees `comm` once its queued calls have finished.
+/// Frees `comm` once its queued calls have finished; a call still running on another
+/// thread keeps it until it returns. `comm` is no longer live afterwards.
 ///
 /// # Safety
-/// `comm` is NULL (an error) or a live handle, not used again.
+/// None beyond the types: any value of `comm` is checked.
 #[no_mangle]
 pub unsafe extern "C" fn rcollCommDestroy(comm: rcollComm_t) -> rcollResult_t {
     entry(None, || {
-        if comm.is_null() {
-            return Err(invalid("rcollCommDestroy: comm is NULL".into()));
-        }
-        // SAFETY: a live handle (the caller's contract), made by Box::into_raw in wrap.
-        drop(unsafe { Box::from_raw(comm) });
+        let c = comm_ref(comm, "rcollCommDestroy")?;
+        COMMS.remove(comm);
+        drop(c);
         Ok(())
     })
 }

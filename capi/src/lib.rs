@@ -28,6 +28,7 @@
 mod call;
 mod collectives;
 mod comm;
+mod handles;
 
 pub use collectives::*;
 pub use comm::*;
@@ -148,11 +149,13 @@ pub type rcollComm_t = *mut rcollComm;
 
 /// A nonblocking call in flight (opaque).
 pub struct rcollRequest {
-    pending: Request<()>,
+    /// Taken by whoever removed the request from its table: it completes once.
+    pending: Mutex<Option<Request<()>>>,
     error: Arc<Mutex<CString>>,
 }
 
-/// A nonblocking call's handle: freed by [`rcollTest`] once done, or by [`rcollWait`].
+/// A nonblocking call's handle. Once [`rcollTest`] reported it done, or [`rcollWait`]
+/// returned, it is no longer live: using it again returns `rcollInvalidArgument`.
 pub type rcollRequest_t = *mut rcollRequest;
 
 /// A failed call: its code and text.
@@ -213,34 +216,47 @@ fn entry(error: Option<&Mutex<CString>>, f: impl FnOnce() -> Result<(), Fail>) -
     outcome.0
 }
 
+/// Keeps `text` as the communicator's last error, and this thread's: a call that ended
+/// its communicator (an abort from another thread) is still explained through the handle
+/// that is no longer live.
 fn record(error: Option<&Mutex<CString>>, text: &str) {
-    match error {
-        Some(e) => *e.lock().unwrap_or_else(|p| p.into_inner()) = c_text(text),
-        None => {
-            let _ = LAST.try_with(|l| *l.borrow_mut() = c_text(text));
-        }
+    let text = c_text(text);
+    if let Some(e) = error {
+        *e.lock().unwrap_or_else(|p| p.into_inner()) = text.clone();
     }
+    let _ = LAST.try_with(|l| *l.borrow_mut() = text);
 }
 
 /// The communicator behind a handle, or an error for NULL.
 ///
 /// # Safety
 /// `comm` is NULL or a handle from this library that has not been destroyed.
-unsafe fn comm_ref<'a>(comm: rcollComm_t, call: &str) -> Result<&'a rcollComm, Fail> {
-    // SAFETY: the caller's contract: a live handle (a Box we leaked) or NULL.
-    unsafe { comm.as_ref() }.ok_or_else(|| invalid(format!("{call}: comm is NULL")))
+/// Live communicators, by handle.
+static COMMS: handles::Table<rcollComm> = handles::Table::new(0x7263_6f6c_6c43_0000);
+/// Live requests, by handle.
+static REQUESTS: handles::Table<rcollRequest> = handles::Table::new(0x7263_6f6c_6c52_0000);
+
+/// What `comm` names, held for the length of a call.
+fn comm_ref(comm: rcollComm_t, call: &str) -> Result<Arc<rcollComm>, Fail> {
+    if comm.is_null() {
+        return Err(invalid(format!("{call}: comm is NULL")));
+    }
+    COMMS.get(comm).ok_or_else(|| {
+        invalid(format!(
+            "{call}: comm {comm:p} is not a live communicator (destroyed or aborted \
+             already, or never one)"
+        ))
+    })
 }
 
 fn wrap(comm: Communicator) -> Result<rcollComm_t, Fail> {
     let bg = Background::new(comm)?;
-    Ok(Box::into_raw(Box::new(rcollComm {
+    Ok(COMMS.insert(rcollComm {
         bg,
         error: Arc::new(Mutex::new(CString::default())),
-    })))
+    }))
 }
 
-/// Whether `out` can take a `T`: not NULL, aligned. Checked before any work, so that a
-/// bad out-pointer fails the call with nothing done.
 fn check_out<T>(out: *mut T, what: &str) -> Result<(), Fail> {
     if out.is_null() {
         return Err(invalid(format!("{what} is NULL")));
@@ -300,12 +316,10 @@ pub extern "C" fn rcollGetErrorString(result: ResultArg) -> *const c_char {
 /// if none. The text is copied for this thread: the pointer stays valid until this
 /// thread calls rcollGetLastError again, whatever other threads do.
 ///
-/// # Safety
-/// `comm` is NULL or a live handle.
+/// A handle that is not live (destroyed or aborted) reads this thread's last error.
 #[no_mangle]
-pub unsafe extern "C" fn rcollGetLastError(comm: rcollComm_t) -> *const c_char {
-    // SAFETY: the caller's contract.
-    let text = match unsafe { comm.as_ref() } {
+pub extern "C" fn rcollGetLastError(comm: rcollComm_t) -> *const c_char {
+    let text = match COMMS.get(comm) {
         Some(c) => c.error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
         None => LAST.try_with(|l| l.borrow().clone()).unwrap_or_default(),
     };

@@ -78,6 +78,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// [module](self)). `Sync`: any thread may queue work or wait for it.
 pub struct Background {
     shared: Arc<Shared>,
+    /// Ends the call running on the communicator, whoever holds it.
+    aborter: crate::abort::AbortHandle,
     worker: Option<JoinHandle<()>>,
     rank: usize,
     size: usize,
@@ -123,6 +125,7 @@ impl Background {
     /// Takes `comm` and starts its progress thread.
     pub fn new(comm: Communicator) -> Result<Background> {
         let (rank, size) = (comm.rank(), comm.size());
+        let aborter = comm.abort_handle();
         let shared = Arc::new(Shared {
             comm: Mutex::new(Some(comm)),
             state: Mutex::new(State {
@@ -146,6 +149,7 @@ impl Background {
             })?;
         Ok(Background {
             shared,
+            aborter,
             worker: Some(worker),
             rank,
             size,
@@ -207,10 +211,11 @@ impl Background {
     }
 
     /// Aborts the group: the other ranks' calls fail at once naming this rank, and every
-    /// call queued here, or made later, fails. A call running on the progress thread
-    /// ends at its next failure or timeout (a transport cannot be interrupted from
-    /// another thread); the abort then applies before anything else runs.
+    /// call queued here, or made later, fails. A call running (on the progress thread or
+    /// a blocking caller's) ends within [`ABORT_POLL`](crate::abort::ABORT_POLL) and
+    /// aborts the group itself; with none running, this does it now.
     pub fn abort(&self, reason: &str) {
+        self.aborter.abort(reason);
         let mut st = lock(&self.shared.state);
         st.abort = Some(reason.to_string());
         if st.busy {

@@ -74,6 +74,8 @@ pub struct Communicator {
     /// that arrives after its call has ended here.
     recent: [(u32, u32); RECENT_CALLS],
     poisoned: Option<String>,
+    /// Raised from any thread to end the call running here ([`Communicator::abort_handle`]).
+    abort: crate::abort::AbortHandle,
     /// Where every rank runs (from the transport's bootstrap), if known.
     hosts: Option<Arc<rcoll_transport::hosts::HostMap>>,
     /// Rates inside a host: shared memory's when the transport shares it, else the
@@ -177,6 +179,7 @@ impl Communicator {
             next_algorithm: None,
             recent: [(u32::MAX, 0); RECENT_CALLS],
             poisoned: None,
+            abort: Default::default(),
             origin: None,
             placement: None,
         })
@@ -347,9 +350,28 @@ impl Communicator {
     /// Fails every pending and future call of every rank with an error naming this rank and
     /// `reason`, and makes this communicator unusable.
     pub fn abort(&mut self, reason: &str) {
-        self.transport.abort(reason);
-        self.poisoned
-            .get_or_insert_with(|| format!("aborted: {reason}"));
+        self.abort.abort(reason);
+        self.apply_abort();
+    }
+
+    /// A handle that aborts this communicator from any thread, also while a call runs on
+    /// it: the call ends within [`ABORT_POLL`](crate::abort::ABORT_POLL) with an error
+    /// naming this rank, and the other ranks' calls fail naming it too (see
+    /// [`abort`](crate::abort)).
+    pub fn abort_handle(&self) -> crate::abort::AbortHandle {
+        self.abort.clone()
+    }
+
+    /// Carries out an abort raised through the handle: the group's transport fails every
+    /// rank's calls, and this communicator is unusable. Once only.
+    pub(crate) fn apply_abort(&mut self) {
+        if self.poisoned.is_some() {
+            return;
+        }
+        if let Some(reason) = self.abort.reason() {
+            self.transport.abort(&reason);
+            self.poisoned = Some(format!("aborted: {reason}"));
+        }
     }
 
     /// **AllReduce**: every rank's `recv` becomes the element-wise reduction of all ranks'
@@ -611,6 +633,13 @@ impl Communicator {
         from: usize,
     ) -> Result<()> {
         self.point_to_point(Some((send, to)), Some((recv, from)))
+    }
+}
+
+impl Drop for Communicator {
+    /// An abort raised through a handle while no call ran reaches the other ranks now.
+    fn drop(&mut self) {
+        self.apply_abort();
     }
 }
 

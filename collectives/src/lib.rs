@@ -91,6 +91,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod abort;
 pub mod algorithm;
 pub mod autotune;
 pub mod background;
@@ -111,6 +112,7 @@ pub mod simulate;
 mod split;
 pub mod tuning;
 
+pub use abort::AbortHandle;
 pub use algorithm::Algorithm;
 pub use background::{Background, Request};
 pub use buffer::Buffer;

@@ -328,6 +328,7 @@ impl Communicator {
 
     pub(super) fn execute<T: Element>(&mut self, req: Request<'_, T>) -> Result<()> {
         let forced = self.next_algorithm.take();
+        self.apply_abort();
         if let Some(first) = &self.poisoned {
             return Err(Error::Poisoned {
                 rank: self.rank.0,
@@ -497,6 +498,7 @@ impl Communicator {
         recv: Option<(&mut [T], usize)>,
     ) -> Result<()> {
         self.next_algorithm = None;
+        self.apply_abort();
         if let Some(first) = &self.poisoned {
             return Err(Error::Poisoned {
                 rank: self.rank.0,
@@ -676,6 +678,7 @@ impl Communicator {
             mem,
             io,
             timeout,
+            self.abort.flag(),
             &mut self.spare,
         )
         .map_err(|e| {
@@ -758,6 +761,14 @@ impl Communicator {
             },
             RunError::Exec(ExecError::Transport(at, source)) => transport(Some(at), source),
             RunError::Wait(blocked_on, source) => transport(blocked_on.map(|(_, at)| at), source),
+            RunError::Aborted(blocked_on) => transport(
+                blocked_on.map(|(_, at)| at),
+                TransportError::Aborted {
+                    rank: self.rank,
+                    by: self.rank,
+                    reason: self.abort.reason().unwrap_or_default(),
+                },
+            ),
             RunError::Exec(ExecError::Memory(at, loc)) => Error::Internal {
                 rank,
                 what: format!(

@@ -2,6 +2,7 @@
 //! [`Transport::wait`] when nothing can move, and failing with a timeout when nothing has
 //! moved for the configured time.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rcoll_transport::Transport;
@@ -9,6 +10,7 @@ use rcoll_transport::Transport;
 use super::core::{ExecError, Execution, Position, Progress, Spare};
 use super::memory::Memory;
 use super::small::{self, SmallExecution};
+use crate::abort::ABORT_POLL;
 use crate::element::Element;
 use crate::op::ReduceOp;
 use crate::schedule::plan::Plan;
@@ -43,6 +45,9 @@ pub enum RunError {
         Option<(rcoll_transport::Rank, Position)>,
         rcoll_transport::TransportError,
     ),
+    /// The communicator's [`AbortHandle`](crate::abort::AbortHandle) was raised, from
+    /// another thread; with what this rank was waiting for, if known.
+    Aborted(Option<(rcoll_transport::Rank, Position)>),
 }
 
 /// Runs `plan` to completion.
@@ -64,19 +69,28 @@ pub fn run<T: Element>(
     mem: &mut Memory<'_, T>,
     io: &mut dyn Transport,
     timeout: Duration,
+    abort: &AtomicBool,
     spare: &mut Spare,
 ) -> Result<(), RunError> {
+    let limits = Limits { timeout, abort };
     if small::fits::<T>(plan, segment_elems) {
         let exec = SmallExecution::new(plan, collective, schedule, op, &mut spare.small);
-        let (exec, result) = drive(exec, mem, io, timeout);
+        let (exec, result) = drive(exec, mem, io, limits);
         exec.recycle();
         result
     } else {
         let exec = Execution::new(plan, collective, schedule, segment_elems, op, spare);
-        let (exec, result) = drive(exec, mem, io, timeout);
+        let (exec, result) = drive(exec, mem, io, limits);
         exec.recycle(spare);
         result
     }
+}
+
+/// When the driver gives up: no progress for `timeout`, or `abort` raised.
+#[derive(Clone, Copy)]
+struct Limits<'a> {
+    timeout: Duration,
+    abort: &'a AtomicBool,
 }
 
 /// What the driver needs of an executor.
@@ -122,10 +136,10 @@ fn drive<E: Executor, T: Element>(
     mut exec: E,
     mem: &mut Memory<'_, T>,
     io: &mut dyn Transport,
-    timeout: Duration,
+    limits: Limits<'_>,
 ) -> (E, Result<(), RunError>) {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        pump(&mut exec, mem, &mut *io, timeout)
+        pump(&mut exec, mem, &mut *io, limits)
     }));
     match result {
         Ok(Ok(())) => (exec, Ok(())),
@@ -144,7 +158,7 @@ fn pump<E: Executor, T: Element>(
     exec: &mut E,
     mem: &mut Memory<'_, T>,
     io: &mut dyn Transport,
-    timeout: Duration,
+    Limits { timeout, abort }: Limits<'_>,
 ) -> Result<(), RunError> {
     // Set when the engine has found nothing to do for a while: a small call's spin for
     // its peer's message reads no clock (the deadline starts that many polls late: by
@@ -155,6 +169,10 @@ fn pump<E: Executor, T: Element>(
         let Progress { moved, finished } = exec.poll(mem, io).map_err(RunError::Exec)?;
         if finished {
             return Ok(());
+        }
+        // A load per poll: a call that keeps moving (a large one) ends at an abort too.
+        if abort.load(Ordering::Relaxed) {
+            return Err(RunError::Aborted(exec.blocked_on()));
         }
         if moved {
             idle_polls = 0;
@@ -180,7 +198,10 @@ fn pump<E: Executor, T: Element>(
                 unresponsive: io.unresponsive(PROBE_TIME),
             });
         }
-        let wake = deadline.unwrap_or(now + Duration::from_secs(3600));
+        // Never asleep longer than ABORT_POLL: an abort from another thread cannot wake
+        // the transport's own wait.
+        let poll = now + ABORT_POLL;
+        let wake = deadline.map_or(poll, |d| d.min(poll));
         io.wait(wake)
             .map_err(|e| RunError::Wait(exec.blocked_on(), e))?;
     }

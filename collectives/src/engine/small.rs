@@ -496,6 +496,7 @@ mod tests {
                                         &mut mem,
                                         &mut io,
                                         Duration::from_secs(20),
+                                        &std::sync::atomic::AtomicBool::new(false),
                                         &mut spare,
                                     )
                                     .unwrap_or_else(|e| {
