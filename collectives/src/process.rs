@@ -76,7 +76,7 @@ pub fn init() -> Result<Communicator> {
 }
 
 /// Builds a process-group communicator.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Builder {
     rank: usize,
     size: usize,
@@ -87,6 +87,23 @@ pub struct Builder {
     transport: TransportKind,
     overrides: Overrides,
     window: usize,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redacted = rcoll_transport::launcher::REDACTED;
+        f.debug_struct("Builder")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("root", &self.root)
+            .field("unique_id", &self.unique_id.map(|_| redacted))
+            .field("insecure_id", &self.insecure_id)
+            .field("bind", &self.bind)
+            .field("transport", &self.transport)
+            .field("overrides", &self.overrides)
+            .field("window", &self.window)
+            .finish()
+    }
 }
 
 impl Builder {
@@ -260,6 +277,13 @@ impl Builder {
         config: &Config,
     ) -> Result<(Box<dyn Transport>, IpAddr, Option<topology::Placement>)> {
         let unique_id = match (self.unique_id, self.insecure_id) {
+            // A one-member group (a split's lone color) connects to nobody: no secret.
+            (Some(0), _) if self.size > 1 => {
+                return Err(Error::Config(format!(
+                    "rank {}: the job secret (Builder::unique_id) is zero: not a secret",
+                    self.rank
+                )))
+            }
             (Some(id), _) => id,
             (None, true) => bootstrap::Options::default_unique_id(self.root, self.size),
             // One rank connects to nobody: there is nothing to prove.
@@ -580,9 +604,13 @@ impl UniqueId {
         }
         let mut s = [0u8; 16];
         s.copy_from_slice(&b[24..40]);
+        let secret = u128::from_le_bytes(s);
+        if secret == 0 {
+            return Err(bad("the secret is zero"));
+        }
         Ok(UniqueId {
             root: SocketAddr::new(ip, port),
-            secret: u128::from_le_bytes(s),
+            secret,
         })
     }
 }
@@ -611,7 +639,28 @@ mod tests {
         let mut wrong = b;
         wrong[100] = 1;
         assert!(UniqueId::from_bytes(&wrong).is_err());
+        let mut zero = b;
+        zero[24..40].fill(0);
+        let e = UniqueId::from_bytes(&zero).expect_err("a zero secret");
+        assert!(e.to_string().contains("secret is zero"), "{e}");
         assert!(UniqueId::from_bytes(&[0; UNIQUE_ID_BYTES]).is_err());
+    }
+
+    /// Debug output (and so every log line that prints a builder) never shows the secret;
+    /// a zero secret is refused before anything connects.
+    #[test]
+    fn the_builder_keeps_its_secret_and_refuses_zero() {
+        let root: SocketAddr = "127.0.0.1:1".parse().expect("address");
+        let secret = 0x5ec2_e75e_c2e7_5ec2_e75e_c2e7_5ec2_e75e_u128;
+        let shown = format!("{:?}", Builder::new(0, 2, root).unique_id(secret));
+        assert!(!shown.contains("5ec2e75e") && !shown.contains(&secret.to_string()));
+        assert!(shown.contains("<redacted>"), "{shown}");
+        let e = Builder::new(0, 2, root)
+            .unique_id(0)
+            .build()
+            .err()
+            .expect("a zero secret");
+        assert!(e.to_string().contains("zero"), "{e}");
     }
 
     /// Two ranks (threads) meet through a unique id: rank 0 on the listener the id

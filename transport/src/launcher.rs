@@ -25,7 +25,7 @@ use crate::types::MAX_RANKS;
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where this process stands in its job.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Placement {
     /// This process's rank.
     pub rank: usize,
@@ -97,11 +97,7 @@ pub fn placement(var: impl Fn(&str) -> Option<String>) -> Result<Option<Placemen
             });
         let root = resolve_within(&root_text, within)?;
         let unique_id = var("RCOLL_UNIQUE_ID")
-            .map(|v| {
-                u128::from_str_radix(v.trim().trim_start_matches("0x"), 16).map_err(|_| {
-                    format!("RCOLL_UNIQUE_ID={v:?} is not a hexadecimal 128-bit number")
-                })
-            })
+            .map(|v| parse_unique_id(&v).map_err(|why| format!("RCOLL_UNIQUE_ID {why}")))
             .transpose()?;
         let insecure_id = matches!(
             var("RCOLL_INSECURE_ID").as_deref().map(str::trim),
@@ -117,6 +113,50 @@ pub fn placement(var: impl Fn(&str) -> Option<String>) -> Result<Option<Placemen
         }));
     }
     Ok(None)
+}
+
+/// A job secret as `RCOLL_UNIQUE_ID` gives it: exactly 32 hexadecimal digits (an `0x`
+/// in front allowed), not all zero, so that a secret is never a small number anyone
+/// would guess. The error does not repeat the text (it may be a secret with a typo).
+pub fn parse_unique_id(text: &str) -> Result<u128, String> {
+    let t = text.trim();
+    let digits = t
+        .strip_prefix("0x")
+        .or_else(|| t.strip_prefix("0X"))
+        .unwrap_or(t);
+    if digits.len() != 32 || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "must be exactly 32 hexadecimal digits (a 128-bit random secret, e.g. from \
+             `od -An -N16 -tx1 /dev/urandom | tr -d ' \\n'`); it has {} characters{}",
+            digits.chars().count(),
+            if digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+                ""
+            } else {
+                " and not only hexadecimal digits"
+            }
+        ));
+    }
+    match u128::from_str_radix(digits, 16) {
+        Ok(0) => Err("is all zeros: not a secret".into()),
+        Ok(id) => Ok(id),
+        Err(e) => Err(format!("is not a 128-bit number: {e}")),
+    }
+}
+
+/// What a secret looks like in `{:?}` and logs.
+pub const REDACTED: &str = "<redacted>";
+
+impl std::fmt::Debug for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Placement")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("root", &self.root)
+            .field("unique_id", &self.unique_id.map(|_| REDACTED))
+            .field("insecure_id", &self.insecure_id)
+            .field("launcher", &self.launcher)
+            .finish()
+    }
 }
 
 impl Placement {
@@ -233,6 +273,35 @@ mod tests {
         .unwrap();
         assert_eq!(p.root, "[::1]:7000".parse().unwrap());
         assert_eq!(p.unique_id, Some(0xabc));
+        assert!(!format!("{p:?}").contains("abc"), "{p:?}");
+    }
+
+    /// A secret anyone could guess is refused, naming the variable and not echoing it.
+    #[test]
+    fn weak_or_malformed_secrets_are_refused() {
+        let base = [("RCOLL_RANK", "0"), ("RCOLL_WORLD_SIZE", "2")];
+        let zeros = "0".repeat(32);
+        let short = "f".repeat(31);
+        let long = "1".repeat(33);
+        let bad = format!("{}g", "a".repeat(31));
+        for weak in ["0", "1", "+1", "abc", "", " ", &zeros, &short, &long, &bad] {
+            let mut vars = base.to_vec();
+            vars.push(("RCOLL_UNIQUE_ID", weak));
+            let e = placement(env(&vars)).expect_err(weak);
+            assert!(e.contains("RCOLL_UNIQUE_ID"), "{e}");
+            if weak.len() > 3 {
+                assert!(!e.contains(weak.trim()), "echoes the secret: {e}");
+            }
+        }
+        let good = "0123456789abcdefABCDEF0123456789";
+        assert_eq!(
+            parse_unique_id(&format!(" 0x{good}\n")),
+            Ok(0x0123456789abcdefabcdef0123456789)
+        );
+        assert_eq!(
+            parse_unique_id(good),
+            Ok(0x0123456789abcdefabcdef0123456789)
+        );
     }
 
     #[test]

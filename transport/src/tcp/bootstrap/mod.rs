@@ -32,7 +32,7 @@ use accept::{kind, Acceptor, Introduced};
 use wire::Message;
 
 /// What a rank needs to join a group.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Options {
     /// This rank.
     pub rank: usize,
@@ -56,6 +56,22 @@ pub struct Options {
     /// The CPUs of this rank's machine ([`crate::topology::machine_cpus`]; 0: unknown):
     /// every rank learns every host's, so that all price a crowded host alike.
     pub cpus: usize,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("rank", &self.rank)
+            .field("nranks", &self.nranks)
+            .field("root", &self.root)
+            .field("unique_id", &crate::launcher::REDACTED)
+            .field("bind", &self.bind)
+            .field("timeout", &self.timeout)
+            .field("window", &self.window)
+            .field("host", &self.host)
+            .field("cpus", &self.cpus)
+            .finish()
+    }
 }
 
 impl Options {
