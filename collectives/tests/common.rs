@@ -5,7 +5,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use rcoll::{Algorithm, Collective, Communicator, Element, ReduceOp};
+use half::{bf16, f16};
+use rcoll::{Algorithm, Collective, Communicator, DataType, Element, ReduceOp};
 
 /// Runs `body` on each rank of a fresh `n`-rank group (one thread per rank) and returns
 /// the per-rank results in rank order.
@@ -42,11 +43,16 @@ pub fn on_group<R: Send>(
     })
 }
 
-/// Input element `i` of rank `rank`: small integers, so that every sum, min and max of up
-/// to 8 of them, and every product (of 1s and 2s), is exactly representable in every
-/// element type — including f16 and bf16 — whatever the order of reduction. Float results
-/// are then exact and compared exactly; integer arithmetic wraps as specified.
+/// Input element `i` of rank `rank`. Floats: small integers, so that every sum, min and
+/// max of up to 8 of them, and every product (of 1s and 2s), is exactly representable in
+/// every float type — including f16 and bf16 — whatever the order of reduction, and
+/// compared exactly. Integers: spread over the type's whole range (odd for products), so
+/// that sums, products and averages wrap as rcoll defines (see [`reference`]).
 pub fn value<T: Element>(op: ReduceOp, rank: usize, i: usize) -> T {
+    if !T::DTYPE.is_float() {
+        let h = i128::from(mix(rank, i % PERIOD));
+        return int_to::<T>(if op == ReduceOp::Prod { h | 1 } else { h });
+    }
     let k = (rank * 7 + i * 3) % 11;
     let v = match op {
         ReduceOp::Prod => {
@@ -56,25 +62,128 @@ pub fn value<T: Element>(op: ReduceOp, rank: usize, i: usize) -> T {
                 1.0
             }
         }
-        _ if T::DTYPE.is_float() || T::DTYPE.name().starts_with('i') => k as f64 - 5.0,
-        _ => k as f64,
+        _ => k as f64 - 5.0,
     };
-    T::from_f64(v)
+    float_to::<T>(v)
 }
 
-/// The reduction of element `i` over `n` ranks, computed serially with the same kernels.
+/// 64 bits that look random, of a rank and an index (SplitMix64's finaliser).
+fn mix(rank: usize, i: usize) -> u64 {
+    let mut z = (rank as u64 + 1)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add((i as u64).wrapping_mul(0xD1B5_4A32_D192_ED03));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The reduction of element `i` over `n` ranks: [`reference`] of their values.
 pub fn reduced<T: Element>(op: ReduceOp, n: usize, i: usize) -> T {
-    let mut acc = [value::<T>(op, 0, i)];
-    for r in 1..n {
-        T::reduce_assign(op, &mut acc, &[value::<T>(op, r, i)]);
-    }
-    if op == ReduceOp::Avg {
-        T::average(&mut acc, n);
-    }
-    acc[0]
+    let inputs: Vec<T> = (0..n).map(|r| value::<T>(op, r, i)).collect();
+    reference(op, &inputs)
 }
 
-/// The data above repeats every `PERIOD` elements (`i` enters through `i % 11` and `i % 3`).
+/// `op` over `inputs` (one per rank, in rank order) as rcoll defines it (`ReduceOp`'s
+/// documentation), computed without rcoll's kernels or conversions: integers read from
+/// their bytes into i128, reduced exactly and wrapped into the type (two's complement,
+/// modulo 2^bits) after each sum and product; Avg is the wrapped sum divided by the number
+/// of ranks (saturated at the type's largest value), truncating toward zero. Floats in f64
+/// and rounded once into the type (the data make every result but Avg's exact, and Avg's
+/// is the correctly rounded quotient of an exact sum); bitwise operations are not defined
+/// on them.
+pub fn reference<T: Element>(op: ReduceOp, inputs: &[T]) -> T {
+    let n = inputs.len();
+    assert!(n > 0, "a reduction of no ranks");
+    if !T::DTYPE.is_float() {
+        let xs: Vec<i128> = inputs.iter().map(|&x| int_of(x)).collect();
+        let wrap = |v: i128| int_of(int_to::<T>(v));
+        let sum = || xs.iter().fold(0, |a, &x| wrap(a + x));
+        let r = match op {
+            ReduceOp::Sum => sum(),
+            // |a|, |x| < 2^64: the product fits 2^128, and wrapping it modulo 2^128 keeps it
+            // right modulo 2^bits.
+            ReduceOp::Prod => xs.iter().fold(1i128, |a, &x| wrap(a.wrapping_mul(x))),
+            ReduceOp::Min => *xs.iter().min().expect("n > 0"),
+            ReduceOp::Max => *xs.iter().max().expect("n > 0"),
+            ReduceOp::Avg => {
+                let bits = 8 * T::DTYPE.size() as u32;
+                let signed = T::DTYPE.name().starts_with('i');
+                let largest = (1i128 << (bits - u32::from(signed))) - 1;
+                sum() / (n as i128).min(largest)
+            }
+            ReduceOp::BitAnd => xs.iter().fold(-1, |a, &x| a & x),
+            ReduceOp::BitOr => xs.iter().fold(0, |a, &x| a | x),
+            ReduceOp::BitXor => xs.iter().fold(0, |a, &x| a ^ x),
+            other => panic!("no reference for {other}"),
+        };
+        return int_to::<T>(r);
+    }
+    let xs: Vec<f64> = inputs.iter().map(|&x| float_of(x)).collect();
+    let r = match op {
+        ReduceOp::Sum => xs.iter().sum(),
+        ReduceOp::Prod => xs.iter().product(),
+        ReduceOp::Min => xs.iter().copied().fold(f64::INFINITY, f64::min),
+        ReduceOp::Max => xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        ReduceOp::Avg => xs.iter().sum::<f64>() / n as f64,
+        other => panic!("{other} is not defined on {}", T::DTYPE),
+    };
+    float_to::<T>(r)
+}
+
+/// An integer element's value, read from its bytes.
+pub fn int_of<T: Element>(x: T) -> i128 {
+    use bytemuck::cast;
+    match T::DTYPE {
+        DataType::I8 => i128::from(cast::<T, i8>(x)),
+        DataType::U8 => i128::from(cast::<T, u8>(x)),
+        DataType::I32 => i128::from(cast::<T, i32>(x)),
+        DataType::U32 => i128::from(cast::<T, u32>(x)),
+        DataType::I64 => i128::from(cast::<T, i64>(x)),
+        DataType::U64 => i128::from(cast::<T, u64>(x)),
+        other => panic!("{other} is not an integer type"),
+    }
+}
+
+/// `v` modulo 2^bits as an integer element (`as` keeps the low bits).
+pub fn int_to<T: Element>(v: i128) -> T {
+    use bytemuck::cast;
+    match T::DTYPE {
+        DataType::I8 => cast::<i8, T>(v as i8),
+        DataType::U8 => cast::<u8, T>(v as u8),
+        DataType::I32 => cast::<i32, T>(v as i32),
+        DataType::U32 => cast::<u32, T>(v as u32),
+        DataType::I64 => cast::<i64, T>(v as i64),
+        DataType::U64 => cast::<u64, T>(v as u64),
+        other => panic!("{other} is not an integer type"),
+    }
+}
+
+/// A float element's value, read from its bytes (`half` widens f16 and bf16 exactly).
+pub fn float_of<T: Element>(x: T) -> f64 {
+    use bytemuck::cast;
+    match T::DTYPE {
+        DataType::F16 => f16::from_bits(cast::<T, u16>(x)).to_f64(),
+        DataType::Bf16 => bf16::from_bits(cast::<T, u16>(x)).to_f64(),
+        DataType::F32 => f64::from(cast::<T, f32>(x)),
+        DataType::F64 => cast::<T, f64>(x),
+        other => panic!("{other} is not a float type"),
+    }
+}
+
+/// `v` rounded to the nearest float element.
+pub fn float_to<T: Element>(v: f64) -> T {
+    use bytemuck::cast;
+    match T::DTYPE {
+        DataType::F16 => cast::<u16, T>(f16::from_f64(v).to_bits()),
+        DataType::Bf16 => cast::<u16, T>(bf16::from_f64(v).to_bits()),
+        DataType::F32 => cast::<f32, T>(v as f32),
+        DataType::F64 => cast::<f64, T>(v),
+        other => panic!("{other} is not a float type"),
+    }
+}
+
+/// The data above repeats every `PERIOD` elements (`i` enters through `i % 11` and `i % 3`,
+/// or `i % PERIOD`).
 /// 33 shares no factor with a power of two, so a block misplaced by a power-of-two number
 /// of elements still shows.
 pub const PERIOD: usize = 33;
@@ -85,17 +194,38 @@ pub const PERIOD: usize = 33;
 pub struct Data<T> {
     ranks: Vec<[T; PERIOD]>,
     reduced: [T; PERIOD],
+    sentinel: T,
 }
 
 impl<T: Element> Data<T> {
     /// The tables of `n` ranks' data for `op`.
     pub fn new(op: ReduceOp, n: usize) -> Self {
+        let ranks: Vec<[T; PERIOD]> = (0..n)
+            .map(|r| std::array::from_fn(|i| value::<T>(op, r, i)))
+            .collect();
+        let reduced: [T; PERIOD] = std::array::from_fn(|i| reduced::<T>(op, n, i));
+        // The first of 99, 98, ... (floats) or 99, 100, ... (integers) that no rank holds
+        // and no reduction gives.
+        let sentinel = (0..)
+            .map(|j: i32| {
+                if T::DTYPE.is_float() {
+                    float_to::<T>(f64::from(99 - j))
+                } else {
+                    int_to::<T>(i128::from(99 + j))
+                }
+            })
+            .find(|s| !reduced.contains(s) && !ranks.iter().any(|r| r.contains(s)))
+            .expect("a value the data lacks");
         Data {
-            ranks: (0..n)
-                .map(|r| std::array::from_fn(|i| value::<T>(op, r, i)))
-                .collect(),
-            reduced: std::array::from_fn(|i| reduced::<T>(op, n, i)),
+            ranks,
+            reduced,
+            sentinel,
         }
+    }
+
+    /// A value no collective produces from these data, to fill outputs with.
+    pub fn sentinel(&self) -> T {
+        self.sentinel
     }
 
     /// `value(op, rank, i)`.
@@ -121,11 +251,6 @@ impl<T: Element> Data<T> {
     }
 }
 
-/// A value no collective produces from the data above, to fill outputs with.
-pub fn sentinel<T: Element>() -> T {
-    T::from_f64(99.0)
-}
-
 /// One call on this rank, checked against the definition. Returns a description of the
 /// first wrong element or the error.
 pub fn run_one<T: Element>(
@@ -141,7 +266,7 @@ pub fn run_one<T: Element>(
     let data = Data::<T>::new(op, n);
     let v = |rank: usize, i: usize| data.at(rank, i);
     let mine = |len: usize| data.of(r, len);
-    let s = sentinel::<T>();
+    let s = data.sentinel();
     let mut c = comm.with_algorithm(algorithm);
     // (buffer after the call, expected contents)
     let (got, want): (Vec<T>, Vec<T>) = match collective {

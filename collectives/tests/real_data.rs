@@ -356,3 +356,55 @@ fn the_check_tables_are_the_data_definition() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The reference the checks use (`common::reference`) follows rcoll's definitions, shown on
+/// cases worked by hand: integer sums and products wrap modulo 2^bits, averages divide
+/// the wrapped sum truncating toward zero, bitwise operations act on the two's complement
+/// bits, floats round once into the type. And the integer data do wrap: for every
+/// integer type some sum over 8 ranks leaves the type's range.
+#[test]
+fn the_reference_follows_the_definitions() {
+    use common::reference as r;
+    use ReduceOp::*;
+    assert_eq!(r::<i8>(Sum, &[100, 100]), -56);
+    assert_eq!(r::<u8>(Sum, &[200, 100]), 44);
+    assert_eq!(r::<i64>(Sum, &[i64::MAX, 1]), i64::MIN);
+    assert_eq!(r::<u64>(Sum, &[u64::MAX, u64::MAX, 3]), 1);
+    assert_eq!(r::<i8>(Prod, &[16, 16]), 0);
+    assert_eq!(r::<u8>(Prod, &[3, 171]), 1); // 513 = 2 * 256 + 1
+    assert_eq!(r::<i32>(Prod, &[-65_536, 65_536, 3]), 0);
+    assert_eq!(r::<u64>(Prod, &[1 << 63, 3]), 1 << 63);
+    assert_eq!(r::<i64>(Prod, &[i64::MIN, -1]), i64::MIN);
+    assert_eq!(r::<i32>(Avg, &[-7, 0]), -3);
+    assert_eq!(r::<i8>(Avg, &[100, 100]), -28); // -56 / 2
+    assert_eq!(r::<u8>(Avg, &[200, 100, 0]), 14); // 44 / 3
+    assert_eq!(r::<i8>(Min, &[-128, 127, 0]), -128);
+    assert_eq!(r::<u32>(Max, &[7, u32::MAX, 0]), u32::MAX);
+    assert_eq!(r::<i8>(BitAnd, &[-1, 0x0f, 0x3c]), 0x0c);
+    assert_eq!(r::<u64>(BitOr, &[1 << 63, 1]), (1 << 63) | 1);
+    assert_eq!(r::<i32>(BitXor, &[-1, 1, 2]), -4);
+    assert_eq!(r::<f32>(Avg, &[1.0, 1.0, 0.0]), 2.0f32 / 3.0);
+    assert_eq!(
+        r::<f16>(
+            Avg,
+            &[f16::from_f32(1.0), f16::from_f32(2.0), f16::from_f32(2.0)]
+        ),
+        f16::from_f64(5.0 / 3.0)
+    );
+    assert_eq!(
+        r::<bf16>(Sum, &[bf16::from_f32(256.0), bf16::from_f32(1.0)]),
+        bf16::from_f32(256.0) // 257 rounds to even in bf16's 8 bits
+    );
+    assert_eq!(r::<f64>(Min, &[-0.5, 3.0]), -0.5);
+    assert_eq!(r::<f64>(Prod, &[-2.0, 2.0, 0.5]), -2.0);
+    fn wraps<T: Element>() -> bool {
+        (0..common::PERIOD).any(|i| {
+            let exact: i128 = (0..8)
+                .map(|q| common::int_of(common::value::<T>(ReduceOp::Sum, q, i)))
+                .sum();
+            common::int_of(common::reduced::<T>(ReduceOp::Sum, 8, i)) != exact
+        })
+    }
+    assert!(wraps::<i8>() && wraps::<u8>() && wraps::<i32>() && wraps::<u32>());
+    assert!(wraps::<i64>() && wraps::<u64>());
+}
