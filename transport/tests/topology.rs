@@ -1,8 +1,11 @@
-//! The topology of three machine shapes read from hwloc XML files (`tests/topologies/`,
-//! made by `make.py` from hwloc's own export and read back by hwloc's lstopo): one socket;
-//! two sockets with a NIC each; four NUMA nodes with two NICs on one of them. Each local
-//! rank gets a NIC on its own NUMA node when one exists, ranks spread evenly over the NICs
-//! and the NUMA nodes, and binding follows; where no NIC is near, the placement says so.
+//! The topology of machine shapes read from hwloc XML files (`tests/topologies/`, made by
+//! `make.py` from hwloc's own export and read back by hwloc's lstopo): one socket; two
+//! sockets with a NIC each; four NUMA nodes with two NICs on one of them; and machines
+//! whose NUMA nodes do not all have CPUs (KNL's MCDRAM in flat mode, quadrant and SNC-4;
+//! HBM in flat mode; a CXL memory expander). Each local rank gets a NIC on its own NUMA
+//! node when one exists, ranks spread evenly over the NICs and the NUMA nodes that have
+//! CPUs, a core each while cores are free, and binding follows; where no NIC is near, the
+//! placement says so.
 
 use std::path::PathBuf;
 
@@ -142,6 +145,11 @@ fn hwloc_and_rcolls_readers_agree() {
         "one-socket.xml",
         "two-sockets.xml",
         "four-numa-two-nics.xml",
+        "knl-quadrant-flat.xml",
+        "knl-snc4-flat.xml",
+        "hbm-two-sockets-flat.xml",
+        "cxl-expander.xml",
+        "no-cores.xml",
     ] {
         let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "tests", "topologies", name]
             .iter()
@@ -157,4 +165,147 @@ fn hwloc_and_rcolls_readers_agree() {
     assert_eq!(ours.numa, theirs.numa);
     assert_eq!(ours.packages, theirs.packages);
     assert_eq!(ours.cores, theirs.cores);
+}
+
+/// Every node with CPUs of its own, by OS index, with those CPUs, as the shape's
+/// description in make.py gives them.
+fn cpu_nodes(nodes: &[(u32, std::ops::Range<u32>)]) -> Vec<(u32, CpuSet)> {
+    nodes
+        .iter()
+        .map(|(n, cpus)| (*n, CpuSet::of(cpus.clone())))
+        .collect()
+}
+
+/// For every count of ranks from 1 to the machine's `cores` (the default binding): each
+/// rank is on a node with CPUs of its own and within that node's CPUs, and no two ranks
+/// share a core (their CPU sets are disjoint), since a core is free for each.
+fn one_core_each(name: &str, t: &Topology, nodes: &[(u32, CpuSet)], cores: usize) {
+    for n in 1..=cores {
+        let p = placements(t, n, Bind::Auto);
+        for pl in &p {
+            let node = pl.numa.expect("a node");
+            let (_, cpus) = nodes
+                .iter()
+                .find(|(i, _)| *i == node)
+                .unwrap_or_else(|| panic!("{name}, {n} ranks: node {node} has no CPUs: {pl:?}"));
+            assert!(
+                pl.bind && !pl.cpus.is_empty() && pl.cpus.is_subset(cpus),
+                "{name}, {n} ranks: {pl:?} outside node {node}'s CPUs {cpus}"
+            );
+        }
+        for (i, a) in p.iter().enumerate() {
+            for b in &p[i + 1..] {
+                assert!(
+                    a.cpus.intersection(&b.cpus).is_empty(),
+                    "{name}, {n} ranks on {cores} cores: local ranks {} and {} share CPUs \
+                     ({} and {})",
+                    a.local_rank,
+                    b.local_rank,
+                    a.cpus,
+                    b.cpus
+                );
+            }
+        }
+    }
+}
+
+/// The shapes that were placed right before memory-only nodes: one core each too.
+#[test]
+fn the_plain_shapes_give_each_rank_a_core_of_its_own() {
+    for (name, nodes, cores) in [
+        ("one-socket.xml", cpu_nodes(&[(0, 0..8)]), 4),
+        ("two-sockets.xml", cpu_nodes(&[(0, 0..8), (1, 8..16)]), 8),
+        (
+            "four-numa-two-nics.xml",
+            cpu_nodes(&[(0, 0..4), (1, 4..8), (2, 8..12), (3, 12..16)]),
+            8,
+        ),
+    ] {
+        one_core_each(name, &shape(name), &nodes, cores);
+    }
+}
+
+/// Knights Landing in quadrant and flat mode: node 0 (DDR) has the 8 cores x 4 threads,
+/// node 1 (MCDRAM) no CPUs of its own though hwloc gives it the same locality. Every rank
+/// is on node 0 and on a core of its own; the Omni-Path NIC on the package is node 0's.
+/// Was: ranks alternated between nodes 0 and 1, whose CPU sets are the same, so local
+/// ranks 0 and 1 both took core 0 (PUs 0-3) while 7 cores idled, and the NIC had no node
+/// (its package touched two).
+#[test]
+fn knl_quadrant_flat_every_rank_on_the_ddr_node_a_core_each() {
+    let t = shape("knl-quadrant-flat.xml");
+    assert_eq!((t.numa.len(), t.cores.len()), (2, 8));
+    assert_eq!(t.numa[0].cpus, CpuSet::of(0..32));
+    assert!(t.numa[1].cpus.is_empty(), "MCDRAM: {:?}", t.numa[1]);
+    assert_eq!(t.cpus(), CpuSet::of(0..32));
+    let hfi = t.rdma().next().expect("hfi1_0");
+    assert_eq!((hfi.name.as_str(), hfi.numa), ("hfi1_0", Some(0)));
+    let p = placements(&t, 2, Bind::Auto);
+    assert_eq!(p[0].cpus.to_string(), "0-3");
+    assert_eq!(p[1].cpus.to_string(), "4-7");
+    assert!(p.iter().all(|p| p.numa == Some(0)), "{p:?}");
+    assert_eq!(devices(&p), [Some("hfi1_0"); 2]);
+    one_core_each("knl-quadrant-flat.xml", &t, &cpu_nodes(&[(0, 0..32)]), 8);
+}
+
+/// Knights Landing in SNC-4 and flat mode: four clusters, each a DDR node with 2 cores x 4
+/// threads (nodes 0, 2, 4, 6) beside an MCDRAM node of the same locality (1, 3, 5, 7).
+/// Ranks spread over the four DDR nodes, two to a cluster for 8 ranks, a core each.
+#[test]
+fn knl_snc4_flat_ranks_spread_over_the_four_ddr_nodes() {
+    let t = shape("knl-snc4-flat.xml");
+    assert_eq!((t.numa.len(), t.cores.len()), (8, 8));
+    let with_cpus: Vec<u32> = t
+        .numa
+        .iter()
+        .filter(|n| !n.cpus.is_empty())
+        .map(|n| n.os_index)
+        .collect();
+    assert_eq!(with_cpus, [0, 2, 4, 6]);
+    let p = placements(&t, 4, Bind::Auto);
+    let nodes: Vec<Option<u32>> = p.iter().map(|p| p.numa).collect();
+    assert_eq!(nodes, [Some(0), Some(2), Some(4), Some(6)]);
+    let p = placements(&t, 8, Bind::Numa);
+    let nodes: Vec<u32> = p.iter().map(|p| p.numa.unwrap()).collect();
+    assert_eq!(nodes, [0, 0, 2, 2, 4, 4, 6, 6]);
+    assert_eq!(p[2].cpus.to_string(), "8-15", "cluster 1's CPUs");
+    let nodes = cpu_nodes(&[(0, 0..8), (2, 8..16), (4, 16..24), (6, 24..32)]);
+    one_core_each("knl-snc4-flat.xml", &t, &nodes, 8);
+}
+
+/// Two sockets with HBM in flat mode: per socket a DRAM node with 4 cores x 2 threads
+/// (nodes 0 and 2) and an HBM node without CPUs (1 and 3). Two ranks: one per socket,
+/// each on its socket's NIC.
+#[test]
+fn hbm_flat_ranks_on_the_dram_nodes_one_per_socket() {
+    let t = shape("hbm-two-sockets-flat.xml");
+    assert_eq!((t.numa.len(), t.cores.len()), (4, 8));
+    for hbm in [1, 3] {
+        assert!(t.numa[hbm].cpus.is_empty(), "{:?}", t.numa[hbm]);
+    }
+    let two = placements(&t, 2, Bind::Auto);
+    let nodes: Vec<Option<u32>> = two.iter().map(|p| p.numa).collect();
+    assert_eq!(nodes, [Some(0), Some(2)]);
+    assert_eq!(devices(&two), [Some("mlx5_0"), Some("mlx5_1")]);
+    let nodes = cpu_nodes(&[(0, 0..8), (2, 8..16)]);
+    one_core_each("hbm-two-sockets-flat.xml", &t, &nodes, 8);
+}
+
+/// Two sockets and a CXL memory expander: node 2 has no CPUs and is near both sockets
+/// (hwloc attaches it to the machine). Ranks are on nodes 0 and 1 only, a core each.
+#[test]
+fn a_cxl_expander_takes_no_ranks() {
+    let t = shape("cxl-expander.xml");
+    assert_eq!((t.numa.len(), t.cores.len()), (3, 8));
+    assert!(t.numa[2].cpus.is_empty(), "{:?}", t.numa[2]);
+    let three = placements(&t, 3, Bind::Numa);
+    let nodes: Vec<Option<u32>> = three.iter().map(|p| p.numa).collect();
+    assert_eq!(nodes, [Some(0), Some(0), Some(1)]);
+    assert_eq!(t.rdma().next().map(|d| d.numa), Some(Some(0)));
+    one_core_each(
+        "cxl-expander.xml",
+        &t,
+        &cpu_nodes(&[(0, 0..8), (1, 8..16)]),
+        8,
+    );
 }

@@ -70,13 +70,16 @@ fn convert(t: &hwlocality::Topology) -> Topology {
                 cpus: cpus(o),
             })
             .collect(),
-        numa: t
-            .objects_with_type(ObjectType::NUMANode)
-            .map(|o| NumaNode {
-                os_index: os_index(o),
-                cpus: cpus(o),
-            })
-            .collect(),
+        numa: super::own_cpus(
+            t.objects_with_type(ObjectType::NUMANode)
+                .map(|o| NumaNode {
+                    os_index: os_index(o),
+                    cpus: cpus(o),
+                    near: CpuSet::new(),
+                    memory: o.subtype().map(|s| s.to_string_lossy().into_owned()),
+                })
+                .collect(),
+        ),
         cores: t
             .objects_with_type(ObjectType::Core)
             .map(|o| Core {
@@ -89,7 +92,6 @@ fn convert(t: &hwlocality::Topology) -> Topology {
             .collect(),
         ..Topology::default()
     };
-    topo.numa.sort_by_key(|n| n.os_index);
     for o in t.objects_with_type(ObjectType::OSDevice) {
         let Some(kind) = osdev(o) else { continue };
         let name = o

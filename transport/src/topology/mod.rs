@@ -58,8 +58,54 @@ pub struct Package {
 pub struct NumaNode {
     /// OS index (as `numactl` and `set_mempolicy` name it).
     pub os_index: u32,
-    /// The PUs local to it.
+    /// The PUs whose own node it is (as Linux's `cpulist` gives them): empty for a
+    /// memory-only node (KNL's MCDRAM in flat or hybrid mode, HBM in flat mode, a CXL
+    /// memory expander), which no rank is placed on.
     pub cpus: CpuSet,
+    /// For a memory-only node, the CPUs it is near (hwloc's locality of it); empty for a
+    /// node with CPUs of its own, or when not known.
+    #[serde(default, skip_serializing_if = "CpuSet::is_empty")]
+    pub near: CpuSet,
+    /// The kind of memory as hwloc names it (its subtype: `DRAM`, `HBM`, `MCDRAM`, `NVM`,
+    /// `SPM`, `CXL-DRAM`, `GPUMemory`, ...), when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+}
+
+impl NumaNode {
+    /// Whether its memory is of a kind other than the ordinary (named, and not `DRAM`).
+    fn special(&self) -> bool {
+        self.memory.as_deref().is_some_and(|m| m != "DRAM")
+    }
+}
+
+/// The NUMA nodes as hwloc lists them, each with the CPUs it is near (its `cpuset`, its
+/// parent's): a memory-only node has the locality of the CPU node beside it (KNL's MCDRAM,
+/// HBM) or a wider one (a CXL expander attached to the machine), so that CPUs would appear
+/// under two nodes. Each CPU is given to one node, as Linux does: the nearest one holding
+/// it (the smallest locality), of ordinary memory before a named other kind, then the
+/// lowest index. A node left without CPUs is memory-only, and keeps its locality in `near`.
+pub(crate) fn own_cpus(mut nodes: Vec<NumaNode>) -> Vec<NumaNode> {
+    nodes.sort_by_key(|n| n.os_index);
+    let all = nodes.iter().fold(CpuSet::new(), |a, n| a.union(&n.cpus));
+    let mut own: Vec<Vec<u32>> = vec![Vec::new(); nodes.len()];
+    for &cpu in all.ids() {
+        let owner = (0..nodes.len())
+            .filter(|&i| nodes[i].cpus.contains(cpu))
+            .min_by_key(|&i| (nodes[i].cpus.len(), nodes[i].special(), nodes[i].os_index));
+        if let Some(i) = owner {
+            own[i].push(cpu);
+        }
+    }
+    for (n, own) in nodes.iter_mut().zip(own) {
+        let own = CpuSet::of(own);
+        if own.is_empty() {
+            n.near = std::mem::take(&mut n.cpus);
+        } else {
+            n.cpus = own;
+        }
+    }
+    nodes
 }
 
 /// A core.
@@ -379,7 +425,37 @@ pub mod hwloc;
 
 #[cfg(test)]
 mod tests {
-    use super::cpu_quota;
+    use super::{cpu_quota, own_cpus, CpuSet, NumaNode};
+
+    fn node(os_index: u32, cpus: std::ops::Range<u32>, memory: Option<&str>) -> NumaNode {
+        NumaNode {
+            os_index,
+            cpus: CpuSet::of(cpus),
+            near: CpuSet::new(),
+            memory: memory.map(String::from),
+        }
+    }
+
+    /// Two nodes of one locality: the CPUs go to the node of ordinary memory, whatever
+    /// its index; without kinds named, to the lower index. A node of a wider locality
+    /// (attached higher up) gets none. The node left without CPUs keeps its locality.
+    #[test]
+    fn each_cpu_goes_to_one_node_the_nearest_of_ordinary_memory() {
+        let nodes = own_cpus(vec![node(1, 0..8, None), node(0, 0..8, Some("HBM"))]);
+        assert_eq!((nodes[0].os_index, nodes[0].cpus.len()), (0, 0));
+        assert_eq!(nodes[0].near, CpuSet::of(0..8));
+        assert_eq!(nodes[1].cpus, CpuSet::of(0..8));
+        let plain = own_cpus(vec![node(0, 0..4, None), node(1, 0..4, None)]);
+        assert_eq!((plain[0].cpus.len(), plain[1].cpus.len()), (4, 0));
+        let wide = own_cpus(vec![
+            node(0, 0..4, None),
+            node(1, 4..8, None),
+            node(2, 0..8, None),
+        ]);
+        let own: Vec<String> = wide.iter().map(|n| n.cpus.to_string()).collect();
+        assert_eq!(own, ["0-3", "4-7", "-"]);
+        assert_eq!(wide[2].near, CpuSet::of(0..8));
+    }
 
     /// cgroup v2 `cpu.max`: a quota over a period, rounded up to whole CPUs; "max" is no
     /// limit; garbage is no limit either.

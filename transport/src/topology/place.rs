@@ -230,6 +230,8 @@ mod tests {
                 .map(|n| NumaNode {
                     os_index: n,
                     cpus: CpuSet::of(n * 4..n * 4 + 4),
+                    near: CpuSet::new(),
+                    memory: None,
                 })
                 .collect(),
             cores: (0..nodes * 4)

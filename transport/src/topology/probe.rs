@@ -287,6 +287,8 @@ mod tests {
                 .map(|n| NumaNode {
                     os_index: n,
                     cpus: CpuSet::of(4 * n..4 * n + 4),
+                    near: CpuSet::new(),
+                    memory: None,
                 })
                 .collect(),
             cores: (0..4)

@@ -64,7 +64,12 @@ pub fn discover(root: &Path) -> Result<Topology, String> {
         .filter_map(|i| {
             let cpus =
                 CpuSet::parse_list(&read(&node_dir.join(format!("node{i}/cpulist")))?).ok()?;
-            Some(NumaNode { os_index: i, cpus })
+            Some(NumaNode {
+                os_index: i,
+                cpus,
+                near: CpuSet::new(),
+                memory: None,
+            })
         })
         .collect();
     numa.sort_by_key(|n| n.os_index);
@@ -73,6 +78,8 @@ pub fn discover(root: &Path) -> Result<Topology, String> {
         numa.push(NumaNode {
             os_index: 0,
             cpus: online.clone(),
+            near: CpuSet::new(),
+            memory: None,
         });
     }
     let mut devices = Vec::new();

@@ -1,5 +1,6 @@
 //! hwloc's XML export (`lstopo topo.xml`, `hwloc-gather-topology`), read without hwloc:
-//! `object` elements by `type` — `Package` (`Socket` in hwloc 1.x), `NUMANode`, `Core`,
+//! `object` elements by `type` — `Package` (`Socket` in hwloc 1.x), `NUMANode` (with its
+//! `subtype`, the kind of memory, where hwloc names it), `Core`,
 //! `PU`, and the I/O tree `Bridge` > `PCIDev` > `OSDev` (`osdev_type` 2: a network
 //! interface, 3: an OpenFabrics (RDMA) device) — with their `os_index`, `cpuset` (a mask)
 //! and `name`. A device's locality is its nearest ancestor outside the I/O tree: the NUMA
@@ -81,6 +82,8 @@ pub fn parse(text: &str) -> Result<Topology, String> {
             "NUMANode" => t.numa.push(NumaNode {
                 os_index: os_index(&n)?,
                 cpus: cpus(&n)?,
+                near: CpuSet::new(),
+                memory: n.attribute("subtype").map(String::from),
             }),
             "Core" => {
                 let package = n
@@ -97,7 +100,7 @@ pub fn parse(text: &str) -> Result<Topology, String> {
             _ => {}
         }
     }
-    t.numa.sort_by_key(|n| n.os_index);
+    t.numa = super::own_cpus(std::mem::take(&mut t.numa));
     if t.numa.is_empty() {
         // hwloc always has one; an XML without any is treated as one node of every CPU.
         let all = objects()
@@ -107,6 +110,8 @@ pub fn parse(text: &str) -> Result<Topology, String> {
         t.numa.push(NumaNode {
             os_index: 0,
             cpus: CpuSet::of(all),
+            near: CpuSet::new(),
+            memory: None,
         });
     }
     for n in objects().filter(|n| kind(n) == "OSDev") {
