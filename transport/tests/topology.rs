@@ -309,3 +309,26 @@ fn a_cxl_expander_takes_no_ranks() {
         8,
     );
 }
+
+/// Eight PUs and no Core objects (hwloc knows no cores there): each PU counts as a core,
+/// so ranks get a PU each. Was: no core, so `auto` bound every rank to the node's 8 PUs,
+/// all ranks sharing one set.
+#[test]
+fn pus_without_cores_give_each_rank_a_pu_of_its_own() {
+    let t = shape("no-cores.xml");
+    assert_eq!((t.numa.len(), t.cores.len()), (1, 0));
+    assert_eq!(t.cpus(), CpuSet::of(0..8));
+    let p = placements(&t, 4, Bind::Auto);
+    let cpus: Vec<String> = p.iter().map(|p| p.cpus.to_string()).collect();
+    assert_eq!(cpus, ["0", "1", "2", "3"]);
+    assert!(p.iter().all(|p| p.bind), "{p:?}");
+    one_core_each("no-cores.xml", &t, &cpu_nodes(&[(0, 0..8)]), 8);
+    // Past 8 ranks they share, in turn, and are told.
+    let crowded = placements(&t, 9, Bind::Core);
+    assert_eq!(crowded[8].cpus.to_string(), "0");
+    assert!(
+        crowded[8].notes.iter().any(|n| n.contains("share")),
+        "{:?}",
+        crowded[8].notes
+    );
+}

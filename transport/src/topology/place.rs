@@ -2,13 +2,17 @@
 //! device it drives.
 //!
 //! - Without an affinity from the launcher, the local ranks are spread over the NUMA nodes
-//!   that have CPUs in blocks (ranks 0..k on the first node, ...), as evenly as their
-//!   number allows. With one (mpirun's `--bind-to`, srun's `--cpu-bind`, `taskset`), it is
-//!   kept, and the node is the one holding most of those CPUs.
+//!   that have CPUs in blocks (ranks 0..k on the first node, ...), each node's block in
+//!   proportion to its cores (as evenly as their number allows on nodes of equal cores), so
+//!   that no two ranks share a core while a core is free. Memory-only nodes (no CPUs of
+//!   their own: KNL's MCDRAM, HBM in flat mode, CXL expanders) take no ranks. With an
+//!   affinity (mpirun's `--bind-to`, srun's `--cpu-bind`, `taskset`), it is kept, and the
+//!   node is the one holding most of those CPUs.
 //! - `RCOLL_BIND`: `numa` binds the rank to its node's CPUs, `core` to one core of it
 //!   (the rank's index among the node's ranks, modulo its cores: more ranks than cores
 //!   take them in turn), `none` leaves it; `auto` (the default) is `core` when the node
-//!   has cores, else `numa`. Ranks that spin for each other's messages must not share a
+//!   has cores, else `numa`. A PU that no core holds (hwloc knows no cores on the machine)
+//!   counts as a core of its own. Ranks that spin for each other's messages must not share a
 //!   core: left to the scheduler on one node, two ranks of a 2-core host sometimes started
 //!   on one core and stayed there long enough to make a 64 KiB all_reduce 18 times slower
 //!   (8.4 µs, or 154 µs). Where they must share (more ranks than cores), an even split
@@ -115,24 +119,37 @@ pub fn place(
     } else if nodes.is_empty() {
         (None, local_rank, size)
     } else {
-        let k = nodes.len();
-        let i = local_rank * k / size;
-        // Ranks r with r * k / size == i: from ceil(i * size / k).
-        let first = (i * size).div_ceil(k);
-        let next = ((i + 1) * size).div_ceil(k);
-        (Some(nodes[i].os_index), local_rank - first, next - first)
+        // Node i takes the ranks from ceil(size * c / total), c the cores of the nodes
+        // before it: at most ceil(size * its cores / total) of them, so no more than its
+        // cores while the ranks are no more than the machine's.
+        let cores: Vec<usize> = nodes
+            .iter()
+            .map(|n| cores_within(topo, &n.cpus).len())
+            .collect();
+        let total: usize = cores.iter().sum::<usize>().max(1);
+        let mut starts = vec![0];
+        let mut before = 0;
+        for c in &cores {
+            before += c;
+            starts.push((size * before).div_ceil(total));
+        }
+        // starts[k] == size > local_rank: some node's block holds it.
+        let i = (0..nodes.len())
+            .find(|&i| local_rank < starts[i + 1])
+            .unwrap_or(nodes.len() - 1);
+        (
+            Some(nodes[i].os_index),
+            local_rank - starts[i],
+            starts[i + 1] - starts[i],
+        )
     };
     let node_cpus = node
         .and_then(|n| topo.numa.iter().find(|x| x.os_index == n))
         .map(|n| n.cpus.clone())
         .unwrap_or_else(|| all.clone());
-    let node_cores = topo
-        .cores
-        .iter()
-        .filter(|c| c.cpus.is_subset(&node_cpus))
-        .count();
+    let cores = cores_within(topo, &node_cpus);
     let bind = match bind {
-        Bind::Auto if node_cores > 0 => Bind::Core,
+        Bind::Auto if !cores.is_empty() => Bind::Core,
         Bind::Auto => Bind::Numa,
         b => b,
     };
@@ -147,11 +164,6 @@ pub fn place(
         ),
         (false, Bind::Numa | Bind::Auto) => (node_cpus.clone(), true),
         (false, Bind::Core) => {
-            let cores: Vec<&super::Core> = topo
-                .cores
-                .iter()
-                .filter(|c| c.cpus.is_subset(&node_cpus))
-                .collect();
             if cores.is_empty() {
                 (node_cpus.clone(), true)
             } else {
@@ -162,7 +174,7 @@ pub fn place(
                         cores.len()
                     ));
                 }
-                (cores[index % cores.len()].cpus.clone(), true)
+                (cores[index % cores.len()].clone(), true)
             }
         }
     };
@@ -214,6 +226,26 @@ pub fn place(
         device,
         notes,
     }
+}
+
+/// The cores of `cpus`: the machine's cores within them, then each PU that none of those
+/// holds as a core of its own (hwloc knows no cores on some machines: a PU is then the
+/// unit a rank can have to itself).
+fn cores_within(topo: &Topology, cpus: &CpuSet) -> Vec<CpuSet> {
+    let mut cores: Vec<CpuSet> = topo
+        .cores
+        .iter()
+        .filter(|c| !c.cpus.is_empty() && c.cpus.is_subset(cpus))
+        .map(|c| c.cpus.clone())
+        .collect();
+    let held = cores.iter().fold(CpuSet::new(), |a, c| a.union(c));
+    cores.extend(
+        cpus.ids()
+            .iter()
+            .filter(|&&c| !held.contains(c))
+            .map(|&c| CpuSet::of([c])),
+    );
+    cores
 }
 
 #[cfg(test)]
@@ -303,6 +335,39 @@ mod tests {
         let uneven = all(&t, 3, Bind::Numa);
         let nodes: Vec<u32> = uneven.iter().map(|p| p.numa.unwrap()).collect();
         assert_eq!(nodes, vec![0, 1, 2]);
+    }
+
+    /// Nodes of unequal cores (KNL SNC-4 with 68 cores: clusters of 18, 18, 16 and 16):
+    /// ranks go to each node in proportion to its cores, so that none shares a core while
+    /// another node has one free. Here node 0 has 6 cores and node 1 has 2: 8 ranks are 6
+    /// and 2, a core each. Was: 4 and 4, two pairs sharing node 1's cores while 2 of node
+    /// 0's idled.
+    #[test]
+    fn ranks_follow_the_cores_of_unequal_nodes() {
+        let mut t = machine(2, &[]);
+        t.numa[0].cpus = CpuSet::of(0..6);
+        t.numa[1].cpus = CpuSet::of(6..8);
+        for c in &mut t.cores {
+            c.package = 0;
+        }
+        let p = all(&t, 8, Bind::Auto);
+        let nodes: Vec<u32> = p.iter().map(|p| p.numa.unwrap()).collect();
+        assert_eq!(nodes, [0, 0, 0, 0, 0, 0, 1, 1]);
+        let cpus: Vec<String> = p.iter().map(|p| p.cpus.to_string()).collect();
+        assert_eq!(cpus, ["0", "1", "2", "3", "4", "5", "6", "7"]);
+        assert!(p
+            .iter()
+            .all(|p| p.notes.iter().all(|n| !n.contains("share"))));
+        // Four ranks: three and one.
+        let four: Vec<u32> = all(&t, 4, Bind::Auto)
+            .iter()
+            .map(|p| p.numa.unwrap())
+            .collect();
+        assert_eq!(four, [0, 0, 0, 1]);
+        // Sixteen: twice the cores, 12 and 4, each core twice.
+        let sixteen = all(&t, 16, Bind::Auto);
+        let on_1 = sixteen.iter().filter(|p| p.numa == Some(1)).count();
+        assert_eq!(on_1, 4);
     }
 
     #[test]
