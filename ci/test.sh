@@ -5,8 +5,16 @@
 # a VM booted from Debian's stock kernel, since this host's kernel has no RDMA
 # (soft-roce/run-in-vm.sh). On a host whose kernel has rxe set up by soft-roce/setup.sh,
 # RCOLL_VERBS_ON_HOST=1 runs the verbs suite directly instead.
+#
+# Skips are loud: with CI set, a test that cannot run where CI must run it fails; a test
+# that skips says so (`RCOLL-SKIP: <test>: <reason>`, appended to $RCOLL_SKIP_LOG, the VM's
+# too), the run ends with the list, and fails on a skip ci/allowed-skips.txt does not name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export CI=true
+export RCOLL_SKIP_LOG="$PWD/target/ci-skips.log"
+mkdir -p target
+: >"$RCOLL_SKIP_LOG"
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 # The topology through hwloc itself (the optional `hwloc` feature): it must read the test
@@ -30,3 +38,6 @@ else
     RCOLL_VM_CPU_MODEL=${RCOLL_VM_CPU_MODEL:-max,erms=off,fsrm=off} \
     soft-roce/run-in-vm.sh "$verbs_test --ignored --test-threads=1"
 fi
+
+# Every skip, in one summary; any not in ci/allowed-skips.txt fails the run.
+ci/check-skips.sh "$RCOLL_SKIP_LOG" ci/allowed-skips.txt

@@ -659,6 +659,45 @@ fn until_a_rank_dies(iters: usize, mut call: impl FnMut() -> rcoll::Result<()>) 
     panic!("the collective kept succeeding without rank {dead}");
 }
 
+/// Whether this run is CI's (`CI` set, as `.ci/run` and `ci/test.sh` set it, and not
+/// `false` or `0`): there a test that cannot run fails instead of skipping.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// Says that the test `name` (or a case of it) did not run, for `reason`: prints
+/// `RCOLL-SKIP: <name>: <reason>` on stderr and appends it to the file `RCOLL_SKIP_LOG`
+/// names, if any (cargo test shows a passing test's output only with `--nocapture`).
+/// `ci/test.sh` lists every skip at the end and fails on one that `ci/allowed-skips.txt`
+/// does not list.
+pub fn skipped(name: &str, reason: &str) {
+    let line = format!("RCOLL-SKIP: {name}: {reason}\n");
+    eprint!("{line}");
+    if let Some(path) = std::env::var_os("RCOLL_SKIP_LOG") {
+        use std::io::Write;
+        // One write of the whole line in append mode: lines of tests running at once, in
+        // several processes, do not interleave.
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            panic!("{name}: cannot record the skip in {path:?}: {e}");
+        }
+    }
+}
+
+/// The test `name` (or a case of it) cannot run here, for `reason`, but CI must run it:
+/// under CI ([`in_ci`]) a failure, elsewhere a skip said as [`skipped`] says it.
+pub fn cannot_run(name: &str, reason: &str) {
+    assert!(
+        !in_ci(),
+        "{name}: CI must run this test, but it cannot run here: {reason}"
+    );
+    skipped(name, reason);
+}
+
 /// Sends `signal` (`STOP`, `KILL`, ...) to a child process.
 #[allow(dead_code)]
 pub fn signal(child: &std::process::Child, signal: &str) {

@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::process::Command;
 use std::time::Duration;
 
-use super::common::finish;
+use super::common::{cannot_run, finish};
 use super::rank_command;
 
 /// A network namespace joined to this one by a veth pair, removed on drop.
@@ -78,11 +78,10 @@ impl Drop for Namespace {
 #[test]
 fn a_resolver_that_never_answers_fails_the_rank_within_the_timeout() {
     let Some(ns) = Namespace::create("dns", "10.199.78.1", "10.199.78.2") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI runs as root with iproute2: this test must run there"
+        cannot_run(
+            "a_resolver_that_never_answers_fails_the_rank_within_the_timeout",
+            "a network namespace needs root and iproute2",
         );
-        eprintln!("skipped: needs root and iproute2 for a network namespace");
         return;
     };
     // `ip netns exec` mounts /etc/netns/<name>/resolv.conf over /etc/resolv.conf.
@@ -125,11 +124,10 @@ fn a_resolver_that_never_answers_fails_the_rank_within_the_timeout() {
 fn a_blackholed_link_fails_the_others_within_the_timeout_naming_the_rank() {
     let (outer_addr, inner_addr) = ("10.199.77.1", "10.199.77.2");
     let Some(ns) = Namespace::create("bh", outer_addr, inner_addr) else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI runs as root with iproute2: this test must run there"
+        cannot_run(
+            "a_blackholed_link_fails_the_others_within_the_timeout_naming_the_rank",
+            "a network namespace needs root and iproute2",
         );
-        eprintln!("skipped: needs root and iproute2 for a network namespace");
         return;
     };
     let port = {

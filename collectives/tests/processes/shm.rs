@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rcoll::{Algorithm, Communicator};
 
-use super::common::{all_succeed, finish, StartedDir};
+use super::common::{all_succeed, cannot_run, finish, StartedDir};
 use super::{spawn, spawn_each};
 
 /// The segments (and nothing else) the ranks with these process ids left in /dev/shm:
@@ -436,7 +436,10 @@ fn is_root() -> bool {
 #[test]
 fn cyclic_ranks_on_emulated_hosts_ring_host_by_host() {
     if !is_root() {
-        eprintln!("skipped: network namespaces need root");
+        cannot_run(
+            "cyclic_ranks_on_emulated_hosts_ring_host_by_host",
+            "network namespaces need root",
+        );
         return;
     }
     sweep_on_emulated_hosts(
@@ -451,7 +454,10 @@ fn cyclic_ranks_on_emulated_hosts_ring_host_by_host() {
 #[test]
 fn forced_level_algorithms_run_every_collective_on_emulated_hosts() {
     if !is_root() {
-        eprintln!("skipped: network namespaces need root");
+        cannot_run(
+            "forced_level_algorithms_run_every_collective_on_emulated_hosts",
+            "network namespaces need root",
+        );
         return;
     }
     sweep_on_emulated_hosts(
@@ -469,7 +475,10 @@ fn forced_level_algorithms_run_every_collective_on_emulated_hosts() {
 #[test]
 fn the_multihost_script_runs_every_collective_on_2_hosts_x_2_ranks() {
     if !is_root() {
-        eprintln!("skipped: network namespaces need root");
+        cannot_run(
+            "the_multihost_script_runs_every_collective_on_2_hosts_x_2_ranks",
+            "network namespaces need root",
+        );
         return;
     }
     let text = sweep_on_emulated_hosts(
@@ -506,7 +515,10 @@ impl SmallTmpfs {
             .status()
             .is_ok_and(|s| s.success());
         if !ok {
-            eprintln!("skipped the small /dev/shm case: cannot mount a tmpfs (not root?)");
+            cannot_run(
+                "shared_memory_that_cannot_be_set_up_is_an_error_or_a_fallback",
+                "the small /dev/shm case: cannot mount a tmpfs (not root?)",
+            );
             let _ = std::fs::remove_dir(&path);
             return None;
         }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use rcoll::Rank;
 
-use super::common::finish;
+use super::common::{finish, skipped};
 use super::{all_ok, spawn};
 
 /// This rank's transport of a 2-rank verbs group, and the other rank.
@@ -605,7 +605,10 @@ fn a_repeated_invalidation_breaks_the_pair_naming_the_peer() {
         .iter()
         .any(|d| d.starts_with("rxe"));
     if rxe && std::env::var("RCOLL_TEST_RXE_OOPS").as_deref() != Ok("1") {
-        println!("skipped on Soft-RoCE: a repeated invalidation oopses its kernel");
+        skipped(
+            "a_repeated_invalidation_breaks_the_pair_naming_the_peer",
+            "on Soft-RoCE a repeated invalidation oopses its kernel (RCOLL_TEST_RXE_OOPS=1 runs it)",
+        );
         return;
     }
     let results = finish(
