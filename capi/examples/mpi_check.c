@@ -7,8 +7,10 @@
  * Rank 0 makes the unique id, MPI_Bcast hands it to the others (as with NCCL). Then: every
  * collective x the integer and floating types x every reduction, in place and not, with
  * counts 0, 1, 1000 and 100003; point to point around a ring; a split by color = rank % 2
- * whose groups all_reduce (nonblocking) while the parent all_reduces too; and one
- * rcollIAllReduce overlapped with computation. Prints "MPI-CHECK-OK <rank> <size>". */
+ * whose groups all_reduce (nonblocking) while the parent all_reduces too; the other
+ * nonblocking collectives (rcollIBroadcast, rcollIAllGather, rcollIReduceScatter), many
+ * queued at once; and one rcollIAllReduce overlapped with computation. Prints
+ * "MPI-CHECK-OK <rank> <size>". */
 #include <mpi.h>
 #include <rcoll.h>
 #include <stdint.h>
@@ -205,6 +207,88 @@ static void copies(const struct type *t, size_t count) {
   free(want);
 }
 
+/* The nonblocking calls besides rcollIAllReduce, queued together before the first wait:
+ * rcollIBroadcast from every root and rcollIAllGather, out of place and in place, and
+ * rcollIReduceScatter for every op, out of place and in place; waited for in reverse order
+ * (the first queued polled with rcollTest), each result checked against MPI's. */
+enum { QUEUED = 64 };
+struct queued {
+  const char *what;
+  const struct op *op;
+  rcollRequest_t req;
+  char *send, *buf; /* owned: valid until the request completes */
+  const char *got;  /* where the result lands, in buf */
+  char *want;       /* MPI's result */
+  size_t bytes;
+};
+
+static struct queued *queue(struct queued *q, int *n, const char *what, const struct op *o,
+                            size_t send_bytes, size_t buf_bytes, size_t want_bytes) {
+  if (*n == QUEUED) FAIL("more than %d queued calls", QUEUED);
+  struct queued *j = &q[(*n)++];
+  j->what = what;
+  j->op = o;
+  j->send = calloc(send_bytes + 1, 1);
+  j->buf = calloc(buf_bytes + 1, 1);
+  j->want = calloc(want_bytes + 1, 1);
+  j->got = j->buf;
+  j->bytes = want_bytes;
+  return j;
+}
+
+static void nonblocking(const struct type *t, size_t count) {
+  size_t bytes = count * t->size, all = bytes * (size_t)nranks;
+  struct queued q[QUEUED];
+  int n = 0;
+  for (int root = 0; root < nranks; root++) {
+    struct queued *j = queue(q, &n, "ibroadcast", NULL, bytes, bytes, bytes);
+    /* Only the root's send buffer may be read: the others hold other values. */
+    fill(t, j->send, count, rank == root ? root + 5 : rank + 50);
+    memcpy(j->want, j->send, bytes);
+    MPI_Bcast(j->want, (int)count, t->mpi, root, MPI_COMM_WORLD);
+    CHECK(rcollIBroadcast(j->send, j->buf, count, t->rcoll, root, comm, &j->req));
+    struct queued *k = queue(q, &n, "ibroadcast in place", NULL, 0, bytes, bytes);
+    memcpy(k->want, j->want, bytes);
+    if (rank == root) fill(t, k->buf, count, root + 5);
+    CHECK(rcollIBroadcast(rank == root ? k->buf : NULL, k->buf, count, t->rcoll, root, comm,
+                          &k->req));
+  }
+  struct queued *g = queue(q, &n, "iall_gather", NULL, bytes, all, all);
+  fill(t, g->send, count, rank * 3);
+  MPI_Allgather(g->send, (int)count, t->mpi, g->want, (int)count, t->mpi, MPI_COMM_WORLD);
+  CHECK(rcollIAllGather(g->send, g->buf, count, t->rcoll, comm, &g->req));
+  struct queued *h = queue(q, &n, "iall_gather in place", NULL, 0, all, all);
+  memcpy(h->want, g->want, all);
+  fill(t, h->buf + (size_t)rank * bytes, count, rank * 3);
+  CHECK(rcollIAllGather(h->buf + (size_t)rank * bytes, h->buf, count, t->rcoll, comm, &h->req));
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+    const struct op *o = &ops[k];
+    struct queued *j = queue(q, &n, "ireduce_scatter", o, all, bytes, bytes);
+    fill(t, j->send, count * (size_t)nranks, rank + 1 + (int)k);
+    MPI_Reduce_scatter_block(j->send, j->want, (int)count, t->mpi, o->mpi, MPI_COMM_WORLD);
+    if (o->rcoll == rcollAvg) average(t, j->want, count);
+    CHECK(rcollIReduceScatter(j->send, j->buf, count, t->rcoll, o->rcoll, comm, &j->req));
+    struct queued *i = queue(q, &n, "ireduce_scatter in place", o, 0, all, bytes);
+    memcpy(i->want, j->want, bytes);
+    fill(t, i->buf, count * (size_t)nranks, rank + 1 + (int)k);
+    i->got = i->buf + (size_t)rank * bytes;
+    CHECK(rcollIReduceScatter(i->buf, i->buf + (size_t)rank * bytes, count, t->rcoll, o->rcoll,
+                              comm, &i->req));
+  }
+  for (int k = n - 1; k >= 0; k--) {
+    if (k == 0) {
+      int done = 0;
+      while (!done) CHECK(rcollTest(q[k].req, &done));
+    } else {
+      CHECK(rcollWait(q[k].req));
+    }
+    same(q[k].what, t, q[k].op, count, q[k].got, q[k].want, q[k].bytes);
+    free(q[k].send);
+    free(q[k].buf);
+    free(q[k].want);
+  }
+}
+
 /* Split by color = rank % 2 (key: -rank, so the order reverses); each group all_reduces,
  * nonblocking, while the parent all_reduces, blocking; checked against MPI_Comm_split. */
 static void split(void) {
@@ -288,6 +372,10 @@ int main(int argc, char **argv) {
       copies(&types[t], counts[c]);
     }
   }
+  size_t queued_counts[] = {1, 100003};
+  for (size_t c = 0; c < sizeof queued_counts / sizeof queued_counts[0]; c++)
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+      nonblocking(&types[t], queued_counts[c]);
   CHECK(rcollBarrier(comm));
   split();
   overlap();

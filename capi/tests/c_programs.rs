@@ -269,8 +269,10 @@ fn mpirun(bin: &Path, n: usize, rcoll_env: &[(&str, String)]) -> (Option<i32>, S
     run_all(vec![mpirun], Duration::from_secs(300)).remove(0)
 }
 
-/// An MPI program gets the unique id by MPI_Bcast and checks every collective, split and
-/// an overlapped rcollIAllReduce against MPI, under mpirun with 2, 3 and 4 ranks; the C
+/// An MPI program gets the unique id by MPI_Bcast and checks every collective, split, the
+/// nonblocking rcollIBroadcast, rcollIAllGather and rcollIReduceScatter (every op, in place
+/// and not, about 20 queued at once, waited for in reverse order) and an overlapped
+/// rcollIAllReduce against MPI, under mpirun with 2, 3 and 4 ranks; the C
 /// and C++ examples run under mpirun too (rank and size from Open MPI's environment,
 /// `rcollCommInitFromEnv`).
 #[test]
