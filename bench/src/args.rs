@@ -408,6 +408,12 @@ impl BenchSpec {
         if nranks == 0 {
             return Err(usage("a group needs at least 1 rank"));
         }
+        if nranks > rcoll::transport::MAX_RANKS {
+            return Err(usage(format!(
+                "{nranks} ranks: rcoll takes at most {} ranks",
+                rcoll::transport::MAX_RANKS
+            )));
+        }
         if self.collective == Collective::SendRecv && nranks < 2 {
             return Err(usage("sendrecv needs 2 ranks or more"));
         }

@@ -78,11 +78,21 @@ impl Builder {
 
     /// Creates the communicators.
     pub fn build(self) -> Result<Vec<Communicator>> {
-        if self.n == 0 || self.n > u32::MAX as usize {
+        if self.n == 0 {
+            return Err(Error::Config("a group needs at least 1 rank".into()));
+        }
+        let bytes = backend::footprint(self.n, self.window);
+        if bytes.is_none_or(|b| b > backend::MAX_GROUP_BYTES) {
             return Err(Error::Config(format!(
-                "a group needs 1 to {} ranks, not {}",
-                u32::MAX,
-                self.n
+                "an in-process group of {} ranks needs a channel per pair of ranks, {} in \
+                 all, more than the {} MiB it may take: use fewer ranks, or one process \
+                 per rank (the tcp, shm or verbs transport)",
+                self.n,
+                bytes.map_or_else(
+                    || "more bytes than exist".into(),
+                    |b| format!("{} MiB", b >> 20)
+                ),
+                backend::MAX_GROUP_BYTES >> 20,
             )));
         }
         let config = self.overrides.resolve()?;

@@ -118,9 +118,27 @@ impl Shared {
     }
 }
 
+/// The most memory the channels of an in-process group may take ([`footprint`]): a
+/// group of threads in one process has a channel per ordered pair of ranks, so its size
+/// grows as the square of the ranks (about 480 ranks at the default window).
+pub const MAX_GROUP_BYTES: usize = 1 << 30;
+
+/// Bytes the channels of an `n`-rank group with `window` take (`None`: more than a
+/// `usize` counts), to check before [`group`] allocates them.
+pub fn footprint(n: usize, window: usize) -> Option<usize> {
+    // Each slot holds a message and crossbeam's stamp.
+    let slot = std::mem::size_of::<Message>() + std::mem::size_of::<usize>();
+    let channel = window
+        .max(1)
+        .checked_mul(slot)?
+        .checked_add(std::mem::size_of::<ArrayQueue<Message>>())?;
+    n.checked_mul(n)?.checked_mul(channel)
+}
+
 /// Creates the `n` endpoints of an in-process group, rank `i` at index `i`.
 ///
-/// `window` is the number of messages a sender may have queued to one receiver.
+/// `window` is the number of messages a sender may have queued to one receiver. The
+/// caller checks the group's [`footprint`] first: this allocates it.
 pub fn group(n: usize, window: usize) -> Vec<LocalTransport> {
     let window = window.max(1);
     let shared = Arc::new(Shared {
