@@ -315,12 +315,108 @@ pub fn kind(m: &Message) -> &'static str {
     }
 }
 
-/// Refusals are always printed (they mean a misconfigured or foreign job is knocking),
-/// and also go to `tracing`; the connector is told why, briefly.
+/// Refusals are printed (they mean a misconfigured or foreign job is knocking), and also
+/// go to `tracing`, at most [`REFUSALS_SHOWN`] a second: a flood of strangers would
+/// otherwise bury the job's own output; the count of those not shown follows. The
+/// connector is told why, briefly.
 pub fn refuse(me: Rank, mut stream: TcpStream, from: SocketAddr, reason: &str) {
-    eprintln!("rcoll bootstrap ({me}): refused connection from {from}: {reason}");
-    tracing::warn!(rank = me.0, %from, reason, "refused a connection");
+    let admitted = REFUSAL_LOG
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .admit(Instant::now());
+    if let Admit::Show { unshown } = admitted {
+        if unshown > 0 {
+            eprintln!("rcoll bootstrap ({me}): {unshown} more refused connections not shown");
+            tracing::warn!(rank = me.0, unshown, "refused connections not shown");
+        }
+        eprintln!("rcoll bootstrap ({me}): refused connection from {from}: {reason}");
+        tracing::warn!(rank = me.0, %from, reason, "refused a connection");
+    }
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let _ = stream.write_all(&Message::Refuse(reason.to_owned()).encode());
+}
+
+/// Refusal lines shown per second, at most.
+pub const REFUSALS_SHOWN: u32 = 10;
+
+static REFUSAL_LOG: std::sync::Mutex<Throttle> = std::sync::Mutex::new(Throttle {
+    window: None,
+    shown: 0,
+    unshown: 0,
+});
+
+/// Lets [`REFUSALS_SHOWN`] lines through per second and counts the rest.
+#[derive(Debug)]
+struct Throttle {
+    /// Start of the current second.
+    window: Option<Instant>,
+    shown: u32,
+    /// Lines not shown since the last one shown.
+    unshown: u64,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Admit {
+    /// Show the line, after a count of the lines not shown before it.
+    Show {
+        unshown: u64,
+    },
+    Hide,
+}
+
+impl Throttle {
+    fn admit(&mut self, now: Instant) -> Admit {
+        let fresh = self
+            .window
+            .is_none_or(|w| now.duration_since(w) >= Duration::from_secs(1));
+        if fresh {
+            self.window = Some(now);
+            self.shown = 0;
+        }
+        if self.shown < REFUSALS_SHOWN {
+            self.shown += 1;
+            Admit::Show {
+                unshown: std::mem::take(&mut self.unshown),
+            }
+        } else {
+            self.unshown += 1;
+            Admit::Hide
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A flood of 29,000 refusals in 2 s shows 10 lines a second, and the first line of
+    /// each later second counts those hidden before it.
+    #[test]
+    fn a_flood_of_refusals_shows_ten_lines_a_second() {
+        let mut t = Throttle {
+            window: None,
+            shown: 0,
+            unshown: 0,
+        };
+        let start = Instant::now();
+        let mut shown = Vec::new();
+        for i in 0..29_000u64 {
+            let at = start + Duration::from_micros(i * 2_000_000 / 29_000);
+            if let Admit::Show { unshown } = t.admit(at) {
+                shown.push(unshown);
+            }
+        }
+        assert_eq!(shown.len(), 20, "{shown:?}");
+        assert_eq!(shown[..10], [0; 10]);
+        assert_eq!(
+            shown[10],
+            14_500 - 10,
+            "the count hidden in the first second"
+        );
+        assert_eq!(shown[11..], [0; 9]);
+        // A quiet second later: the count of the rest comes with the next line.
+        let later = start + Duration::from_secs(5);
+        assert_eq!(t.admit(later), Admit::Show { unshown: 14_490 });
+    }
 }

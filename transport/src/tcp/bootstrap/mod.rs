@@ -164,7 +164,10 @@ fn wait_readable(
     Ok(heard.and_then(|()| stream.set_nonblocking(false)))
 }
 
-fn receive(stream: &mut TcpStream, deadline: Instant) -> io::Result<Message> {
+/// Reads one message of at most `limit` bytes of body: [`wire::MAX_INTRO`] from a peer that
+/// has not yet proven the secret, so that a stranger cannot make this rank read (and hold)
+/// megabytes before it proved anything.
+fn receive(stream: &mut TcpStream, deadline: Instant, limit: usize) -> io::Result<Message> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     loop {
@@ -192,6 +195,15 @@ fn receive(stream: &mut TcpStream, deadline: Instant) -> io::Result<Message> {
             Some(p) => {
                 let (_, len) = Message::decode_prefix(p)
                     .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                if len > limit {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "it announced a message of {len} bytes before it proved the job's \
+                             secret (at most {limit} then)"
+                        ),
+                    ));
+                }
                 wire::PREFIX + len - buf.len()
             }
             None => wire::PREFIX - buf.len(),
@@ -236,7 +248,7 @@ fn introduce(
 ) -> Result<(), Introduction> {
     let nonce_c = auth::nonce().map_err(Introduction::Io)?;
     send(stream, &Message::Challenge { nonce: nonce_c }).map_err(Introduction::Io)?;
-    match receive(stream, deadline).map_err(Introduction::Io)? {
+    match receive(stream, deadline, wire::MAX_INTRO).map_err(Introduction::Io)? {
         Message::Proof { nonce, mac } if auth::acceptor_mac_ok(secret, &nonce_c, &nonce, &mac) => {
             send(stream, &auth::sign_intro(secret, &nonce_c, &nonce, intro))
                 .map_err(Introduction::Io)
@@ -512,7 +524,8 @@ fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportEr
         data.poll_ahead(deadline)
             .map_err(|e| io_fail(me, "accept", e))
     })?;
-    match heard.and_then(|()| receive(&mut s, deadline)) {
+    // The root proved the secret in `introduce`: its table may be long.
+    match heard.and_then(|()| receive(&mut s, deadline, wire::MAX_BODY)) {
         Ok(Message::Table { addrs, hosts, cpus })
             if addrs.len() == opts.nranks
                 && hosts.len() == opts.nranks
@@ -645,4 +658,52 @@ struct Member {
 /// A CPU count as the wire carries it (a count past `u32` is no count a machine has).
 fn cpus_word(cpus: usize) -> u32 {
     u32::try_from(cpus).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stranger at the rendezvous answers the challenge with a message of a megabyte
+    /// (and sends none of it): the connector refuses it at its length, at once, instead
+    /// of reading it or waiting for it until the deadline.
+    #[test]
+    fn an_unproven_acceptor_cannot_make_the_connector_read_a_megabyte() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
+        let addr = listener.local_addr().expect("address");
+        let stranger = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().expect("accept");
+            let mut challenge = [0u8; wire::PREFIX + wire::NONCE];
+            s.read_exact(&mut challenge).expect("the challenge");
+            let mut prefix = Message::Proof {
+                nonce: [0; wire::NONCE],
+                mac: [0; wire::MAC],
+            }
+            .encode()[..wire::PREFIX]
+                .to_vec();
+            prefix[5..9].copy_from_slice(&(1u32 << 20).to_le_bytes());
+            s.write_all(&prefix).expect("the prefix");
+            // Held open, silent, until the connector gives up.
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest);
+        });
+        let mut stream = TcpStream::connect(addr).expect("connect");
+        let started = Instant::now();
+        let deadline = started + Duration::from_secs(20);
+        let hello = Message::Handshake {
+            rank: 1,
+            mac: [0; wire::MAC],
+        };
+        let Err(Introduction::Io(e)) = introduce(&mut stream, 0x1234, hello, deadline) else {
+            panic!("the stranger's megabyte was taken as an answer");
+        };
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{e}");
+        assert!(e.to_string().contains("before it proved"), "{e}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "waited for it: {e}"
+        );
+        drop(stream);
+        stranger.join().expect("stranger");
+    }
 }
