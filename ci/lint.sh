@@ -5,3 +5,10 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p rcoll-transport --features hwloc --all-targets -- -D warnings
+# Fault injection (a misbehaving verbs peer) is for test builds only: nothing a user builds
+# (the bench, the C library, rcoll itself) turns the feature on.
+if cargo tree -p rcoll -p rcoll-bench -p rcoll-capi -e normal,build,features -i rcoll-transport \
+    | grep -q 'fault-injection'; then
+  echo "ci/lint.sh: a non-test build enables rcoll-transport's fault-injection feature" >&2
+  exit 1
+fi
