@@ -332,3 +332,63 @@ fn pus_without_cores_give_each_rank_a_pu_of_its_own() {
         crowded[8].notes
     );
 }
+
+/// Where a memory-only node is the fast memory near a rank's CPUs (KNL's MCDRAM, HBM in
+/// flat mode), the rank's memory is preferred there, and its placement and `topo` say why;
+/// a memory-only node of another kind (the CXL expander) is listed, never preferred.
+#[test]
+fn near_fast_memory_is_preferred_and_the_report_says_why() {
+    let knl = shape("knl-quadrant-flat.xml");
+    let p = placements(&knl, 2, Bind::Auto);
+    assert_eq!(
+        (p[0].numa, p[0].memory, p[1].memory),
+        (Some(0), Some(1), Some(1))
+    );
+    let text = topology::Report::new(knl.clone(), 2, Bind::Auto, &knl.cpus()).describe();
+    assert!(
+        text.contains("NUMA node 1: memory only (MCDRAM), near cpus 0-31"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "local rank 1: NUMA node 0, cpus 4-7, memory on node 1 (MCDRAM), device hfi1_0"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "memory preferred on NUMA node 1: MCDRAM without CPUs, the fast memory near node 0"
+        ),
+        "{text}"
+    );
+    // SNC-4: each cluster's own MCDRAM.
+    let snc = shape("knl-snc4-flat.xml");
+    let memory: Vec<Option<u32>> = placements(&snc, 4, Bind::Auto)
+        .iter()
+        .map(|p| p.memory)
+        .collect();
+    assert_eq!(memory, [Some(1), Some(3), Some(5), Some(7)]);
+    // HBM, one socket's each.
+    let hbm = shape("hbm-two-sockets-flat.xml");
+    let memory: Vec<Option<u32>> = placements(&hbm, 4, Bind::Numa)
+        .iter()
+        .map(|p| p.memory)
+        .collect();
+    assert_eq!(memory, [Some(1), Some(1), Some(3), Some(3)]);
+    // Not bound: no memory policy either.
+    assert_eq!(placements(&hbm, 1, Bind::None)[0].memory, None);
+    // CXL: slower or of unknown kind, not chosen; the report lists it.
+    let cxl = shape("cxl-expander.xml");
+    let p = placements(&cxl, 2, Bind::Auto);
+    assert_eq!((p[0].memory, p[1].memory), (Some(0), Some(1)));
+    assert!(
+        p.iter()
+            .all(|p| p.notes.iter().all(|n| !n.contains("memory"))),
+        "{p:?}"
+    );
+    let text = topology::Report::new(cxl.clone(), 2, Bind::Auto, &cxl.cpus()).describe();
+    assert!(
+        text.contains("NUMA node 2: memory only (kind not named), near cpus 0-15"),
+        "{text}"
+    );
+}

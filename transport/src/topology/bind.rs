@@ -1,5 +1,5 @@
-//! Applying a [`Placement`]: the calling thread onto its CPUs and its memory policy to its
-//! NUMA node (`preferred`: pages go there while it has room). Threads it starts afterwards
+//! Applying a [`Placement`]: the calling thread onto its CPUs and its memory policy to the
+//! node of its memory (`preferred`: pages go there while it has room, then elsewhere). Threads it starts afterwards
 //! inherit both, so the slots and buffers a transport allocates afterwards are local, and
 //! threads the application had already placed keep their own placement.
 //!
@@ -54,7 +54,7 @@ pub fn apply(p: &Placement) -> Result<(), String> {
     // their own placement.
     sched_setaffinity(Pid::from_raw(0), &set)
         .map_err(|e| format!("sched_setaffinity({}): {e}", p.cpus))?;
-    if let Some(node) = p.numa {
+    if let Some(node) = p.memory {
         prefer_node(node)?;
     }
     Ok(())
@@ -99,6 +99,7 @@ mod tests {
         let p = Placement {
             local_rank: 0,
             numa: Some(0),
+            memory: Some(0),
             cpus: mine.clone(),
             bind: true,
             device: None,
@@ -107,7 +108,7 @@ mod tests {
         apply(&p).unwrap();
         assert_eq!(current_affinity().unwrap(), mine);
         let far = Placement {
-            numa: Some(4095),
+            memory: Some(4095),
             ..p
         };
         assert!(apply(&far).unwrap_err().contains("set_mempolicy"));

@@ -72,10 +72,24 @@ pub struct NumaNode {
     pub memory: Option<String>,
 }
 
+/// The kinds of memory (hwloc's subtypes) faster than the ordinary: KNL's on-package
+/// MCDRAM and the high-bandwidth memory of later parts (hwloc names a node `HBM` when
+/// Linux's HMAT gives it more bandwidth than the DRAM beside it).
+const FAST_MEMORY: [&str; 2] = ["HBM", "MCDRAM"];
+
 impl NumaNode {
     /// Whether its memory is of a kind other than the ordinary (named, and not `DRAM`).
     fn special(&self) -> bool {
         self.memory.as_deref().is_some_and(|m| m != "DRAM")
+    }
+
+    /// Whether it is memory-only and of a fast kind ([`FAST_MEMORY`]).
+    pub fn fast_memory_only(&self) -> bool {
+        self.cpus.is_empty()
+            && self
+                .memory
+                .as_deref()
+                .is_some_and(|m| FAST_MEMORY.contains(&m))
     }
 }
 
@@ -157,6 +171,20 @@ impl Topology {
             )
     }
 
+    /// The memory-only node of fast memory near node `node`'s CPUs (KNL's MCDRAM beside
+    /// its DDR, HBM beside DRAM), the nearest (smallest locality, then lowest index), if
+    /// there is one.
+    pub fn near_fast_memory(&self, node: u32) -> Option<&NumaNode> {
+        let cpus = &self.numa.iter().find(|n| n.os_index == node)?.cpus;
+        if cpus.is_empty() {
+            return None;
+        }
+        self.numa
+            .iter()
+            .filter(|m| m.fast_memory_only() && cpus.is_subset(&m.near))
+            .min_by_key(|m| (m.near.len(), m.os_index))
+    }
+
     /// The RDMA devices.
     pub fn rdma(&self) -> impl Iterator<Item = &Device> {
         self.devices.iter().filter(|d| d.kind == DeviceKind::Rdma)
@@ -228,6 +256,19 @@ impl Topology {
             self.cpus().len()
         );
         for n in &self.numa {
+            if n.cpus.is_empty() {
+                out += &format!(
+                    "  NUMA node {}: memory only ({}), near cpus {}\n",
+                    n.os_index,
+                    n.memory.as_deref().unwrap_or("kind not named"),
+                    if n.near.is_empty() {
+                        "not known".to_string()
+                    } else {
+                        n.near.to_string()
+                    }
+                );
+                continue;
+            }
             let cores = self
                 .cores
                 .iter()
@@ -240,8 +281,11 @@ impl Topology {
                 .map(Device::label)
                 .collect();
             out += &format!(
-                "  NUMA node {}: cpus {} ({} cores); devices: {}\n",
+                "  NUMA node {}{}: cpus {} ({} cores); devices: {}\n",
                 n.os_index,
+                n.memory
+                    .as_deref()
+                    .map_or(String::new(), |m| format!(" ({m})")),
                 n.cpus,
                 cores,
                 if devs.is_empty() {
@@ -299,7 +343,8 @@ impl Report {
         }
     }
 
-    /// The topology, then one line per local rank: NUMA node, CPUs, device, notes.
+    /// The topology, then one line per local rank: NUMA node, CPUs, the node of its memory
+    /// when another, device, notes.
     pub fn describe(&self) -> String {
         let mut out = self.topology.describe();
         out += &format!(
@@ -308,8 +353,23 @@ impl Report {
             self.bind.name()
         );
         for p in &self.placements {
+            let memory = match p.memory {
+                Some(m) if p.memory != p.numa => {
+                    let kind = self
+                        .topology
+                        .numa
+                        .iter()
+                        .find(|n| n.os_index == m)
+                        .and_then(|n| n.memory.as_deref());
+                    match kind {
+                        Some(k) => format!(", memory on node {m} ({k})"),
+                        None => format!(", memory on node {m}"),
+                    }
+                }
+                _ => String::new(),
+            };
             out += &format!(
-                "  local rank {}: NUMA node {}, cpus {}{}, device {}{}\n",
+                "  local rank {}: NUMA node {}, cpus {}{}{memory}, device {}{}\n",
                 p.local_rank,
                 p.numa.map_or("-".into(), |n| n.to_string()),
                 p.cpus,

@@ -23,6 +23,11 @@
 //!   next; pinned, the order held (tree 123-131 µs, binomial tree 171-174 µs). The price:
 //!   ranks busy at the same time may sit on one core while another idles (the binomial
 //!   tree's ranks 0 and 2 there); `numa` lets them float.
+//! - Memory is preferred (`set_mempolicy(MPOL_PREFERRED)`, when bound) on the rank's node,
+//!   or on a memory-only node of fast memory near it where there is one (KNL's MCDRAM in
+//!   flat or hybrid mode, HBM in flat mode: the bandwidth a collective's copies and
+//!   reductions run at), the placement's notes saying so; past its capacity, pages go
+//!   elsewhere. A memory-only node of another kind (a CXL expander, NVM) is not chosen.
 //! - The device is an RDMA device on the rank's node, the node's ranks spread round-robin
 //!   over all of them (every rail used). With none there (devices on other nodes only, or
 //!   without locality, as Soft-RoCE's), the transport chooses by address as it would
@@ -85,6 +90,11 @@ pub struct Placement {
     pub local_rank: usize,
     /// Its NUMA node.
     pub numa: Option<u32>,
+    /// The NUMA node its memory is preferred on when rcoll binds it: its own node, or a
+    /// memory-only node of fast memory near it (KNL's MCDRAM, HBM in flat mode; the notes
+    /// say so); `None` when it is not bound.
+    #[serde(default)]
+    pub memory: Option<u32>,
     /// The CPUs it runs on (after binding).
     pub cpus: CpuSet,
     /// Whether rcoll binds it (`false`: `RCOLL_BIND=none`, or the launcher's affinity kept).
@@ -92,7 +102,8 @@ pub struct Placement {
     /// The RDMA device it should drive: one on its NUMA node (`None` when its node has
     /// none: the transport then chooses by address, as without a topology).
     pub device: Option<String>,
-    /// What was not ideal, in words (empty when every rank got a device on its node).
+    /// What was not ideal, and a memory preferred off the rank's node with the reason, in
+    /// words (empty when every rank got a device on its node and its node's memory).
     pub notes: Vec<String>,
 }
 
@@ -178,6 +189,23 @@ pub fn place(
             }
         }
     };
+    // Memory: the rank's node, or the fast memory-only node near it; nothing when unbound.
+    let memory = match (binds, node) {
+        (false, _) => None,
+        (true, Some(n)) => match topo.near_fast_memory(n) {
+            Some(fast) => {
+                notes.push(format!(
+                    "memory preferred on NUMA node {}: {} without CPUs, the fast memory near \
+                     node {n}",
+                    fast.os_index,
+                    fast.memory.as_deref().unwrap_or("memory")
+                ));
+                Some(fast.os_index)
+            }
+            None => Some(n),
+        },
+        (true, None) => None,
+    };
     let rdma: Vec<&super::Device> = topo.rdma().collect();
     let here: Vec<&&super::Device> = rdma
         .iter()
@@ -195,8 +223,8 @@ pub fn place(
         } else if !anywhere.is_empty() {
             let names: Vec<&str> = anywhere.iter().map(|d| d.name.as_str()).collect();
             notes.push(format!(
-                "no RDMA device on NUMA node {node}; {} without locality (virtual, such as \
-                 Soft-RoCE): the device is chosen by address",
+                "no RDMA device on NUMA node {node}; {} without locality (attached across \
+                 nodes, or virtual such as Soft-RoCE): the device is chosen by address",
                 names.join(", ")
             ));
         } else {
@@ -221,6 +249,7 @@ pub fn place(
     Placement {
         local_rank,
         numa: node,
+        memory,
         cpus,
         bind: binds,
         device,

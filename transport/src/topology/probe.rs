@@ -204,6 +204,7 @@ fn pin(cpu: u32) -> Result<(), String> {
     bind::apply(&Placement {
         local_rank: 0,
         numa: None,
+        memory: None,
         cpus: CpuSet::of([cpu]),
         bind: true,
         device: None,
