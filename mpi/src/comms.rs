@@ -1,0 +1,280 @@
+//! rcoll communicators of MPI communicators: the world's, formed in `MPI_Init`, and every
+//! other's, formed at its first served collective (every member makes that call, so
+//! forming it there is a collective like any other) and kept as an MPI attribute whose
+//! delete callback (run by `MPI_Comm_free`) drops it. `MPI_Finalize` drops them all.
+//!
+//! Forming one: rank 0 of the MPI communicator opens a rendezvous
+//! ([`rcoll::process::UniqueId`]), its bytes reach the others by `PMPI_Bcast`, each builds
+//! its rank (transport from `RCOLL_TRANSPORT`, by default shared memory inside a host),
+//! and a `PMPI_Allreduce` of the outcome makes every rank agree: if any failed, none uses
+//! rcoll on that communicator (the failing ones print why), and its calls go to MPI.
+
+use std::collections::HashMap;
+use std::ffi::{c_int, c_void, CString};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
+
+use rcoll::process::{Builder, UniqueId, UNIQUE_ID_BYTES};
+use rcoll::Communicator;
+
+use crate::control::Control;
+use crate::decide::Reason;
+use crate::ffi::{self, Comm};
+
+/// One MPI communicator's rcoll side.
+pub struct Entry {
+    /// This rank in it.
+    pub rank: usize,
+    /// Its size.
+    pub size: usize,
+    /// Whether it has an rcoll communicator.
+    pub state: State,
+}
+
+/// Whether a communicator is served.
+pub enum State {
+    /// Its calls go to MPI, for this reason.
+    Unavailable(Reason),
+    /// Its rcoll communicator; after an rcoll error, the error (rcoll's communicators are
+    /// unusable after one), returned again by every later call.
+    Ready(Box<Mutex<Result<Communicator, String>>>),
+}
+
+impl Entry {
+    /// The communicator, held for one call.
+    pub fn lock(&self) -> Option<MutexGuard<'_, Result<Communicator, String>>> {
+        match &self.state {
+            State::Ready(m) => Some(m.lock().unwrap_or_else(|p| p.into_inner())),
+            State::Unavailable(_) => None,
+        }
+    }
+}
+
+/// The process's shim, between `MPI_Init` and `MPI_Finalize`.
+struct Shim {
+    /// The attribute carrying an entry's id.
+    keyval: c_int,
+    /// rcoll's MPI error class (-1: MPI gave none).
+    error_class: c_int,
+    world: Option<Arc<Entry>>,
+    others: HashMap<usize, Arc<Entry>>,
+    next: usize,
+}
+
+static SHIM: RwLock<Option<Shim>> = RwLock::new(None);
+static CONTROL: OnceLock<Control> = OnceLock::new();
+
+/// The environment's settings, read at `MPI_Init` (`None` before).
+pub fn control() -> Option<&'static Control> {
+    CONTROL.get()
+}
+
+fn read() -> std::sync::RwLockReadGuard<'static, Option<Shim>> {
+    SHIM.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write() -> std::sync::RwLockWriteGuard<'static, Option<Shim>> {
+    SHIM.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// This process's rank in `MPI_COMM_WORLD`.
+pub fn world_rank() -> i32 {
+    // SAFETY: a query, valid after MPI_Init; -1 if MPI refuses it.
+    unsafe { ffi::rcoll_mpi_world_rank() }
+}
+
+fn world_handle() -> Comm {
+    // SAFETY: returns a constant handle.
+    unsafe { ffi::rcoll_mpi_comm_world() }
+}
+
+/// After `PMPI_Init*` succeeded: reads the environment and forms the world's communicator
+/// (unless `RCOLL_MPI=0`).
+pub fn init() {
+    let control = CONTROL.get_or_init(Control::from_env);
+    let me = world_rank();
+    if me == 0 {
+        for w in &control.warnings {
+            eprintln!("rcoll-mpi: {w}");
+        }
+    }
+    if !control.enabled {
+        return;
+    }
+    let mut keyval: c_int = -1;
+    // SAFETY: `delete_entry` has the delete callback's signature; keyval is writable.
+    if unsafe { ffi::rcoll_mpi_keyval_create(delete_entry, &mut keyval) } != 0 {
+        eprintln!("rcoll-mpi: rank {me}: MPI gave no attribute key: collectives go to MPI");
+        return;
+    }
+    let mut error_class: c_int = -1;
+    // SAFETY: writable out-parameter.
+    if unsafe { ffi::rcoll_mpi_error_class(&mut error_class) } != 0 {
+        error_class = -1;
+    }
+    let world = world_handle();
+    let entry = match comm_info(world) {
+        Ok((rank, size)) => Arc::new(form(world, rank, size, "MPI_COMM_WORLD")),
+        Err(reason) => Arc::new(Entry {
+            rank: 0,
+            size: 0,
+            state: State::Unavailable(reason),
+        }),
+    };
+    *write() = Some(Shim {
+        keyval,
+        error_class,
+        world: Some(entry),
+        others: HashMap::new(),
+        next: 1,
+    });
+}
+
+/// Before `PMPI_Finalize`: drops every rcoll communicator and the attribute key.
+pub fn finalize() {
+    let taken = write().take();
+    if let Some(mut shim) = taken {
+        drop(shim.world.take());
+        drop(std::mem::take(&mut shim.others));
+        // SAFETY: the key this shim created; MPI is still initialized.
+        unsafe { ffi::rcoll_mpi_keyval_free(&mut shim.keyval) };
+    }
+}
+
+/// Rank and size of an intracommunicator; why not otherwise.
+pub fn comm_info(comm: Comm) -> Result<(usize, usize), Reason> {
+    let (mut rank, mut size) = (0, 0);
+    // SAFETY: out-parameters writable; a null or refused handle is reported, not used.
+    match unsafe { ffi::rcoll_mpi_comm_info(comm, &mut rank, &mut size) } {
+        0 => Ok((
+            usize::try_from(rank).unwrap_or_default(),
+            usize::try_from(size).unwrap_or_default(),
+        )),
+        1 => Err(Reason::Intercommunicator),
+        _ => Err(Reason::InvalidArgument("communicator")),
+    }
+}
+
+/// The entry of `comm` if it has one (`Err`: MPI was not initialized through the shim).
+pub fn lookup(comm: Comm) -> Result<Option<Arc<Entry>>, Reason> {
+    let guard = read();
+    let shim = guard.as_ref().ok_or(Reason::NotInitialized)?;
+    if comm == world_handle() {
+        return Ok(shim.world.clone());
+    }
+    let mut value: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `value` is writable; a communicator without the attribute says so.
+    if unsafe { ffi::rcoll_mpi_attr_get(comm, shim.keyval, &mut value) } == 0 {
+        return Ok(None);
+    }
+    Ok(shim.others.get(&(value as usize)).cloned())
+}
+
+/// The entry of `comm` (rank `rank` of `size`), formed now if it has none: a collective
+/// over `comm`, which every member reaches in the same call.
+pub fn entry_or_form(comm: Comm, rank: usize, size: usize) -> Arc<Entry> {
+    match lookup(comm) {
+        Ok(Some(e)) => return e,
+        Ok(None) => {}
+        Err(reason) => {
+            return Arc::new(Entry {
+                rank,
+                size,
+                state: State::Unavailable(reason),
+            })
+        }
+    }
+    let entry = Arc::new(form(comm, rank, size, "a communicator"));
+    let mut guard = write();
+    let Some(shim) = guard.as_mut() else {
+        return entry;
+    };
+    let id = shim.next;
+    shim.next += 1;
+    // SAFETY: the key is this shim's; the value is an id, never dereferenced.
+    if unsafe { ffi::rcoll_mpi_attr_set(comm, shim.keyval, id as *mut c_void) } == 0 {
+        shim.others.insert(id, Arc::clone(&entry));
+    }
+    entry
+}
+
+/// Forms the rcoll communicator of `comm`, or says why not on every rank alike.
+fn form(comm: Comm, rank: usize, size: usize, label: &str) -> Entry {
+    let unavailable = |reason| Entry {
+        rank,
+        size,
+        state: State::Unavailable(reason),
+    };
+    let me = world_rank();
+    let say = |why: &dyn std::fmt::Display| {
+        eprintln!("rcoll-mpi: rank {me}: no rcoll communicator for {label} ({why}): its collectives go to MPI");
+    };
+    // [1, id...] from rank 0, or [0, ...] if it could not open a rendezvous.
+    let mut bytes = [0u8; UNIQUE_ID_BYTES + 1];
+    if rank == 0 {
+        match UniqueId::new() {
+            Ok(id) => {
+                bytes[0] = 1;
+                bytes[1..].copy_from_slice(&id.to_bytes());
+            }
+            Err(e) => say(&e),
+        }
+    }
+    // SAFETY: `bytes` is writable for its length; every member makes this call.
+    let sent = unsafe {
+        ffi::rcoll_mpi_bcast_bytes(bytes.as_mut_ptr().cast(), bytes.len() as c_int, 0, comm)
+    };
+    if sent != 0 || bytes[0] != 1 {
+        return unavailable(Reason::NoCommunicator);
+    }
+    let mut id = [0u8; UNIQUE_ID_BYTES];
+    id.copy_from_slice(&bytes[1..]);
+    let built =
+        UniqueId::from_bytes(&id).and_then(|id| Builder::from_unique_id(&id, rank, size)?.build());
+    if let Err(e) = &built {
+        say(e);
+    }
+    // SAFETY: every member makes this call, with its own outcome.
+    let all = unsafe { ffi::rcoll_mpi_all_agree(c_int::from(built.is_ok()), comm) };
+    match built {
+        Ok(c) if all == 1 => Entry {
+            rank,
+            size,
+            state: State::Ready(Box::new(Mutex::new(Ok(c)))),
+        },
+        _ => unavailable(Reason::NoCommunicator),
+    }
+}
+
+/// The attribute's delete callback (`MPI_Comm_free`, `MPI_Finalize`): drops the entry.
+unsafe extern "C" fn delete_entry(
+    _comm: Comm,
+    _keyval: c_int,
+    value: *mut c_void,
+    _extra: *mut c_void,
+) -> c_int {
+    let removed = std::panic::catch_unwind(|| {
+        write()
+            .as_mut()
+            .and_then(|shim| shim.others.remove(&(value as usize)))
+    });
+    // Dropped outside the lock: closing a communicator takes a moment.
+    drop(removed);
+    0
+}
+
+/// An rcoll failure of a call on `comm`, given to its error handler: with
+/// `MPI_ERRORS_ARE_FATAL` the message is printed and the job aborted; otherwise the call
+/// returns an error code of rcoll's class whose `MPI_Error_string` is the message.
+pub fn raise(comm: Comm, message: &str) -> c_int {
+    // SAFETY: a query on a communicator the call was given.
+    let fatal = unsafe { ffi::rcoll_mpi_errors_are_fatal(comm) } != 0;
+    if fatal {
+        eprintln!("{message}");
+        // SAFETY: ends the job; MPI is initialized.
+        unsafe { ffi::rcoll_mpi_abort(comm, 1) };
+    }
+    let class = read().as_ref().map_or(-1, |s| s.error_class);
+    let text = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    // SAFETY: `text` is NUL-terminated and outlives the call (MPI copies it).
+    unsafe { ffi::rcoll_mpi_raise(comm, class, text.as_ptr()) }
+}

@@ -1,0 +1,119 @@
+//! The environment's say: `RCOLL_MPI=0` forwards everything, `RCOLL_MPI_COLLS` names the
+//! collectives served (the others go to MPI), `RCOLL_MPI_STATS=1` prints what was served
+//! and forwarded at `MPI_Finalize`.
+
+use crate::decide::Coll;
+
+/// What the environment asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Control {
+    /// `RCOLL_MPI` is not 0.
+    pub enabled: bool,
+    /// `RCOLL_MPI_COLLS`, indexed like [`Coll::ALL`] (all true when unset).
+    pub served: [bool; Coll::ALL.len()],
+    /// `RCOLL_MPI_STATS=1`.
+    pub stats: bool,
+    /// Problems with the settings, to print once.
+    pub warnings: Vec<String>,
+}
+
+impl Control {
+    /// From the process environment.
+    pub fn from_env() -> Control {
+        let var = |k: &str| std::env::var(k).ok();
+        Control::parse(
+            var("RCOLL_MPI").as_deref(),
+            var("RCOLL_MPI_COLLS").as_deref(),
+            var("RCOLL_MPI_STATS").as_deref(),
+        )
+    }
+
+    /// From the three variables' values.
+    pub fn parse(enabled: Option<&str>, colls: Option<&str>, stats: Option<&str>) -> Control {
+        let mut warnings = Vec::new();
+        let mut flag = |name: &str, v: Option<&str>, default: bool| match v.map(str::trim) {
+            None | Some("") => default,
+            Some(v) => match v.to_ascii_lowercase().as_str() {
+                "1" | "on" | "yes" | "true" => true,
+                "0" | "off" | "no" | "false" => false,
+                _ => {
+                    warnings.push(format!(
+                        "{name}={v:?} is not 0 or 1: taken as {}",
+                        u8::from(default)
+                    ));
+                    default
+                }
+            },
+        };
+        let enabled = flag("RCOLL_MPI", enabled, true);
+        let stats = flag("RCOLL_MPI_STATS", stats, false);
+        let mut served = [colls.is_none(); Coll::ALL.len()];
+        for word in colls.unwrap_or_default().split(',').map(str::trim) {
+            if word.is_empty() {
+                continue;
+            }
+            let key = word.to_ascii_lowercase();
+            let key = key.strip_prefix("mpi_").unwrap_or(&key);
+            match Coll::ALL.iter().find(|c| c.key() == key) {
+                Some(c) => served[c.index()] = true,
+                None => warnings.push(format!(
+                    "RCOLL_MPI_COLLS: no collective {word:?} (expected some of {})",
+                    Coll::ALL
+                        .iter()
+                        .filter(|c| c.servable())
+                        .map(|c| c.key())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                )),
+            }
+        }
+        Control {
+            enabled,
+            served,
+            stats,
+            warnings,
+        }
+    }
+
+    /// Whether `coll` may be served.
+    pub fn serves(&self, coll: Coll) -> bool {
+        self.served[coll.index()]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unset_serves_everything_without_stats() {
+        let c = Control::parse(None, None, None);
+        assert!(c.enabled && !c.stats && c.warnings.is_empty());
+        assert!(Coll::ALL.iter().all(|&k| c.serves(k)));
+    }
+
+    #[test]
+    fn rcoll_mpi_0_forwards_and_stats_1_counts() {
+        let c = Control::parse(Some("0"), None, Some("1"));
+        assert!(!c.enabled && c.stats);
+        let c = Control::parse(Some("maybe"), None, None);
+        assert!(c.enabled);
+        assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn colls_restricts_by_name_in_either_spelling() {
+        let c = Control::parse(
+            None,
+            Some("allreduce, MPI_Bcast,reduce_scatter_block,"),
+            None,
+        );
+        assert!(c.serves(Coll::Allreduce) && c.serves(Coll::Bcast));
+        assert!(c.serves(Coll::ReduceScatterBlock) && !c.serves(Coll::ReduceScatter));
+        assert!(!c.serves(Coll::Barrier));
+        assert!(c.warnings.is_empty());
+        let c = Control::parse(None, Some("allreduse"), None);
+        assert!(!c.serves(Coll::Allreduce));
+        assert!(c.warnings[0].contains("\"allreduse\""), "{:?}", c.warnings);
+    }
+}

@@ -1,0 +1,759 @@
+//! The exported MPI entry points. Each takes its call apart for [`decide`], runs a served
+//! call on rcoll and gives everything else, unchanged, to the MPI library's `PMPI_*`
+//! function — mpiP's shape: `MPI_X` decides, then calls `PMPI_X`.
+//!
+//! Every function is `unsafe extern "C"`: its safety contract is MPI's for that call (the
+//! buffers hold what the counts and datatypes say, handles are valid or MPI's null
+//! handles). No panic crosses into C: one ends the job through `PMPI_Abort`.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::io::Write;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::comms::{self, State};
+use crate::decide::{decide, Action, Args, Coll, OpKind, Reason, Side, Ty, Types};
+use crate::ffi::{self, Comm, Datatype, Op, NO_DATATYPE};
+use crate::run;
+use crate::stats::Stats;
+
+static STATS: Stats = Stats::new();
+
+/// Runs `f`; a panic (a bug in the shim) ends the job rather than unwinding into C.
+fn guarded(what: &str, f: impl FnOnce() -> c_int) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(code) => code,
+        Err(_) => {
+            eprintln!("rcoll-mpi: internal error in {what}: aborting the job");
+            // SAFETY: ends the job; a panic leaves nothing to return to.
+            unsafe { ffi::rcoll_mpi_abort(ffi::rcoll_mpi_comm_world(), 1) };
+            std::process::abort()
+        }
+    }
+}
+
+/// Datatypes as MPI describes them.
+struct MpiTypes;
+
+impl Types<Datatype> for MpiTypes {
+    fn ty(&self, h: Datatype) -> Ty {
+        let mut info = ffi::TypeInfo::default();
+        // SAFETY: `info` is writable; the handle is one the application passed for a side
+        // MPI says this rank uses (valid by MPI's contract; MPI_DATATYPE_NULL is checked).
+        let ok = unsafe { ffi::rcoll_mpi_type_info(h, &mut info) } == 0;
+        Ty::from_info(ok.then_some(info))
+    }
+
+    fn name(&self, h: Datatype) -> String {
+        let mut buf = [0 as c_char; 160];
+        // SAFETY: the buffer is writable for its length, and NUL-terminated by the call.
+        let name = unsafe {
+            ffi::rcoll_mpi_type_name(h, buf.as_mut_ptr(), buf.len() as c_int);
+            CStr::from_ptr(buf.as_ptr())
+        };
+        match name.to_string_lossy() {
+            n if n.is_empty() => "unnamed datatype".into(),
+            n => n.into_owned(),
+        }
+    }
+}
+
+fn in_place(p: *const c_void) -> bool {
+    // SAFETY: compares the pointer with MPI_IN_PLACE; never dereferenced.
+    unsafe { ffi::rcoll_mpi_is_in_place(p) != 0 }
+}
+
+fn side(buf: *const c_void, count: c_int, dtype: Datatype) -> Side<Datatype> {
+    Side {
+        count: i64::from(count),
+        dtype,
+        in_place: in_place(buf),
+        null: buf.is_null(),
+    }
+}
+
+fn op_kind(op: Op) -> OpKind {
+    // SAFETY: compares the handle with the predefined ops.
+    OpKind::from_code(unsafe { ffi::rcoll_mpi_op_code(op) })
+}
+
+/// A servable collective: served on rcoll, or `forward`ed with its reason counted.
+///
+/// # Safety
+/// `send` and `recv` are the call's buffers, valid as MPI's contract for it says (the
+/// decision reads only the sides MPI says this rank uses).
+unsafe fn collective<'a>(
+    coll: Coll,
+    comm: Comm,
+    send: *const c_void,
+    recv: *mut c_void,
+    args: impl FnOnce(usize, usize) -> Args<'a, Datatype>,
+    forward: impl FnOnce() -> c_int,
+) -> c_int {
+    guarded(coll.mpi_name(), || {
+        // SAFETY: the caller's contract, passed on.
+        match unsafe { serve(coll, comm, send, recv, args) } {
+            Ok(code) => {
+                STATS.served(coll);
+                code
+            }
+            Err(reason) => {
+                STATS.forwarded(coll, reason.to_string());
+                forward()
+            }
+        }
+    })
+}
+
+/// # Safety
+/// As [`collective`].
+unsafe fn serve<'a>(
+    coll: Coll,
+    comm: Comm,
+    send: *const c_void,
+    recv: *mut c_void,
+    args: impl FnOnce(usize, usize) -> Args<'a, Datatype>,
+) -> Result<c_int, Reason> {
+    let control = comms::control().ok_or(Reason::NotInitialized)?;
+    if !control.enabled {
+        return Err(Reason::Disabled);
+    }
+    if !control.serves(coll) {
+        return Err(Reason::Restricted);
+    }
+    let known = comms::lookup(comm)?;
+    let (rank, size) = match &known {
+        Some(e) => match &e.state {
+            State::Unavailable(r) => return Err(r.clone()),
+            State::Ready(_) => (e.rank, e.size),
+        },
+        None => comms::comm_info(comm)?,
+    };
+    let plan = decide(&args(rank, size), &MpiTypes)?;
+    if plan.action == Action::Nothing {
+        return Ok(0);
+    }
+    let entry = match known {
+        Some(e) => e,
+        None => comms::entry_or_form(comm, rank, size),
+    };
+    let Some(mut held) = entry.lock() else {
+        return Err(Reason::NoCommunicator);
+    };
+    let failed = match &mut *held {
+        // SAFETY: the caller's contract: the buffers hold what the plan, made from the
+        // call's counts and datatypes, says this rank reads and writes.
+        Ok(c) => match unsafe { run::execute(c, &plan, send, recv) } {
+            Ok(()) => return Ok(0),
+            Err(e) => e.to_string(),
+        },
+        Err(earlier) => format!("the communicator failed in an earlier call: {earlier}"),
+    };
+    if held.is_ok() {
+        *held = Err(failed.clone());
+    }
+    drop(held);
+    let me = comms::world_rank();
+    Ok(comms::raise(
+        comm,
+        &format!(
+            "rcoll-mpi: {} on world rank {me}: {failed}",
+            coll.mpi_name()
+        ),
+    ))
+}
+
+/// A collective rcoll does not serve: counted, then given to MPI.
+fn forwarded(coll: Coll, forward: impl FnOnce() -> c_int) -> c_int {
+    guarded(coll.mpi_name(), || {
+        let reason = match comms::control() {
+            Some(c) if !c.enabled => Reason::Disabled,
+            _ => Reason::NotServed,
+        };
+        STATS.forwarded(coll, reason.to_string());
+        forward()
+    })
+}
+
+/// A reduction's arguments: one count and datatype for both sides.
+fn reduction<'a>(
+    coll: Coll,
+    (rank, size): (usize, usize),
+    (send, recv): (*const c_void, *const c_void),
+    count: c_int,
+    dtype: Datatype,
+    op: Op,
+    root: c_int,
+) -> Args<'a, Datatype> {
+    Args {
+        coll,
+        rank,
+        size,
+        root,
+        send: side(send, count, dtype),
+        recv: side(recv, count, dtype),
+        op: op_kind(op),
+        counts: &[],
+    }
+}
+
+/// A data movement's arguments.
+#[allow(clippy::too_many_arguments)]
+fn movement<'a>(
+    coll: Coll,
+    (rank, size): (usize, usize),
+    (send, sendcount, sendtype): (*const c_void, c_int, Datatype),
+    (recv, recvcount, recvtype): (*const c_void, c_int, Datatype),
+    root: c_int,
+) -> Args<'a, Datatype> {
+    Args {
+        coll,
+        rank,
+        size,
+        root,
+        send: side(send, sendcount, sendtype),
+        recv: side(recv, recvcount, recvtype),
+        op: OpKind::Null,
+        counts: &[],
+    }
+}
+
+/// Initializes MPI, then forms the world's rcoll communicator.
+///
+/// # Safety
+/// MPI's contract for `MPI_Init`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    let rc = unsafe { ffi::PMPI_Init(argc, argv) };
+    if rc == 0 {
+        guarded("MPI_Init", || {
+            comms::init();
+            0
+        });
+    }
+    rc
+}
+
+/// Initializes MPI at a thread level, then forms the world's rcoll communicator.
+///
+/// # Safety
+/// MPI's contract for `MPI_Init_thread`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Init_thread(
+    argc: *mut c_int,
+    argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    let rc = unsafe { ffi::PMPI_Init_thread(argc, argv, required, provided) };
+    if rc == 0 {
+        guarded("MPI_Init_thread", || {
+            comms::init();
+            0
+        });
+    }
+    rc
+}
+
+/// Prints the stats (`RCOLL_MPI_STATS=1`, world rank 0), drops every rcoll communicator,
+/// then finalizes MPI.
+///
+/// # Safety
+/// MPI's contract for `MPI_Finalize`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Finalize() -> c_int {
+    guarded("MPI_Finalize", || {
+        if comms::control().is_some_and(|c| c.stats) && comms::world_rank() == 0 {
+            let mut out = std::io::stdout().lock();
+            for line in STATS.lines() {
+                let _ = writeln!(out, "{line}");
+            }
+            let _ = out.flush();
+        }
+        comms::finalize();
+        0
+    });
+    // SAFETY: MPI's call, no arguments.
+    unsafe { ffi::PMPI_Finalize() }
+}
+
+/// `MPI_Allreduce`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Allreduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Datatype,
+    op: Op,
+    comm: Comm,
+) -> c_int {
+    let c = Coll::Allreduce;
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        collective(
+            c,
+            comm,
+            sendbuf,
+            recvbuf,
+            |r, n| reduction(c, (r, n), (sendbuf, recvbuf), count, datatype, op, 0),
+            || ffi::PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm),
+        )
+    }
+}
+
+/// `MPI_Reduce`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Reduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Datatype,
+    op: Op,
+    root: c_int,
+    comm: Comm,
+) -> c_int {
+    let c = Coll::Reduce;
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        collective(
+            c,
+            comm,
+            sendbuf,
+            recvbuf,
+            |r, n| reduction(c, (r, n), (sendbuf, recvbuf), count, datatype, op, root),
+            || ffi::PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm),
+        )
+    }
+}
+
+/// `MPI_Bcast`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Bcast(
+    buffer: *mut c_void,
+    count: c_int,
+    datatype: Datatype,
+    root: c_int,
+    comm: Comm,
+) -> c_int {
+    let c = Coll::Bcast;
+    let none = std::ptr::null();
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        collective(
+            c,
+            comm,
+            none,
+            buffer,
+            |r, n| {
+                movement(
+                    c,
+                    (r, n),
+                    (none, 0, datatype),
+                    (buffer, count, datatype),
+                    root,
+                )
+            },
+            || ffi::PMPI_Bcast(buffer, count, datatype, root, comm),
+        )
+    }
+}
+
+/// `MPI_Allgather`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Allgather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Datatype,
+    comm: Comm,
+) -> c_int {
+    let c = Coll::Allgather;
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        collective(
+            c,
+            comm,
+            sendbuf,
+            recvbuf,
+            |r, n| {
+                movement(
+                    c,
+                    (r, n),
+                    (sendbuf, sendcount, sendtype),
+                    (recvbuf, recvcount, recvtype),
+                    0,
+                )
+            },
+            || {
+                ffi::PMPI_Allgather(
+                    sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+                )
+            },
+        )
+    }
+}
+
+/// `MPI_Reduce_scatter_block`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Reduce_scatter_block(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    datatype: Datatype,
+    op: Op,
+    comm: Comm,
+) -> c_int {
+    let c = Coll::ReduceScatterBlock;
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        collective(
+            c,
+            comm,
+            sendbuf,
+            recvbuf,
+            |r, n| reduction(c, (r, n), (sendbuf, recvbuf), recvcount, datatype, op, 0),
+            || ffi::PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm),
+        )
+    }
+}
+
+/// `MPI_Reduce_scatter`: served when every count is equal.
+///
+/// # Safety
+/// MPI's contract for this call (`recvcounts` holds the communicator's size of counts).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Reduce_scatter(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    datatype: Datatype,
+    op: Op,
+    comm: Comm,
+) -> c_int {
+    let c = Coll::ReduceScatter;
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        collective(
+            c,
+            comm,
+            sendbuf,
+            recvbuf,
+            |r, n| {
+                let counts: &[c_int] = if recvcounts.is_null() {
+                    &[]
+                } else {
+                    // SAFETY: MPI's contract: one count per member of the communicator.
+                    std::slice::from_raw_parts(recvcounts, n)
+                };
+                Args {
+                    counts,
+                    ..reduction(c, (r, n), (sendbuf, recvbuf), 0, datatype, op, 0)
+                }
+            },
+            || ffi::PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm),
+        )
+    }
+}
+
+/// `MPI_Alltoall`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoall(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Datatype,
+    comm: Comm,
+) -> c_int {
+    let c = Coll::Alltoall;
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        collective(
+            c,
+            comm,
+            sendbuf,
+            recvbuf,
+            |r, n| {
+                movement(
+                    c,
+                    (r, n),
+                    (sendbuf, sendcount, sendtype),
+                    (recvbuf, recvcount, recvtype),
+                    0,
+                )
+            },
+            || {
+                ffi::PMPI_Alltoall(
+                    sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+                )
+            },
+        )
+    }
+}
+
+/// `MPI_Gather`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Gather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Datatype,
+    root: c_int,
+    comm: Comm,
+) -> c_int {
+    let c = Coll::Gather;
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        collective(
+            c,
+            comm,
+            sendbuf,
+            recvbuf,
+            |r, n| {
+                movement(
+                    c,
+                    (r, n),
+                    (sendbuf, sendcount, sendtype),
+                    (recvbuf, recvcount, recvtype),
+                    root,
+                )
+            },
+            || {
+                ffi::PMPI_Gather(
+                    sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
+                )
+            },
+        )
+    }
+}
+
+/// `MPI_Scatter`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Scatter(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Datatype,
+    root: c_int,
+    comm: Comm,
+) -> c_int {
+    let c = Coll::Scatter;
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        collective(
+            c,
+            comm,
+            sendbuf,
+            recvbuf,
+            |r, n| {
+                movement(
+                    c,
+                    (r, n),
+                    (sendbuf, sendcount, sendtype),
+                    (recvbuf, recvcount, recvtype),
+                    root,
+                )
+            },
+            || {
+                ffi::PMPI_Scatter(
+                    sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
+                )
+            },
+        )
+    }
+}
+
+/// `MPI_Barrier`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Barrier(comm: Comm) -> c_int {
+    let c = Coll::Barrier;
+    let (none, nothing) = (std::ptr::null(), std::ptr::null_mut());
+    // SAFETY: MPI's contract for the call, passed on; a barrier has no buffers.
+    unsafe {
+        collective(
+            c,
+            comm,
+            none,
+            nothing,
+            |r, n| movement(c, (r, n), (none, 0, NO_DATATYPE), (none, 0, NO_DATATYPE), 0),
+            || ffi::PMPI_Barrier(comm),
+        )
+    }
+}
+
+/// `MPI_Allgatherv`: forwarded (counted).
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Allgatherv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: Datatype,
+    comm: Comm,
+) -> c_int {
+    forwarded(Coll::Allgatherv, || {
+        // SAFETY: the caller's arguments, passed on.
+        unsafe {
+            ffi::PMPI_Allgatherv(
+                sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm,
+            )
+        }
+    })
+}
+
+/// `MPI_Gatherv`: forwarded (counted).
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Gatherv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: Datatype,
+    root: c_int,
+    comm: Comm,
+) -> c_int {
+    forwarded(Coll::Gatherv, || {
+        // SAFETY: the caller's arguments, passed on.
+        unsafe {
+            ffi::PMPI_Gatherv(
+                sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm,
+            )
+        }
+    })
+}
+
+/// `MPI_Scatterv`: forwarded (counted).
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Scatterv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    displs: *const c_int,
+    sendtype: Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Datatype,
+    root: c_int,
+    comm: Comm,
+) -> c_int {
+    forwarded(Coll::Scatterv, || {
+        // SAFETY: the caller's arguments, passed on.
+        unsafe {
+            ffi::PMPI_Scatterv(
+                sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm,
+            )
+        }
+    })
+}
+
+/// `MPI_Alltoallv`: forwarded (counted).
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoallv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: Datatype,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: Datatype,
+    comm: Comm,
+) -> c_int {
+    forwarded(Coll::Alltoallv, || {
+        // SAFETY: the caller's arguments, passed on.
+        unsafe {
+            ffi::PMPI_Alltoallv(
+                sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
+                comm,
+            )
+        }
+    })
+}
+
+/// `MPI_Scan`: forwarded (counted).
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Scan(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Datatype,
+    op: Op,
+    comm: Comm,
+) -> c_int {
+    forwarded(Coll::Scan, || {
+        // SAFETY: the caller's arguments, passed on.
+        unsafe { ffi::PMPI_Scan(sendbuf, recvbuf, count, datatype, op, comm) }
+    })
+}
+
+/// `MPI_Exscan`: forwarded (counted).
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Exscan(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Datatype,
+    op: Op,
+    comm: Comm,
+) -> c_int {
+    forwarded(Coll::Exscan, || {
+        // SAFETY: the caller's arguments, passed on.
+        unsafe { ffi::PMPI_Exscan(sendbuf, recvbuf, count, datatype, op, comm) }
+    })
+}

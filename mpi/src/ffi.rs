@@ -1,0 +1,230 @@
+//! The boundary with C: MPI's handle types as this MPI represents them (build.rs's probe),
+//! the helpers of src/shim.c, and the PMPI entry points the shim forwards to.
+//!
+//! Nothing here decides anything; it only names what C has.
+
+use std::ffi::{c_char, c_int, c_void};
+
+#[cfg(mpi_handles = "pointer")]
+mod handles {
+    use std::ffi::c_void;
+    /// `MPI_Comm`: a pointer to the library's struct (Open MPI).
+    pub type Comm = *mut c_void;
+    /// `MPI_Datatype`.
+    pub type Datatype = *mut c_void;
+    /// `MPI_Op`.
+    pub type Op = *mut c_void;
+    /// A datatype argument nobody reads (a barrier's).
+    pub const NO_DATATYPE: Datatype = std::ptr::null_mut();
+}
+
+#[cfg(mpi_handles = "int")]
+mod handles {
+    use std::ffi::c_int;
+    /// `MPI_Comm`: an integer (MPICH).
+    pub type Comm = c_int;
+    /// `MPI_Datatype`.
+    pub type Datatype = c_int;
+    /// `MPI_Op`.
+    pub type Op = c_int;
+    /// A datatype argument nobody reads (a barrier's).
+    pub const NO_DATATYPE: Datatype = 0;
+}
+
+pub use handles::{Comm, Datatype, Op, NO_DATATYPE};
+
+/// Codes of `rcoll_mpi_type_info` (src/shim.c's `RT_*`).
+pub mod type_code {
+    /// Made by `MPI_Type_*`.
+    pub const DERIVED: i32 = -2;
+    /// Predefined, without an rcoll type.
+    pub const OTHER: i32 = -3;
+    /// `MPI_BYTE`.
+    pub const BYTE: i32 = 20;
+    /// `MPI_CHAR`.
+    pub const CHAR: i32 = 21;
+}
+
+/// What `rcoll_mpi_type_info` says of one datatype.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TypeInfo {
+    /// rcoll's C code (0 i8 ... 8 f64, as `rcollDataType_t`) or a [`type_code`].
+    pub code: i32,
+    /// 1 when its bytes are one run (size == extent, lower bounds 0).
+    pub contiguous: i32,
+    /// Bytes of data in one element.
+    pub size: i64,
+}
+
+/// The delete callback of the attribute that carries a communicator's rcoll entry.
+pub type DeleteAttr = unsafe extern "C" fn(Comm, c_int, *mut c_void, *mut c_void) -> c_int;
+
+extern "C" {
+    // src/shim.c
+    pub fn rcoll_mpi_type_info(t: Datatype, out: *mut TypeInfo) -> c_int;
+    pub fn rcoll_mpi_type_name(t: Datatype, buf: *mut c_char, len: c_int);
+    pub fn rcoll_mpi_op_code(op: Op) -> c_int;
+    pub fn rcoll_mpi_is_in_place(p: *const c_void) -> c_int;
+    pub fn rcoll_mpi_comm_world() -> Comm;
+    pub fn rcoll_mpi_comm_info(c: Comm, rank: *mut c_int, size: *mut c_int) -> c_int;
+    pub fn rcoll_mpi_bcast_bytes(buf: *mut c_void, len: c_int, root: c_int, c: Comm) -> c_int;
+    pub fn rcoll_mpi_all_agree(ok: c_int, c: Comm) -> c_int;
+    pub fn rcoll_mpi_keyval_create(del: DeleteAttr, keyval: *mut c_int) -> c_int;
+    pub fn rcoll_mpi_attr_get(c: Comm, keyval: c_int, value: *mut *mut c_void) -> c_int;
+    pub fn rcoll_mpi_attr_set(c: Comm, keyval: c_int, value: *mut c_void) -> c_int;
+    pub fn rcoll_mpi_keyval_free(keyval: *mut c_int) -> c_int;
+    pub fn rcoll_mpi_errors_are_fatal(c: Comm) -> c_int;
+    pub fn rcoll_mpi_error_class(klass: *mut c_int) -> c_int;
+    pub fn rcoll_mpi_raise(c: Comm, klass: c_int, message: *const c_char) -> c_int;
+    pub fn rcoll_mpi_abort(c: Comm, code: c_int) -> c_int;
+    pub fn rcoll_mpi_world_rank() -> c_int;
+
+    // The MPI library's own entry points (the profiling interface).
+    pub fn PMPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int;
+    pub fn PMPI_Init_thread(
+        argc: *mut c_int,
+        argv: *mut *mut *mut c_char,
+        required: c_int,
+        provided: *mut c_int,
+    ) -> c_int;
+    pub fn PMPI_Finalize() -> c_int;
+    pub fn PMPI_Allreduce(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        datatype: Datatype,
+        op: Op,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Reduce(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        datatype: Datatype,
+        op: Op,
+        root: c_int,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Bcast(
+        buffer: *mut c_void,
+        count: c_int,
+        datatype: Datatype,
+        root: c_int,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Allgather(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: Datatype,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: Datatype,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Reduce_scatter_block(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        datatype: Datatype,
+        op: Op,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Reduce_scatter(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        datatype: Datatype,
+        op: Op,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Alltoall(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: Datatype,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: Datatype,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Gather(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: Datatype,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: Datatype,
+        root: c_int,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Scatter(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: Datatype,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: Datatype,
+        root: c_int,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Barrier(comm: Comm) -> c_int;
+    pub fn PMPI_Allgatherv(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: Datatype,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        displs: *const c_int,
+        recvtype: Datatype,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Gatherv(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: Datatype,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        displs: *const c_int,
+        recvtype: Datatype,
+        root: c_int,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Scatterv(
+        sendbuf: *const c_void,
+        sendcounts: *const c_int,
+        displs: *const c_int,
+        sendtype: Datatype,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: Datatype,
+        root: c_int,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Alltoallv(
+        sendbuf: *const c_void,
+        sendcounts: *const c_int,
+        sdispls: *const c_int,
+        sendtype: Datatype,
+        recvbuf: *mut c_void,
+        recvcounts: *const c_int,
+        rdispls: *const c_int,
+        recvtype: Datatype,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Scan(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        datatype: Datatype,
+        op: Op,
+        comm: Comm,
+    ) -> c_int;
+    pub fn PMPI_Exscan(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        datatype: Datatype,
+        op: Op,
+        comm: Comm,
+    ) -> c_int;
+}
