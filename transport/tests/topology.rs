@@ -392,3 +392,80 @@ fn near_fast_memory_is_preferred_and_the_report_says_why() {
         "{text}"
     );
 }
+
+/// The messages and fields of the warnings logged on this thread while it runs `f`.
+fn warnings_of<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    use std::fmt::Write as _;
+    use std::sync::{Arc, Mutex};
+    use tracing::{span, Event, Level, Metadata};
+
+    struct Fields(String);
+    impl tracing::field::Visit for Fields {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            let _ = write!(self.0, "{}={value:?} ", field.name());
+        }
+    }
+    struct Warnings(Arc<Mutex<Vec<String>>>);
+    impl tracing::Subscriber for Warnings {
+        fn enabled(&self, m: &Metadata<'_>) -> bool {
+            *m.level() <= Level::WARN
+        }
+        fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+            span::Id::from_u64(1)
+        }
+        fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+        fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+        fn event(&self, e: &Event<'_>) {
+            let mut fields = Fields(String::new());
+            e.record(&mut fields);
+            self.0.lock().expect("not poisoned").push(fields.0);
+        }
+        fn enter(&self, _: &span::Id) {}
+        fn exit(&self, _: &span::Id) {}
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let out = tracing::subscriber::with_default(Warnings(Arc::clone(&seen)), f);
+    let seen = seen.lock().expect("not poisoned").clone();
+    (out, seen)
+}
+
+/// An XML whose OS devices use a type number hwloc 2 does not define (here 32 for the
+/// RDMA device) is read without them, and a warning names each: the device and the
+/// number. A type that is known but not used (0, a block device) is left out quietly.
+/// Was: both left out without a word, so a machine's NICs vanished from its placement.
+#[test]
+fn an_unknown_os_device_type_is_a_warning_naming_it() {
+    let path: PathBuf = [
+        env!("CARGO_MANIFEST_DIR"),
+        "tests",
+        "topologies",
+        "one-socket.xml",
+    ]
+    .iter()
+    .collect();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains(r#"name="mlx5_0" osdev_type="3""#));
+    let text = text
+        .replace(
+            r#"name="mlx5_0" osdev_type="3""#,
+            r#"name="mlx5_0" osdev_type="32""#,
+        )
+        .replace(
+            r#"name="ens1f0" osdev_type="2""#,
+            r#"name="sda" osdev_type="0""#,
+        );
+    let dir = std::env::temp_dir().join(format!("rcoll-osdev-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("unknown-osdev.xml");
+    std::fs::write(&file, text).unwrap();
+    let (t, warnings) = warnings_of(|| topology::load_xml(&file));
+    std::fs::remove_dir_all(&dir).unwrap();
+    let t = t.unwrap();
+    assert!(t.devices.is_empty(), "{:?}", t.devices);
+    let named: Vec<&String> = warnings
+        .iter()
+        .filter(|w| w.contains("mlx5_0") && w.contains("32"))
+        .collect();
+    assert_eq!(named.len(), 1, "{warnings:?}");
+    assert!(warnings.iter().all(|w| !w.contains("sda")), "{warnings:?}");
+}

@@ -93,11 +93,23 @@ fn convert(t: &hwlocality::Topology) -> Topology {
         ..Topology::default()
     };
     for o in t.objects_with_type(ObjectType::OSDevice) {
-        let Some(kind) = osdev(o) else { continue };
         let name = o
             .name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
+        if let Some(ObjectAttributes::OSDevice(a)) = o.attributes() {
+            if let OSDeviceType::Unknown(t) = a.device_type() {
+                let osdev_type = t.get();
+                tracing::warn!(
+                    device = %name,
+                    osdev_type,
+                    "hwloc: OS device {name} has osdev_type {osdev_type}, which rcoll does \
+                     not know (hwloc's are 0 to 5; 2 a network interface, 3 an RDMA \
+                     device): left out of the topology and the placement"
+                );
+            }
+        }
+        let Some(kind) = osdev(o) else { continue };
         let local = o.first_non_io_ancestor().map(cpus);
         let numa = local.as_ref().and_then(|c| topo.node_of_attachment(c));
         let netdev = match kind {

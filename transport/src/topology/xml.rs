@@ -2,7 +2,8 @@
 //! `object` elements by `type` — `Package` (`Socket` in hwloc 1.x), `NUMANode` (with its
 //! `subtype`, the kind of memory, where hwloc names it), `Core`,
 //! `PU`, and the I/O tree `Bridge` > `PCIDev` > `OSDev` (`osdev_type` 2: a network
-//! interface, 3: an OpenFabrics (RDMA) device) — with their `os_index`, `cpuset` (a mask)
+//! interface, 3: an OpenFabrics (RDMA) device; a type number hwloc does not define is a
+//! warning naming the device) — with their `os_index`, `cpuset` (a mask)
 //! and `name`. A device's locality is its nearest ancestor outside the I/O tree: the NUMA
 //! node whose CPUs that ancestor's cpuset lies in, or none when it spans several.
 
@@ -13,6 +14,10 @@ use super::{Core, CpuSet, Device, DeviceKind, NumaNode, Package, Topology};
 /// hwloc's `HWLOC_OBJ_OSDEV_NETWORK` and `HWLOC_OBJ_OSDEV_OPENFABRICS`.
 const OSDEV_NETWORK: &str = "2";
 const OSDEV_OPENFABRICS: &str = "3";
+/// hwloc's other OS device types (1.x and 2.x): block, GPU, DMA, co-processor. rcoll uses
+/// none; any number beyond these is a warning naming the device (a NIC of a type number
+/// this reader does not know would otherwise vanish from the placement in silence).
+const OSDEV_OTHER: [&str; 4] = ["0", "1", "4", "5"];
 
 /// An object's `type`.
 fn kind<'a>(n: &roxmltree::Node<'a, '_>) -> &'a str {
@@ -118,7 +123,19 @@ pub fn parse(text: &str) -> Result<Topology, String> {
         let dkind = match n.attribute("osdev_type") {
             Some(OSDEV_OPENFABRICS) => DeviceKind::Rdma,
             Some(OSDEV_NETWORK) => DeviceKind::Network,
-            _ => continue,
+            Some(t) if OSDEV_OTHER.contains(&t) => continue,
+            t => {
+                let device = n.attribute("name").unwrap_or("(no name)");
+                let osdev_type = t.unwrap_or("(none)");
+                tracing::warn!(
+                    device,
+                    osdev_type,
+                    "hwloc XML: OS device {device} has osdev_type {osdev_type}, which rcoll \
+                     does not know (hwloc's are 0 to 5; 2 a network interface, 3 an RDMA \
+                     device): left out of the topology and the placement"
+                );
+                continue;
+            }
         };
         let name = n
             .attribute("name")
