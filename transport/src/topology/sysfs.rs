@@ -1,5 +1,6 @@
 //! The topology from Linux sysfs (`/sys`, or a copy of its layout for tests):
-//! `devices/system/node/node*/cpulist`, `devices/system/cpu/online` and each CPU's
+//! `devices/system/node/node*/cpulist` (and for a node without CPUs its `access0/initiators`
+//! and `distance`), `devices/system/cpu/online` and each CPU's
 //! `topology/{physical_package_id,core_id}`, `class/infiniband/*` and `class/net/*` with
 //! their `device/numa_node` and `device/local_cpulist`; an RDMA device's interface from its
 //! `parent` (Soft-RoCE) or `ports/1/gid_attrs/ndevs/0` (RoCE).
@@ -34,6 +35,59 @@ fn locality(device: &Path) -> (Option<u32>, Option<CpuSet>) {
         .and_then(|n| u32::try_from(n).ok());
     let cpus = read(&device.join("local_cpulist")).and_then(|s| CpuSet::parse_list(&s).ok());
     (numa, cpus)
+}
+
+/// Gives each memory-only node (an empty `cpulist`: KNL's MCDRAM, HBM in flat mode, a CXL
+/// expander) the CPUs it is near: those of the nodes Linux lists as its initiators (HMAT,
+/// `access0/initiators/node*`), else of the CPU nodes at the least SLIT `distance` from it.
+/// One that gives its initiators more read bandwidth than their own memory does is fast
+/// memory, named `HBM` as hwloc names such a node.
+fn memory_only(node_dir: &Path, numa: &mut [NumaNode]) {
+    let order: Vec<u32> = numa.iter().map(|n| n.os_index).collect();
+    let hmat = |i: u32| node_dir.join(format!("node{i}/access0/initiators"));
+    let bandwidth = |i: u32| -> Option<u64> { read(&hmat(i).join("read_bandwidth"))?.parse().ok() };
+    let with_cpus: Vec<(u32, CpuSet)> = numa
+        .iter()
+        .filter(|n| !n.cpus.is_empty())
+        .map(|n| (n.os_index, n.cpus.clone()))
+        .collect();
+    for m in numa.iter_mut().filter(|n| n.cpus.is_empty()) {
+        let mut near: Vec<u32> = names(&hmat(m.os_index))
+            .iter()
+            .filter_map(|n| n.strip_prefix("node")?.parse().ok())
+            .filter(|i| with_cpus.iter().any(|(c, _)| c == i))
+            .collect();
+        if near.is_empty() {
+            // `distance`: one number per online node, in the order of their indices.
+            let distances: Vec<u64> = read(&node_dir.join(format!("node{}/distance", m.os_index)))
+                .map(|d| {
+                    d.split_whitespace()
+                        .filter_map(|x| x.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let to = |i: u32| {
+                let at = order.iter().position(|&o| o == i)?;
+                distances.get(at).copied()
+            };
+            let least = with_cpus.iter().filter_map(|(i, _)| to(*i)).min();
+            near = with_cpus
+                .iter()
+                .filter(|(i, _)| least.is_some() && to(*i) == least)
+                .map(|(i, _)| *i)
+                .collect();
+        }
+        m.near = with_cpus
+            .iter()
+            .filter(|(i, _)| near.contains(i))
+            .fold(CpuSet::new(), |a, (_, c)| a.union(c));
+        let own = near.iter().filter_map(|&i| bandwidth(i)).max();
+        if let (Some(mine), Some(own)) = (bandwidth(m.os_index), own) {
+            if mine > own {
+                m.memory = Some("HBM".into());
+            }
+        }
+    }
 }
 
 /// Reads the topology under `root` (normally `/sys`).
@@ -73,6 +127,7 @@ pub fn discover(root: &Path) -> Result<Topology, String> {
         })
         .collect();
     numa.sort_by_key(|n| n.os_index);
+    memory_only(&node_dir, &mut numa);
     if numa.is_empty() {
         // A kernel without NUMA: one node holds everything.
         numa.push(NumaNode {
@@ -221,6 +276,54 @@ mod tests {
             text.contains("no NUMA locality: rxe1 (rdma over br0), br0"),
             "{text}"
         );
+    }
+
+    /// Memory-only nodes (an empty `cpulist`): node 2 lists node 0 as its initiator
+    /// (HMAT, `access0/initiators`) with more read bandwidth than node 0's own memory, so it
+    /// is fast memory near node 0's CPUs (HBM, as hwloc names it); node 3 has no HMAT and
+    /// is nearest node 1 by its SLIT `distance`, with no kind. A rank on node 0 prefers
+    /// node 2's memory; one on node 1 keeps its own. Was: neither had a locality or kind,
+    /// so no fast memory was ever chosen on this path.
+    #[test]
+    fn memory_only_nodes_are_near_their_initiators_or_the_nearest_cpus() {
+        let root = std::env::temp_dir().join(format!("rcoll-sysfs-mem-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        put(&root, "devices/system/cpu/online", "0-7\n");
+        let node = "devices/system/node";
+        put(&root, &format!("{node}/node0/cpulist"), "0-3\n");
+        put(&root, &format!("{node}/node1/cpulist"), "4-7\n");
+        put(&root, &format!("{node}/node2/cpulist"), "\n");
+        put(&root, &format!("{node}/node3/cpulist"), "\n");
+        let hmat = "access0/initiators";
+        put(&root, &format!("{node}/node0/{hmat}/node0"), "");
+        put(
+            &root,
+            &format!("{node}/node0/{hmat}/read_bandwidth"),
+            "90000\n",
+        );
+        put(&root, &format!("{node}/node2/{hmat}/node0"), "");
+        put(
+            &root,
+            &format!("{node}/node2/{hmat}/read_bandwidth"),
+            "400000\n",
+        );
+        put(&root, &format!("{node}/node3/distance"), "30 20 40 10\n");
+        let t = discover(&root).unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(t.numa.len(), 4);
+        let (hbm, cxl) = (&t.numa[2], &t.numa[3]);
+        assert!(hbm.cpus.is_empty() && cxl.cpus.is_empty());
+        assert_eq!(
+            (hbm.near.to_string(), hbm.memory.as_deref()),
+            ("0-3".into(), Some("HBM"))
+        );
+        assert_eq!(
+            (cxl.near.to_string(), cxl.memory.as_deref()),
+            ("4-7".into(), None)
+        );
+        let rank = |r| super::super::place(&t, r, 2, &t.cpus(), super::super::Bind::Auto);
+        assert_eq!((rank(0).numa, rank(0).memory), (Some(0), Some(2)));
+        assert_eq!((rank(1).numa, rank(1).memory), (Some(1), Some(1)));
     }
 
     /// This machine reads too, whatever it has.
