@@ -317,6 +317,20 @@ impl Segment {
     }
 }
 
+/// A new anonymous memory file (`memfd_create`, close-on-exec) named `name`: no path
+/// anywhere, gone when the last descriptor and mapping of it go.
+pub fn memory_file(name: &str) -> std::io::Result<File> {
+    let name = std::ffi::CString::new(name)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a NUL in the name"))?;
+    // SAFETY: a plain system call with a NUL-terminated name that lives across it.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just made by memfd_create and nothing else owns it.
+    Ok(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
 /// Reserves `bytes` of memory for `file` now: on tmpfs a file that only has a length would
 /// fail later, with SIGBUS, when a page cannot be had; this fails here, with ENOSPC.
 pub fn allocate(file: &File, bytes: usize) -> std::io::Result<()> {

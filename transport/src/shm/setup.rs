@@ -34,8 +34,13 @@ pub struct Options {
     pub slots: Option<usize>,
     /// How long a wait spins before blocking (`RCOLL_SHM_SPIN_US`).
     pub spin: Duration,
-    /// Where segments are created (`RCOLL_SHM_DIR`, default `/dev/shm`).
-    pub dir: PathBuf,
+    /// Where segments are created as files (`RCOLL_SHM_DIR`); `None` (the default): as
+    /// anonymous memory files (`memfd_create`), which peers open through `/proc/<pid>/fd`
+    /// and which vanish with the last process holding them, so a rank killed at any point
+    /// leaves nothing behind. A file in a directory is unlinked once every peer has mapped
+    /// it; a rank killed before that leaves it (the directory is for ranks that cannot see
+    /// each other's `/proc`, such as containers with their own process namespaces).
+    pub dir: Option<PathBuf>,
     /// Whether a pair that cannot share memory fails the setup (`RCOLL_TRANSPORT=shm`)
     /// rather than fall back to the transport beneath.
     pub required: bool,
@@ -63,9 +68,7 @@ impl Options {
             slot_bytes: slot_bytes.max(64),
             slots,
             spin,
-            dir: var("RCOLL_SHM_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/dev/shm")),
+            dir: var("RCOLL_SHM_DIR").map(PathBuf::from),
             required: false,
             // Off unless asked for: measured, two copies pipelined through the ring beat
             // one `process_vm_readv` (see the module's documentation).
@@ -279,7 +282,7 @@ pub fn prepare(
         return Ok(prepared);
     }
     // This rank's segment and doorbell, or why not (told to the peers in their place).
-    let made = make_segment(&opts.dir, shape).and_then(|(file, path, seg)| {
+    let made = make_segment(opts.dir.as_deref(), shape).and_then(|(file, path, seg)| {
         let (bell, bell_name) = make_bell()?;
         Ok((file, path, seg, bell, bell_name))
     });
@@ -291,7 +294,7 @@ pub fn prepare(
         Ok((file, path, seg, bell, bell_name)) => (
             Ok(format!(
                 "{}\n{bell_name}\n{}\n{}\n{}\n{}",
-                path.display(),
+                path.announced,
                 shape.rings,
                 shape.slots,
                 shape.slot_bytes,
@@ -314,8 +317,8 @@ pub fn prepare(
         Ok(a) => format!("ok\n{a}"),
         Err(e) => format!("error\n{e}"),
     };
-    // From here on this rank's file must go whatever happens.
-    let unlink = Unlink(ours.as_ref().map(|(_, path, _, _)| path.clone()));
+    // From here on this rank's file (if it has one) must go whatever happens.
+    let unlink = Unlink(ours.as_ref().and_then(|(_, path, _, _)| path.file.clone()));
     let theirs =
         tcp.exchange_control(&local, Exchange::ShmSegment, message.as_bytes(), deadline)?;
     // Map each peer's segment: this rank's ring there is its index among the peer's local
@@ -325,7 +328,7 @@ pub fn prepare(
         let ring_there = hosts.neighbours(p).position(|r| r == me).unwrap_or(0);
         let ring_here = local.iter().position(|&r| r == p).unwrap_or(0);
         mapped.push(
-            open_peer(&opts.dir, &bytes, ring_there)
+            open_peer(opts.dir.as_deref(), &bytes, ring_there)
                 .map(|(seg, bell, theirs)| {
                     // Whether this rank may read the peer's memory (single copy).
                     let read_from = match (opts.single_copy, theirs) {
@@ -397,7 +400,7 @@ pub fn prepare(
         let reason = format!(
             "shared memory with local peers failed: {}{}",
             refused.join("; "),
-            if opts.dir == Path::new("/dev/shm") {
+            if opts.dir.as_deref() == Some(Path::new("/dev/shm")) {
                 " (a container's /dev/shm is often 64 MiB: `--shm-size`, or fewer slots with \
                  RCOLL_SHM_SLOTS)"
             } else {
@@ -428,42 +431,81 @@ impl Drop for Unlink {
     }
 }
 
-fn make_segment(dir: &Path, shape: Shape) -> std::io::Result<(File, PathBuf, Arc<Segment>)> {
+/// Where a segment is: the path peers open, and the file to unlink once they have (none
+/// for an anonymous memory file).
+struct SegmentPath {
+    announced: String,
+    file: Option<PathBuf>,
+}
+
+fn make_segment(
+    dir: Option<&Path>,
+    shape: Shape,
+) -> std::io::Result<(File, SegmentPath, Arc<Segment>)> {
     let bytes = shape.bytes().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "segment too large")
     })?;
-    let mut random = [0u8; 8];
-    getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let path = dir.join(format!(
-        "{PREFIX}{}-{:016x}",
-        std::process::id(),
-        u64::from_le_bytes(random)
-    ));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display())))?;
+    let (file, path) = match dir {
+        None => {
+            let file = segment::memory_file(MEMFD_NAME)?;
+            let announced = format!("/proc/{}/fd/{}", std::process::id(), file.as_raw_fd());
+            (
+                file,
+                SegmentPath {
+                    announced,
+                    file: None,
+                },
+            )
+        }
+        Some(dir) => {
+            let mut random = [0u8; 8];
+            getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
+            let path = dir.join(format!(
+                "{PREFIX}{}-{:016x}",
+                std::process::id(),
+                u64::from_le_bytes(random)
+            ));
+            let file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| {
+                    std::io::Error::new(e.kind(), format!("creating {}: {e}", path.display()))
+                })?;
+            let announced = path.display().to_string();
+            (
+                file,
+                SegmentPath {
+                    announced,
+                    file: Some(path),
+                },
+            )
+        }
+    };
+    let place = dir.map_or_else(|| "memory".to_owned(), |d| d.display().to_string());
     let made = (|| {
         file.set_len(bytes as u64)?;
         segment::allocate(&file, bytes).map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("reserving {bytes} bytes in {}: {e}", dir.display()),
-            )
+            std::io::Error::new(e.kind(), format!("reserving {bytes} bytes in {place}: {e}"))
         })?;
         Segment::create(&file, shape)
     })();
     match made {
         Ok(seg) => Ok((file, path, Arc::new(seg))),
         Err(e) => {
-            let _ = std::fs::remove_file(&path);
+            if let Some(p) = &path.file {
+                let _ = std::fs::remove_file(p);
+            }
             Err(e)
         }
     }
 }
+
+/// The name an anonymous segment shows in `/proc/<pid>/fd` (`/memfd:rcoll-segment`), which
+/// a peer checks before mapping it.
+const MEMFD_NAME: &str = "rcoll-segment";
 
 fn make_bell() -> std::io::Result<(UnixDatagram, String)> {
     let mut random = [0u8; 8];
@@ -484,7 +526,7 @@ fn make_bell() -> std::io::Result<(UnixDatagram, String)> {
 /// this user, of exactly the announced shape, with the magic in its header. A peer that
 /// announced a failure is refused with its reason.
 fn open_peer(
-    dir: &Path,
+    dir: Option<&Path>,
     announced: &[u8],
     ring: usize,
 ) -> Result<(Arc<Segment>, SocketAddr, Option<Readable>), String> {
@@ -500,7 +542,7 @@ fn open_peer(
             .next()
             .ok_or_else(|| "a truncated announcement".to_owned())
     };
-    let path = PathBuf::from(field()?);
+    let path = field()?.to_owned();
     let bell = field()?.to_owned();
     let mut number = || -> Result<usize, String> {
         field()?
@@ -513,28 +555,11 @@ fn open_peer(
         slot_bytes: number()?,
     };
     let readable = readable_of(field()?)?;
-    let named_ok = path.parent() == Some(dir)
-        && path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with(PREFIX) && !n.contains('/'));
-    if !named_ok {
-        return Err(format!(
-            "{} is not a segment in {}",
-            path.display(),
-            dir.display()
-        ));
-    }
     if ring >= shape.rings || shape.slots == 0 || shape.slots > 1024 {
         return Err(format!("an impossible shape {shape:?}"));
     }
     let bytes = shape.bytes().ok_or("a shape past the address space")?;
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let (file, path) = open_announced(dir, &path)?;
     let meta = file.metadata().map_err(|e| e.to_string())?;
     // SAFETY-free check of ownership: a file of another user is not this job's.
     let uid = std::fs::metadata("/proc/self")
@@ -549,6 +574,62 @@ fn open_peer(
     let seg = Segment::open(&file, shape).map_err(|e| format!("{}: {e}", path.display()))?;
     let addr = SocketAddr::from_abstract_name(bell.as_bytes()).map_err(|e| e.to_string())?;
     Ok((Arc::new(seg), addr, readable))
+}
+
+/// Opens the segment a peer announced, where this rank makes its own: a file in `dir`
+/// whose name is of this job's kind (never a path elsewhere), or, without a directory, a
+/// peer's anonymous segment as `/proc/<pid>/fd/<fd>` (numbers only), which must be one.
+fn open_announced(dir: Option<&Path>, announced: &str) -> Result<(File, PathBuf), String> {
+    let Some(dir) = dir else {
+        let numbers = announced
+            .strip_prefix("/proc/")
+            .and_then(|rest| rest.split_once("/fd/"))
+            .and_then(|(pid, fd)| Some((pid.parse::<u32>().ok()?, fd.parse::<u32>().ok()?)));
+        let Some((pid, fd)) = numbers else {
+            return Err(format!(
+                "{announced:?} is not an anonymous segment's /proc path"
+            ));
+        };
+        let path = PathBuf::from(format!("/proc/{pid}/fd/{fd}"));
+        // The link names what the descriptor is: one of rcoll's anonymous segments.
+        let target = std::fs::read_link(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if target != Path::new(&format!("/memfd:{MEMFD_NAME} (deleted)"))
+            && target != Path::new(&format!("/memfd:{MEMFD_NAME}"))
+        {
+            return Err(format!(
+                "{} is {}, not a segment",
+                path.display(),
+                target.display()
+            ));
+        }
+        // Through the magic link (no O_NOFOLLOW): the path was made of numbers here.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("opening {}: {e}", path.display()))?;
+        return Ok((file, path));
+    };
+    let path = PathBuf::from(announced);
+    let named_ok = path.parent() == Some(dir)
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(PREFIX) && !n.contains('/'));
+    if !named_ok {
+        return Err(format!(
+            "{} is not a segment in {}",
+            path.display(),
+            dir.display()
+        ));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    Ok((file, path))
 }
 
 /// The announcement's last line: `pid address value` (hex), or `unreadable`.
@@ -581,4 +662,99 @@ fn readable_of(line: &str) -> Result<Option<Readable>, String> {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHILD: &str = "RCOLL_TEST_SEGMENT_CHILD";
+
+    fn shape() -> Shape {
+        Shape {
+            rings: 1,
+            slots: 2,
+            slot_bytes: 4096,
+        }
+    }
+
+    /// Run by [`a_rank_killed_during_setup_leaves_no_segment`] in a child process of its
+    /// own: makes a segment as a rank's setup does, says where, and waits to be killed.
+    #[test]
+    #[ignore = "a child of a_rank_killed_during_setup_leaves_no_segment"]
+    fn child_makes_a_segment_and_waits() {
+        if std::env::var_os(CHILD).is_none() {
+            return;
+        }
+        let (_file, path, _seg) = make_segment(None, shape()).expect("a segment");
+        println!("SEGMENT {}", path.announced);
+        std::thread::sleep(Duration::from_secs(60));
+    }
+
+    /// A rank killed (SIGKILL) between making its segment and its peers mapping it leaves
+    /// nothing behind: the segment is an anonymous memory file, named by no path (with a
+    /// file in /dev/shm, the kill left it there).
+    #[test]
+    fn a_rank_killed_during_setup_leaves_no_segment() {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "--ignored",
+                "--exact",
+                "shm::setup::tests::child_makes_a_segment_and_waits",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("child");
+        let pid = child.id();
+        let out = child.stdout.take().expect("stdout");
+        let line = std::io::BufReader::new(out)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.starts_with("SEGMENT "))
+            .expect("the child's segment");
+        let announced = line.trim_start_matches("SEGMENT ").to_owned();
+        let prefix = format!("/proc/{pid}/fd/");
+        assert!(announced.starts_with(&prefix), "{announced}");
+        // The segment is there while the child lives: a peer could open it now.
+        let (file, _) = open_announced(None, &announced).expect("the live segment");
+        assert_eq!(
+            file.metadata().expect("metadata").len(),
+            shape().bytes().unwrap() as u64
+        );
+        drop(file);
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reaped");
+        let left: Vec<_> = std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&format!("{PREFIX}{pid}-")))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+        assert!(open_announced(None, &announced).is_err(), "still reachable");
+    }
+
+    /// What a peer announces is opened only if it is an rcoll segment: a descriptor that
+    /// is anything else, or a path that is not `/proc/<pid>/fd/<fd>` in numbers, is refused.
+    #[test]
+    fn only_an_anonymous_segment_is_opened() {
+        let me = std::process::id();
+        let (file, path, _seg) = make_segment(None, shape()).expect("a segment");
+        assert!(open_announced(None, &path.announced).is_ok());
+        let other = std::fs::File::open("/proc/self/status").expect("a file");
+        for bad in [
+            format!("/proc/{me}/fd/{}", other.as_raw_fd()),
+            format!("/proc/{me}/fd/../../../etc/passwd"),
+            "/etc/passwd".to_owned(),
+            format!("/proc/self/fd/{}", file.as_raw_fd()),
+            format!("/proc/{me}/fd/{} ", file.as_raw_fd()),
+        ] {
+            assert!(open_announced(None, &bad).is_err(), "{bad} was opened");
+        }
+    }
 }

@@ -47,7 +47,7 @@ fn group_with<R: Send>(
                         slot_bytes: 4096,
                         slots: Some(slots),
                         spin: Duration::from_micros(50),
-                        dir: "/dev/shm".into(),
+                        dir: None,
                         required: true,
                         single_copy: single_copy(r),
                         cpus: crate::topology::host_cpus().expect("the host's CPUs"),
