@@ -5,6 +5,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::wait::BELL_DRAIN;
 use super::*;
 use crate::tcp::bootstrap::{connect, Options as BootOptions};
 
@@ -558,4 +559,45 @@ fn single_copy_off_on_one_side_copies_through_the_ring_both_ways() {
         },
     );
     assert_eq!(got, [vec![2u8; len], vec![1u8; len]]);
+}
+
+/// Rings from strangers (the bell is an abstract socket any local process can send to):
+/// a wait takes at most [`BELL_DRAIN`] of them off the bell, whatever is queued, so a
+/// flood costs each wait a bounded look instead of holding it for as long as it lasts.
+#[test]
+fn a_wait_takes_a_bounded_number_of_rings() {
+    use std::os::unix::net::UnixDatagram;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let done = AtomicBool::new(false);
+    let counts = group(2, 4, |mut t| {
+        if t.rank().index() == 1 {
+            until(&done, "rank 0's wait");
+            return (0, 0);
+        }
+        let bell = t.bell.local_addr().expect("the bell's address");
+        let stranger = UnixDatagram::unbound().expect("a socket");
+        stranger.set_nonblocking(true).expect("nonblocking");
+        // As many rings as the bell's queue takes.
+        let mut queued = 0;
+        while queued < 100_000 && stranger.send_to_addr(&[1], &bell).is_ok() {
+            queued += 1;
+        }
+        t.wait(Instant::now() + Duration::from_millis(20))
+            .expect("wait");
+        let mut left = 0;
+        let mut sink = [0u8; 8];
+        while t.bell.recv(&mut sink).is_ok() {
+            left += 1;
+        }
+        done.store(true, SeqCst);
+        (queued, left)
+    });
+    let (queued, left) = counts[0];
+    assert!(queued > BELL_DRAIN, "only {queued} rings queued");
+    assert_eq!(
+        queued - left,
+        BELL_DRAIN,
+        "one wait took {} of {queued} rings",
+        queued - left
+    );
 }
