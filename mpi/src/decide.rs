@@ -475,23 +475,30 @@ fn reduction<H: Copy>(a: &Args<'_, H>, root: usize, types: &impl Types<H>) -> Re
         _ => a.recv.count,
     };
     let count = usize::try_from(count).map_err(|_| Reason::InvalidArgument("count"))?;
-    let ty = types.ty(dtype);
+    // A predefined op rcoll lacks names the reason (MPI_MAXLOC comes with MPI_2INT, a
+    // predefined pair type); then the datatype; then a user's op.
     let op = match a.op {
-        OpKind::Reduce(op) => op,
+        OpKind::Reduce(op) => Some(op),
         OpKind::Named(name) => return Err(Reason::Op(name)),
-        OpKind::User => return Err(Reason::UserOp),
+        OpKind::User => None,
         OpKind::Null => return Err(Reason::InvalidArgument("op")),
     };
-    let element = match ty.kind {
-        TypeKind::Number(t) if op.supports(t) => t,
-        TypeKind::Number(_) => return Err(Reason::OpOnDatatype(op_name(op), types.name(dtype))),
+    let ty = types.ty(dtype);
+    let number = match ty.kind {
+        TypeKind::Number(t) => Some(t),
         // MPI defines the bitwise ops on MPI_BYTE.
-        TypeKind::Byte if op.is_bitwise() => DataType::U8,
-        TypeKind::Byte | TypeKind::Char | TypeKind::Other => {
-            return Err(Reason::Datatype(types.name(dtype)))
-        }
+        TypeKind::Byte if op.is_some_and(ReduceOp::is_bitwise) => Some(DataType::U8),
+        TypeKind::Byte | TypeKind::Char | TypeKind::Other => None,
         TypeKind::Derived => return Err(Reason::DerivedDatatype),
         TypeKind::Invalid => return Err(Reason::InvalidArgument("datatype")),
+    };
+    let Some(op) = op else {
+        return Err(Reason::UserOp);
+    };
+    let element = match number {
+        Some(t) if op.supports(t) => t,
+        Some(_) => return Err(Reason::OpOnDatatype(op_name(op), types.name(dtype))),
+        None => return Err(Reason::Datatype(types.name(dtype))),
     };
     let me_root = a.rank == root;
     let in_place = a.send.in_place;
@@ -710,8 +717,14 @@ mod tests {
             contiguous: true,
             size: 8,
         };
-        let a = args(Coll::Allreduce, 0, 2, side(4, derived), side(4, derived));
+        let mut a = args(Coll::Allreduce, 0, 2, side(4, derived), side(4, derived));
         assert_eq!(decide(&a, &Fake), Err(Reason::DerivedDatatype));
+        // MPI defines its ops on predefined types only: a derived type comes with a user's
+        // op, and is the reason.
+        a.op = OpKind::User;
+        assert_eq!(decide(&a, &Fake), Err(Reason::DerivedDatatype));
+        a.op = OpKind::Named("MPI_MAXLOC");
+        assert_eq!(decide(&a, &Fake), Err(Reason::Op("MPI_MAXLOC")));
         assert_eq!(Reason::DerivedDatatype.to_string(), "derived datatype");
         // MPI_BYTE: the bitwise ops only; MPI_CHAR: none.
         let mut a = args(Coll::Allreduce, 0, 2, side(4, BYTE), side(4, BYTE));

@@ -196,8 +196,12 @@ int rcoll_mpi_error_class(int *klass) { return PMPI_Add_error_class(klass); }
  * communicator's error handler (which returns, or is the application's and may not). */
 int rcoll_mpi_raise(MPI_Comm c, int klass, const char *message) {
   int code = MPI_ERR_OTHER;
+  char text[MPI_MAX_ERROR_STRING];
+  /* MPI refuses a string as long as its limit: the message's start. */
+  strncpy(text, message, sizeof(text) - 1);
+  text[sizeof(text) - 1] = 0;
   if (klass >= 0 && PMPI_Add_error_code(klass, &code) == MPI_SUCCESS)
-    PMPI_Add_error_string(code, message);
+    PMPI_Add_error_string(code, text);
   else
     code = MPI_ERR_OTHER;
   PMPI_Comm_call_errhandler(c, code);

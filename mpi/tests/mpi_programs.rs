@@ -1,0 +1,360 @@
+//! librcoll_mpi.so under real MPI programs: C programs (tests/c/) built with mpicc and
+//! run by Open MPI's mpirun with the library preloaded (`-x LD_PRELOAD=...`), so that
+//! their MPI_* calls are the shim's while PMPI_* reach MPI itself, which gives each check
+//! its reference. Each program prints a completion marker per rank, which the test requires
+//! with exit status 0; `RCOLL_MPI_STATS=1` lines are compared with what the program called.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+}
+
+fn scratch() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rcoll-mpi");
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// Builds librcoll_mpi.so (the dev profile, next to this test binary) once: its path.
+fn shim() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .args(["build", "-p", "rcoll-mpi"])
+            .current_dir(repo())
+            .output()
+            .expect("cargo");
+        assert!(
+            out.status.success(),
+            "cargo build -p rcoll-mpi:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // target/<profile>/deps/<this test> -> target/<profile>
+        let exe = std::env::current_exe().expect("test binary");
+        let lib = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target dir")
+            .join("librcoll_mpi.so");
+        assert!(lib.exists(), "{} missing", lib.display());
+        lib
+    })
+}
+
+/// Compiles tests/c/`name`.c with mpicc (warnings are errors).
+fn compile(name: &str) -> PathBuf {
+    let bin = scratch().join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(format!("{name}.c"));
+    let o = Command::new("mpicc")
+        .args(["-Wall", "-Wextra", "-Werror", "-O2", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .output()
+        .expect("mpicc (libopenmpi-dev)");
+    assert!(
+        o.status.success(),
+        "mpicc {name}.c:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    bin
+}
+
+/// `mpirun -np n bin args` with the shim preloaded (as root too; MPI's own traffic on
+/// loopback TCP, which works in every container) and `env` passed to every rank: its
+/// exit code (None: killed by a signal or the time limit) and its stdout + stderr.
+fn mpirun(bin: &Path, args: &[&str], n: usize, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut cmd = Command::new("mpirun");
+    cmd.args(["--oversubscribe", "-np", &n.to_string()])
+        .args([
+            "--mca",
+            "btl",
+            "self,tcp",
+            "--mca",
+            "btl_tcp_if_include",
+            "lo",
+        ])
+        .args(["--mca", "oob_tcp_if_include", "lo"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("LD_PRELOAD", shim())
+        .args(["-x", "LD_PRELOAD"])
+        .env("RCOLL_SOCKET_IFNAME", "lo")
+        .args(["-x", "RCOLL_SOCKET_IFNAME"]);
+    for (k, v) in env {
+        cmd.env(k, v).args(["-x", k]);
+    }
+    cmd.arg(bin).args(args);
+    run(cmd, Duration::from_secs(300))
+}
+
+/// Runs `cmd` to its end, killing it at `limit`.
+fn run(mut cmd: Command, limit: Duration) -> (Option<i32>, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn mpirun (openmpi-bin)");
+    let readers: Vec<_> = [
+        Box::new(child.stdout.take().expect("stdout")) as Box<dyn Read + Send>,
+        Box::new(child.stderr.take().expect("stderr")),
+    ]
+    .into_iter()
+    .map(|mut p| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = p.read_to_string(&mut s);
+            s
+        })
+    })
+    .collect();
+    let deadline = Instant::now() + limit;
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out: Vec<String> = readers
+        .into_iter()
+        .map(|r| r.join().expect("reader"))
+        .collect();
+    (code, out.concat())
+}
+
+/// Exit status 0 and `marker <rank> <n>` from every rank.
+fn completed(what: &str, n: usize, (code, out): &(Option<i32>, String), marker: &str) {
+    assert_eq!(
+        *code,
+        Some(0),
+        "{what} on {n} ranks exited {code:?}:\n{out}"
+    );
+    for r in 0..n {
+        let mine = format!("{marker} {r} {n}");
+        assert!(
+            out.lines()
+                .any(|l| l == mine || l.starts_with(&format!("{mine} "))),
+            "{what} on {n} ranks: rank {r} did not print {mine:?}:\n{out}"
+        );
+    }
+}
+
+/// The stats lines (`rcoll-mpi: MPI_...`), in order.
+fn stats(out: &str) -> Vec<&str> {
+    out.lines()
+        .filter(|l| l.starts_with("rcoll-mpi: MPI_"))
+        .collect()
+}
+
+/// The served collectives, each compared with PMPI's result on the same data: every
+/// reduction (MPI_Allreduce, MPI_Reduce from every root with NULL receive buffers off the
+/// root, MPI_Reduce_scatter_block, MPI_Reduce_scatter) on the 16 predefined types rcoll
+/// serves x every op defined on them x counts 1, 7, 1000 x out of place and in place;
+/// every data movement (MPI_Bcast, MPI_Gather and MPI_Scatter from every root, MPI_Allgather,
+/// MPI_Alltoall, in place and not) on 7 types including MPI_BYTE, MPI_CHAR and MPI_SHORT;
+/// MPI_Barrier; a broadcast sent as MPI_INT and received as a derived pair of ints,
+/// misaligned buffers, MPI_BOR on MPI_BYTE, count 0, 4 MiB. On 2, 3 (MPI_Init_thread) and
+/// 4 ranks; the stats must show every call served.
+#[test]
+fn every_served_collective_matches_mpi_on_2_3_4_ranks() {
+    let bin = compile("coll_check");
+    for n in [2, 3, 4] {
+        let args: &[&str] = if n == 3 { &["thread"] } else { &[] };
+        let result = mpirun(&bin, args, n, &[("RCOLL_MPI_STATS", "1")]);
+        completed("coll_check", n, &result, "COLL-CHECK-OK");
+        let lines = stats(&result.1);
+        let served = [
+            "MPI_Allreduce",
+            "MPI_Reduce",
+            "MPI_Bcast",
+            "MPI_Allgather",
+            "MPI_Reduce_scatter_block",
+            "MPI_Reduce_scatter",
+            "MPI_Alltoall",
+            "MPI_Gather",
+            "MPI_Scatter",
+            "MPI_Barrier",
+        ];
+        assert_eq!(lines.len(), served.len(), "{n} ranks: {lines:#?}");
+        for (line, name) in lines.iter().zip(served) {
+            let count = line
+                .strip_prefix(&format!("rcoll-mpi: {name}: "))
+                .and_then(|rest| rest.strip_suffix(" served, 0 forwarded"))
+                .and_then(|c| c.parse::<u64>().ok());
+            assert!(count.is_some_and(|c| c > 0), "{n} ranks: {line}");
+        }
+    }
+}
+
+/// What the shim forwards is still right (each result checked) and counted with its
+/// reason, in the exact form of the stats line.
+#[test]
+fn forwarded_calls_are_right_and_counted_with_their_reasons() {
+    let bin = compile("forward_check");
+    for n in [2, 3] {
+        let result = mpirun(&bin, &[], n, &[("RCOLL_MPI_STATS", "1")]);
+        completed("forward_check", n, &result, "FORWARD-CHECK-OK");
+        assert_eq!(
+            stats(&result.1),
+            [
+                "rcoll-mpi: MPI_Allreduce: 4 served, 9 forwarded (3 MPI_MAXLOC, 2 derived \
+                 datatype, 1 MPI_LAND, 1 MPI_SHORT, 1 intercommunicator, 1 user-defined op)",
+                "rcoll-mpi: MPI_Bcast: 0 served, 1 forwarded (1 non-contiguous datatype)",
+                "rcoll-mpi: MPI_Reduce_scatter: 0 served, 1 forwarded (1 unequal recvcounts)",
+                "rcoll-mpi: MPI_Allgatherv: 0 served, 1 forwarded (1 not served by rcoll)",
+            ],
+            "{n} ranks:\n{}",
+            result.1
+        );
+    }
+}
+
+/// `RCOLL_MPI=0`: every call goes to MPI (and is still right); `RCOLL_MPI_COLLS` serves
+/// only what it names.
+#[test]
+fn rcoll_mpi_0_forwards_everything_and_colls_restricts() {
+    let bin = compile("forward_check");
+    let result = mpirun(
+        &bin,
+        &[],
+        2,
+        &[("RCOLL_MPI_STATS", "1"), ("RCOLL_MPI", "0")],
+    );
+    completed("forward_check", 2, &result, "FORWARD-CHECK-OK");
+    assert_eq!(
+        stats(&result.1),
+        [
+            "rcoll-mpi: MPI_Allreduce: 0 served, 13 forwarded (13 RCOLL_MPI=0)",
+            "rcoll-mpi: MPI_Bcast: 0 served, 1 forwarded (1 RCOLL_MPI=0)",
+            "rcoll-mpi: MPI_Reduce_scatter: 0 served, 1 forwarded (1 RCOLL_MPI=0)",
+            "rcoll-mpi: MPI_Allgatherv: 0 served, 1 forwarded (1 RCOLL_MPI=0)",
+        ],
+        "{}",
+        result.1
+    );
+    let bin = compile("split_check");
+    let env = [("RCOLL_MPI_STATS", "1"), ("RCOLL_MPI_COLLS", "bcast")];
+    let result = mpirun(&bin, &[], 2, &env);
+    completed("split_check", 2, &result, "SPLIT-CHECK-OK");
+    let calls = allreduce_calls(&result.1);
+    assert_eq!(
+        stats(&result.1),
+        [
+            format!(
+                "rcoll-mpi: MPI_Allreduce: 0 served, {calls} forwarded ({calls} not in \
+                 RCOLL_MPI_COLLS)"
+            )
+            .as_str(),
+            "rcoll-mpi: MPI_Bcast: 45 served, 0 forwarded",
+            "rcoll-mpi: MPI_Allgather: 0 served, 45 forwarded (45 not in RCOLL_MPI_COLLS)",
+        ],
+        "{}",
+        result.1
+    );
+}
+
+/// The MPI_Allreduce calls split_check made (its marker's third number).
+fn allreduce_calls(out: &str) -> u64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix("SPLIT-CHECK-OK 0 "))
+        .and_then(|rest| rest.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no call count:\n{out}"))
+}
+
+/// Communicators other than the world get rcoll communicators of their own: a split
+/// (ranks reversed by key), three dups freed in turn, MPI_COMM_SELF, split_type, their
+/// collectives interleaved with the world's and compared with PMPI's; then two threads
+/// at MPI_THREAD_MULTIPLE running 300 MPI_Allreduce each, one on the world and one on a
+/// split communicator. Every call served.
+#[test]
+fn split_and_dup_communicators_run_collectives_beside_the_world() {
+    let bin = compile("split_check");
+    for n in [2, 4] {
+        let result = mpirun(&bin, &[], n, &[("RCOLL_MPI_STATS", "1")]);
+        completed("split_check", n, &result, "SPLIT-CHECK-OK");
+        assert!(
+            !result.1.contains("SPLIT-CHECK-NOTE"),
+            "no MPI_THREAD_MULTIPLE: the concurrent part did not run:\n{}",
+            result.1
+        );
+        let calls = allreduce_calls(&result.1);
+        assert_eq!(
+            stats(&result.1),
+            [
+                format!("rcoll-mpi: MPI_Allreduce: {calls} served, 0 forwarded").as_str(),
+                "rcoll-mpi: MPI_Bcast: 45 served, 0 forwarded",
+                "rcoll-mpi: MPI_Allgather: 45 served, 0 forwarded",
+            ],
+            "{n} ranks:\n{}",
+            result.1
+        );
+    }
+}
+
+/// An rcoll failure (a rank 5 s late with RCOLL_TIMEOUT=2) through both error handlers:
+/// with MPI_ERRORS_RETURN the punctual ranks' call returns an error code of rcoll's class
+/// whose MPI_Error_string is rcoll's message naming the rank and the late peer, and the
+/// next call fails too; with MPI_ERRORS_ARE_FATAL the job ends, non-zero, with that
+/// message, before the late rank could have finished.
+#[test]
+fn an_rcoll_failure_reaches_the_communicators_error_handler() {
+    let bin = compile("errors_check");
+    let env = [("RCOLL_TIMEOUT", "2")];
+    let n = 3;
+    let result = mpirun(&bin, &["return"], n, &env);
+    assert_eq!(result.0, Some(0), "{}", result.1);
+    for r in 0..n - 1 {
+        let seen = result
+            .1
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("ERROR-SEEN {r} ")))
+            .unwrap_or_else(|| panic!("rank {r} saw no error:\n{}", result.1));
+        assert!(
+            seen.starts_with(&format!("1 rcoll-mpi: MPI_Allreduce on world rank {r}: "))
+                && seen.contains("rank 2"),
+            "rank {r}: {seen}"
+        );
+        assert!(
+            result.1.contains(&format!("ERRORS-CHECK-OK {r}\n")),
+            "{}",
+            result.1
+        );
+    }
+    assert!(
+        result.1.contains("ERRORS-CHECK-OK 2 (late: "),
+        "{}",
+        result.1
+    );
+
+    let started = Instant::now();
+    let (code, out) = mpirun(&bin, &["fatal"], n, &env);
+    assert!(matches!(code, Some(c) if c != 0), "exit {code:?}:\n{out}");
+    assert!(
+        out.contains("rcoll-mpi: MPI_Allreduce on world rank 0: ")
+            || out.contains("rcoll-mpi: MPI_Allreduce on world rank 1: "),
+        "{out}"
+    );
+    assert!(!out.contains("ERRORS-CHECK-OK"), "{out}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
