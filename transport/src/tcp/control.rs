@@ -2,9 +2,17 @@
 //! host map, verbs endpoints, shared-memory segments) exchange before their own data path
 //! exists. Each kind of exchange has its own tag ([`control_tag`]), outside the space of
 //! collective sequence numbers, and every wait ends at the caller's deadline.
+//!
+//! Every control message carries a MAC under its connection's session key (see
+//! [`super::bootstrap::auth`]) over the exchange, the sender, the receiver, how many of
+//! that exchange the sender sent before, and the bytes: a message rewritten, replayed,
+//! reordered within its exchange or moved from another connection is refused as a
+//! protocol error naming the peer.
 
 use std::time::{Duration, Instant};
 
+use super::bootstrap::auth;
+use super::bootstrap::wire::MAC;
 use super::TcpTransport;
 use crate::error::TransportError;
 use crate::transport::{Payload, Transport};
@@ -24,6 +32,9 @@ pub(crate) enum Exchange {
     /// The peer mapped this rank's segment (or why not).
     ShmMapped = 5,
 }
+
+/// One more than the largest [`Exchange`]: the count of per-exchange counters.
+pub(crate) const EXCHANGES: usize = 6;
 
 /// The tag of an exchange: the high bit of the collective number marks it point to point,
 /// so it is never taken for a stale collective message.
@@ -48,6 +59,21 @@ impl TcpTransport {
         deadline: Instant,
     ) -> Result<(), TransportError> {
         let tag = control_tag(exchange);
+        let me = self.rank();
+        let sealed = match self.peers.get_mut(peer.index()) {
+            Some(Some(p)) => {
+                let n = p.controls_sent[exchange as usize];
+                p.controls_sent[exchange as usize] += 1;
+                p.session.map(|key| {
+                    let mut m = data.to_vec();
+                    let head = seal_head(exchange, me, peer, n);
+                    m.extend_from_slice(&auth::seal(&key, &[&head, data]));
+                    m
+                })
+            }
+            _ => None,
+        };
+        let data = sealed.as_deref().unwrap_or(data);
         while !self.try_send_slice(peer, tag, data)? {
             if Instant::now() >= deadline {
                 return Err(TransportError::Timeout {
@@ -75,7 +101,7 @@ impl TcpTransport {
         loop {
             let _ = self.control();
             match self.take_unchecked(peer, tag) {
-                Some(p) => return Ok(take_bytes(p)),
+                Some(p) => return self.unseal(peer, exchange, take_bytes(p)),
                 None => {
                     if let Some(e) = self.peer_gone(peer) {
                         return Err(e);
@@ -110,6 +136,55 @@ impl TcpTransport {
             .map(|&p| self.recv_control(p, exchange, deadline))
             .collect()
     }
+}
+
+impl TcpTransport {
+    /// `message` without its seal, if the seal is right for the next message of `exchange`
+    /// from `peer`; else a protocol error naming the peer.
+    fn unseal(
+        &mut self,
+        peer: Rank,
+        exchange: Exchange,
+        mut message: Vec<u8>,
+    ) -> Result<Vec<u8>, TransportError> {
+        let me = self.rank();
+        let Some(Some(p)) = self.peers.get_mut(peer.index()) else {
+            return Ok(message);
+        };
+        let n = p.controls_taken[exchange as usize];
+        p.controls_taken[exchange as usize] += 1;
+        let Some(key) = p.session else {
+            return Ok(message);
+        };
+        let body = message.len().checked_sub(MAC);
+        let head = seal_head(exchange, peer, me, n);
+        let ok = body.is_some_and(|b| auth::sealed(&key, &[&head, &message[..b]], &message[b..]));
+        match body {
+            Some(b) if ok => {
+                message.truncate(b);
+                Ok(message)
+            }
+            _ => Err(TransportError::Protocol {
+                rank: me,
+                peer,
+                reason: format!(
+                    "its {exchange:?} message is not sealed under the connection's session \
+                     key: something between the ranks rewrote, replayed or moved it"
+                ),
+            }),
+        }
+    }
+}
+
+/// What a control message's seal covers besides its bytes: the exchange, the sender,
+/// the receiver and how many of that exchange the sender sent before.
+pub(crate) fn seal_head(exchange: Exchange, from: Rank, to: Rank, count: u64) -> [u8; 20] {
+    let mut head = [0u8; 20];
+    head[..4].copy_from_slice(&(exchange as u32).to_le_bytes());
+    head[4..8].copy_from_slice(&from.0.to_le_bytes());
+    head[8..12].copy_from_slice(&to.0.to_le_bytes());
+    head[12..].copy_from_slice(&count.to_le_bytes());
+    head
 }
 
 fn take_bytes(p: Payload) -> Vec<u8> {

@@ -79,6 +79,13 @@ struct Peer {
     /// Its socket was read until it would block: [`TcpTransport::progress`] reads it
     /// again only once a `poll` says it has something.
     quiet: bool,
+    /// The connection's session key, under which control messages are sealed
+    /// ([`control`]); `None` only for connections made without a handshake (tests).
+    session: Option<bootstrap::auth::SessionKey>,
+    /// Control messages sent to and taken from this peer, per exchange: part of each
+    /// message's seal, so none can be replayed or moved.
+    controls_sent: [u64; control::EXCHANGES],
+    controls_taken: [u64; control::EXCHANGES],
 }
 
 /// One rank's endpoint of a TCP group. Built by [`bootstrap::connect`].
@@ -136,6 +143,16 @@ fn pooled(pool: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
 }
 
 impl TcpTransport {
+    /// The session key of each peer's connection (from its handshake), `keys[r]` for rank
+    /// `r`: control messages to and from it are sealed under it from now on.
+    pub(crate) fn set_sessions(&mut self, keys: Vec<Option<bootstrap::auth::SessionKey>>) {
+        for (peer, key) in self.peers.iter_mut().zip(keys) {
+            if let Some(p) = peer {
+                p.session = key;
+            }
+        }
+    }
+
     /// Records where every rank runs.
     pub(crate) fn set_hosts(&mut self, hosts: std::sync::Arc<crate::hosts::HostMap>) {
         self.hosts = Some(hosts);
@@ -175,6 +192,9 @@ impl TcpTransport {
                         large: false,
                         direct: Default::default(),
                         quiet: false,
+                        session: None,
+                        controls_sent: [0; control::EXCHANGES],
+                        controls_taken: [0; control::EXCHANGES],
                     })
                 }
             });

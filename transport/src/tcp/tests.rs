@@ -707,3 +707,72 @@ fn a_peer_found_gone_by_a_wait_ends_it_at_once() {
         "the wait slept {slept:?} (its deadline was 20 s) with its peer gone"
     );
 }
+
+/// Control messages (segment announcements, verbs endpoints) carry a MAC under the
+/// connection's session key over their exchange, sender, receiver, count and bytes: a
+/// message sealed right is taken without its seal; the same message again (a replay), one
+/// with a byte rewritten, or one sealed under another key is a protocol error naming the
+/// peer. What this rank sends carries the seal its peer expects.
+#[test]
+fn control_messages_are_sealed_under_the_session_key() {
+    use super::bootstrap::auth;
+    use super::control::{control_tag, seal_head, Exchange};
+    use std::io::{Read, Write};
+    let key = [9u8; 32];
+    let frame = |body: &[u8]| {
+        let header = Header {
+            kind: Kind::Data,
+            tag: control_tag(Exchange::ShmSegment),
+            len: body.len() as u64,
+        }
+        .encode();
+        [&header[..], body].concat()
+    };
+    let sealed = |key: &auth::SessionKey, count: u64, data: &[u8]| {
+        let head = seal_head(Exchange::ShmSegment, Rank(1), Rank(0), count);
+        [data, &auth::seal(key, &[&head, data])[..]].concat()
+    };
+    let deadline = || Instant::now() + Duration::from_secs(5);
+    let refused = |first: Option<Vec<u8>>, second: Vec<u8>| {
+        let (mut t, mut raw) = with_raw_peer();
+        t.set_sessions(vec![None, Some(key)]);
+        if let Some(f) = first {
+            raw.write_all(&frame(&f)).unwrap();
+            t.recv_control(Rank(1), Exchange::ShmSegment, deadline())
+                .expect("the first message");
+        }
+        raw.write_all(&frame(&second)).unwrap();
+        match t.recv_control(Rank(1), Exchange::ShmSegment, deadline()) {
+            Err(TransportError::Protocol { peer, reason, .. }) => {
+                assert_eq!(peer, Rank(1));
+                assert!(reason.contains("session key"), "{reason}");
+            }
+            other => panic!("taken: {other:?}"),
+        }
+    };
+    // Sealed right: taken, without the seal.
+    let (mut t, mut raw) = with_raw_peer();
+    t.set_sessions(vec![None, Some(key)]);
+    raw.write_all(&frame(&sealed(&key, 0, b"segment"))).unwrap();
+    let got = t.recv_control(Rank(1), Exchange::ShmSegment, deadline());
+    assert_eq!(got.expect("a sealed message"), b"segment");
+    // What this rank sends: sealed for rank 1 as its first ShmSegment message.
+    t.send_control(Rank(1), Exchange::ShmSegment, b"mine", deadline())
+        .expect("send");
+    let mut buf = vec![0u8; frame(&[0; 4 + 32]).len()];
+    raw.read_exact(&mut buf).unwrap();
+    let head = seal_head(Exchange::ShmSegment, Rank(0), Rank(1), 0);
+    let body = &buf[buf.len() - 36..];
+    assert_eq!(&body[..4], b"mine");
+    assert!(auth::sealed(&key, &[&head, b"mine"], &body[4..]));
+    // A replay, a rewritten byte, another key, no seal at all.
+    refused(
+        Some(sealed(&key, 0, b"segment")),
+        sealed(&key, 0, b"segment"),
+    );
+    let mut rewritten = sealed(&key, 0, b"segment");
+    rewritten[0] ^= 1;
+    refused(None, rewritten);
+    refused(None, sealed(&[8u8; 32], 0, b"segment"));
+    refused(None, b"segment".to_vec());
+}

@@ -60,6 +60,8 @@ pub struct Introduced {
     pub from: SocketAddr,
     /// Its `Hello` or `Handshake`, MAC checked.
     pub intro: Message,
+    /// The connection's session key ([`auth::session_key`]).
+    pub session: auth::SessionKey,
 }
 
 impl Acceptor {
@@ -118,18 +120,19 @@ impl Acceptor {
                     "no introduction within {:?}",
                     self.pending[i].since.elapsed()
                 )),
-                Ok(Some(intro)) => Ok(intro),
+                Ok(Some(introduced)) => Ok(introduced),
                 Err(e) => Err(e),
             };
             busy = true;
             let Pending { stream, from, .. } = self.pending.swap_remove(i);
             match verdict {
-                Ok(intro) => {
+                Ok((intro, session)) => {
                     stream.set_nonblocking(false)?;
                     done.push(Introduced {
                         stream,
                         from,
                         intro,
+                        session,
                     });
                 }
                 Err(reason) => refuse(self.me, stream, from, &reason),
@@ -213,7 +216,7 @@ impl Acceptor {
 
     /// Reads what connection `i` sent and answers it; its introduction once it proved the
     /// secret, or why it is refused.
-    fn advance(&mut self, i: usize) -> Result<Option<Message>, String> {
+    fn advance(&mut self, i: usize) -> Result<Option<(Message, auth::SessionKey)>, String> {
         let secret = self.secret;
         let p = &mut self.pending[i];
         let mut chunk = [0u8; 4096];
@@ -265,7 +268,7 @@ impl Acceptor {
                                     another job, or a stranger"
                             .into());
                     }
-                    return Ok(Some(intro));
+                    return Ok(Some((intro, auth::session_key(secret, nonce_c, nonce_s))));
                 }
                 (Stage::Challenge, other) => {
                     return Err(format!(

@@ -12,13 +12,60 @@
 //! `k` is the job's 128-bit secret (the unique id). Both nonces are fresh random bytes, so
 //! a recorded exchange proves nothing on another connection, and neither side learns
 //! anything about `k` from the other's MAC. The secret itself never travels.
+//!
+//! After the handshake both ends hold a **session key**, HKDF-SHA-256 of `k` salted with
+//! both nonces ([`session_key`]): every control message on the connection — the root's
+//! address table, verbs endpoints, shared-memory announcements — carries a MAC under it
+//! ([`seal`]), over its kind, sender, receiver, count and bytes, so a relay between two
+//! ranks can drop or delay the job but not steer it (rewrite, replay, reorder or move a
+//! message to another connection). Collective payloads are not authenticated.
 
+use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use super::wire::{Message, MAC, NONCE};
 
 type HmacSha256 = Hmac<Sha256>;
+
+/// A connection's session key (see the module).
+pub type SessionKey = [u8; 32];
+
+/// The session key of the connection whose handshake used these nonces.
+pub fn session_key(secret: u128, nonce_c: &[u8; NONCE], nonce_s: &[u8; NONCE]) -> SessionKey {
+    let mut salt = [0u8; 2 * NONCE];
+    salt[..NONCE].copy_from_slice(nonce_c);
+    salt[NONCE..].copy_from_slice(nonce_s);
+    let hk = Hkdf::<Sha256>::new(Some(&salt), &secret.to_le_bytes());
+    let mut key = [0u8; 32];
+    // 32 bytes is far below HKDF-SHA-256's limit (255 * 32): expand cannot fail.
+    let _ = hk.expand(b"rcoll-session-v1", &mut key);
+    key
+}
+
+/// The MAC of a control message under a session key: over `parts`, each length-prefixed.
+pub fn seal(key: &SessionKey, parts: &[&[u8]]) -> [u8; MAC] {
+    session_mac(key, parts).finalize().into_bytes().into()
+}
+
+/// Whether `mac` is [`seal`]'s for `parts` (constant time).
+pub fn sealed(key: &SessionKey, parts: &[&[u8]], mac: &[u8]) -> bool {
+    session_mac(key, parts).verify_slice(mac).is_ok()
+}
+
+fn session_mac(key: &SessionKey, parts: &[&[u8]]) -> HmacSha256 {
+    let mut mac = match HmacSha256::new_from_slice(key) {
+        Ok(m) => m,
+        // Unreachable: HMAC accepts every key length.
+        Err(_) => HmacSha256::new(&Default::default()),
+    };
+    mac.update(b"rcoll-control-v1");
+    for p in parts {
+        mac.update(&(p.len() as u32).to_le_bytes());
+        mac.update(p);
+    }
+    mac
+}
 
 /// A fresh random nonce.
 pub fn nonce() -> std::io::Result<[u8; NONCE]> {

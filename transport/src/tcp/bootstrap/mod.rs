@@ -239,19 +239,20 @@ enum Introduction {
 }
 
 /// The connector's side of [`auth`]: challenge, check the acceptor's proof, then send
-/// `intro` (a `Hello` or `Handshake`) with this rank's proof.
+/// `intro` (a `Hello` or `Handshake`) with this rank's proof; the connection's session key.
 fn introduce(
     stream: &mut TcpStream,
     secret: u128,
     intro: Message,
     deadline: Instant,
-) -> Result<(), Introduction> {
+) -> Result<auth::SessionKey, Introduction> {
     let nonce_c = auth::nonce().map_err(Introduction::Io)?;
     send(stream, &Message::Challenge { nonce: nonce_c }).map_err(Introduction::Io)?;
     match receive(stream, deadline, wire::MAX_INTRO).map_err(Introduction::Io)? {
         Message::Proof { nonce, mac } if auth::acceptor_mac_ok(secret, &nonce_c, &nonce, &mac) => {
             send(stream, &auth::sign_intro(secret, &nonce_c, &nonce, intro))
-                .map_err(Introduction::Io)
+                .map_err(Introduction::Io)?;
+            Ok(auth::session_key(secret, &nonce_c, &nonce))
         }
         Message::Proof { .. } => Err(Introduction::Impostor(
             "it does not prove this job's secret: it belongs to another job, or this rank's \
@@ -413,7 +414,7 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
         Acceptor::new(data, opts.unique_id, me).map_err(|e| io_fail(me, "listener", e))?;
     let mut acceptor =
         Acceptor::new(listener, opts.unique_id, me).map_err(|e| io_fail(me, "listener", e))?;
-    let mut members: Vec<TcpStream> = Vec::new();
+    let mut members: Vec<(TcpStream, auth::SessionKey)> = Vec::new();
     serve(
         &mut acceptor,
         Some(&mut data),
@@ -442,8 +443,9 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
              stream,
              from,
              intro,
+             session,
          }| match judge(opts, table, intro) {
-            Ok(()) => members.push(stream),
+            Ok(()) => members.push((stream, session)),
             Err(reason) => accept::refuse(me, stream, from, &reason),
         },
     )?;
@@ -460,12 +462,8 @@ fn root(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportErro
         "every rank arrived; sending the address table"
     );
     let left = deadline.saturating_duration_since(Instant::now());
-    let message = Message::Table {
-        addrs: addrs.clone(),
-        hosts: hosts.clone(),
-        cpus: cpus.clone(),
-    };
-    for m in &mut members {
+    for (m, session) in &mut members {
+        let message = seal_table(session, addrs.clone(), hosts.clone(), cpus.clone());
         // A member that stops reading cannot hold the root past the deadline.
         m.set_write_timeout(Some(left.max(Duration::from_millis(1))))
             .and_then(|()| send(m, &message))
@@ -496,8 +494,8 @@ fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportEr
         mac: [0; wire::MAC],
     };
     let fail = |reason: String| TransportError::Bootstrap { rank: me, reason };
-    match introduce(&mut s, opts.unique_id, hello, deadline) {
-        Ok(()) => {}
+    let session = match introduce(&mut s, opts.unique_id, hello, deadline) {
+        Ok(session) => session,
         Err(Introduction::Io(e)) => {
             return Err(io_fail(
                 me,
@@ -517,7 +515,7 @@ fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportEr
                 opts.root
             )))
         }
-    }
+    };
     // The table comes when every rank has arrived; strangers at the data listener are
     // answered meanwhile.
     let heard = wait_readable(&s, deadline, || {
@@ -526,10 +524,16 @@ fn member(opts: &Options, deadline: Instant) -> Result<TcpTransport, TransportEr
     })?;
     // The root proved the secret in `introduce`: its table may be long.
     match heard.and_then(|()| receive(&mut s, deadline, wire::MAX_BODY)) {
-        Ok(Message::Table { addrs, hosts, cpus })
-            if addrs.len() == opts.nranks
-                && hosts.len() == opts.nranks
-                && cpus.len() == opts.nranks =>
+        Ok(table @ Message::Table { .. }) if !table_sealed(&session, &table) => Err(fail(format!(
+            "the address table from the root at {} is not sealed under this connection's \
+             session key: something between this rank and the root rewrote it",
+            opts.root
+        ))),
+        Ok(Message::Table {
+            addrs, hosts, cpus, ..
+        }) if addrs.len() == opts.nranks
+            && hosts.len() == opts.nranks
+            && cpus.len() == opts.nranks =>
         {
             mesh(opts, me, data, &addrs, &hosts, &cpus, deadline)
         }
@@ -560,6 +564,7 @@ fn mesh(
 ) -> Result<TcpTransport, TransportError> {
     let n = opts.nranks;
     let mut streams: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+    let mut sessions: Vec<Option<auth::SessionKey>> = vec![None; n];
     let fail = |reason: String| TransportError::Bootstrap { rank: me, reason };
     for (j, addr) in table.iter().enumerate().take(opts.rank) {
         let a: SocketAddr = addr
@@ -575,7 +580,7 @@ fn mesh(
             mac: [0; wire::MAC],
         };
         match introduce(&mut s, opts.unique_id, handshake, deadline) {
-            Ok(()) => {}
+            Ok(session) => sessions[j] = Some(session),
             Err(Introduction::Io(e)) => {
                 return Err(io_fail(me, &format!("handshake with rank {j} at {a}"), e))
             }
@@ -613,6 +618,7 @@ fn mesh(
              stream,
              from,
              intro,
+             session,
          }| {
             let r = match intro {
                 Message::Handshake { rank, .. } => rank as usize,
@@ -626,6 +632,7 @@ fn mesh(
             } else {
                 tracing::debug!(rank = me.0, peer = r, %from, "accepted peer");
                 streams[r] = Some(stream);
+                sessions[r] = Some(session);
             }
         },
     )?;
@@ -641,10 +648,51 @@ fn mesh(
     );
     let mut t = TcpTransport::new(me, streams, opts.window)
         .map_err(|e| io_fail(me, "cannot register the connections", e))?;
+    t.set_sessions(sessions);
     t.set_hosts(std::sync::Arc::new(
         crate::hosts::HostMap::from_keys(hosts).with_reported_cpus(cpus),
     ));
     Ok(t)
+}
+
+/// The address table for a member, sealed under its connection's session key.
+fn seal_table(
+    session: &auth::SessionKey,
+    addrs: Vec<String>,
+    hosts: Vec<String>,
+    cpus: Vec<u32>,
+) -> Message {
+    let mut table = Message::Table {
+        addrs,
+        hosts,
+        cpus,
+        mac: [0; wire::MAC],
+    };
+    let fields = table.encode();
+    if let Message::Table { mac, .. } = &mut table {
+        *mac = auth::seal(session, &[b"table", &fields]);
+    }
+    table
+}
+
+/// Whether `table` carries the root's seal under `session` (constant time).
+fn table_sealed(session: &auth::SessionKey, table: &Message) -> bool {
+    let Message::Table {
+        addrs,
+        hosts,
+        cpus,
+        mac,
+    } = table
+    else {
+        return false;
+    };
+    let unsealed = Message::Table {
+        addrs: addrs.clone(),
+        hosts: hosts.clone(),
+        cpus: cpus.clone(),
+        mac: [0; wire::MAC],
+    };
+    auth::sealed(session, &[b"table", &unsealed.encode()], mac)
 }
 
 /// What a rank told the root: its data listener, host key and machine CPUs.
@@ -705,5 +753,65 @@ mod tests {
         );
         drop(stream);
         stranger.join().expect("stranger");
+    }
+
+    /// A relay between rank 1 and the root that forwards every byte but one: it changes
+    /// rank 1's CPU count in the address table. The table is sealed under the connection's
+    /// session key, which the relay cannot compute: rank 1 refuses it, saying so, instead
+    /// of forming the group on what the relay wrote.
+    #[test]
+    fn a_relay_that_rewrites_the_table_is_refused() {
+        let secret = 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef;
+        let root: SocketAddr = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a port");
+        let relay = TcpListener::bind("127.0.0.1:0").expect("relay");
+        let relay_addr = relay.local_addr().expect("relay address");
+        let opts = move |rank: usize, root: SocketAddr| Options {
+            rank,
+            nranks: 2,
+            root,
+            unique_id: secret,
+            bind: None,
+            timeout: Duration::from_secs(5),
+            window: 4,
+            host: "one host".into(),
+            cpus: 2,
+        };
+        let relaying = std::thread::spawn(move || {
+            let (mut member, _) = relay.accept().expect("rank 1");
+            let mut upstream =
+                connect_until(root, Instant::now() + Duration::from_secs(5)).expect("the root");
+            let (mut m2, mut u2) = (
+                member.try_clone().expect("clone"),
+                upstream.try_clone().expect("clone"),
+            );
+            let up = std::thread::spawn(move || std::io::copy(&mut m2, &mut u2));
+            // Down: the proof as it is, then the table with one byte changed.
+            let mut proof = [0u8; wire::PREFIX + wire::NONCE + wire::MAC];
+            upstream.read_exact(&mut proof).expect("the proof");
+            member.write_all(&proof).expect("forward");
+            let mut prefix = [0u8; wire::PREFIX];
+            upstream.read_exact(&mut prefix).expect("the table");
+            let (_, len) = Message::decode_prefix(&prefix).expect("a prefix");
+            let mut body = vec![0u8; len];
+            upstream.read_exact(&mut body).expect("the table's body");
+            body[len - wire::MAC - 4] ^= 1;
+            member.write_all(&prefix).expect("forward");
+            member.write_all(&body).expect("forward");
+            let _ = std::io::copy(&mut upstream, &mut member);
+            let _ = up.join();
+        });
+        let zero = std::thread::spawn(move || connect(&opts(0, root)));
+        let one = connect(&opts(1, relay_addr));
+        let e = one
+            .err()
+            .expect("rank 1 formed the group on a rewritten table");
+        assert!(e.to_string().contains("not sealed"), "{e}");
+        assert!(
+            zero.join().expect("rank 0").is_err(),
+            "rank 0 formed a group alone"
+        );
+        relaying.join().expect("relay");
     }
 }

@@ -5,9 +5,10 @@
 //! [`Message::Handshake`] to a peer) carrying its own proof (see [`super::auth`]). The job's
 //! secret never travels: only nonces and MACs do.
 
-/// `"RCB4"`: bootstrap protocol and version (2: mutual proof of the job secret; 3: host
-/// keys in the hello and the table; 4: each rank's machine CPUs with them).
-pub const MAGIC: [u8; 4] = *b"RCB4";
+/// `"RCB5"`: bootstrap protocol and version (2: mutual proof of the job secret; 3: host
+/// keys in the hello and the table; 4: each rank's machine CPUs with them; 5: the table
+/// sealed under the connection's session key).
+pub const MAGIC: [u8; 4] = *b"RCB5";
 /// Largest message body accepted: the root's address table for the most ranks a group may
 /// have (a listener takes far less from a connection that has not proven itself:
 /// [`MAX_INTRO`]).
@@ -47,6 +48,9 @@ pub enum Message {
         hosts: Vec<String>,
         /// Machine CPUs (0: unknown).
         cpus: Vec<u32>,
+        /// The root's MAC over the fields above under the connection's session key
+        /// ([`super::auth::seal`]).
+        mac: [u8; MAC],
     },
     /// The acceptor refuses the connector.
     Refuse(String),
@@ -127,7 +131,12 @@ impl Message {
                 body.extend_from_slice(mac);
                 1
             }
-            Message::Table { addrs, hosts, cpus } => {
+            Message::Table {
+                addrs,
+                hosts,
+                cpus,
+                mac,
+            } => {
                 // As many entries as the shortest list: a rank is all three.
                 let n = addrs.len().min(hosts.len()).min(cpus.len());
                 body.extend_from_slice(&(n as u32).to_le_bytes());
@@ -140,6 +149,7 @@ impl Message {
                 for c in &cpus[..n] {
                     body.extend_from_slice(&c.to_le_bytes());
                 }
+                body.extend_from_slice(mac);
                 2
             }
             Message::Refuse(reason) => {
@@ -212,7 +222,12 @@ impl Message {
                 for _ in 0..n {
                     cpus.push(r.u32()?);
                 }
-                Message::Table { addrs, hosts, cpus }
+                Message::Table {
+                    addrs,
+                    hosts,
+                    cpus,
+                    mac: r.array()?,
+                }
             }
             3 => Message::Refuse(r.string()?),
             4 => Message::Handshake {
@@ -295,6 +310,7 @@ mod tests {
                 addrs: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()],
                 hosts: vec!["a".into(), "b".into()],
                 cpus: vec![2, 0],
+                mac: [5; MAC],
             },
             Message::Refuse("no".into()),
             Message::Handshake {
