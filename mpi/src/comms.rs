@@ -11,10 +11,11 @@
 
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use rcoll::process::{Builder, UniqueId, UNIQUE_ID_BYTES};
-use rcoll::Communicator;
+use rcoll::{Background, Communicator};
 
 use crate::control::Control;
 use crate::decide::Reason;
@@ -34,19 +35,92 @@ pub struct Entry {
 pub enum State {
     /// Its calls go to MPI, for this reason.
     Unavailable(Reason),
-    /// Its rcoll communicator; after an rcoll error, the error (rcoll's communicators are
-    /// unusable after one), returned again by every later call.
-    Ready(Box<Mutex<Result<Communicator, String>>>),
+    /// Its rcoll communicator.
+    Ready(Box<Ready>),
+}
+
+/// A served communicator.
+pub struct Ready {
+    /// The communicator, driven by the calling thread until the first nonblocking call
+    /// gives it a progress thread.
+    slot: Mutex<Slot>,
+    /// The first rcoll error (rcoll's communicators are unusable after one), returned
+    /// again by every later call. Apart from `slot`: a queued call that fails records it
+    /// from the progress thread while a blocking caller may hold `slot`.
+    failed: Mutex<Option<String>>,
+}
+
+enum Slot {
+    Plain(Box<Communicator>),
+    Queued(Arc<Background>),
+    /// Its progress thread could not start.
+    Gone,
+}
+
+impl Ready {
+    fn new(comm: Communicator) -> Ready {
+        Ready {
+            slot: Mutex::new(Slot::Plain(Box::new(comm))),
+            failed: Mutex::new(None),
+        }
+    }
+
+    /// The error an earlier call left, if any.
+    pub fn failed(&self) -> Option<String> {
+        lock(&self.failed).clone()
+    }
+
+    /// Records a call's error (the first one stays).
+    pub fn fail(&self, message: &str) {
+        lock(&self.failed).get_or_insert_with(|| message.to_string());
+    }
+
+    /// Runs `f` on the communicator on this thread, after every queued call.
+    pub fn run(&self, f: impl FnOnce(&mut Communicator) -> rcoll::Result<()>) -> rcoll::Result<()> {
+        let mut slot = lock(&self.slot);
+        match &mut *slot {
+            Slot::Plain(c) => f(c),
+            Slot::Queued(bg) => {
+                let bg = Arc::clone(bg);
+                drop(slot);
+                bg.run(f)
+            }
+            Slot::Gone => Err(rcoll::Error::Config("no progress thread".into())),
+        }
+    }
+
+    /// The communicator with a progress thread (started now if it has none).
+    pub fn background(&self) -> Result<Arc<Background>, String> {
+        let mut slot = lock(&self.slot);
+        if let Slot::Plain(_) = &*slot {
+            let Slot::Plain(comm) = std::mem::replace(&mut *slot, Slot::Gone) else {
+                unreachable!("matched above");
+            };
+            match Background::new(*comm) {
+                Ok(bg) => *slot = Slot::Queued(Arc::new(bg)),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        match &*slot {
+            Slot::Queued(bg) => Ok(Arc::clone(bg)),
+            _ => Err("its progress thread could not start".into()),
+        }
+    }
 }
 
 impl Entry {
-    /// The communicator, held for one call.
-    pub fn lock(&self) -> Option<MutexGuard<'_, Result<Communicator, String>>> {
+    /// Its rcoll communicator, if it has one.
+    pub fn ready(&self) -> Option<&Ready> {
         match &self.state {
-            State::Ready(m) => Some(m.lock().unwrap_or_else(|p| p.into_inner())),
+            State::Ready(r) => Some(r),
             State::Unavailable(_) => None,
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while held is caught at the C boundary, which ends the job.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The process's shim, between `MPI_Init` and `MPI_Finalize`.
@@ -62,6 +136,14 @@ struct Shim {
 
 static SHIM: RwLock<Option<Shim>> = RwLock::new(None);
 static CONTROL: OnceLock<Control> = OnceLock::new();
+/// MPI was initialized at `MPI_THREAD_MULTIPLE`: rcoll's progress thread may complete
+/// requests.
+static MULTIPLE: AtomicBool = AtomicBool::new(false);
+
+/// Whether MPI runs at `MPI_THREAD_MULTIPLE` (read at `MPI_Init*`).
+pub fn thread_multiple() -> bool {
+    MULTIPLE.load(Ordering::Relaxed)
+}
 
 /// The environment's settings, read at `MPI_Init` (`None` before).
 pub fn control() -> Option<&'static Control> {
@@ -91,6 +173,11 @@ fn world_handle() -> Comm {
 /// (unless `RCOLL_MPI=0`).
 pub fn init() {
     let control = CONTROL.get_or_init(Control::from_env);
+    // SAFETY: a query, valid after MPI_Init.
+    MULTIPLE.store(
+        unsafe { ffi::rcoll_mpi_thread_multiple() } != 0,
+        Ordering::Relaxed,
+    );
     let me = world_rank();
     if me == 0 {
         for w in &control.warnings {
@@ -239,7 +326,7 @@ fn form(comm: Comm, rank: usize, size: usize, label: &str) -> Entry {
         Ok(c) if all == 1 => Entry {
             rank,
             size,
-            state: State::Ready(Box::new(Mutex::new(Ok(c)))),
+            state: State::Ready(Box::new(Ready::new(c))),
         },
         _ => unavailable(Reason::NoCommunicator),
     }

@@ -40,6 +40,16 @@ pub enum Coll {
     Scatter,
     /// `MPI_Barrier`
     Barrier,
+    /// `MPI_Iallreduce`
+    Iallreduce,
+    /// `MPI_Ibcast`
+    Ibcast,
+    /// `MPI_Iallgather`
+    Iallgather,
+    /// `MPI_Ireduce_scatter_block`
+    IreduceScatterBlock,
+    /// `MPI_Ibarrier`
+    Ibarrier,
     /// `MPI_Allgatherv` (forwarded: counted only)
     Allgatherv,
     /// `MPI_Gatherv` (forwarded)
@@ -56,7 +66,7 @@ pub enum Coll {
 
 impl Coll {
     /// Every one, in the order of the stats lines.
-    pub const ALL: [Coll; 16] = [
+    pub const ALL: [Coll; 21] = [
         Coll::Allreduce,
         Coll::Reduce,
         Coll::Bcast,
@@ -67,6 +77,11 @@ impl Coll {
         Coll::Gather,
         Coll::Scatter,
         Coll::Barrier,
+        Coll::Iallreduce,
+        Coll::Ibcast,
+        Coll::Iallgather,
+        Coll::IreduceScatterBlock,
+        Coll::Ibarrier,
         Coll::Allgatherv,
         Coll::Gatherv,
         Coll::Scatterv,
@@ -88,6 +103,11 @@ impl Coll {
             Coll::Gather => "MPI_Gather",
             Coll::Scatter => "MPI_Scatter",
             Coll::Barrier => "MPI_Barrier",
+            Coll::Iallreduce => "MPI_Iallreduce",
+            Coll::Ibcast => "MPI_Ibcast",
+            Coll::Iallgather => "MPI_Iallgather",
+            Coll::IreduceScatterBlock => "MPI_Ireduce_scatter_block",
+            Coll::Ibarrier => "MPI_Ibarrier",
             Coll::Allgatherv => "MPI_Allgatherv",
             Coll::Gatherv => "MPI_Gatherv",
             Coll::Scatterv => "MPI_Scatterv",
@@ -105,7 +125,24 @@ impl Coll {
 
     /// Whether rcoll can serve it at all.
     pub fn servable(self) -> bool {
-        Coll::ALL[..10].contains(&self)
+        Coll::ALL[..15].contains(&self)
+    }
+
+    /// Whether it is nonblocking (an `MPI_I*` call, answered with a request).
+    pub fn nonblocking(self) -> bool {
+        self.blocking() != self
+    }
+
+    /// The blocking form: what a nonblocking call runs.
+    pub fn blocking(self) -> Coll {
+        match self {
+            Coll::Iallreduce => Coll::Allreduce,
+            Coll::Ibcast => Coll::Bcast,
+            Coll::Iallgather => Coll::Allgather,
+            Coll::IreduceScatterBlock => Coll::ReduceScatterBlock,
+            Coll::Ibarrier => Coll::Barrier,
+            other => other,
+        }
     }
 
     /// Index in [`Coll::ALL`].
@@ -150,6 +187,9 @@ pub enum Reason {
     SizesDiffer,
     /// An argument MPI reports as an error (forwarded so that MPI reports it as it would).
     InvalidArgument(&'static str),
+    /// A nonblocking call below `MPI_THREAD_MULTIPLE`: rcoll's progress thread completes
+    /// the request, and may call MPI only at that level.
+    ThreadLevel,
 }
 
 impl fmt::Display for Reason {
@@ -170,6 +210,7 @@ impl fmt::Display for Reason {
             Reason::UnequalCounts => f.write_str("unequal recvcounts"),
             Reason::SizesDiffer => f.write_str("send and receive sizes differ"),
             Reason::InvalidArgument(what) => write!(f, "invalid {what}"),
+            Reason::ThreadLevel => f.write_str("below MPI_THREAD_MULTIPLE"),
         }
     }
 }
@@ -411,6 +452,10 @@ impl Plan {
 
 /// The decision for one call of a servable collective.
 pub fn decide<H: Copy>(a: &Args<'_, H>, types: &impl Types<H>) -> Result<Plan, Reason> {
+    let a = &Args {
+        coll: a.coll.blocking(),
+        ..*a
+    };
     let rooted = matches!(
         a.coll,
         Coll::Reduce | Coll::Bcast | Coll::Gather | Coll::Scatter
@@ -862,6 +907,17 @@ mod tests {
     }
 
     #[test]
+    fn a_nonblocking_call_is_decided_as_its_blocking_form() {
+        let f32s = num(DataType::F32);
+        let mut a = args(Coll::Iallreduce, 0, 2, side(4, f32s), side(4, f32s));
+        assert_eq!(decide(&a, &Fake).expect("served").action, Action::AllReduce);
+        a.op = OpKind::Named("MPI_MINLOC");
+        assert_eq!(decide(&a, &Fake), Err(Reason::Op("MPI_MINLOC")));
+        let a = args(Coll::Ibcast, 1, 2, side(0, f32s), side(3, f32s));
+        assert_eq!(decide(&a, &Fake).expect("served").lengths(1, 2), (0, 12));
+    }
+
+    #[test]
     fn nothing_to_move_is_served_without_communicating() {
         let ints = num(DataType::I32);
         let mut a = args(Coll::Allreduce, 0, 2, side(0, ints), side(0, ints));
@@ -875,6 +931,12 @@ mod tests {
         assert_eq!(Coll::ReduceScatterBlock.key(), "reduce_scatter_block");
         assert_eq!(Coll::Allreduce.mpi_name(), "MPI_Allreduce");
         assert!(Coll::Barrier.servable() && !Coll::Allgatherv.servable());
+        assert!(Coll::Ibarrier.servable() && Coll::Ibarrier.nonblocking());
+        assert_eq!(
+            Coll::IreduceScatterBlock.blocking(),
+            Coll::ReduceScatterBlock
+        );
+        assert!(!Coll::Allreduce.nonblocking());
         for (i, c) in Coll::ALL.into_iter().enumerate() {
             assert_eq!(c.index(), i);
         }

@@ -9,10 +9,12 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 
 use crate::comms::{self, State};
-use crate::decide::{decide, Action, Args, Coll, OpKind, Reason, Side, Ty, Types};
-use crate::ffi::{self, Comm, Datatype, Op, NO_DATATYPE};
+use crate::decide::{decide, Action, Args, Coll, OpKind, Plan, Reason, Side, Ty, Types};
+use crate::ffi::{self, Comm, Datatype, Op, Request, Sent, NO_DATATYPE};
 use crate::run;
 use crate::stats::Stats;
 
@@ -104,21 +106,43 @@ unsafe fn collective<'a>(
     })
 }
 
-/// # Safety
-/// As [`collective`].
-unsafe fn serve<'a>(
+/// A call that passed the decision: its plan, and its communicator's entry.
+struct Admitted {
+    plan: Plan,
+    entry: Option<Arc<comms::Entry>>,
+}
+
+impl Admitted {
+    /// The entry, formed now if the communicator has none (a collective over it, which
+    /// every member reaches in this same call), with its rcoll communicator.
+    fn entry(self, comm: Comm, rank: usize, size: usize) -> Result<Arc<comms::Entry>, Reason> {
+        let entry = match self.entry {
+            Some(e) => e,
+            None => comms::entry_or_form(comm, rank, size),
+        };
+        match entry.ready() {
+            Some(_) => Ok(entry),
+            None => Err(Reason::NoCommunicator),
+        }
+    }
+}
+
+/// The environment's say, the communicator, then [`decide`]: the call's plan, or why it
+/// goes to MPI.
+fn admit<'a>(
     coll: Coll,
     comm: Comm,
-    send: *const c_void,
-    recv: *mut c_void,
     args: impl FnOnce(usize, usize) -> Args<'a, Datatype>,
-) -> Result<c_int, Reason> {
+) -> Result<(Admitted, usize, usize), Reason> {
     let control = comms::control().ok_or(Reason::NotInitialized)?;
     if !control.enabled {
         return Err(Reason::Disabled);
     }
     if !control.serves(coll) {
         return Err(Reason::Restricted);
+    }
+    if coll.nonblocking() && !comms::thread_multiple() {
+        return Err(Reason::ThreadLevel);
     }
     let known = comms::lookup(comm)?;
     let (rank, size) = match &known {
@@ -129,37 +153,187 @@ unsafe fn serve<'a>(
         None => comms::comm_info(comm)?,
     };
     let plan = decide(&args(rank, size), &MpiTypes)?;
+    Ok((Admitted { plan, entry: known }, rank, size))
+}
+
+/// The error of a served call on `comm`, to its error handler.
+fn failure(coll: Coll, comm: Comm, why: &str) -> c_int {
+    let me = comms::world_rank();
+    comms::raise(
+        comm,
+        &format!("rcoll-mpi: {} on world rank {me}: {why}", coll.mpi_name()),
+    )
+}
+
+/// # Safety
+/// As [`collective`].
+unsafe fn serve<'a>(
+    coll: Coll,
+    comm: Comm,
+    send: *const c_void,
+    recv: *mut c_void,
+    args: impl FnOnce(usize, usize) -> Args<'a, Datatype>,
+) -> Result<c_int, Reason> {
+    let (admitted, rank, size) = admit(coll, comm, args)?;
+    let plan = admitted.plan;
     if plan.action == Action::Nothing {
         return Ok(0);
     }
-    let entry = match known {
-        Some(e) => e,
-        None => comms::entry_or_form(comm, rank, size),
-    };
-    let Some(mut held) = entry.lock() else {
-        return Err(Reason::NoCommunicator);
-    };
-    let failed = match &mut *held {
+    let entry = admitted.entry(comm, rank, size)?;
+    let ready = entry.ready().ok_or(Reason::NoCommunicator)?;
+    let failed = match ready.failed() {
+        Some(earlier) => format!("the communicator failed in an earlier call: {earlier}"),
         // SAFETY: the caller's contract: the buffers hold what the plan, made from the
         // call's counts and datatypes, says this rank reads and writes.
-        Ok(c) => match unsafe { run::execute(c, &plan, send, recv) } {
+        None => match ready.run(|c| unsafe { run::execute(c, &plan, send, recv) }) {
             Ok(()) => return Ok(0),
-            Err(e) => e.to_string(),
+            Err(e) => {
+                let message = e.to_string();
+                ready.fail(&message);
+                message
+            }
         },
-        Err(earlier) => format!("the communicator failed in an earlier call: {earlier}"),
     };
-    if held.is_ok() {
-        *held = Err(failed.clone());
+    Ok(failure(coll, comm, &failed))
+}
+
+/// What a queued call's request reports: its MPI error code, set before the request is
+/// completed, read by MPI's completion calls through the query function.
+struct Outcome {
+    code: AtomicI32,
+}
+
+/// The generalized request's query function's question (src/shim.c).
+///
+/// # Safety
+/// `state` is the pointer [`queue`] gave `MPI_Grequest_start`, not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn rcoll_mpi_outcome_code(state: *mut c_void) -> c_int {
+    // SAFETY: an `Arc<Outcome>` leaked by `queue` for the request, freed only by
+    // `rcoll_mpi_outcome_free` after the last query.
+    let outcome = unsafe { &*(state as *const Outcome) };
+    outcome.code.load(Ordering::Acquire)
+}
+
+/// The generalized request's free function: drops its reference to the outcome.
+///
+/// # Safety
+/// `state` is the pointer [`queue`] gave `MPI_Grequest_start`; MPI calls this once.
+#[no_mangle]
+pub unsafe extern "C" fn rcoll_mpi_outcome_free(state: *mut c_void) {
+    // SAFETY: the reference `queue` leaked with `Arc::into_raw`, given back once.
+    drop(unsafe { Arc::from_raw(state as *const Outcome) });
+}
+
+/// A nonblocking call: served by queueing it on the communicator's progress thread and
+/// answering with a generalized request the progress thread completes, or forwarded.
+///
+/// # Safety
+/// MPI's contract for a nonblocking collective: the buffers stay valid and untouched
+/// until the request completes; `request` is writable.
+unsafe fn nonblocking<'a>(
+    coll: Coll,
+    comm: Comm,
+    (send, recv): (*const c_void, *mut c_void),
+    request: *mut Request,
+    args: impl FnOnce(usize, usize) -> Args<'a, Datatype>,
+    forward: impl FnOnce() -> c_int,
+) -> c_int {
+    guarded(coll.mpi_name(), || {
+        // SAFETY: the caller's contract, passed on.
+        match unsafe { queue(coll, comm, (send, recv), request, args) } {
+            Ok(code) => {
+                STATS.served(coll);
+                code
+            }
+            Err(reason) => {
+                STATS.forwarded(coll, reason.to_string());
+                forward()
+            }
+        }
+    })
+}
+
+/// # Safety
+/// As [`nonblocking`].
+unsafe fn queue<'a>(
+    coll: Coll,
+    comm: Comm,
+    (send, recv): (*const c_void, *mut c_void),
+    request: *mut Request,
+    args: impl FnOnce(usize, usize) -> Args<'a, Datatype>,
+) -> Result<c_int, Reason> {
+    if request.is_null() {
+        return Err(Reason::InvalidArgument("request"));
     }
-    drop(held);
-    let me = comms::world_rank();
-    Ok(comms::raise(
-        comm,
-        &format!(
-            "rcoll-mpi: {} on world rank {me}: {failed}",
-            coll.mpi_name()
-        ),
-    ))
+    let (admitted, rank, size) = admit(coll, comm, args)?;
+    let plan = admitted.plan;
+    let entry = if plan.action == Action::Nothing {
+        None
+    } else {
+        Some(admitted.entry(comm, rank, size)?)
+    };
+    let ready = entry.as_ref().and_then(|e| e.ready());
+    let background = match ready.map(|r| (r.failed(), r)) {
+        None => None,
+        Some((Some(earlier), _)) => {
+            let why = format!("the communicator failed in an earlier call: {earlier}");
+            return Ok(failure(coll, comm, &why));
+        }
+        Some((None, r)) => match r.background() {
+            Ok(bg) => Some(bg),
+            Err(why) => {
+                r.fail(&why);
+                return Ok(failure(coll, comm, &why));
+            }
+        },
+    };
+    let outcome = Arc::new(Outcome {
+        code: AtomicI32::new(0),
+    });
+    let state = Arc::into_raw(Arc::clone(&outcome)) as *mut c_void;
+    let mut req = std::mem::MaybeUninit::<Request>::uninit();
+    // SAFETY: `state` stays valid until MPI calls the free function; `req` is writable.
+    let rc = unsafe { ffi::rcoll_mpi_grequest_start(state, req.as_mut_ptr()) };
+    if rc != 0 {
+        // SAFETY: MPI did not take the reference: given back here.
+        drop(unsafe { Arc::from_raw(state as *const Outcome) });
+        return Ok(rc);
+    }
+    // SAFETY: set by MPI_Grequest_start, which succeeded.
+    let req = unsafe { req.assume_init() };
+    // SAFETY: the caller's contract: `request` is writable.
+    unsafe { request.write(req) };
+    let (Some(bg), Some(entry)) = (background, entry) else {
+        // Nothing to move: complete at once.
+        // SAFETY: the request just started, completed once.
+        unsafe { ffi::rcoll_mpi_grequest_complete(req) };
+        return Ok(0);
+    };
+    let (send, recv) = (send as usize, recv as usize);
+    let (req, comm) = (Sent(req), Sent(comm));
+    let job = move |c: &mut rcoll::Communicator| {
+        let (req, comm) = (req, comm);
+        // SAFETY: MPI's contract for a nonblocking call: the buffers stay valid and
+        // untouched until the request completes, which is after this.
+        let done = unsafe { run::execute(c, &plan, send as *const c_void, recv as *mut c_void) };
+        if let Err(e) = done {
+            let why = e.to_string();
+            if let Some(r) = entry.ready() {
+                r.fail(&why);
+            }
+            outcome
+                .code
+                .store(failure(coll, comm.0, &why), Ordering::Release);
+        }
+        // SAFETY: the request this call started, completed once; at
+        // MPI_THREAD_MULTIPLE (checked) any thread may.
+        unsafe { ffi::rcoll_mpi_grequest_complete(req.0) };
+        Ok(())
+    };
+    // The rcoll request is not needed: the generalized request reports the outcome.
+    drop(bg.submit(job));
+    Ok(0)
 }
 
 /// A collective rcoll does not serve: counted, then given to MPI.
@@ -756,4 +930,162 @@ pub unsafe extern "C" fn MPI_Exscan(
         // SAFETY: the caller's arguments, passed on.
         unsafe { ffi::PMPI_Exscan(sendbuf, recvbuf, count, datatype, op, comm) }
     })
+}
+
+/// `MPI_Iallreduce`: a generalized request, served at `MPI_THREAD_MULTIPLE`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Iallreduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Datatype,
+    op: Op,
+    comm: Comm,
+    request: *mut Request,
+) -> c_int {
+    let c = Coll::Iallreduce;
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        nonblocking(
+            c,
+            comm,
+            (sendbuf, recvbuf),
+            request,
+            |r, n| reduction(c, (r, n), (sendbuf, recvbuf), count, datatype, op, 0),
+            || ffi::PMPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, request),
+        )
+    }
+}
+
+/// `MPI_Ibcast`: a generalized request, served at `MPI_THREAD_MULTIPLE`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Ibcast(
+    buffer: *mut c_void,
+    count: c_int,
+    datatype: Datatype,
+    root: c_int,
+    comm: Comm,
+    request: *mut Request,
+) -> c_int {
+    let c = Coll::Ibcast;
+    let none = std::ptr::null();
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        nonblocking(
+            c,
+            comm,
+            (none, buffer),
+            request,
+            |r, n| {
+                movement(
+                    c,
+                    (r, n),
+                    (none, 0, datatype),
+                    (buffer, count, datatype),
+                    root,
+                )
+            },
+            || ffi::PMPI_Ibcast(buffer, count, datatype, root, comm, request),
+        )
+    }
+}
+
+/// `MPI_Iallgather`: a generalized request, served at `MPI_THREAD_MULTIPLE`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Iallgather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Datatype,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Datatype,
+    comm: Comm,
+    request: *mut Request,
+) -> c_int {
+    let c = Coll::Iallgather;
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        nonblocking(
+            c,
+            comm,
+            (sendbuf, recvbuf),
+            request,
+            |r, n| {
+                movement(
+                    c,
+                    (r, n),
+                    (sendbuf, sendcount, sendtype),
+                    (recvbuf, recvcount, recvtype),
+                    0,
+                )
+            },
+            || {
+                ffi::PMPI_Iallgather(
+                    sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, request,
+                )
+            },
+        )
+    }
+}
+
+/// `MPI_Ireduce_scatter_block`: a generalized request, served at `MPI_THREAD_MULTIPLE`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Ireduce_scatter_block(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    datatype: Datatype,
+    op: Op,
+    comm: Comm,
+    request: *mut Request,
+) -> c_int {
+    let c = Coll::IreduceScatterBlock;
+    // SAFETY: MPI's contract for the call, passed on.
+    unsafe {
+        nonblocking(
+            c,
+            comm,
+            (sendbuf, recvbuf),
+            request,
+            |r, n| reduction(c, (r, n), (sendbuf, recvbuf), recvcount, datatype, op, 0),
+            || {
+                ffi::PMPI_Ireduce_scatter_block(
+                    sendbuf, recvbuf, recvcount, datatype, op, comm, request,
+                )
+            },
+        )
+    }
+}
+
+/// `MPI_Ibarrier`: a generalized request, served at `MPI_THREAD_MULTIPLE`.
+///
+/// # Safety
+/// MPI's contract for this call.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Ibarrier(comm: Comm, request: *mut Request) -> c_int {
+    let c = Coll::Ibarrier;
+    let (none, nothing) = (std::ptr::null(), std::ptr::null_mut());
+    // SAFETY: MPI's contract for the call, passed on; a barrier has no buffers.
+    unsafe {
+        nonblocking(
+            c,
+            comm,
+            (none, nothing),
+            request,
+            |r, n| movement(c, (r, n), (none, 0, NO_DATATYPE), (none, 0, NO_DATATYPE), 0),
+            || ffi::PMPI_Ibarrier(comm, request),
+        )
+    }
 }

@@ -14,6 +14,8 @@ mod handles {
     pub type Datatype = *mut c_void;
     /// `MPI_Op`.
     pub type Op = *mut c_void;
+    /// `MPI_Request`.
+    pub type Request = *mut c_void;
     /// A datatype argument nobody reads (a barrier's).
     pub const NO_DATATYPE: Datatype = std::ptr::null_mut();
 }
@@ -27,11 +29,23 @@ mod handles {
     pub type Datatype = c_int;
     /// `MPI_Op`.
     pub type Op = c_int;
+    /// `MPI_Request`.
+    pub type Request = c_int;
     /// A datatype argument nobody reads (a barrier's).
     pub const NO_DATATYPE: Datatype = 0;
 }
 
-pub use handles::{Comm, Datatype, Op, NO_DATATYPE};
+pub use handles::{Comm, Datatype, Op, Request, NO_DATATYPE};
+
+/// A handle sent to rcoll's progress thread, which calls MPI with it (at
+/// `MPI_THREAD_MULTIPLE`, where any thread may).
+#[derive(Clone, Copy)]
+pub struct Sent<H>(pub H);
+
+// SAFETY: an MPI handle is a name for an object inside MPI (a pointer Open MPI never lets
+// the application dereference, or an integer); any thread may pass it to MPI at
+// MPI_THREAD_MULTIPLE, the only level at which the shim sends one to another thread.
+unsafe impl<H> Send for Sent<H> {}
 
 /// Codes of `rcoll_mpi_type_info` (src/shim.c's `RT_*`).
 pub mod type_code {
@@ -79,6 +93,9 @@ extern "C" {
     pub fn rcoll_mpi_raise(c: Comm, klass: c_int, message: *const c_char) -> c_int;
     pub fn rcoll_mpi_abort(c: Comm, code: c_int) -> c_int;
     pub fn rcoll_mpi_world_rank() -> c_int;
+    pub fn rcoll_mpi_grequest_start(state: *mut c_void, request: *mut Request) -> c_int;
+    pub fn rcoll_mpi_grequest_complete(request: Request) -> c_int;
+    pub fn rcoll_mpi_thread_multiple() -> c_int;
 
     // The MPI library's own entry points (the profiling interface).
     pub fn PMPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int;
@@ -168,6 +185,43 @@ extern "C" {
         comm: Comm,
     ) -> c_int;
     pub fn PMPI_Barrier(comm: Comm) -> c_int;
+    pub fn PMPI_Iallreduce(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        datatype: Datatype,
+        op: Op,
+        comm: Comm,
+        request: *mut Request,
+    ) -> c_int;
+    pub fn PMPI_Ibcast(
+        buffer: *mut c_void,
+        count: c_int,
+        datatype: Datatype,
+        root: c_int,
+        comm: Comm,
+        request: *mut Request,
+    ) -> c_int;
+    pub fn PMPI_Iallgather(
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: Datatype,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: Datatype,
+        comm: Comm,
+        request: *mut Request,
+    ) -> c_int;
+    pub fn PMPI_Ireduce_scatter_block(
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        datatype: Datatype,
+        op: Op,
+        comm: Comm,
+        request: *mut Request,
+    ) -> c_int;
+    pub fn PMPI_Ibarrier(comm: Comm, request: *mut Request) -> c_int;
     pub fn PMPI_Allgatherv(
         sendbuf: *const c_void,
         sendcount: c_int,

@@ -20,7 +20,12 @@
 //! `MPI_SUM`, `MPI_PROD`, `MPI_MIN`, `MPI_MAX`, `MPI_BAND`, `MPI_BOR`, `MPI_BXOR`;
 //! `MPI_Bcast`, `MPI_Allgather`, `MPI_Alltoall`, `MPI_Gather`, `MPI_Scatter` on any
 //! contiguous datatype (moved as bytes); `MPI_Barrier`; `MPI_IN_PLACE` wherever MPI allows
-//! it. Everything else goes to MPI unchanged (v-variants, scans, derived datatypes in
+//! it; at `MPI_THREAD_MULTIPLE`, `MPI_Iallreduce`, `MPI_Ibcast`, `MPI_Iallgather`,
+//! `MPI_Ireduce_scatter_block` and `MPI_Ibarrier` as generalized requests
+//! (`MPI_Grequest_start`) that the communicator's rcoll progress thread completes
+//! (`MPI_Grequest_complete`), so that `MPI_Wait`, `MPI_Test`, `MPI_Waitall`, ... work
+//! unchanged (below that level no thread but the application's may call MPI, and they are
+//! forwarded). Everything else goes to MPI unchanged (v-variants, scans, derived datatypes in
 //! reductions, non-contiguous ones, `MPI_MAXLOC`/`MINLOC`, `MPI_LAND`/`LOR`, user ops,
 //! intercommunicators). The rules, and why a rank may look only at arguments every rank
 //! agrees on, are in `decide.rs`.

@@ -215,3 +215,45 @@ int rcoll_mpi_world_rank(void) {
   PMPI_Comm_rank(MPI_COMM_WORLD, &r);
   return r;
 }
+
+/* Nonblocking collectives as generalized requests: the application completes them with
+ * MPI's own MPI_Wait, MPI_Test, MPI_Waitall, ... The call runs on rcoll's progress thread,
+ * which calls MPI_Grequest_complete when it ends (so only at MPI_THREAD_MULTIPLE). The
+ * outcome is the Rust side's (`state`): its MPI error code, then freed. */
+extern int rcoll_mpi_outcome_code(void *state);
+extern void rcoll_mpi_outcome_free(void *state);
+
+static int query_outcome(void *state, MPI_Status *status) {
+  int code = rcoll_mpi_outcome_code(state);
+  PMPI_Status_set_elements(status, MPI_BYTE, 0);
+  PMPI_Status_set_cancelled(status, 0);
+  status->MPI_SOURCE = MPI_UNDEFINED;
+  status->MPI_TAG = MPI_UNDEFINED;
+  status->MPI_ERROR = code;
+  return code;
+}
+
+static int free_outcome(void *state) {
+  rcoll_mpi_outcome_free(state);
+  return MPI_SUCCESS;
+}
+
+/* A collective cannot be cancelled: MPI_Cancel leaves it to complete. */
+static int cancel_nothing(void *state, int complete) {
+  (void)state;
+  (void)complete;
+  return MPI_SUCCESS;
+}
+
+int rcoll_mpi_grequest_start(void *state, MPI_Request *request) {
+  return PMPI_Grequest_start(query_outcome, free_outcome, cancel_nothing, state, request);
+}
+
+int rcoll_mpi_grequest_complete(MPI_Request request) {
+  return PMPI_Grequest_complete(request);
+}
+
+int rcoll_mpi_thread_multiple(void) {
+  int provided = MPI_THREAD_SINGLE;
+  return PMPI_Query_thread(&provided) == MPI_SUCCESS && provided == MPI_THREAD_MULTIPLE;
+}
