@@ -11,6 +11,9 @@
  *                  instead of read: a request after rcollTest said done, a request waited
  *                  twice, a destroyed communicator, a request given as a communicator, a
  *                  made-up handle; prints "ERRORS-HANDLES-OK".
+ *   errors timeout the last rank stays away (alive, silent) from an all_reduce the others
+ *                  call with RCOLL_TIMEOUT short: theirs return rcollTimeout naming it
+ *                  ("TIMEOUT-SEEN <code> <message>").
  *   errors abort   rank 0's all_reduce blocks (no other rank joins it) and a second thread
  *                  aborts the communicator; the all_reduce returns at once with an error,
  *                  not after RCOLL_TIMEOUT, and the other ranks' blocked receives fail
@@ -125,8 +128,16 @@ static int args(void) {
       }
     }
   }
+  /* The nonblocking form's result too: the largest of rank * i over the ranks. */
+  for (int i = 0; i < 64; i++) buf[i] = (float)(rank * i);
   CHECK(rcollIAllReduce(buf, buf, 64, rcollFloat32, rcollMax, comm, &req));
   CHECK(rcollWait(req));
+  for (int i = 0; i < 64; i++) {
+    if (buf[i] != (float)((nranks - 1) * i)) {
+      fprintf(stderr, "rank %d: max %g at %d, want %d\n", rank, buf[i], i, (nranks - 1) * i);
+      return 1;
+    }
+  }
   if (rcollGetVersion(&x) != rcollSuccess || x < 0) return 1;
   CHECK(rcollCommDestroy(comm));
   printf("ERRORS-ARGS-OK %d\n", rank);
@@ -244,9 +255,23 @@ static int abort_blocked(void) {
   return 0;
 }
 
+static int timeout_seen(void) {
+  float buf[16] = {0};
+  CHECK(rcollAllReduce(buf, buf, 16, rcollFloat32, rcollSum, comm));
+  if (rank == nranks - 1) {
+    /* Away for longer than the others' timeout, then gone without a word. */
+    sleep(4);
+    _exit(0);
+  }
+  rcollResult_t r = rcollAllReduce(buf, buf, 16, rcollFloat32, rcollSum, comm);
+  printf("TIMEOUT-SEEN %d %s\n", (int)r, rcollGetLastError(comm));
+  rcollCommDestroy(comm);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: errors args|killed|handles|abort\n");
+    fprintf(stderr, "usage: errors args|killed|handles|abort|timeout\n");
     return 2;
   }
   CHECK(rcollCommInitFromEnv(&comm));
@@ -256,5 +281,6 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "killed")) return killed();
   if (!strcmp(argv[1], "handles")) return handles();
   if (!strcmp(argv[1], "abort")) return abort_blocked();
+  if (!strcmp(argv[1], "timeout")) return timeout_seen();
   return 2;
 }

@@ -55,7 +55,9 @@ fn lib_dir() -> &'static Path {
 }
 
 /// Compiles `example` (in capi/examples) with `compiler` into `out`, against the shared
-/// library unless `flags` say otherwise.
+/// library unless `flags` say otherwise. Each test names its own `out`: tests run at once,
+/// and a compiler writing a binary that another test is starting fails that start
+/// (ETXTBSY, "Text file busy").
 fn compile(compiler: &str, example: &str, out: &str, flags: &[String]) -> PathBuf {
     let bin = scratch().join(out);
     let src = repo().join("capi/examples").join(example);
@@ -316,7 +318,7 @@ fn an_mpi_program_checks_every_collective_against_mpi_on_2_3_4_ranks() {
 /// the argument, before any communication — the communicator then works.
 #[test]
 fn bad_arguments_are_refused_and_the_communicator_stays_usable() {
-    let bin = compile("cc", "errors.c", "errors", &shared_flags());
+    let bin = compile("cc", "errors.c", "errors-args", &shared_flags());
     let results = run_all(env_ranks(&bin, &["args"], 3), Duration::from_secs(120));
     all_print(&results, "ERRORS-ARGS-OK");
 }
@@ -426,11 +428,37 @@ fn an_abort_from_another_thread_ends_a_blocked_call_at_once() {
     }
 }
 
+/// A rank that stays away from an all_reduce, alive and silent, for longer than the
+/// others' RCOLL_TIMEOUT (1 s): their call returns rcollTimeout (8), naming it.
+#[test]
+fn a_silent_rank_is_a_timeout_naming_it() {
+    let bin = compile("cc", "errors.c", "errors-timeout", &shared_flags());
+    let cmds = env_ranks(&bin, &["timeout"], 3)
+        .into_iter()
+        .map(|mut c| {
+            c.env("RCOLL_TIMEOUT", "1");
+            c
+        })
+        .collect();
+    let results = run_all(cmds, Duration::from_secs(120));
+    for (r, (code, out)) in results.iter().enumerate().take(2) {
+        let seen = out
+            .lines()
+            .find_map(|l| l.strip_prefix("TIMEOUT-SEEN "))
+            .unwrap_or_else(|| panic!("rank {r} exited {code:?} without TIMEOUT-SEEN:\n{out}"));
+        assert_eq!(*code, Some(0), "rank {r}:\n{out}");
+        assert!(
+            seen.starts_with("8 ") && seen.contains("rank 2"),
+            "rank {r}: not rcollTimeout (8) naming rank 2: {seen}"
+        );
+    }
+}
+
 /// A rank killed by SIGKILL: the others' next call returns rcollRemoteError naming it,
 /// within the timeout, and the host process goes on (no abort).
 #[test]
 fn a_killed_rank_is_a_remote_error_naming_it() {
-    let bin = compile("cc", "errors.c", "errors", &shared_flags());
+    let bin = compile("cc", "errors.c", "errors-killed", &shared_flags());
     let started = Instant::now();
     let results = run_all(env_ranks(&bin, &["killed"], 3), Duration::from_secs(120));
     assert!(
