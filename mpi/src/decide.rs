@@ -171,8 +171,6 @@ pub enum Reason {
     Intercommunicator,
     /// A datatype made by `MPI_Type_*` in a reduction.
     DerivedDatatype,
-    /// A datatype whose bytes are not one run, in a data movement.
-    NonContiguous,
     /// A predefined datatype rcoll has no type for (its name).
     Datatype(String),
     /// A predefined op rcoll does not have (its name).
@@ -202,7 +200,6 @@ impl fmt::Display for Reason {
             Reason::NoCommunicator => f.write_str("no rcoll communicator"),
             Reason::Intercommunicator => f.write_str("intercommunicator"),
             Reason::DerivedDatatype => f.write_str("derived datatype"),
-            Reason::NonContiguous => f.write_str("non-contiguous datatype"),
             Reason::Datatype(name) => f.write_str(name),
             Reason::Op(name) => f.write_str(name),
             Reason::UserOp => f.write_str("user-defined op"),
@@ -241,6 +238,8 @@ pub struct Ty {
     pub contiguous: bool,
     /// Bytes of data in one element.
     pub size: usize,
+    /// Bytes from one element to the next.
+    pub extent: isize,
 }
 
 impl Ty {
@@ -250,6 +249,7 @@ impl Ty {
             kind: TypeKind::Invalid,
             contiguous: false,
             size: 0,
+            extent: 0,
         };
         let Some(info) = info else { return invalid };
         let kind = match info.code {
@@ -266,6 +266,7 @@ impl Ty {
             kind,
             contiguous: info.contiguous != 0,
             size: usize::try_from(info.size).unwrap_or(0),
+            extent: isize::try_from(info.extent).unwrap_or(0),
         }
     }
 }
@@ -421,6 +422,9 @@ pub struct Plan {
     pub in_place: bool,
     /// Root.
     pub root: usize,
+    /// The send and the receive side are of a non-contiguous datatype: moved through a
+    /// packed copy (`MPI_Pack`, `MPI_Unpack`).
+    pub staged: (bool, bool),
 }
 
 impl Plan {
@@ -502,6 +506,7 @@ fn plan(
         count,
         in_place,
         root,
+        staged: (false, false),
     }
 }
 
@@ -576,17 +581,19 @@ fn movement<H: Copy>(a: &Args<'_, H>, root: usize, types: &impl Types<H>) -> Res
     {
         return Err(Reason::InvalidArgument("MPI_IN_PLACE on a non-root"));
     }
-    let bytes = |s: &Side<H>| -> Result<usize, Reason> {
+    // Bytes, and whether they are one run: a non-contiguous datatype is packed, not
+    // forwarded, since another rank may pass a contiguous one for the same bytes (a root
+    // gathering into a matrix's column while the others send vectors).
+    let bytes = |s: &Side<H>| -> Result<(usize, bool), Reason> {
         let count = usize::try_from(s.count).map_err(|_| Reason::InvalidArgument("count"))?;
         let ty = types.ty(s.dtype);
-        match ty.kind {
-            TypeKind::Invalid => return Err(Reason::InvalidArgument("datatype")),
-            _ if !ty.contiguous => return Err(Reason::NonContiguous),
-            _ => {}
+        if ty.kind == TypeKind::Invalid {
+            return Err(Reason::InvalidArgument("datatype"));
         }
-        count
+        let bytes = count
             .checked_mul(ty.size)
-            .ok_or(Reason::InvalidArgument("count"))
+            .ok_or(Reason::InvalidArgument("count"))?;
+        Ok((bytes, !ty.contiguous && bytes > 0))
     };
     let send = if send_used {
         Some(bytes(&a.send)?)
@@ -600,10 +607,11 @@ fn movement<H: Copy>(a: &Args<'_, H>, root: usize, types: &impl Types<H>) -> Res
     };
     // Per rank's block (all-to-all: per destination).
     let block = match (send, recv) {
-        (Some(s), Some(r)) if s != r => return Err(Reason::SizesDiffer),
-        (Some(b), _) | (None, Some(b)) => b,
+        (Some(s), Some(r)) if s.0 != r.0 => return Err(Reason::SizesDiffer),
+        (Some((b, _)), _) | (None, Some((b, _))) => b,
         (None, None) => 0,
     };
+    let staged = (send.is_some_and(|s| s.1), recv.is_some_and(|r| r.1));
     let action = match a.coll {
         Coll::Bcast => Action::Broadcast,
         Coll::Allgather => Action::AllGather,
@@ -611,7 +619,10 @@ fn movement<H: Copy>(a: &Args<'_, H>, root: usize, types: &impl Types<H>) -> Res
         Coll::Gather => Action::Gather,
         _ => Action::Scatter,
     };
-    let p = plan(action, DataType::U8, ReduceOp::Sum, block, in_place, root);
+    let p = Plan {
+        staged,
+        ..plan(action, DataType::U8, ReduceOp::Sum, block, in_place, root)
+    };
     sized(p, a, 1)
 }
 
@@ -661,6 +672,7 @@ mod tests {
             kind: TypeKind::Number(t),
             contiguous: true,
             size: t.size(),
+            extent: t.size() as isize,
         }
     }
 
@@ -668,6 +680,7 @@ mod tests {
         kind: TypeKind::Byte,
         contiguous: true,
         size: 1,
+        extent: 1,
     };
 
     fn side(count: i64, dtype: Ty) -> Side<Ty> {
@@ -761,6 +774,7 @@ mod tests {
             kind: TypeKind::Derived,
             contiguous: true,
             size: 8,
+            extent: 8,
         };
         let mut a = args(Coll::Allreduce, 0, 2, side(4, derived), side(4, derived));
         assert_eq!(decide(&a, &Fake), Err(Reason::DerivedDatatype));
@@ -815,6 +829,7 @@ mod tests {
             kind: TypeKind::Derived,
             contiguous: true,
             size: 16,
+            extent: 16,
         };
         // 4 doubles sent, 2 pairs of doubles received: 32 bytes each.
         let a = args(Coll::Allgather, 1, 3, side(4, doubles), side(2, pairs));
@@ -826,13 +841,22 @@ mod tests {
         assert_eq!(p.lengths(1, 3), (32, 96));
         let a = args(Coll::Allgather, 1, 3, side(3, doubles), side(2, pairs));
         assert_eq!(decide(&a, &Fake), Err(Reason::SizesDiffer));
+        assert_eq!(p.staged, (false, false));
+        // A strided type on one side, contiguous on the other: served, the strided side
+        // packed (another rank may pass contiguous types for the same call).
         let strided = Ty {
             kind: TypeKind::Derived,
             contiguous: false,
             size: 8,
+            extent: 24,
         };
         let a = args(Coll::Alltoall, 0, 2, side(1, strided), side(1, doubles));
-        assert_eq!(decide(&a, &Fake), Err(Reason::NonContiguous));
+        assert_eq!(decide(&a, &Fake).expect("served").staged, (true, false));
+        // A root gathering into a column: its receive side packed, the others as they are.
+        let a = args(Coll::Gather, 0, 3, side(1, doubles), side(1, strided));
+        assert_eq!(decide(&a, &Fake).expect("served").staged, (false, true));
+        let a = args(Coll::Gather, 1, 3, side(1, doubles), side(1, strided));
+        assert_eq!(decide(&a, &Fake).expect("served").staged, (false, false));
         // MPI_CHAR moves.
         let chars = Ty {
             kind: TypeKind::Char,
@@ -848,6 +872,7 @@ mod tests {
             kind: TypeKind::Invalid,
             contiguous: false,
             size: 0,
+            extent: 0,
         };
         let ints = num(DataType::I32);
         // Gather: a non-root's receive side is not significant.

@@ -16,6 +16,7 @@ use crate::comms::{self, State};
 use crate::decide::{decide, Action, Args, Coll, OpKind, Plan, Reason, Side, Ty, Types};
 use crate::ffi::{self, Comm, Datatype, Op, Request, Sent, NO_DATATYPE};
 use crate::run;
+use crate::stage::Stage;
 use crate::stats::Stats;
 
 static STATS: Stats = Stats::new();
@@ -33,16 +34,21 @@ fn guarded(what: &str, f: impl FnOnce() -> c_int) -> c_int {
     }
 }
 
+/// A datatype as MPI describes it: one the application passed for a side MPI says this
+/// rank uses (valid by MPI's contract; MPI_DATATYPE_NULL is checked).
+pub fn type_of(h: Datatype) -> Ty {
+    let mut info = ffi::TypeInfo::default();
+    // SAFETY: `info` is writable; the handle as above.
+    let ok = unsafe { ffi::rcoll_mpi_type_info(h, &mut info) } == 0;
+    Ty::from_info(ok.then_some(info))
+}
+
 /// Datatypes as MPI describes them.
 struct MpiTypes;
 
 impl Types<Datatype> for MpiTypes {
     fn ty(&self, h: Datatype) -> Ty {
-        let mut info = ffi::TypeInfo::default();
-        // SAFETY: `info` is writable; the handle is one the application passed for a side
-        // MPI says this rank uses (valid by MPI's contract; MPI_DATATYPE_NULL is checked).
-        let ok = unsafe { ffi::rcoll_mpi_type_info(h, &mut info) } == 0;
-        Ty::from_info(ok.then_some(info))
+        type_of(h)
     }
 
     fn name(&self, h: Datatype) -> String {
@@ -106,17 +112,19 @@ unsafe fn collective<'a>(
     })
 }
 
-/// A call that passed the decision: its plan, and its communicator's entry.
-struct Admitted {
+/// A call that passed the decision: its plan, its arguments, and its communicator's
+/// entry.
+struct Admitted<'a> {
     plan: Plan,
+    args: Args<'a, Datatype>,
     entry: Option<Arc<comms::Entry>>,
 }
 
-impl Admitted {
+impl Admitted<'_> {
     /// The entry, formed now if the communicator has none (a collective over it, which
     /// every member reaches in this same call), with its rcoll communicator.
-    fn entry(self, comm: Comm, rank: usize, size: usize) -> Result<Arc<comms::Entry>, Reason> {
-        let entry = match self.entry {
+    fn entry(&mut self, comm: Comm, rank: usize, size: usize) -> Result<Arc<comms::Entry>, Reason> {
+        let entry = match self.entry.take() {
             Some(e) => e,
             None => comms::entry_or_form(comm, rank, size),
         };
@@ -133,7 +141,7 @@ fn admit<'a>(
     coll: Coll,
     comm: Comm,
     args: impl FnOnce(usize, usize) -> Args<'a, Datatype>,
-) -> Result<(Admitted, usize, usize), Reason> {
+) -> Result<(Admitted<'a>, usize, usize), Reason> {
     let control = comms::control().ok_or(Reason::NotInitialized)?;
     if !control.enabled {
         return Err(Reason::Disabled);
@@ -152,8 +160,17 @@ fn admit<'a>(
         },
         None => comms::comm_info(comm)?,
     };
-    let plan = decide(&args(rank, size), &MpiTypes)?;
-    Ok((Admitted { plan, entry: known }, rank, size))
+    let args = args(rank, size);
+    let plan = decide(&args, &MpiTypes)?;
+    Ok((
+        Admitted {
+            plan,
+            args,
+            entry: known,
+        },
+        rank,
+        size,
+    ))
 }
 
 /// The error of a served call on `comm`, to its error handler.
@@ -174,25 +191,37 @@ unsafe fn serve<'a>(
     recv: *mut c_void,
     args: impl FnOnce(usize, usize) -> Args<'a, Datatype>,
 ) -> Result<c_int, Reason> {
-    let (admitted, rank, size) = admit(coll, comm, args)?;
+    let (mut admitted, rank, size) = admit(coll, comm, args)?;
     let plan = admitted.plan;
     if plan.action == Action::Nothing {
         return Ok(0);
     }
     let entry = admitted.entry(comm, rank, size)?;
     let ready = entry.ready().ok_or(Reason::NoCommunicator)?;
-    let failed = match ready.failed() {
-        Some(earlier) => format!("the communicator failed in an earlier call: {earlier}"),
-        // SAFETY: the caller's contract: the buffers hold what the plan, made from the
-        // call's counts and datatypes, says this rank reads and writes.
-        None => match ready.run(|c| unsafe { run::execute(c, &plan, send, recv) }) {
-            Ok(()) => return Ok(0),
-            Err(e) => {
-                let message = e.to_string();
-                ready.fail(&message);
-                message
-            }
-        },
+    if let Some(earlier) = ready.failed() {
+        let why = format!("the communicator failed in an earlier call: {earlier}");
+        return Ok(failure(coll, comm, &why));
+    }
+    // SAFETY: the caller's contract: the buffers hold what the plan, made from the call's
+    // counts and datatypes, says this rank uses.
+    let mut stage =
+        match unsafe { Stage::new(&plan, &admitted.args, comm, (send, recv), (rank, size)) } {
+            Ok(s) => s,
+            Err(why) => return Ok(failure(coll, comm, &why)),
+        };
+    let (s, r) = stage.buffers(send, recv);
+    // SAFETY: as above, or the staged copies of the same lengths.
+    let done = ready.run(|c| unsafe { run::execute(c, &plan, s, r) });
+    // SAFETY: the receive buffer is valid until this call returns.
+    let unpacked = unsafe { stage.finish(done.is_ok()) };
+    let failed = match (done, unpacked) {
+        (Ok(()), Ok(())) => return Ok(0),
+        (Err(e), _) => {
+            let message = e.to_string();
+            ready.fail(&message);
+            message
+        }
+        (Ok(()), Err(why)) => why,
     };
     Ok(failure(coll, comm, &failed))
 }
@@ -266,7 +295,7 @@ unsafe fn queue<'a>(
     if request.is_null() {
         return Err(Reason::InvalidArgument("request"));
     }
-    let (admitted, rank, size) = admit(coll, comm, args)?;
+    let (mut admitted, rank, size) = admit(coll, comm, args)?;
     let plan = admitted.plan;
     let entry = if plan.action == Action::Nothing {
         None
@@ -287,6 +316,13 @@ unsafe fn queue<'a>(
                 return Ok(failure(coll, comm, &why));
             }
         },
+    };
+    // Packed now, on the caller's thread; unpacked by the progress thread.
+    // SAFETY: the caller's contract: the buffers hold what the plan says this rank uses.
+    let stage = match unsafe { Stage::new(&plan, &admitted.args, comm, (send, recv), (rank, size)) }
+    {
+        Ok(s) => s,
+        Err(why) => return Ok(failure(coll, comm, &why)),
     };
     let outcome = Arc::new(Outcome {
         code: AtomicI32::new(0),
@@ -313,15 +349,25 @@ unsafe fn queue<'a>(
     let (send, recv) = (send as usize, recv as usize);
     let (req, comm) = (Sent(req), Sent(comm));
     let job = move |c: &mut rcoll::Communicator| {
-        let (req, comm) = (req, comm);
+        let (req, comm, mut stage) = (req, comm, stage);
+        let (s, r) = stage.buffers(send as *const c_void, recv as *mut c_void);
         // SAFETY: MPI's contract for a nonblocking call: the buffers stay valid and
         // untouched until the request completes, which is after this.
-        let done = unsafe { run::execute(c, &plan, send as *const c_void, recv as *mut c_void) };
-        if let Err(e) = done {
-            let why = e.to_string();
-            if let Some(r) = entry.ready() {
-                r.fail(&why);
+        let done = unsafe { run::execute(c, &plan, s, r) };
+        // SAFETY: as above, for the receive buffer.
+        let unpacked = unsafe { stage.finish(done.is_ok()) };
+        let failed = match (done, unpacked) {
+            (Ok(()), Ok(())) => None,
+            (Err(e), _) => {
+                let why = e.to_string();
+                if let Some(r) = entry.ready() {
+                    r.fail(&why);
+                }
+                Some(why)
             }
+            (Ok(()), Err(why)) => Some(why),
+        };
+        if let Some(why) = failed {
             outcome
                 .code
                 .store(failure(coll, comm.0, &why), Ordering::Release);

@@ -69,6 +69,8 @@ pub struct TypeInfo {
     pub contiguous: i32,
     /// Bytes of data in one element.
     pub size: i64,
+    /// Bytes from one element to the next.
+    pub extent: i64,
 }
 
 /// The delete callback of the attribute that carries a communicator's rcoll entry.
@@ -77,6 +79,24 @@ pub type DeleteAttr = unsafe extern "C" fn(Comm, c_int, *mut c_void, *mut c_void
 extern "C" {
     // src/shim.c
     pub fn rcoll_mpi_type_info(t: Datatype, out: *mut TypeInfo) -> c_int;
+    pub fn rcoll_mpi_pack(
+        inbuf: *const c_void,
+        count: c_int,
+        t: Datatype,
+        out: *mut c_void,
+        outsize: c_int,
+        c: Comm,
+    ) -> c_int;
+    pub fn rcoll_mpi_unpack(
+        inbuf: *const c_void,
+        insize: c_int,
+        out: *mut c_void,
+        count: c_int,
+        t: Datatype,
+        c: Comm,
+    ) -> c_int;
+    pub fn rcoll_mpi_type_dup(t: Datatype, out: *mut Datatype) -> c_int;
+    pub fn rcoll_mpi_type_free(t: *mut Datatype) -> c_int;
     pub fn rcoll_mpi_type_name(t: Datatype, buf: *mut c_char, len: c_int);
     pub fn rcoll_mpi_op_code(op: Op) -> c_int;
     pub fn rcoll_mpi_is_in_place(p: *const c_void) -> c_int;

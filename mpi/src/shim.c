@@ -41,6 +41,7 @@ struct rcoll_mpi_type {
   int32_t code;
   int32_t contiguous; /* its bytes are one run: size == extent, lower bound 0 */
   int64_t size;       /* bytes of data in one element */
+  int64_t extent;     /* from one element to the next */
 };
 
 int rcoll_mpi_type_info(MPI_Datatype t, struct rcoll_mpi_type *out) {
@@ -80,6 +81,7 @@ int rcoll_mpi_type_info(MPI_Datatype t, struct rcoll_mpi_type *out) {
     out->code = RT_INVALID;
     out->contiguous = 0;
     out->size = 0;
+    out->extent = 0;
     return 0;
   }
   for (i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
@@ -87,6 +89,7 @@ int rcoll_mpi_type_info(MPI_Datatype t, struct rcoll_mpi_type *out) {
       out->code = known[i].code;
       out->contiguous = 1;
       out->size = known[i].size;
+      out->extent = known[i].size;
       return 0;
     }
   }
@@ -97,9 +100,33 @@ int rcoll_mpi_type_info(MPI_Datatype t, struct rcoll_mpi_type *out) {
     return -1;
   out->code = combiner == MPI_COMBINER_NAMED ? RT_OTHER : RT_DERIVED;
   out->size = size;
+  out->extent = extent;
   out->contiguous = lb == 0 && true_lb == 0 && extent == size && true_extent == size;
   return 0;
 }
+
+/* A non-contiguous datatype's data as contiguous bytes and back, so that rcoll moves it
+ * like any other (MPI's own packed form, which within one MPI library is the bytes in
+ * order). The number of bytes written, or -1. */
+int rcoll_mpi_pack(const void *in, int count, MPI_Datatype t, void *out, int outsize,
+                   MPI_Comm c) {
+  int pos = 0;
+  if (PMPI_Pack(in, count, t, out, outsize, &pos, c) != MPI_SUCCESS) return -1;
+  return pos;
+}
+
+int rcoll_mpi_unpack(const void *in, int insize, void *out, int count, MPI_Datatype t,
+                     MPI_Comm c) {
+  int pos = 0;
+  if (PMPI_Unpack(in, insize, &pos, out, count, t, c) != MPI_SUCCESS) return -1;
+  return pos;
+}
+
+/* A reference of the shim's own to a datatype a pending call unpacks into (the application
+ * may free its handle before the request completes). */
+int rcoll_mpi_type_dup(MPI_Datatype t, MPI_Datatype *out) { return PMPI_Type_dup(t, out); }
+
+int rcoll_mpi_type_free(MPI_Datatype *t) { return PMPI_Type_free(t); }
 
 /* The datatype's name (MPI_SHORT, or what MPI_Type_set_name gave it), for the stats. */
 void rcoll_mpi_type_name(MPI_Datatype t, char *buf, int len) {

@@ -246,6 +246,45 @@ static void odd_cases(void) {
   else CHECK(MPI_Bcast(ints, 3, pair, 0, MPI_COMM_WORLD));
   if (memcmp(ints, want, sizeof ints)) FAIL("Bcast of MPI_INT into pairs of ints differs");
   CHECK(MPI_Type_free(&pair));
+  /* A root gathering columns of a matrix (a vector type resized to one double) while the
+   * others send plain doubles, and scattering them back; an Allgather and an Alltoall of
+   * strided data on every rank; each against PMPI's. */
+  {
+    enum { ROWS = 5 };
+    const int cols = size;
+    MPI_Datatype column, col1;
+    CHECK(MPI_Type_vector(ROWS, 1, cols, MPI_DOUBLE, &column));
+    CHECK(MPI_Type_create_resized(column, 0, sizeof(double), &col1));
+    CHECK(MPI_Type_commit(&col1));
+    double mine[ROWS], *m = malloc(sizeof(double) * ROWS * (size_t)cols),
+                       *ref = malloc(sizeof(double) * ROWS * (size_t)cols);
+    for (int i = 0; i < ROWS; i++) mine[i] = rank * 100 + i;
+    for (int root = 0; root < size; root++) {
+      for (int i = 0; i < ROWS * cols; i++) m[i] = ref[i] = -1;
+      CHECK(PMPI_Gather(mine, ROWS, MPI_DOUBLE, ref, 1, col1, root, MPI_COMM_WORLD));
+      CHECK(MPI_Gather(mine, ROWS, MPI_DOUBLE, m, 1, col1, root, MPI_COMM_WORLD));
+      if (rank == root && memcmp(m, ref, sizeof(double) * ROWS * (size_t)cols))
+        FAIL("Gather into columns differs (root %d)", root);
+      double back[ROWS], back_ref[ROWS];
+      CHECK(PMPI_Scatter(ref, 1, col1, back_ref, ROWS, MPI_DOUBLE, root, MPI_COMM_WORLD));
+      CHECK(MPI_Scatter(ref, 1, col1, back, ROWS, MPI_DOUBLE, root, MPI_COMM_WORLD));
+      if (memcmp(back, back_ref, sizeof back)) FAIL("Scatter of columns differs (root %d)", root);
+    }
+    /* Allgather: each rank's column of a matrix every rank holds. */
+    for (int i = 0; i < ROWS * cols; i++) m[i] = ref[i] = rank == i % cols ? i : -1;
+    CHECK(PMPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, ref, 1, col1, MPI_COMM_WORLD));
+    CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, m, 1, col1, MPI_COMM_WORLD));
+    if (memcmp(m, ref, sizeof(double) * ROWS * (size_t)cols)) FAIL("in-place Allgather of columns differs");
+    double *t = malloc(sizeof(double) * ROWS * (size_t)cols);
+    for (int i = 0; i < ROWS * cols; i++) t[i] = rank * 1000 + i;
+    CHECK(PMPI_Alltoall(t, 1, col1, ref, ROWS, MPI_DOUBLE, MPI_COMM_WORLD));
+    CHECK(MPI_Alltoall(t, 1, col1, m, ROWS, MPI_DOUBLE, MPI_COMM_WORLD));
+    if (memcmp(m, ref, sizeof(double) * ROWS * (size_t)cols)) FAIL("Alltoall of columns differs");
+    CHECK(MPI_Type_free(&col1));
+    CHECK(MPI_Type_free(&column));
+    free(m), free(ref), free(t);
+    calls += 2 * size + 2;
+  }
   /* Allreduce on misaligned doubles, send and receive. */
   char *raw = malloc(8 * 101 * 2 + 2), *ref = malloc(8 * 101);
   double *s = (double *)(void *)(raw + 1), *r = (double *)(void *)(raw + 8 * 101 + 2);
