@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fuzz the wire parsers with libFuzzer (fuzz/): the TCP frame decoder, the bootstrap
-# messages, and the verbs endpoint/credit/header formats.
+# Fuzz the parsers of what rcoll reads from outside with libFuzzer (fuzz/): the TCP frame
+# decoder, the bootstrap messages, the verbs endpoint/credit/header formats, the job
+# secret (RCOLL_UNIQUE_ID) and the topology's texts (hwloc XML, CPU lists and masks).
 #
 # Usage: ci/fuzz.sh [seconds per target]   (default 60; CI runs 20, an issue's long run 600)
 #
@@ -11,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
-targets=(frame_decoder bootstrap_message verbs_wire)
+targets=(frame_decoder bootstrap_message verbs_wire unique_id topology_text)
 triple="$(rustc -vV | sed -n 's/^host: //p')"
 export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \

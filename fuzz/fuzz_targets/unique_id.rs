@@ -1,0 +1,31 @@
+//! `RCOLL_UNIQUE_ID` from arbitrary text: parsing must never panic, and what it accepts
+//! must be a secret by the rule the README states — exactly 32 hexadecimal digits after
+//! trimming and an optional `0x`, not all zero — which this target checks on its own, and
+//! must read back the same from its canonical form.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use rcoll_transport::launcher::parse_unique_id;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let t = text.trim();
+    let digits = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")).unwrap_or(t);
+    let by_rule = digits.len() == 32
+        && digits.bytes().all(|b| b.is_ascii_hexdigit())
+        && digits.bytes().any(|b| b != b'0');
+    match parse_unique_id(text) {
+        Ok(id) => {
+            assert!(by_rule, "accepted {text:?}");
+            assert_ne!(id, 0);
+            assert_eq!(parse_unique_id(&format!("{id:032x}")), Ok(id));
+        }
+        Err(why) => {
+            assert!(!by_rule, "refused {text:?}: {why}");
+            // The refusal never repeats a secret-like text: it may be a secret with a typo.
+            if digits.len() >= 8 && digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+                assert!(!why.contains(digits), "{why}");
+            }
+        }
+    }
+});
