@@ -235,7 +235,9 @@ fn layouts_match_the_c_headers() {
             !required,
             "{HEADER} is missing: install libibverbs-dev (ci/deps.sh does)"
         );
-        eprintln!("skipped: {HEADER} is not installed (libibverbs-dev)");
+        eprintln!(
+            "RCOLL-SKIP: layouts_match_the_c_headers: {HEADER} is not installed (libibverbs-dev)"
+        );
         return;
     };
     let wrong: Vec<String> = expected
