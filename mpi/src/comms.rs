@@ -9,7 +9,7 @@
 //! and a `PMPI_Allreduce` of the outcome makes every rank agree: if any failed, none uses
 //! rcoll on that communicator (the failing ones print why), and its calls go to MPI.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void, CString};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
@@ -132,7 +132,13 @@ struct Shim {
     world: Option<Arc<Entry>>,
     others: HashMap<usize, Arc<Entry>>,
     next: usize,
+    /// Entries of freed communicators, oldest first, kept open until `MPI_Finalize` (at
+    /// most [`RETIRED`]): see [`delete_entry`].
+    retired: VecDeque<Arc<Entry>>,
 }
+
+/// Freed communicators kept open; beyond this many the oldest is closed.
+const RETIRED: usize = 64;
 
 static SHIM: RwLock<Option<Shim>> = RwLock::new(None);
 static CONTROL: OnceLock<Control> = OnceLock::new();
@@ -213,6 +219,7 @@ pub fn init() {
         world: Some(entry),
         others: HashMap::new(),
         next: 1,
+        retired: VecDeque::new(),
     });
 }
 
@@ -220,8 +227,16 @@ pub fn init() {
 pub fn finalize() {
     let taken = write().take();
     if let Some(mut shim) = taken {
+        // No rank closes its communicators before every rank has finished its calls on
+        // them: a rank whose send of a rooted call (a reduce's contribution) returned may
+        // otherwise close while the root still receives, which then fails with 'closed
+        // its end of the connection' (MPICH's tests end with MPI_Reduce, then
+        // MPI_Finalize: 3 of 168 failed so on 8 and 10 ranks).
+        // SAFETY: MPI is initialized; every rank calls MPI_Finalize.
+        unsafe { ffi::rcoll_mpi_world_barrier() };
         drop(shim.world.take());
         drop(std::mem::take(&mut shim.others));
+        drop(std::mem::take(&mut shim.retired));
         // SAFETY: the key this shim created; MPI is still initialized.
         unsafe { ffi::rcoll_mpi_keyval_free(&mut shim.keyval) };
     }
@@ -332,20 +347,31 @@ fn form(comm: Comm, rank: usize, size: usize, label: &str) -> Entry {
     }
 }
 
-/// The attribute's delete callback (`MPI_Comm_free`, `MPI_Finalize`): drops the entry.
+/// The attribute's delete callback (`MPI_Comm_free`, `MPI_Finalize`): retires the entry.
+///
+/// Not closed at once: `MPI_Comm_free` does not wait for the other members, and a rank
+/// whose last call on the communicator was a rooted one may free it while the root still
+/// receives its contribution, which closing would fail. Kept open until `MPI_Finalize`
+/// (after a barrier there), or until [`RETIRED`] later frees: every communicator made
+/// since took a collective of its parent's members.
 unsafe extern "C" fn delete_entry(
     _comm: Comm,
     _keyval: c_int,
     value: *mut c_void,
     _extra: *mut c_void,
 ) -> c_int {
-    let removed = std::panic::catch_unwind(|| {
-        write()
-            .as_mut()
-            .and_then(|shim| shim.others.remove(&(value as usize)))
+    let id = value as usize;
+    let closed = std::panic::catch_unwind(|| {
+        let mut guard = write();
+        let shim = guard.as_mut()?;
+        let entry = shim.others.remove(&id)?;
+        shim.retired.push_back(entry);
+        (shim.retired.len() > RETIRED)
+            .then(|| shim.retired.pop_front())
+            .flatten()
     });
     // Dropped outside the lock: closing a communicator takes a moment.
-    drop(removed);
+    drop(closed);
     0
 }
 

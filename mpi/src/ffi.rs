@@ -113,6 +113,7 @@ extern "C" {
     pub fn rcoll_mpi_raise(c: Comm, klass: c_int, message: *const c_char) -> c_int;
     pub fn rcoll_mpi_abort(c: Comm, code: c_int) -> c_int;
     pub fn rcoll_mpi_world_rank() -> c_int;
+    pub fn rcoll_mpi_world_barrier() -> c_int;
     pub fn rcoll_mpi_grequest_start(state: *mut c_void, request: *mut Request) -> c_int;
     pub fn rcoll_mpi_grequest_complete(request: Request) -> c_int;
     pub fn rcoll_mpi_thread_multiple() -> c_int;

@@ -239,6 +239,8 @@ int rcoll_mpi_raise(MPI_Comm c, int klass, const char *message) {
 
 int rcoll_mpi_abort(MPI_Comm c, int code) { return PMPI_Abort(c, code); }
 
+int rcoll_mpi_world_barrier(void) { return PMPI_Barrier(MPI_COMM_WORLD); }
+
 int rcoll_mpi_world_rank(void) {
   int r = -1;
   PMPI_Comm_rank(MPI_COMM_WORLD, &r);

@@ -416,3 +416,16 @@ fn nonblocking_collectives_complete_through_every_completion_call() {
         result.1
     );
 }
+
+/// Ranks that leave a communicator (MPI_Comm_free of a dup, MPI_Finalize) right after a
+/// rooted call's contribution is sent, while the root is late, or waiting: the root's
+/// MPI_Reduce still completes, right (the shim keeps freed communicators open, and
+/// MPI_Finalize closes them after a barrier). On 3 and 8 ranks.
+#[test]
+fn leaving_after_a_rooted_call_does_not_fail_the_root() {
+    let bin = compile("late_root_check");
+    for n in [3, 8] {
+        let result = mpirun(&bin, &[], n, &[]);
+        completed("late_root_check", n, &result, "LATE-ROOT-OK");
+    }
+}
