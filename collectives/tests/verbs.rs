@@ -211,9 +211,39 @@ fn large_buffers_up_to_64_mib_on_rxe() {
 #[test]
 #[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
 fn registered_buffers_go_zero_copy_and_stay_correct() {
+    // Offers asked for: without windows (Soft-RoCE) they are off unless asked for.
     for n in [2, 3] {
-        let results = finish(spawn("zero_copy", n, |_| vec![]), Duration::from_secs(900));
-        all_ok(&format!("{n} ranks"), &results);
+        let results = finish(
+            spawn("zero_copy", n, |_| {
+                vec![("RCOLL_IB_DIRECT".into(), "1".into())]
+            }),
+            Duration::from_secs(900),
+        );
+        all_ok(&format!("{n} ranks, RCOLL_IB_DIRECT=1"), &results);
+    }
+}
+
+/// Without windows and without RCOLL_IB_DIRECT, no destination is offered: an offer under a
+/// region's key would let every peer write the whole registered buffer for as long as it
+/// stays registered. Every message goes through slots and every result is right.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn without_windows_no_destination_is_offered_unless_asked() {
+    let results = finish(
+        spawn("zero_copy", 2, |_| {
+            vec![
+                ("RCOLL_IB_SCOPED".into(), "0".into()),
+                ("RCOLL_TEST_LARGE_MIB".into(), "4".into()),
+            ]
+        }),
+        Duration::from_secs(900),
+    );
+    all_ok("2 ranks, RCOLL_IB_SCOPED=0", &results);
+    for (r, (_, out)) in results.iter().enumerate() {
+        assert!(
+            out.contains("written in place") && !out.contains("destinations offered"),
+            "rank {r} offered destinations without windows:\n{out}"
+        );
     }
 }
 
@@ -275,6 +305,9 @@ fn a_wait_wakes_for_every_completion_without_the_periodic_poll() {
         let results = finish(
             spawn("wake_ups", n, |_| {
                 vec![
+                    // Offers (asked for: off without windows): a root's call ends on the
+                    // completions of writes into them.
+                    ("RCOLL_IB_DIRECT".into(), "1".into()),
                     ("RCOLL_IB_WAKE_CHECK_MS".into(), "0".into()),
                     ("RCOLL_IB_SPIN_US".into(), "30000000".into()),
                     ("RCOLL_TIMEOUT".into(), "20".into()),

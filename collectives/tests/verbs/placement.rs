@@ -30,7 +30,7 @@ pub fn in_place_the_all_gather_half_lands_in_place(comm: &mut Communicator) {
     println!("rank {r}: in place, {placed} of {calls} x {segments} segments written in place");
     let var = |k: &str| std::env::var(k).unwrap_or_default();
     // Windows are bound only behind nothing but binds, so offers wait for the sends there.
-    if var("RCOLL_IB_DIRECT") != "0" && var("RCOLL_IB_SCOPED") != "1" {
+    if super::scenarios::offering() && var("RCOLL_IB_SCOPED") != "1" {
         assert_eq!(
             placed,
             calls * segments,

@@ -538,6 +538,8 @@ fn offer_fault_breaks_the_pair(fault: &str, scoped: bool, offers: &str, rank1_sa
         spawn("fault", 2, |_| {
             vec![
                 ("RCOLL_IB_SCOPED".into(), u8::from(scoped).to_string()),
+                // Offers asked for (without windows they are off unless asked for).
+                ("RCOLL_IB_DIRECT".into(), "1".into()),
                 ("RCOLL_TEST_FAULT".into(), fault.into()),
                 ("RCOLL_SEGMENT_BYTES".into(), (1 << 20).to_string()),
             ]

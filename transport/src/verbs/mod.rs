@@ -40,7 +40,8 @@
 //!   the header counts them, and the receiver takes them with the message. A 2-rank
 //!   exchange of small messages then posts no credit message at all (one SEND of 8 grants
 //!   per 8 messages before: a send, a receive and an acknowledgement on each side).
-//! - **Offers** (`RCOLL_IB_DIRECT`, default on, with regions): a message the engine will
+//! - **Offers** (`RCOLL_IB_DIRECT`, default on with windows, off without them unless set to
+//!   1, see [`Options::direct`]): a message the engine will
 //!   only copy (a broadcast's, an all-gather's) can land straight in its destination. The
 //!   receiver offers a range of its registered output for one tag — a credit with the
 //!   [`wire::OFFER`] bit, followed by the tag, in a credit message — and a sender that holds
@@ -173,9 +174,13 @@ pub struct Options {
     /// default on; `0` copies them into slots like other sends).
     pub zero_copy: bool,
     /// Whether this rank offers peers ranges of its registered destinations to write
-    /// messages into (`RCOLL_IB_DIRECT`, default on; see the module docs): under the
-    /// region's key, or with [`Options::scoped`] through a window per offer.
-    pub direct: bool,
+    /// messages into (`RCOLL_IB_DIRECT=1|0`; see the module docs): with
+    /// [`Options::scoped`] through a window per offer, so a peer can write the one range
+    /// offered, once, while the receive is under way. `None` (unset): offers exactly when
+    /// windows are in use. Without windows an offer is made under the region's key, and
+    /// every peer could then write the whole registered buffer for as long as it stays
+    /// registered: only an explicit `RCOLL_IB_DIRECT=1` accepts that.
+    pub direct: Option<bool>,
     /// Whether peers write this rank's slots through memory windows, one per grant, which
     /// they invalidate with the message (`RCOLL_IB_SCOPED=1|0`): a peer can write only the
     /// slot it was lent, only once, and only from its own queue pair. Off, every slot is a
@@ -222,7 +227,7 @@ impl Options {
             })?
             .unwrap_or(DEFAULT_ACK_TIMEOUT);
         let zero_copy = crate::env::switch("RCOLL_IB_ZERO_COPY")?.unwrap_or(true);
-        let direct = crate::env::switch("RCOLL_IB_DIRECT")?.unwrap_or(true);
+        let direct = crate::env::switch("RCOLL_IB_DIRECT")?;
         let scoped = crate::env::switch("RCOLL_IB_SCOPED")?;
         Ok(Options {
             cpus: crate::topology::host_cpus()?,

@@ -163,7 +163,7 @@ pub fn upgrade_for(
         zero_copy: 0,
         borrowed: Default::default(),
         zero_copy_on: opts.zero_copy,
-        direct: opts.direct,
+        direct: opts.direct.unwrap_or(scoped),
         offers: Default::default(),
         withdrawing: Default::default(),
         offer_windows: Vec::new(),

@@ -1,0 +1,15 @@
+"""Nonblocking calls and Split."""
+
+import pytest
+
+from launcher import run
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_nonblocking_with_wait_test_and_waitall(n):
+    run(n, "nonblocking")
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_split(n):
+    run(n, "split")
