@@ -291,6 +291,10 @@ fn code_type(code: i32) -> Option<DataType> {
 pub enum OpKind {
     /// One rcoll has.
     Reduce(ReduceOp),
+    /// A logical op (`MPI_LAND`, `MPI_LOR`, `MPI_LXOR`, its name): on integers, the
+    /// inputs taken as 0 or 1 and reduced by `Min`, `Max` or `BitXor`, which on 0 and 1
+    /// are and, or and exclusive or, giving 0 or 1 as MPI does.
+    Logical(ReduceOp, &'static str),
     /// A predefined op rcoll does not have (`MPI_MAXLOC`).
     Named(&'static str),
     /// Made by `MPI_Op_create`.
@@ -312,9 +316,9 @@ impl OpKind {
             7 => OpKind::Reduce(ReduceOp::BitXor),
             -2 => OpKind::Named("MPI_MAXLOC"),
             -3 => OpKind::Named("MPI_MINLOC"),
-            -4 => OpKind::Named("MPI_LAND"),
-            -5 => OpKind::Named("MPI_LOR"),
-            -6 => OpKind::Named("MPI_LXOR"),
+            -4 => OpKind::Logical(ReduceOp::Min, "MPI_LAND"),
+            -5 => OpKind::Logical(ReduceOp::Max, "MPI_LOR"),
+            -6 => OpKind::Logical(ReduceOp::BitXor, "MPI_LXOR"),
             -7 => OpKind::Named("MPI_REPLACE"),
             -8 => OpKind::Named("MPI_NO_OP"),
             -1 => OpKind::Null,
@@ -425,6 +429,8 @@ pub struct Plan {
     /// The send and the receive side are of a non-contiguous datatype: moved through a
     /// packed copy (`MPI_Pack`, `MPI_Unpack`).
     pub staged: (bool, bool),
+    /// A logical op: the inputs are taken as 0 or 1 before `op` reduces them.
+    pub logical: bool,
 }
 
 impl Plan {
@@ -507,6 +513,7 @@ fn plan(
         in_place,
         root,
         staged: (false, false),
+        logical: false,
     }
 }
 
@@ -527,17 +534,20 @@ fn reduction<H: Copy>(a: &Args<'_, H>, root: usize, types: &impl Types<H>) -> Re
     let count = usize::try_from(count).map_err(|_| Reason::InvalidArgument("count"))?;
     // A predefined op rcoll lacks names the reason (MPI_MAXLOC comes with MPI_2INT, a
     // predefined pair type); then the datatype; then a user's op.
-    let op = match a.op {
-        OpKind::Reduce(op) => Some(op),
+    let (op, logical) = match a.op {
+        OpKind::Reduce(op) => (Some(op), None),
+        OpKind::Logical(op, name) => (Some(op), Some(name)),
         OpKind::Named(name) => return Err(Reason::Op(name)),
-        OpKind::User => None,
+        OpKind::User => (None, None),
         OpKind::Null => return Err(Reason::InvalidArgument("op")),
     };
     let ty = types.ty(dtype);
     let number = match ty.kind {
         TypeKind::Number(t) => Some(t),
         // MPI defines the bitwise ops on MPI_BYTE.
-        TypeKind::Byte if op.is_some_and(ReduceOp::is_bitwise) => Some(DataType::U8),
+        TypeKind::Byte if logical.is_none() && op.is_some_and(ReduceOp::is_bitwise) => {
+            Some(DataType::U8)
+        }
         TypeKind::Byte | TypeKind::Char | TypeKind::Other => None,
         TypeKind::Derived => return Err(Reason::DerivedDatatype),
         TypeKind::Invalid => return Err(Reason::InvalidArgument("datatype")),
@@ -545,10 +555,14 @@ fn reduction<H: Copy>(a: &Args<'_, H>, root: usize, types: &impl Types<H>) -> Re
     let Some(op) = op else {
         return Err(Reason::UserOp);
     };
-    let element = match number {
-        Some(t) if op.supports(t) => t,
-        Some(_) => return Err(Reason::OpOnDatatype(op_name(op), types.name(dtype))),
-        None => return Err(Reason::Datatype(types.name(dtype))),
+    let element = match (number, logical) {
+        // MPI defines the logical ops on integers (and C's bool, which rcoll lacks).
+        (Some(t), Some(name)) if t.is_float() => {
+            return Err(Reason::OpOnDatatype(name, types.name(dtype)))
+        }
+        (Some(t), _) if op.supports(t) => t,
+        (Some(_), _) => return Err(Reason::OpOnDatatype(op_name(op), types.name(dtype))),
+        (None, _) => return Err(Reason::Datatype(types.name(dtype))),
     };
     let me_root = a.rank == root;
     let in_place = a.send.in_place;
@@ -560,7 +574,10 @@ fn reduction<H: Copy>(a: &Args<'_, H>, root: usize, types: &impl Types<H>) -> Re
         Coll::Reduce => Action::Reduce,
         _ => Action::ReduceScatter,
     };
-    let p = plan(action, element, op, count, in_place, root);
+    let p = Plan {
+        logical: logical.is_some(),
+        ..plan(action, element, op, count, in_place, root)
+    };
     sized(p, a, element.size())
 }
 
@@ -761,8 +778,8 @@ mod tests {
         a.op = OpKind::from_code(-2);
         assert_eq!(decide(&a, &Fake), Err(Reason::Op("MPI_MAXLOC")));
         assert_eq!(Reason::Op("MPI_MAXLOC").to_string(), "MPI_MAXLOC");
-        a.op = OpKind::from_code(-4);
-        assert_eq!(decide(&a, &Fake), Err(Reason::Op("MPI_LAND")));
+        a.op = OpKind::from_code(-7);
+        assert_eq!(decide(&a, &Fake), Err(Reason::Op("MPI_REPLACE")));
         a.op = OpKind::from_code(12345);
         assert_eq!(decide(&a, &Fake), Err(Reason::UserOp));
         a.op = OpKind::Reduce(ReduceOp::BitAnd);
@@ -794,6 +811,42 @@ mod tests {
             let a = args(coll, 0, 2, side(4, BYTE), side(4, BYTE));
             assert_eq!(decide(&a, &Fake), Err(Reason::NotServed));
         }
+    }
+
+    #[test]
+    fn logical_ops_are_served_on_integers_as_min_max_xor_of_truth_values() {
+        for (code, op) in [
+            (-4, ReduceOp::Min),
+            (-5, ReduceOp::Max),
+            (-6, ReduceOp::BitXor),
+        ] {
+            let mut a = args(
+                Coll::Allreduce,
+                0,
+                2,
+                side(3, num(DataType::I64)),
+                side(3, num(DataType::I64)),
+            );
+            a.op = OpKind::from_code(code);
+            let p = decide(&a, &Fake).expect("served");
+            assert!(p.logical);
+            assert_eq!((p.op, p.dtype), (op, DataType::I64));
+            // Not on floats, nor MPI_BYTE.
+            a.send.dtype = num(DataType::F32);
+            a.recv.dtype = num(DataType::F32);
+            assert!(matches!(decide(&a, &Fake), Err(Reason::OpOnDatatype(_, _))));
+            a.send.dtype = BYTE;
+            a.recv.dtype = BYTE;
+            assert!(matches!(decide(&a, &Fake), Err(Reason::Datatype(_))));
+        }
+        let a = args(
+            Coll::Allreduce,
+            0,
+            2,
+            side(3, num(DataType::U8)),
+            side(3, num(DataType::U8)),
+        );
+        assert!(!decide(&a, &Fake).expect("served").logical);
     }
 
     #[test]

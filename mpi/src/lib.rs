@@ -17,7 +17,8 @@
 //! `MPI_Reduce_scatter` (all counts equal) on the predefined integer and floating types
 //! rcoll has (`MPI_INT8_T`…`MPI_UINT64_T`, `MPI_INT`, `MPI_UNSIGNED`, `MPI_LONG`,
 //! `MPI_LONG_LONG`, `MPI_FLOAT`, `MPI_DOUBLE`, ...; `MPI_BYTE` for the bitwise ops) with
-//! `MPI_SUM`, `MPI_PROD`, `MPI_MIN`, `MPI_MAX`, `MPI_BAND`, `MPI_BOR`, `MPI_BXOR`;
+//! `MPI_SUM`, `MPI_PROD`, `MPI_MIN`, `MPI_MAX`, `MPI_BAND`, `MPI_BOR`, `MPI_BXOR`, and on
+//! the integers `MPI_LAND`, `MPI_LOR`, `MPI_LXOR`;
 //! `MPI_Bcast`, `MPI_Allgather`, `MPI_Alltoall`, `MPI_Gather`, `MPI_Scatter` on any
 //! datatype (moved as bytes; a non-contiguous one packed with `MPI_Pack` and unpacked
 //! after, since another rank may pass a contiguous one for the same bytes); `MPI_Barrier`; `MPI_IN_PLACE` wherever MPI allows
@@ -27,7 +28,7 @@
 //! (`MPI_Grequest_complete`), so that `MPI_Wait`, `MPI_Test`, `MPI_Waitall`, ... work
 //! unchanged (below that level no thread but the application's may call MPI, and they are
 //! forwarded). Everything else goes to MPI unchanged (v-variants, scans, derived datatypes in
-//! reductions, `MPI_MAXLOC`/`MINLOC`, `MPI_LAND`/`LOR`, user ops, intercommunicators). The rules, and why a rank may look only at arguments every rank
+//! reductions, `MPI_MAXLOC`/`MINLOC`, logical ops on floats, user ops, intercommunicators). The rules, and why a rank may look only at arguments every rank
 //! agrees on, are in `decide.rs`.
 //!
 //! ## Communicators

@@ -26,6 +26,19 @@ pub unsafe fn execute(
 ) -> rcoll::Result<()> {
     type Typed =
         unsafe fn(&mut Communicator, &Plan, *const c_void, *mut c_void) -> rcoll::Result<()>;
+    if plan.logical {
+        let logical: Typed = match plan.dtype {
+            DataType::I8 => logical::<i8>,
+            DataType::U8 => logical::<u8>,
+            DataType::I32 => logical::<i32>,
+            DataType::U32 => logical::<u32>,
+            DataType::I64 => logical::<i64>,
+            DataType::U64 => logical::<u64>,
+            other => return Err(rcoll::Error::Config(format!("no logical op on {other}"))),
+        };
+        // SAFETY: the caller's contract, passed on; instantiated at the plan's type.
+        return unsafe { logical(comm, plan, send, recv) };
+    }
     let typed: Typed = match plan.dtype {
         DataType::I8 => typed::<i8>,
         DataType::U8 => typed::<u8>,
@@ -39,6 +52,53 @@ pub unsafe fn execute(
     };
     // SAFETY: the caller's contract, passed on; `typed` is instantiated at the plan's type.
     unsafe { typed(comm, plan, send, recv) }
+}
+
+/// An integer as a truth value: 1 if it is not 0.
+trait Truth: Element {
+    fn truth(self) -> Self;
+}
+
+macro_rules! truth {
+    ($($t:ty),*) => {$(
+        impl Truth for $t {
+            fn truth(self) -> Self {
+                <$t>::from(self != 0)
+            }
+        }
+    )*};
+}
+truth!(i8, u8, i32, u32, i64, u64);
+
+/// A logical op: the inputs become 0 or 1 (in place, the one buffer, which the result
+/// overwrites anyway; otherwise a copy of the send buffer), then `plan.op` (min, max or
+/// xor) reduces them.
+///
+/// # Safety
+/// As [`execute`], and `T` is `plan.dtype`.
+unsafe fn logical<T: Truth>(
+    comm: &mut Communicator,
+    plan: &Plan,
+    send: *const c_void,
+    recv: *mut c_void,
+) -> rcoll::Result<()> {
+    let (send_len, recv_len) = plan.lengths(comm.rank(), comm.size());
+    if plan.in_place {
+        // SAFETY: the caller's contract: `recv` holds `recv_len` elements, ours for the call.
+        let mut buf = unsafe { Out::<T>::new(recv, recv_len) };
+        for x in buf.slice() {
+            *x = x.truth();
+        }
+        buf.finish();
+        // SAFETY: the caller's contract, passed on.
+        return unsafe { typed::<T>(comm, plan, send, recv) };
+    }
+    // SAFETY: the caller's contract: `send` holds `send_len` elements, read only.
+    let input = unsafe { input::<T>(send, send_len, (std::ptr::null(), 0)) };
+    let truths: Vec<T> = input.iter().map(|x| x.truth()).collect();
+    // SAFETY: `truths` holds `send_len` elements of `T`, aligned, alive for the call;
+    // `recv` as the caller's contract says.
+    unsafe { typed::<T>(comm, plan, truths.as_ptr().cast(), recv) }
 }
 
 /// A receive buffer as rcoll takes it: the caller's memory, or an aligned copy written

@@ -57,6 +57,8 @@ static long long value(const dtype_t *d, MPI_Op op, int r, size_t i) {
     if ((d->is_signed || d->is_float) && base % 5 == 0) return -1;
     return base % 3 == 0 ? 2 : 1;
   }
+  if (op == MPI_LAND || op == MPI_LOR || op == MPI_LXOR) /* zeros among the truths */
+    return base % 3 == 0 ? 0 : d->is_signed ? base % 5 - 2 : base % 5;
   if (op == MPI_MIN || op == MPI_MAX)
     return d->is_signed || d->is_float ? base % 251 - 125 : base % 251;
   return (long long)((unsigned long long)base * 2654435761ull >> 3); /* bits */
@@ -98,11 +100,12 @@ static const dtype_t reduce_types[] = {
 static const struct {
   MPI_Op op;
   const char *name;
-  int bitwise;
+  int integers_only;
 } ops[] = {
-    {MPI_SUM, "MPI_SUM", 0}, {MPI_PROD, "MPI_PROD", 0}, {MPI_MIN, "MPI_MIN", 0},
-    {MPI_MAX, "MPI_MAX", 0}, {MPI_BAND, "MPI_BAND", 1}, {MPI_BOR, "MPI_BOR", 1},
-    {MPI_BXOR, "MPI_BXOR", 1},
+    {MPI_SUM, "MPI_SUM", 0},   {MPI_PROD, "MPI_PROD", 0}, {MPI_MIN, "MPI_MIN", 0},
+    {MPI_MAX, "MPI_MAX", 0},   {MPI_BAND, "MPI_BAND", 1}, {MPI_BOR, "MPI_BOR", 1},
+    {MPI_BXOR, "MPI_BXOR", 1}, {MPI_LAND, "MPI_LAND", 1}, {MPI_LOR, "MPI_LOR", 1},
+    {MPI_LXOR, "MPI_LXOR", 1},
 };
 
 static long calls;
@@ -326,7 +329,7 @@ int main(int argc, char **argv) {
   const size_t counts[] = {1, 7, 1000};
   for (size_t t = 0; t < sizeof reduce_types / sizeof reduce_types[0]; t++)
     for (size_t o = 0; o < sizeof ops / sizeof ops[0]; o++) {
-      if (ops[o].bitwise && reduce_types[t].is_float) continue;
+      if (ops[o].integers_only && reduce_types[t].is_float) continue;
       for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
         reductions(&reduce_types[t], ops[o].op, ops[o].name, counts[c]);
     }

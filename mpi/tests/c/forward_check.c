@@ -1,8 +1,9 @@
 /*
  * Calls the shim forwards to MPI, each result checked: MPI_MAXLOC, a derived datatype in a
- * reduction, a user-defined op, MPI_LAND, MPI_SHORT (no rcoll type), an intercommunicator,
- * unequal MPI_Reduce_scatter counts, MPI_Allgatherv; and 4 served MPI_Allreduce calls and
- * an MPI_Bcast of a strided datatype (served: packed). The test compares the stats lines
+ * reduction, a user-defined op, MPI_SHORT (no rcoll type), an intercommunicator,
+ * unequal MPI_Reduce_scatter counts, MPI_Allgatherv; and 4 served MPI_Allreduce calls, an
+ * MPI_LAND (served: logical ops on integers) and an MPI_Bcast of a strided datatype
+ * (served: packed). The test compares the stats lines
  * (RCOLL_MPI_STATS=1) with what this program called. Prints FORWARD-CHECK-OK <rank> <size>.
  */
 #include <mpi.h>
