@@ -20,6 +20,7 @@ cargo test --workspace --doc
 # The topology through hwloc itself (the optional `hwloc` feature): it must read the test
 # machines' XML files and this host as rcoll's own readers do.
 cargo test -p rcoll-transport --features hwloc --lib --test topology
+ci/python.sh  # the Python package: a venv under target/, pip install ./python, pytest
 
 # The verbs suite's binary, built on the host (the VM runs host binaries unchanged): the one
 # the first command built (`--workspace`: the same features; `-p rcoll` would build it again).
