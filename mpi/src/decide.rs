@@ -128,11 +128,6 @@ impl Coll {
         Coll::ALL[..15].contains(&self)
     }
 
-    /// Whether it is nonblocking (an `MPI_I*` call, answered with a request).
-    pub fn nonblocking(self) -> bool {
-        self.blocking() != self
-    }
-
     /// The blocking form: what a nonblocking call runs.
     pub fn blocking(self) -> Coll {
         match self {
@@ -185,9 +180,6 @@ pub enum Reason {
     SizesDiffer,
     /// An argument MPI reports as an error (forwarded so that MPI reports it as it would).
     InvalidArgument(&'static str),
-    /// A nonblocking call below `MPI_THREAD_MULTIPLE`: rcoll's progress thread completes
-    /// the request, and may call MPI only at that level.
-    ThreadLevel,
 }
 
 impl fmt::Display for Reason {
@@ -207,7 +199,6 @@ impl fmt::Display for Reason {
             Reason::UnequalCounts => f.write_str("unequal recvcounts"),
             Reason::SizesDiffer => f.write_str("send and receive sizes differ"),
             Reason::InvalidArgument(what) => write!(f, "invalid {what}"),
-            Reason::ThreadLevel => f.write_str("below MPI_THREAD_MULTIPLE"),
         }
     }
 }
@@ -1009,12 +1000,12 @@ mod tests {
         assert_eq!(Coll::ReduceScatterBlock.key(), "reduce_scatter_block");
         assert_eq!(Coll::Allreduce.mpi_name(), "MPI_Allreduce");
         assert!(Coll::Barrier.servable() && !Coll::Allgatherv.servable());
-        assert!(Coll::Ibarrier.servable() && Coll::Ibarrier.nonblocking());
+        assert!(Coll::Ibarrier.servable() && Coll::Ibarrier.blocking() == Coll::Barrier);
         assert_eq!(
             Coll::IreduceScatterBlock.blocking(),
             Coll::ReduceScatterBlock
         );
-        assert!(!Coll::Allreduce.nonblocking());
+        assert_eq!(Coll::Allreduce.blocking(), Coll::Allreduce);
         for (i, c) in Coll::ALL.into_iter().enumerate() {
             assert_eq!(c.index(), i);
         }

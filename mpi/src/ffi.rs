@@ -243,6 +243,43 @@ extern "C" {
         request: *mut Request,
     ) -> c_int;
     pub fn PMPI_Ibarrier(comm: Comm, request: *mut Request) -> c_int;
+    pub fn PMPI_Wait(request: *mut Request, status: *mut c_void) -> c_int;
+    pub fn PMPI_Test(request: *mut Request, flag: *mut c_int, status: *mut c_void) -> c_int;
+    pub fn PMPI_Waitall(count: c_int, requests: *mut Request, statuses: *mut c_void) -> c_int;
+    pub fn PMPI_Testall(
+        count: c_int,
+        requests: *mut Request,
+        flag: *mut c_int,
+        statuses: *mut c_void,
+    ) -> c_int;
+    pub fn PMPI_Waitany(
+        count: c_int,
+        requests: *mut Request,
+        index: *mut c_int,
+        status: *mut c_void,
+    ) -> c_int;
+    pub fn PMPI_Testany(
+        count: c_int,
+        requests: *mut Request,
+        index: *mut c_int,
+        flag: *mut c_int,
+        status: *mut c_void,
+    ) -> c_int;
+    pub fn PMPI_Waitsome(
+        incount: c_int,
+        requests: *mut Request,
+        outcount: *mut c_int,
+        indices: *mut c_int,
+        statuses: *mut c_void,
+    ) -> c_int;
+    pub fn PMPI_Testsome(
+        incount: c_int,
+        requests: *mut Request,
+        outcount: *mut c_int,
+        indices: *mut c_int,
+        statuses: *mut c_void,
+    ) -> c_int;
+    pub fn PMPI_Request_free(request: *mut Request) -> c_int;
     pub fn PMPI_Allgatherv(
         sendbuf: *const c_void,
         sendcount: c_int,

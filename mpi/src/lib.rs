@@ -18,17 +18,20 @@
 //! rcoll has (`MPI_INT8_T`…`MPI_UINT64_T`, `MPI_INT`, `MPI_UNSIGNED`, `MPI_LONG`,
 //! `MPI_LONG_LONG`, `MPI_FLOAT`, `MPI_DOUBLE`, ...; `MPI_BYTE` for the bitwise ops) with
 //! `MPI_SUM`, `MPI_PROD`, `MPI_MIN`, `MPI_MAX`, `MPI_BAND`, `MPI_BOR`, `MPI_BXOR`, and on
-//! the integers `MPI_LAND`, `MPI_LOR`, `MPI_LXOR`;
-//! `MPI_Bcast`, `MPI_Allgather`, `MPI_Alltoall`, `MPI_Gather`, `MPI_Scatter` on any
-//! datatype (moved as bytes; a non-contiguous one packed with `MPI_Pack` and unpacked
-//! after, since another rank may pass a contiguous one for the same bytes); `MPI_Barrier`; `MPI_IN_PLACE` wherever MPI allows
-//! it; at `MPI_THREAD_MULTIPLE`, `MPI_Iallreduce`, `MPI_Ibcast`, `MPI_Iallgather`,
-//! `MPI_Ireduce_scatter_block` and `MPI_Ibarrier` as generalized requests
-//! (`MPI_Grequest_start`) that the communicator's rcoll progress thread completes
-//! (`MPI_Grequest_complete`), so that `MPI_Wait`, `MPI_Test`, `MPI_Waitall`, ... work
-//! unchanged (below that level no thread but the application's may call MPI, and they are
-//! forwarded). Everything else goes to MPI unchanged (v-variants, scans, derived datatypes in
-//! reductions, `MPI_MAXLOC`/`MINLOC`, logical ops on floats, user ops, intercommunicators). The rules, and why a rank may look only at arguments every rank
+//! the integers `MPI_LAND`, `MPI_LOR`, `MPI_LXOR`; `MPI_Bcast`, `MPI_Allgather`,
+//! `MPI_Alltoall`, `MPI_Gather`, `MPI_Scatter` on any datatype (moved as bytes; a
+//! non-contiguous one packed with `MPI_Pack` and unpacked after, since another rank may
+//! pass a contiguous one for the same bytes); `MPI_Barrier`; `MPI_IN_PLACE` wherever MPI
+//! allows it. `MPI_Iallreduce`, `MPI_Ibcast`, `MPI_Iallgather`,
+//! `MPI_Ireduce_scatter_block` and `MPI_Ibarrier` are generalized requests
+//! (`MPI_Grequest_start`) run on the communicator's rcoll progress thread, so that
+//! `MPI_Wait`, `MPI_Test`, `MPI_Waitall`, ... work unchanged: at `MPI_THREAD_MULTIPLE` the
+//! progress thread completes them (`MPI_Grequest_complete`); below it, where no other
+//! thread may call MPI, the shim's completion calls do (`pending.rs`).
+//!
+//! Everything else goes to MPI unchanged (v-variants, scans, derived datatypes in
+//! reductions, `MPI_MAXLOC`/`MINLOC`, logical ops on floats, user ops,
+//! intercommunicators). The rules, and why a rank may look only at arguments every rank
 //! agrees on, are in `decide.rs`.
 //!
 //! ## Communicators
@@ -62,6 +65,7 @@ mod control;
 mod decide;
 mod entry;
 mod ffi;
+mod pending;
 mod run;
 mod stage;
 mod stats;

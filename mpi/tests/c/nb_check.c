@@ -2,12 +2,13 @@
  * Nonblocking collectives: MPI_Iallreduce, MPI_Ibcast, MPI_Iallgather,
  * MPI_Ireduce_scatter_block, MPI_Ibarrier, out of place and in place, several in flight
  * at once with a forwarded one (MPI_MAXLOC) among them, overlapped with computation, and
- * completed by each of MPI_Wait, MPI_Test, MPI_Waitall, MPI_Testall and MPI_Waitany;
+ * completed by each of MPI_Wait, MPI_Test, MPI_Waitall, MPI_Testall, MPI_Waitany,
+ * MPI_Waitsome, MPI_Testany and MPI_Testsome, and one freed by MPI_Request_free;
  * every result compared with PMPI's blocking call on the same data. Then nonblocking
  * calls on a split communicator interleaved with blocking ones on the world.
- *   nb_check          MPI_Init_thread(MPI_THREAD_MULTIPLE): the shim serves them
- *   nb_check single   MPI_Init: the shim forwards them (its progress thread could not
- *                     complete a request), still right
+ *   nb_check          MPI_Init_thread(MPI_THREAD_MULTIPLE): rcoll's progress thread
+ *                     completes the shim's requests
+ *   nb_check single   MPI_Init: the completion calls do (no other thread may call MPI)
  * Prints NB-CHECK-OK <rank> <size> <rounds>.
  */
 #include <mpi.h>
@@ -42,9 +43,9 @@ static void compute(void) {
 }
 
 /* Completes `reqs` the way `how` says (0 Wait each, 1 Test loops, 2 Waitall, 3 Testall
- * loop, 4 Waitany), computing between tests. */
+ * loop, 4 Waitany, 5 Waitsome, 6 Testany and Testsome loops), computing between tests. */
 static void complete(MPI_Request *reqs, int n, int how) {
-  int flag = 0, done = 0, idx;
+  int flag = 0, done = 0, idx, outcount, indices[N_REQ];
   switch (how) {
     case 0:
       for (int i = n - 1; i >= 0; i--) CHECK(MPI_Wait(&reqs[i], MPI_STATUS_IGNORE));
@@ -66,11 +67,30 @@ static void complete(MPI_Request *reqs, int n, int how) {
         CHECK(MPI_Testall(n, reqs, &flag, MPI_STATUSES_IGNORE));
       } while (!flag);
       break;
-    default:
+    case 4:
       while (done < n) {
         CHECK(MPI_Waitany(n, reqs, &idx, MPI_STATUS_IGNORE));
         if (idx == MPI_UNDEFINED) FAIL("Waitany: MPI_UNDEFINED with %d left", n - done);
         done++;
+      }
+      break;
+    case 5:
+      while (done < n) {
+        CHECK(MPI_Waitsome(n, reqs, &outcount, indices, MPI_STATUSES_IGNORE));
+        if (outcount == MPI_UNDEFINED || outcount < 1) FAIL("Waitsome: %d with %d left", outcount, n - done);
+        done += outcount;
+      }
+      break;
+    default:
+      while (done < n) {
+        compute();
+        if (done % 2 == 0) {
+          CHECK(MPI_Testany(n, reqs, &idx, &flag, MPI_STATUS_IGNORE));
+          if (flag && idx != MPI_UNDEFINED) done++;
+        } else {
+          CHECK(MPI_Testsome(n, reqs, &outcount, indices, MPI_STATUSES_IGNORE));
+          if (outcount != MPI_UNDEFINED) done += outcount;
+        }
       }
   }
   for (int i = 0; i < n; i++)
@@ -139,7 +159,13 @@ int main(int argc, char **argv) {
   CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
   int rounds = 0;
-  for (int k = 0; k < 30; k++, rounds++) round_of(MPI_COMM_WORLD, k, k % 2, k % 5);
+  for (int k = 0; k < 35; k++, rounds++) round_of(MPI_COMM_WORLD, k, k % 2, k % 7);
+  /* A request freed at once: its barrier still happens. */
+  MPI_Request freed;
+  CHECK(MPI_Ibarrier(MPI_COMM_WORLD, &freed));
+  CHECK(MPI_Request_free(&freed));
+  if (freed != MPI_REQUEST_NULL) FAIL("MPI_Request_free left the request");
+  CHECK(MPI_Barrier(MPI_COMM_WORLD));
   /* A split communicator's nonblocking calls between blocking ones on the world. */
   MPI_Comm halves;
   CHECK(MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &halves));
@@ -154,7 +180,7 @@ int main(int argc, char **argv) {
     double want = 0;
     for (int q = rank % 2; q < size; q += 2) want = q + k > want ? q + k : want;
     if (s != want || ws != size * (size - 1) / 2.0) FAIL("split round %d: %g %g", k, s, ws);
-    round_of(halves, k, k % 2, (k + 2) % 5);
+    round_of(halves, k, k % 2, (k + 2) % 7);
   }
   CHECK(MPI_Comm_free(&halves));
   printf("NB-CHECK-OK %d %d %d %d\n", rank, size, rounds, provided == MPI_THREAD_MULTIPLE);
