@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzz the parsers of what rcoll reads from outside with libFuzzer (fuzz/): the TCP frame
 # decoder, the bootstrap messages, the verbs endpoint/credit/header formats, the job
-# secret (RCOLL_UNIQUE_ID) and the topology's texts (hwloc XML, CPU lists and masks).
+# secret (RCOLL_UNIQUE_ID), the topology's texts (hwloc XML, CPU lists and masks) and a local
+# peer's shared-memory announcement.
 #
 # Usage: ci/fuzz.sh [seconds per target]   (default 60; CI runs 20, an issue's long run 600)
 #
@@ -12,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
-targets=(frame_decoder bootstrap_message verbs_wire unique_id topology_text)
+targets=(frame_decoder bootstrap_message verbs_wire unique_id topology_text shm_announcement)
 triple="$(rustc -vV | sed -n 's/^host: //p')"
 export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \

@@ -85,7 +85,7 @@ use crate::types::{Rank, Tag};
 use segment::{InRing, Lease, OutRing, Remote, Segment, Withdrawal};
 
 pub use segment::Shape as SegmentShape;
-pub use setup::{prepare, Options, Prepared};
+pub use setup::{parse_announcement, prepare, Announcement, Options, Prepared};
 
 /// Default slots per ring (messages in flight from one peer).
 pub const DEFAULT_SLOTS: usize = 8;

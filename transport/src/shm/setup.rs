@@ -244,6 +244,7 @@ fn parse_size(v: &str) -> Option<usize> {
 /// where in it a value of this setup's lies: 16 random bytes, then its rank (they check
 /// they read that value, so a peer cannot pass off another's process, or the reader's
 /// own, as its own).
+#[derive(Debug)]
 struct Readable {
     pid: i32,
     addr: u64,
@@ -530,31 +531,12 @@ fn open_peer(
     announced: &[u8],
     ring: usize,
 ) -> Result<(Arc<Segment>, SocketAddr, Option<Readable>), String> {
-    let text = std::str::from_utf8(announced).map_err(|_| "not text".to_owned())?;
-    let mut lines = text.lines();
-    match lines.next() {
-        Some("ok") => {}
-        Some("error") => return Err(lines.collect::<Vec<_>>().join(" ")),
-        _ => return Err("a malformed announcement".into()),
-    }
-    let mut field = || {
-        lines
-            .next()
-            .ok_or_else(|| "a truncated announcement".to_owned())
-    };
-    let path = field()?.to_owned();
-    let bell = field()?.to_owned();
-    let mut number = || -> Result<usize, String> {
-        field()?
-            .parse()
-            .map_err(|_| "a malformed announcement".to_owned())
-    };
-    let shape = Shape {
-        rings: number()?,
-        slots: number()?,
-        slot_bytes: number()?,
-    };
-    let readable = readable_of(field()?)?;
+    let Announcement {
+        path,
+        bell,
+        shape,
+        readable,
+    } = parse_announcement(announced)?;
     if ring >= shape.rings || shape.slots == 0 || shape.slots > 1024 {
         return Err(format!("an impossible shape {shape:?}"));
     }
@@ -630,6 +612,53 @@ fn open_announced(dir: Option<&Path>, announced: &str) -> Result<(File, PathBuf)
         .open(&path)
         .map_err(|e| format!("opening {}: {e}", path.display()))?;
     Ok((file, path))
+}
+
+/// A peer's announcement of its segment, as read (not yet checked against anything).
+#[derive(Debug)]
+pub struct Announcement {
+    path: String,
+    bell: String,
+    shape: Shape,
+    readable: Option<Readable>,
+}
+
+/// Reads a peer's announcement: `ok`, its segment's path, its bell, rings, slots, slot
+/// bytes, and whether its memory may be read (`pid address value`, or `unreadable`); or
+/// `error` and why its segment could not be made. Anything else is refused, never a panic
+/// (fuzzed: `fuzz/fuzz_targets/shm_announcement.rs`).
+pub fn parse_announcement(announced: &[u8]) -> Result<Announcement, String> {
+    let text = std::str::from_utf8(announced).map_err(|_| "not text".to_owned())?;
+    let mut lines = text.lines();
+    match lines.next() {
+        Some("ok") => {}
+        Some("error") => return Err(lines.collect::<Vec<_>>().join(" ")),
+        _ => return Err("a malformed announcement".into()),
+    }
+    let mut field = || {
+        lines
+            .next()
+            .ok_or_else(|| "a truncated announcement".to_owned())
+    };
+    let path = field()?.to_owned();
+    let bell = field()?.to_owned();
+    let mut number = || -> Result<usize, String> {
+        field()?
+            .parse()
+            .map_err(|_| "a malformed announcement".to_owned())
+    };
+    let shape = Shape {
+        rings: number()?,
+        slots: number()?,
+        slot_bytes: number()?,
+    };
+    let readable = readable_of(field()?)?;
+    Ok(Announcement {
+        path,
+        bell,
+        shape,
+        readable,
+    })
 }
 
 /// The announcement's last line: `pid address value` (hex), or `unreadable`.
