@@ -61,6 +61,7 @@
 //! block saying what it relies on; decisions and bookkeeping are safe Rust.
 
 mod comms;
+mod completion;
 mod control;
 mod decide;
 mod entry;
