@@ -3,55 +3,30 @@
 //! processes — by the environment launcher and under Open MPI's mpirun with 2, 3 and 4
 //! ranks — each checking its own results (`capi/examples/`).
 
-use std::io::Read;
+mod programs;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace")
-}
-
-fn scratch() -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi");
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
-}
+use programs::{repo, run_all};
 
 /// Builds librcoll.so and librcoll.a (the dev profile, next to this test binary) once.
 fn lib_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo)
-            .args(["build", "-p", "rcoll-capi"])
-            .current_dir(repo())
-            .output()
-            .expect("cargo");
-        assert!(
-            out.status.success(),
-            "cargo build -p rcoll-capi:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // target/<profile>/deps/<this test> -> target/<profile>
-        let exe = std::env::current_exe().expect("test binary");
-        let dir = exe
+        let dir = programs::built("rcoll-capi", "librcoll.so")
             .parent()
-            .and_then(Path::parent)
             .expect("target dir")
             .to_path_buf();
-        for lib in ["librcoll.so", "librcoll.a"] {
-            assert!(
-                dir.join(lib).exists(),
-                "{} missing",
-                dir.join(lib).display()
-            );
-        }
+        assert!(dir.join("librcoll.a").exists(), "librcoll.a missing");
         dir
     })
+}
+
+fn scratch() -> PathBuf {
+    programs::scratch("capi")
 }
 
 /// Compiles `example` (in capi/examples) with `compiler` into `out`, against the shared
@@ -85,70 +60,6 @@ fn shared_flags() -> Vec<String> {
         "-lrcoll".into(),
         format!("-Wl,-rpath,{lib}"),
     ]
-}
-
-/// Runs the commands to their end (killing them at `limit`): each one's exit code (None:
-/// killed by a signal or the limit) and its stdout + stderr.
-fn run_all(cmds: Vec<Command>, limit: Duration) -> Vec<(Option<i32>, String)> {
-    let deadline = Instant::now() + limit;
-    let mut running: Vec<_> = cmds
-        .into_iter()
-        .map(|mut c| {
-            let mut child = c
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn");
-            let pipes: Vec<Box<dyn Read + Send>> = vec![
-                Box::new(child.stdout.take().expect("stdout")),
-                Box::new(child.stderr.take().expect("stderr")),
-            ];
-            let readers: Vec<_> = pipes
-                .into_iter()
-                .map(|mut p| {
-                    std::thread::spawn(move || {
-                        let mut s = String::new();
-                        let _ = p.read_to_string(&mut s);
-                        s
-                    })
-                })
-                .collect();
-            (child, readers)
-        })
-        .collect();
-    let mut codes = vec![None; running.len()];
-    let mut done = vec![false; running.len()];
-    while done.iter().any(|d| !d) {
-        for (i, (child, _)) in running.iter_mut().enumerate() {
-            if !done[i] {
-                if let Some(status) = child.try_wait().expect("wait") {
-                    codes[i] = status.code();
-                    done[i] = true;
-                }
-            }
-        }
-        if Instant::now() > deadline {
-            for (i, (child, _)) in running.iter_mut().enumerate() {
-                if !done[i] {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    done[i] = true;
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    running
-        .into_iter()
-        .zip(codes)
-        .map(|((_, readers), code)| {
-            let text: Vec<String> = readers
-                .into_iter()
-                .map(|r| r.join().expect("reader"))
-                .collect();
-            (code, text.concat())
-        })
-        .collect()
 }
 
 /// `n` copies of `bin args`, ranks of one group by the environment launcher.

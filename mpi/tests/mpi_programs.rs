@@ -4,49 +4,24 @@
 //! its reference. Each program prints a completion marker per rank, which the test requires
 //! with exit status 0; `RCOLL_MPI_STATS=1` lines are compared with what the program called.
 
-use std::io::Read;
+// The C-program harness of the C ABI's tests: a package's library built once, programs
+// run to their end under a time limit.
+#[path = "../../capi/tests/programs/mod.rs"]
+mod programs;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the workspace")
-}
-
 fn scratch() -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("rcoll-mpi");
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+    programs::scratch("rcoll-mpi")
 }
 
 /// Builds librcoll_mpi.so (the dev profile, next to this test binary) once: its path.
 fn shim() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let out = Command::new(cargo)
-            .args(["build", "-p", "rcoll-mpi"])
-            .current_dir(repo())
-            .output()
-            .expect("cargo");
-        assert!(
-            out.status.success(),
-            "cargo build -p rcoll-mpi:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // target/<profile>/deps/<this test> -> target/<profile>
-        let exe = std::env::current_exe().expect("test binary");
-        let lib = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target dir")
-            .join("librcoll_mpi.so");
-        assert!(lib.exists(), "{} missing", lib.display());
-        lib
-    })
+    LIB.get_or_init(|| programs::built("rcoll-mpi", "librcoll_mpi.so"))
 }
 
 /// Compiles tests/c/`name`.c with mpicc (warnings are errors).
@@ -104,42 +79,10 @@ fn mpirun(bin: &Path, args: &[&str], n: usize, env: &[(&str, &str)]) -> (Option<
 }
 
 /// Runs `cmd` to its end, killing it at `limit`.
-fn run(mut cmd: Command, limit: Duration) -> (Option<i32>, String) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn mpirun (openmpi-bin)");
-    let readers: Vec<_> = [
-        Box::new(child.stdout.take().expect("stdout")) as Box<dyn Read + Send>,
-        Box::new(child.stderr.take().expect("stderr")),
-    ]
-    .into_iter()
-    .map(|mut p| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            let _ = p.read_to_string(&mut s);
-            s
-        })
-    })
-    .collect();
-    let deadline = Instant::now() + limit;
-    let code = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status.code();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let out: Vec<String> = readers
-        .into_iter()
-        .map(|r| r.join().expect("reader"))
-        .collect();
-    (code, out.concat())
+fn run(cmd: Command, limit: Duration) -> (Option<i32>, String) {
+    programs::run_all(vec![cmd], limit)
+        .pop()
+        .expect("one command, one result")
 }
 
 /// Exit status 0 and `marker <rank> <n>` from every rank.
