@@ -12,19 +12,8 @@
 
 static int rank, size;
 
-#define FAIL(...)                                              \
-  do {                                                         \
-    fprintf(stderr, "COLL-CHECK-FAIL rank %d: ", rank);        \
-    fprintf(stderr, __VA_ARGS__);                              \
-    fprintf(stderr, "\n");                                     \
-    MPI_Abort(MPI_COMM_WORLD, 3);                              \
-  } while (0)
-
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    int rc_ = (call);                                                  \
-    if (rc_ != MPI_SUCCESS) FAIL("%s returned %d", #call, rc_);        \
-  } while (0)
+#define CHECK_NAME "COLL-CHECK"
+#include "check.h"
 
 typedef struct {
   MPI_Datatype t;

@@ -13,19 +13,8 @@
 
 static int rank, size;
 
-#define FAIL(...)                                              \
-  do {                                                         \
-    fprintf(stderr, "FORWARD-CHECK-FAIL rank %d: ", rank);     \
-    fprintf(stderr, __VA_ARGS__);                              \
-    fprintf(stderr, "\n");                                     \
-    MPI_Abort(MPI_COMM_WORLD, 3);                              \
-  } while (0)
-
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    int rc_ = (call);                                                  \
-    if (rc_ != MPI_SUCCESS) FAIL("%s returned %d", #call, rc_);        \
-  } while (0)
+#define CHECK_NAME "FORWARD-CHECK"
+#include "check.h"
 
 static void max_abs(void *in, void *inout, int *len, MPI_Datatype *t) {
   (void)t;

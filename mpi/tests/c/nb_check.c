@@ -18,19 +18,8 @@
 
 static int rank, size;
 
-#define FAIL(...)                                              \
-  do {                                                         \
-    fprintf(stderr, "NB-CHECK-FAIL rank %d: ", rank);          \
-    fprintf(stderr, __VA_ARGS__);                              \
-    fprintf(stderr, "\n");                                     \
-    MPI_Abort(MPI_COMM_WORLD, 3);                              \
-  } while (0)
-
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    int rc_ = (call);                                                  \
-    if (rc_ != MPI_SUCCESS) FAIL("%s returned %d", #call, rc_);        \
-  } while (0)
+#define CHECK_NAME "NB-CHECK"
+#include "check.h"
 
 enum { N_REQ = 7 };
 

@@ -14,19 +14,8 @@
 static int rank, size;
 static long allreduces;
 
-#define FAIL(...)                                              \
-  do {                                                         \
-    fprintf(stderr, "SPLIT-CHECK-FAIL rank %d: ", rank);       \
-    fprintf(stderr, __VA_ARGS__);                              \
-    fprintf(stderr, "\n");                                     \
-    MPI_Abort(MPI_COMM_WORLD, 3);                              \
-  } while (0)
-
-#define CHECK(call)                                                    \
-  do {                                                                 \
-    int rc_ = (call);                                                  \
-    if (rc_ != MPI_SUCCESS) FAIL("%s returned %d", #call, rc_);        \
-  } while (0)
+#define CHECK_NAME "SPLIT-CHECK"
+#include "check.h"
 
 /* An Allreduce, Bcast and Allgather on `c`, each compared with PMPI's. */
 static void round_on(MPI_Comm c, int k, const char *what) {
