@@ -14,7 +14,7 @@ pub fn print(s: &str) {
     print_bytes(s.as_bytes());
 }
 
-/// [`print`] for bytes relayed from a rank process.
+/// [`print()`] for bytes relayed from a rank process.
 pub fn print_bytes(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
     let _ = out.write_all(bytes).and_then(|()| out.flush());

@@ -22,7 +22,7 @@
 //!   CPUs timed 5.7-8.1 us; in a loop it took 2.2-2.3;
 //! - a block is a warm-up call, then `trials` bursts of calls, each started on every rank
 //!   at once (a barrier): bursts of [`BURST_CALLS`] up to [`SMALL_CALL_BYTES`], single
-//!   calls above, and more bursts for small calls ([`Tuner::timed`]). That is how the
+//!   calls above, and more bursts for small calls (`Tuner::timed`). That is how the
 //!   regret figure (`rcoll-bench --algo all`) times calls, and on a crowded host the
 //!   grouping decides the winner. The warm-up follows another algorithm, and a plan's
 //!   first run pays its allocations and cold caches: it is not counted. A rank's time for
@@ -89,7 +89,7 @@ use watch::Watch;
 pub const CANDIDATE_SPREAD: f64 = 4.0;
 
 /// Bursts of calls timed per candidate and pass when `RCOLL_AUTOTUNE` is `on` (a burst is
-/// one call above [`SMALL_CALL_BYTES`], [`BURST_CALLS`] up to it; [`Tuner::timed`] scales
+/// one call above [`SMALL_CALL_BYTES`], [`BURST_CALLS`] up to it; `Tuner::timed` scales
 /// them for small calls).
 pub const DEFAULT_TRIALS: u32 = 2;
 
@@ -131,7 +131,7 @@ pub const MAX_TRIALS: u32 = 100;
 /// found slower than the best by more than 1.10 had been timed within 1.05 of it in the
 /// trials (on 4 shared-memory ranks at 8 MiB, the tree 6,288 us against the naive ring
 /// 6,389; in the rounds after them 8,091 against 11,254). A contender whose window in a
-/// probe's round is slower than the choice's by more leaves the probe ([`watch::ProbeRun`]).
+/// probe's round is slower than the choice's by more leaves the probe (`watch::ProbeRun`).
 pub const CONTEND_SPREAD: f64 = 1.25;
 
 /// The most contenders a probe tries (the fastest in the trials).
@@ -246,7 +246,7 @@ pub struct Tuner {
 }
 
 /// Calls of at most this many bytes are timed in bursts of [`BURST_CALLS`] from a common
-/// start, larger ones one at a time; smaller calls in more bursts ([`Tuner::timed`]).
+/// start, larger ones one at a time; smaller calls in more bursts (`Tuner::timed`).
 pub const SMALL_CALL_BYTES: usize = 1 << 20;
 
 /// Calls per burst up to [`SMALL_CALL_BYTES`]: what `rcoll-bench --algo all` times (and
@@ -541,7 +541,7 @@ impl Tuner {
     /// it; on the model's first candidate if `agreed` does not fit them or holds no finite
     /// time. Returns the choice and the candidates, or `None` if `key` was not being tried.
     ///
-    /// The choice is watched ([`Watch`]) when up to [`MAX_CONTENDERS`] candidates came
+    /// The choice is watched (`Watch`) when up to [`MAX_CONTENDERS`] candidates came
     /// within [`CONTEND_SPREAD`] of it and its calls take [`WATCH_MIN_US`] or more.
     pub fn settle(&mut self, key: &Key, agreed: &[f64]) -> Option<(Algorithm, Vec<Algorithm>)> {
         let Some(Entry::Trying { candidates, .. }) = self.entries.get(key) else {

@@ -1,5 +1,5 @@
 //! The small-call executor: runs a plan whose every primitive moves one segment of at
-//! most [`SMALL_SEGMENT`] bytes (an 8-byte all_reduce, a barrier, a small broadcast).
+//! most `SMALL_SEGMENT` bytes (an 8-byte all_reduce, a barrier, a small broadcast).
 //!
 //! Such a call is all fixed cost: the general executor ([`super::core`]) keeps per-segment
 //! counters, queues of in-flight segments and dependency arithmetic for pipelining that
@@ -26,7 +26,7 @@ use crate::schedule::Primitive;
 
 /// Whether [`SmallExecution`] runs `plan` with segments of `segment_elems` elements of
 /// `T`: one channel of at most 64 primitives, each one segment of at most
-/// [`SMALL_SEGMENT`] bytes.
+/// `SMALL_SEGMENT` bytes.
 pub fn fits<T: Element>(plan: &Plan, segment_elems: usize) -> bool {
     !plan.waits_mask.is_empty()
         && plan.longest <= segment_elems

@@ -25,17 +25,17 @@
 //! - every reduction;
 //! - where ranks wait by polling memory ([`CostModel::polls`]), the round's `alpha`.
 //!
-//! A quarter of it is spread over the host's CPUs ([`SPREAD_SHARE`]). Every algorithm
+//! A quarter of it is spread over the host's CPUs (`SPREAD_SHARE`). Every algorithm
 //! moves the same bytes in all; what this separates is where they fall. On 3 ranks and
 //! 2 CPUs, a ring's two ranks on CPU 0 copy twice what the one on CPU 1 does, in every
 //! round, while halving-doubling's fold leaves one of them idle after its first message:
 //! 4 copies of the vector on the busiest CPU against 5.3, and it ran 1.3 times faster
 //! (64 MiB over loopback TCP: 49 ms against 64 ms, and 1.17 times over shared memory).
 //! Over loopback TCP, a byte of a large message between two ranks of one CPU costs that
-//! CPU more than its two copies ([`SAME_CPU_COPY`], from [`SAME_CPU_MIN`] bytes), which
+//! CPU more than its two copies (`SAME_CPU_COPY`, from `SAME_CPU_MIN` bytes), which
 //! puts halving-doubling's first exchange on 4 ranks (ranks 0 and 2, on one CPU) behind
 //! the ring, whose neighbours are on different CPUs; a smaller one costs less
-//! ([`SAME_CPU_CACHED`]: the receiver reads it from that CPU's caches), which puts the
+//! (`SAME_CPU_CACHED`: the receiver reads it from that CPU's caches), which puts the
 //! tree, whose messages mostly stay on one CPU, first at 64-128 KiB.
 //!
 //! Rates depend on where the bytes are: with the built-in rates inside a host, a call
@@ -187,7 +187,7 @@ pub const CACHE_SPEEDUP: f64 = 4.0;
 /// 2 CPUs over loopback, an 8-byte all_reduce took 3.3-3.8 us per message end on the
 /// busiest CPU, whatever the algorithm: 28.2 us for the single root's 8 ends, 31.8 for
 /// recursive doubling's 8, 57.6 for halving-doubling's 16, 91.1 for the ring's 24, 39.4
-/// for the mesh's 12. With `o` (0.5) and [`SPREAD_SHARE`], 4 scored best against three
+/// for the mesh's 12. With `o` (0.5) and `SPREAD_SHARE`, 4 scored best against three
 /// measured tables of every algorithm at every size (5 was the unscored first guess).
 pub const SWITCH_US: f64 = 4.0;
 

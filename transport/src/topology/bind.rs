@@ -21,7 +21,7 @@ pub fn current_affinity() -> Result<CpuSet, String> {
 
 /// The CPU affinity a launcher gave this process (mpirun's `--bind-to`, srun's
 /// `--cpu-bind`, `taskset`): the current one when it is a strict subset of the machine's
-/// online CPUs, else the empty set (nothing to respect), as [`super::place`] takes it.
+/// online CPUs, else the empty set (nothing to respect), as [`super::place()`] takes it.
 /// Read once, at the first call (before rcoll binds the rank: its own binding is not the
 /// launcher's).
 pub fn launcher_affinity() -> CpuSet {

@@ -1,6 +1,6 @@
 //! What a host has — packages, NUMA nodes, cores and their PUs, and every RDMA device and
 //! network interface with the NUMA node and CPUs it is attached to — and where a rank should
-//! run on it ([`place`]).
+//! run on it ([`place()`]).
 //!
 //! Sources, in order:
 //! 1. `RCOLL_TOPO_FILE`: an hwloc XML file ([`xml`]), to plan for other machines and to test
@@ -83,7 +83,7 @@ impl NumaNode {
         self.memory.as_deref().is_some_and(|m| m != "DRAM")
     }
 
-    /// Whether it is memory-only and of a fast kind ([`FAST_MEMORY`]).
+    /// Whether it is memory-only and of a fast kind (`FAST_MEMORY`).
     pub fn fast_memory_only(&self) -> bool {
         self.cpus.is_empty()
             && self

@@ -31,8 +31,8 @@ const CLOCK_EVERY: u32 = 1024;
 #[repr(align(128))]
 struct Line(AtomicU64);
 
-/// The best mean round trip of a cache line between CPUs `a` and `b` over [`BATCHES`]
-/// batches of [`PER_BATCH`], or why there is none: the two are one CPU, a thread could not
+/// The best mean round trip of a cache line between CPUs `a` and `b` over `BATCHES`
+/// batches of `PER_BATCH`, or why there is none: the two are one CPU, a thread could not
 /// be bound to its CPU (offline, or outside this process's cgroup) or started, or not one
 /// batch finished `within` (a CPU taken by others all that time). When `within` runs out
 /// after some batches, the best of those is the answer.
