@@ -4,7 +4,7 @@
 //! # Data path
 //!
 //! Every rank owns a segment in `/dev/shm` holding one ring per local peer that sends to
-//! it ([`segment`] has the layout). A message to a local peer is copied once, from the
+//! it (`segment` has the layout). A message to a local peer is copied once, from the
 //! caller's memory or a payload, into a free slot of that peer's ring; the receiver lends
 //! the slot itself to the engine (a [`Payload`] over the shared bytes: it copies or
 //! reduces straight out of it) and the slot goes back when the payload is dropped,

@@ -537,7 +537,7 @@ impl Transport for TcpTransport {
     }
 
     /// A large message is read from the socket straight into `dst` where its receive
-    /// asked before its bytes came ([`direct`]); others are copied out of their buffers.
+    /// asked before its bytes came (`direct`); others are copied out of their buffers.
     /// The bytes of a message that begins to land in `dst` are there before the call
     /// returns `true`: the caller leaves `dst` alone until then, and asks with it again.
     fn try_recv_into(
