@@ -1,7 +1,8 @@
 //! `RCOLL_UNIQUE_ID` from arbitrary text: parsing must never panic, and what it accepts
-//! must be a secret by the rule the README states — exactly 32 hexadecimal digits after
-//! trimming and an optional `0x`, not all zero — which this target checks on its own, and
-//! must read back the same from its canonical form.
+//! must be a secret by the rule the configuration reference (docs/src/configuration.md)
+//! states — exactly 32 hexadecimal digits after trimming and an optional `0x`, not all
+//! zero — which this target checks on its own, and must read back the same from its
+//! canonical form.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

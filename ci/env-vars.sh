@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The configuration reference (docs/src/configuration.md) against the code: every RCOLL_*
+# name that a Rust, C, Python or shell file of the repository reads must have a row in the
+# reference, and every row must name a variable some file reads. A variable in one and not
+# the other fails, naming it. Rows are table lines whose first cell names the variable(s).
+#
+# Usage: ci/env-vars.sh [reference.md]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+reference=${1:-docs/src/configuration.md}
+
+# Names of the form RCOLL_* in the code that are not environment variables: C macros of
+# the header (its include guard, the id's size, the no-color split), a test header's guard,
+# and the family prefixes that comments write as RCOLL_IB_* or RCOLL_SHM_*.
+not_variables='^(RCOLL_H|RCOLL_UNIQUE_ID_BYTES|RCOLL_SPLIT_NOCOLOR|RCOLL_MPI_TEST_CHECK_H|RCOLL_[A-Z0-9_]*_)$'
+
+code=$(mktemp) documented=$(mktemp)
+trap 'rm -f "$code" "$documented"' EXIT
+# Tracked files and new ones not yet ignored, so that a variable added in a work tree is
+# caught before it is committed.
+git ls-files --cached --others --exclude-standard -z -- \
+    '*.rs' '*.c' '*.h' '*.py' '*.pyi' '*.sh' '.ci/run' ':!:docs/**' \
+  | xargs -0 grep -ohE 'RCOLL_[A-Z0-9_]+' \
+  | grep -vE "$not_variables" | sort -u >"$code"
+grep -E '^\|' "$reference" | cut -d'|' -f2 | grep -oE 'RCOLL_[A-Z0-9_]+' \
+  | grep -vE "$not_variables" | sort -u >"$documented"
+
+status=0
+missing=$(comm -23 "$code" "$documented")
+stale=$(comm -13 "$code" "$documented")
+if [ -n "$missing" ]; then
+  echo "ci/env-vars.sh: read by the code but not in $reference:" >&2
+  sed 's/^/  /' <<<"$missing" >&2
+  status=1
+fi
+if [ -n "$stale" ]; then
+  echo "ci/env-vars.sh: in $reference but read by no code:" >&2
+  sed 's/^/  /' <<<"$stale" >&2
+  status=1
+fi
+[ "$status" = 0 ] && echo "ci/env-vars.sh: $(wc -l <"$code") RCOLL_* variables, each read by the code and documented"
+exit "$status"
