@@ -1,5 +1,7 @@
-//! Transports for rcoll: the [`Transport`] trait that the collectives engine drives, and
-//! its backends.
+//! Transports for rcoll: the [`Transport`] trait that the collectives engine drives, its
+//! backends, and what a process group needs to form (the bootstrap, the launchers' variables,
+//! the host map, the topology). Most programs use it through `rcoll`, which re-exports it as
+//! `rcoll::transport`.
 //!
 //! | backend | module | status |
 //! |---|---|---|
@@ -8,7 +10,13 @@
 //! | RDMA verbs (RC, WRITE with immediate) | [`verbs`] | available where libibverbs, a provider and an ACTIVE port exist (loaded at run time: nothing of rdma-core is needed to build) |
 //! | shared memory between the processes of one host, over TCP or verbs for the rest | [`shm`] | available on Linux (`/dev/shm`) |
 //!
-//! # Quick start
+//! Around them: [`launcher`] reads rank, size and root from mpirun, srun, torchrun or
+//! `RCOLL_*`; [`tcp::bootstrap`] forms the group and proves the job's secret on every
+//! connection; [`hosts`] maps ranks to hosts and racks and orders rings; [`topology`] reads
+//! the machine (sysfs, hwloc or an hwloc XML file) and places each local rank on a NUMA
+//! node, its cores and an RDMA device.
+//!
+//! # Quick start: two ranks, one message
 //!
 //! ```
 //! use std::time::{Duration, Instant};
@@ -31,6 +39,24 @@
 //! assert_eq!(received.as_bytes(), b"hello");
 //! ranks[1].recycle(received);
 //! # Ok::<(), rcoll_transport::TransportError>(())
+//! ```
+//!
+//! Sends and receives never block: `try_send` hands the payload over (or back, when the
+//! peer's window is full), `try_recv` returns a message if one is there, and `wait` sleeps
+//! until something may have changed or the deadline passes. Payloads belong to the
+//! transport and are lent to the caller in place; `recycle` gives them back.
+//!
+//! # Rings that follow the hosts
+//!
+//! Launchers that deal ranks out cyclically (rank r on host r % H) would make a ring in
+//! rank order cross hosts at every hop; the host map orders rings host by host instead:
+//!
+//! ```
+//! use rcoll_transport::{hosts::HostMap, Rank};
+//!
+//! let hosts = HostMap::cyclic(4, 2); // ranks 0 and 2 on one host, 1 and 3 on the other
+//! assert_eq!(hosts.ring_order(), &[Rank(0), Rank(2), Rank(1), Rank(3)]);
+//! assert_eq!(hosts.ring_crossings().0, 2); // a trip around crosses hosts twice, not 4 times
 //! ```
 //!
 //! # Thread safety
