@@ -8,7 +8,7 @@ use rcoll_transport::{Rank, Transport};
 
 use crate::algorithm::hierarchical::LevelAlgorithms;
 use crate::algorithm::Algorithm;
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, MemoryRegistration, RegisteredSlice};
 use crate::config::Config;
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -23,7 +23,7 @@ mod trials;
 
 /// Tags of point-to-point messages have this bit set in their sequence number, so that
 /// they never collide with collectives (whose numbers stay below it).
-const P2P_BIT: u32 = 1 << 31;
+pub(crate) const P2P_BIT: u32 = 1 << 31;
 
 /// Collectives whose fingerprints a communicator remembers (see `recent`).
 const RECENT_CALLS: usize = 8;
@@ -43,14 +43,14 @@ const PLAN_CACHE_LIMIT: usize = 256;
 /// on a non-root rank, the receive buffer of a reduce or gather on a non-root rank) are
 /// ignored whatever their length, so SPMD code can pass the same buffers everywhere.
 pub struct Communicator {
-    transport: Box<dyn Transport>,
-    rank: Rank,
-    nranks: usize,
-    config: Config,
+    pub(crate) transport: Box<dyn Transport>,
+    pub(crate) rank: Rank,
+    pub(crate) nranks: usize,
+    pub(crate) config: Config,
     selector: Selector,
     /// Selection by trial (`RCOLL_AUTOTUNE`), if on.
     tuner: Option<crate::autotune::Tuner>,
-    seq: u32,
+    pub(crate) seq: u32,
     p2p_sent: Vec<u32>,
     p2p_received: Vec<u32>,
     plans: HashMap<(Layout, Algorithm, LevelAlgorithms), Arc<Plan>, foldhash::fast::RandomState>,
@@ -73,9 +73,9 @@ pub struct Communicator {
     /// `(sequence, fingerprint)` of the last few collectives, to explain a stale message
     /// that arrives after its call has ended here.
     recent: [(u32, u32); RECENT_CALLS],
-    poisoned: Option<String>,
+    pub(crate) poisoned: Option<String>,
     /// Raised from any thread to end the call running here ([`Communicator::abort_handle`]).
-    abort: crate::abort::AbortHandle,
+    pub(crate) abort: crate::abort::AbortHandle,
     /// Where every rank runs (from the transport's bootstrap), if known.
     hosts: Option<Arc<rcoll_transport::hosts::HostMap>>,
     /// Rates inside a host: shared memory's when the transport shares it, else the
@@ -95,6 +95,14 @@ pub struct Communicator {
     pub(crate) origin: Option<crate::process::Builder>,
     /// Where this rank runs on its host (process groups).
     pub(crate) placement: Option<rcoll_transport::topology::Placement>,
+    /// The sequence number of point-to-point messages: [`P2P_BIT`] and the transport's
+    /// epoch, so that a shrunk group's never match its parent's.
+    pub(crate) p2p_seq: u32,
+    /// Peers that this rank's failed calls found dead or silent: its suspects when the
+    /// survivors agree ([`Communicator::shrink`]).
+    pub(crate) failed_peers: Vec<usize>,
+    /// How this communicator came from its parent, if a shrink made it.
+    pub(crate) shrunk: Option<crate::shrink::Shrunk>,
 }
 
 enum Buffers<'a, T> {
@@ -182,6 +190,9 @@ impl Communicator {
             abort: Default::default(),
             origin: None,
             placement: None,
+            p2p_seq: P2P_BIT,
+            failed_peers: Vec::new(),
+            shrunk: None,
         })
     }
 
@@ -257,6 +268,31 @@ impl Communicator {
         self.transport
             .alloc_registered(bytes)
             .map(Buffer::new)
+            .map_err(|source| Error::Registration { bytes, source })
+    }
+
+    /// Registers the caller's `memory` with the transport, as [`Communicator::alloc`]'s
+    /// memory is: while the returned guard lives, collectives sending from it go zero-copy
+    /// on the verbs transport; dropping it deregisters. The guard holds `memory`
+    /// borrowed and dereferences to it. Like NCCL's `ncclCommRegister`.
+    pub fn register<'a, T: Element>(
+        &mut self,
+        memory: &'a mut [T],
+    ) -> Result<RegisteredSlice<'a, T>> {
+        let registration = self.register_bytes(bytemuck::cast_slice_mut(memory))?;
+        Ok(RegisteredSlice::new(memory, registration))
+    }
+
+    /// Registers `memory` with the transport for as long as the returned registration
+    /// lives, which does not hold the memory: the caller must drop it before the memory
+    /// is freed, moved or reused (see [`MemoryRegistration`]). For memory rcoll cannot
+    /// borrow, such as a C caller's (`rcollCommRegister`); Rust code has
+    /// [`Communicator::register`].
+    pub fn register_bytes(&mut self, memory: &mut [u8]) -> Result<MemoryRegistration> {
+        let bytes = memory.len();
+        self.transport
+            .register(memory)
+            .map(MemoryRegistration::new)
             .map_err(|source| Error::Registration { bytes, source })
     }
 

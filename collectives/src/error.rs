@@ -174,7 +174,7 @@ pub enum Error {
         source: TransportError,
     },
     /// Allocating or registering memory with the transport failed.
-    #[error("cannot allocate {bytes} bytes of registered memory: {source}")]
+    #[error("cannot allocate or register {bytes} bytes of memory with the transport: {source}")]
     Registration {
         /// Bytes asked for.
         bytes: usize,
@@ -185,6 +185,26 @@ pub enum Error {
     /// Bad configuration (environment variable or builder value).
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The survivors of a failure left this rank out of the group they carry on in
+    /// ([`Communicator::shrink`](crate::Communicator::shrink)): it was excluded by the
+    /// callers, or found failed (stopped past the timeout, say) while they agreed.
+    #[error("rank {rank}: shrink: the survivors left this rank out of the new group (rank {peer} said so)")]
+    Excluded {
+        /// This rank (in the communicator being shrunk).
+        rank: u32,
+        /// The rank whose decision said so (this rank, if it excluded itself).
+        peer: u32,
+    },
+    /// The survivors could not agree on who failed ([`Communicator::shrink`](crate::Communicator::shrink)).
+    #[error("rank {rank}: shrink: {reason}{}", waiting(waiting_for))]
+    Agreement {
+        /// This rank (in the communicator being shrunk).
+        rank: u32,
+        /// The ranks it still waited for when it gave up.
+        waiting_for: Vec<u32>,
+        /// What went wrong.
+        reason: String,
+    },
     /// An internal invariant failed; please report it.
     #[error("rank {rank}: internal error: {what}")]
     Internal {
@@ -215,6 +235,8 @@ impl Error {
                 TransportError::Aborted { by, .. } => Some(*by),
                 _ => None,
             },
+            Error::Excluded { peer, .. } => Some(Rank(*peer)),
+            Error::Agreement { waiting_for, .. } => waiting_for.first().map(|&r| Rank(r)),
             _ => None,
         }
     }
@@ -222,6 +244,14 @@ impl Error {
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn waiting(ranks: &[u32]) -> String {
+    if ranks.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = ranks.iter().map(|r| format!("rank {r}")).collect();
+    format!(" (waiting for {})", list.join(", "))
+}
 
 /// The end of a timeout's text naming the ranks that did not answer a liveness probe.
 fn state(transport: &str) -> String {

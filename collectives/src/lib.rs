@@ -214,6 +214,7 @@
 #![forbid(unsafe_code)]
 
 pub mod abort;
+mod agree;
 pub mod algorithm;
 pub mod autotune;
 pub mod background;
@@ -230,6 +231,7 @@ pub mod op;
 pub mod process;
 pub mod schedule;
 pub mod select;
+pub mod shrink;
 pub mod simulate;
 mod split;
 pub mod tuning;
@@ -237,12 +239,13 @@ pub mod tuning;
 pub use abort::AbortHandle;
 pub use algorithm::Algorithm;
 pub use background::{Background, Request};
-pub use buffer::Buffer;
+pub use buffer::{Buffer, MemoryRegistration, RegisteredSlice};
 pub use communicator::{Communicator, WithAlgorithm};
 pub use config::{Config, RingOrder};
 pub use element::{DataType, Element};
 pub use error::{Error, Result};
 pub use op::ReduceOp;
+pub use shrink::Shrunk;
 /// The transport layer underneath (`rcoll-transport`), e.g. for its RDMA device probe.
 pub use rcoll_transport as transport;
 pub use rcoll_transport::Rank;

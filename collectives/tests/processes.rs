@@ -15,6 +15,8 @@ mod common;
 mod netns;
 #[path = "processes/shm.rs"]
 mod shm;
+#[path = "processes/shrink.rs"]
+mod shrink;
 #[path = "processes/split.rs"]
 mod split;
 
@@ -118,6 +120,7 @@ fn rank_main() {
         "whole" => shm::whole(&mut comm),
         "split" => split::split(&mut comm),
         "background" => split::background(comm),
+        "shrink_loop" => shrink::shrink_loop(comm),
         "autotune" => autotune::autotune(&mut comm),
         "autotune_mismatch" => autotune::mismatch(&mut comm),
         "autotune_drift" => autotune::drift(&mut comm),

@@ -178,6 +178,16 @@ pub enum TransportError {
         /// What the caller did.
         reason: String,
     },
+    /// The backend cannot do what was asked (such as continuing after a failure).
+    #[error("{rank}: the {transport} transport does not support {what}")]
+    Unsupported {
+        /// The calling rank.
+        rank: Rank,
+        /// What was asked.
+        what: &'static str,
+        /// The backend's name.
+        transport: &'static str,
+    },
     /// A peer index outside the communicator.
     #[error("{rank}: {peer} is not a member of this {nranks}-rank group")]
     InvalidPeer {

@@ -217,6 +217,24 @@ impl HostMap {
         self.members(self.host_of(rank)).len() > cpus
     }
 
+    /// The map of a subgroup: `members[i]`, a rank here, is rank `i` there (survivors of a
+    /// shrink, in order). Hosts keep their keys and CPUs; a host none of whose ranks is a
+    /// member is gone, and the ring is ordered again over those left (racks are the
+    /// caller's to apply again, as for any map).
+    pub fn subset(&self, members: &[Rank]) -> HostMap {
+        let keys: Vec<&str> = members.iter().map(|&r| self.key(self.host_of(r))).collect();
+        let mut sub = HostMap::from_keys(&keys);
+        if !self.cpus.is_empty() {
+            let cpus = sub
+                .hosts
+                .iter()
+                .map(|(_, m)| self.cpus[self.host_of(members[m[0].index()])])
+                .collect();
+            sub = sub.with_cpus(cpus);
+        }
+        sub
+    }
+
     /// `n` ranks on one host.
     pub fn single(n: usize) -> HostMap {
         HostMap::from_keys(&vec!["localhost"; n])
@@ -359,6 +377,22 @@ pub fn local_key() -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subset_keeps_hosts_and_cpus_and_rings_over_those_left() {
+        // host0: 0 2, host1: 1 3; rank 2 leaves: host0 keeps 0, host1 keeps 1 and 3.
+        let m = HostMap::cyclic(4, 2).with_cpus(vec![8, 4]);
+        let sub = m.subset(&[Rank(0), Rank(1), Rank(3)]);
+        assert_eq!(sub.nranks(), 3);
+        assert_eq!(sub.nhosts(), 2);
+        assert_eq!(sub.members(0), &[Rank(0)]);
+        assert_eq!(sub.members(1), &[Rank(1), Rank(2)]);
+        assert_eq!((sub.cpus(0), sub.cpus(1)), (Some(8), Some(4)));
+        assert_eq!(sub.ring_order(), &[Rank(0), Rank(1), Rank(2)]);
+        // A host that lost all its ranks is gone.
+        let sub = m.subset(&[Rank(1), Rank(3)]);
+        assert_eq!((sub.nhosts(), sub.cpus(0)), (1, Some(4)));
+    }
 
     #[test]
     fn ranks_placed_cyclically_group_by_host() {

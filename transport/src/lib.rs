@@ -81,6 +81,7 @@ pub mod interface;
 pub mod launcher;
 pub mod local;
 pub mod shm;
+pub mod subgroup;
 pub mod tcp;
 pub mod topology;
 pub mod transport;
@@ -89,5 +90,7 @@ pub mod types;
 pub mod verbs;
 
 pub use error::TransportError;
-pub use transport::{is_stale, Offered, Payload, Registered, SendState, Transport, WHOLE_MAX};
+pub use transport::{
+    is_stale, Offered, Payload, Registered, Registration, SendState, Transport, WHOLE_MAX,
+};
 pub use types::{deadline_after, Rank, Tag, TagKey, MAX_RANKS};

@@ -383,6 +383,26 @@ pub trait Transport: Send {
         })
     }
 
+    /// Registers `memory`, which the caller owns, with this transport's device, so that
+    /// sends from it go zero-copy as from [`Transport::alloc_registered`] memory (the
+    /// backend finds a send's range by its address). `None` where there is nothing to
+    /// register: a backend without a device (the default), an empty range, a range inside
+    /// one already registered (sends from it are zero-copy already), or one overlapping a
+    /// registered range in part (sends from it are copied, as from any memory).
+    ///
+    /// The registration must be dropped before `memory` is freed, moved or reused
+    /// (NCCL's rule: deregister before free): the device holds on to the pages it was
+    /// given, so sends from the range after that would read those, not what the range
+    /// holds then. A registration dropped while a device may still read the range is kept
+    /// (leaked), never undone under it.
+    fn register(
+        &mut self,
+        memory: &mut [u8],
+    ) -> Result<Option<Box<dyn Registration>>, TransportError> {
+        let _ = memory;
+        Ok(None)
+    }
+
     /// Like [`Transport::try_send_slice`], but a backend may leave the device reading
     /// `data` after the call ([`SendState::InFlight`]) when it lies in registered memory
     /// (or, over shared memory, leave a large message for the receiver to read there):
@@ -631,6 +651,32 @@ pub trait Transport: Send {
     /// Fails every pending and future operation of every rank in the group with
     /// [`TransportError::Aborted`], waking all waiters.
     fn abort(&mut self, reason: &str);
+
+    /// Starts the group's next epoch, so that its survivors can carry on after a failure
+    /// or an abort (a shrink, see [`crate::subgroup`]): clears this endpoint's abort, and
+    /// ignores from now on the aborts of earlier epochs that are still on their way (a
+    /// peer that aborted before it too began the new epoch). Every survivor calls it once
+    /// per shrink, so their epochs stay equal; returns the new epoch. The default (a
+    /// backend that cannot continue): [`TransportError::Unsupported`].
+    fn begin_epoch(&mut self) -> Result<u32, TransportError> {
+        Err(TransportError::Unsupported {
+            rank: self.rank(),
+            what: "continuing after a failure (shrink)",
+            transport: self.name(),
+        })
+    }
+
+    /// Drops the messages that arrived from `peer` and that `old` picks (the calls of an
+    /// epoch that ended there), giving back whatever they hold (slots, credits, budget).
+    /// Channels are FIFO: called once a message that `peer` sent after its last call of
+    /// that epoch was taken, it leaves none of them behind.
+    fn discard_from(&mut self, _peer: Rank, _old: &dyn Fn(&Tag) -> bool) {}
+
+    /// Leaves `peer` out of the group for good (it failed, or the survivors excluded it):
+    /// closes the connection to it, stops its queue pair, unmaps its ring, drops its
+    /// messages. Nothing it sends later is read, and it can no longer write this rank's
+    /// memory; an operation toward it is [`TransportError::InvalidPeer`].
+    fn exclude(&mut self, _peer: Rank) {}
 }
 
 /// What [`Transport::offer`] did with a destination.

@@ -110,6 +110,7 @@ impl Communicator {
 
     /// Records `err` as fatal: aborts the group so that the other ranks fail too.
     pub(super) fn fail(&mut self, err: Error) -> Error {
+        self.note_failed_peers(&err);
         if self.poisoned.is_none() {
             tracing::warn!(rank = self.rank.0, error = %err, "aborting the group");
             self.transport.abort(&err.to_string());
@@ -602,7 +603,8 @@ impl Communicator {
             Ok(f) => f,
             Err(e) => return Err(self.fail(e)),
         };
-        self.run_plan(&plan, P2P_BIT, call, fingerprint, &mut mem)
+        let p2p = self.p2p_seq;
+        self.run_plan(&plan, p2p, call, fingerprint, &mut mem)
     }
 
     /// Whether a call of `collective` moves each message in one piece: two ranks whose
@@ -725,7 +727,7 @@ impl Communicator {
         let rank = self.rank.0;
         let algorithm = algorithm.map_or_else(|| "p2p".to_owned(), |a| a.to_string());
         // Point-to-point calls share one reserved sequence number; show none.
-        let seq = if seq == P2P_BIT { 0 } else { seq };
+        let seq = if seq & P2P_BIT != 0 { 0 } else { seq };
         let transport = |at: Option<Position>, source| {
             let at = at.unwrap_or_else(|| Position {
                 channel: 0,

@@ -421,7 +421,7 @@ fn sweep_on_emulated_hosts(flags: &[&str], env: &[(&str, &str)]) -> String {
     text
 }
 
-fn is_root() -> bool {
+pub(super) fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .map(|s| {
             s.lines()

@@ -66,6 +66,7 @@
 
 #[allow(unsafe_code)]
 mod cma;
+mod epoch;
 mod receive;
 #[allow(unsafe_code)]
 mod segment;
@@ -80,7 +81,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::TransportError;
 use crate::hosts::HostMap;
-use crate::transport::{stale_in, Foreign, Offered, Payload, Registered, SendState, Transport};
+use crate::transport::{
+    stale_in, Foreign, Offered, Payload, Registered, Registration, SendState, Transport,
+};
 use crate::types::{Rank, Tag};
 use segment::{InRing, Lease, OutRing, Remote, Segment, Withdrawal};
 
@@ -410,6 +413,14 @@ impl Transport for ShmTransport {
 
     fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
         self.inner.alloc_registered(bytes)
+    }
+
+    fn register(
+        &mut self,
+        memory: &mut [u8],
+    ) -> Result<Option<Box<dyn Registration>>, TransportError> {
+        // For the peers the inner transport reaches (other hosts, over verbs).
+        self.inner.register(memory)
     }
 
     fn try_send_borrowed(
@@ -753,6 +764,18 @@ impl Transport for ShmTransport {
 
     fn abort(&mut self, reason: &str) {
         self.inner.abort(reason);
+    }
+
+    fn begin_epoch(&mut self) -> Result<u32, TransportError> {
+        self.next_epoch()
+    }
+
+    fn discard_from(&mut self, peer: Rank, old: &dyn Fn(&Tag) -> bool) {
+        self.discard(peer, old);
+    }
+
+    fn exclude(&mut self, peer: Rank) {
+        self.forget(peer);
     }
 }
 

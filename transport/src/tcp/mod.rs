@@ -19,6 +19,7 @@
 pub mod bootstrap;
 pub(crate) mod control;
 mod direct;
+mod epoch;
 pub mod frame;
 mod sockets;
 
@@ -105,6 +106,9 @@ pub struct TcpTransport {
     peer_budget: usize,
     aborted: Option<(Rank, String)>,
     abort_sent: bool,
+    /// The group's epoch: one more after every shrink ([`epoch`]); aborts of earlier
+    /// epochs are ignored.
+    epoch: u32,
     /// Peers that asked whether this rank runs, to answer (each once).
     pinged_by: Vec<usize>,
     /// Read past the budgets: a failure is being diagnosed, and what matters now is a
@@ -214,6 +218,7 @@ impl TcpTransport {
             window: window.max(1),
             aborted: None,
             abort_sent: false,
+            epoch: 0,
             pinged_by: Vec::new(),
             draining: false,
             ponged: Vec::new(),
@@ -645,6 +650,18 @@ impl Transport for TcpTransport {
         silent(self)
     }
 
+    fn begin_epoch(&mut self) -> Result<u32, TransportError> {
+        self.next_epoch()
+    }
+
+    fn discard_from(&mut self, peer: Rank, old: &dyn Fn(&Tag) -> bool) {
+        self.discard(peer, old);
+    }
+
+    fn exclude(&mut self, peer: Rank) {
+        self.forget(peer);
+    }
+
     fn abort(&mut self, reason: &str) {
         // Sent once, even when another rank's abort is what brought us here: our reason
         // (which carries theirs) then precedes our close on every connection, so a peer
@@ -655,7 +672,10 @@ impl Transport for TcpTransport {
         self.abort_sent = true;
         let header = Header {
             kind: Kind::Abort,
-            tag: Tag::default(),
+            tag: Tag {
+                collective: self.epoch,
+                ..Tag::default()
+            },
             len: reason.len() as u64,
         }
         .encode();

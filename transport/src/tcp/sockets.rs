@@ -244,6 +244,11 @@ impl TcpTransport {
             }
             Kind::Abort => {}
         }
+        // An abort of an epoch that ended here (sent before its sender, too, carried on
+        // after the failure) is history.
+        if frame.header.kind == Kind::Abort && frame.header.tag.collective < self.epoch {
+            return;
+        }
         deliver(
             self.rank,
             Rank::from(r),
