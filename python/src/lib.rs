@@ -5,8 +5,8 @@
 //! is one of [`rcoll::Communicator`]'s on the memory of buffer-protocol objects (numpy
 //! arrays, `bytearray`, `memoryview`), and nonblocking calls run on rcoll's
 //! [`rcoll::Background`]. What the binding adds: reading the element type from the buffer's
-//! format and checking the buffers before any communication ([`buffer`]), mpi4py's argument
-//! shapes ([`comm`]), and rcoll's errors as exceptions ([`error`]). Blocking calls release
+//! format and checking the buffers before any communication (`buffer`), mpi4py's argument
+//! shapes (`comm`), and rcoll's errors as exceptions (`error`). Blocking calls release
 //! the GIL.
 
 mod buffer;
