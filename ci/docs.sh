@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The documentation: the configuration reference against the code (ci/env-vars.sh), the
-# book under docs/ built and tested by mdBook, and its links. Prints each part's time. (The API docs
-# are ci/lint.sh's: cargo doc without a warning.)
+# book under docs/ built and tested by mdBook, and its links. Prints each part's time.
+# (The API docs are ci/lint.sh's: cargo doc without a warning.)
 #
 # mdBook comes from crates.io when the pinned version is not on PATH: a debug build without
 # default features (no `serve`/`watch`/search), the cheapest that builds and tests the book.
