@@ -123,8 +123,8 @@ pub struct BenchArgs {
     /// Also draw busbw against size (out of place and in place) as a PNG in FILE.png.
     #[arg(long, value_name = "FILE.png")]
     pub plot: Option<PathBuf>,
-    /// Number of ranks [default: 2]. With tcp (the default when this flag is given),
-    /// rcoll-bench starts this many processes of itself on this host. Under a launcher
+    /// Number of ranks [default: 2]. With processes (the default when this flag is given:
+    /// see --transport), rcoll-bench starts this many of itself on this host. Under a launcher
     /// (mpirun, srun, torchrun, RCOLL_RANK) leave it out: the launcher's ranks are used.
     #[arg(long)]
     pub ranks: Option<usize>,

@@ -2,8 +2,8 @@
 //! prices and verifies every algorithm's schedules without moving data.
 //!
 //! ```text
-//! rcoll-bench all_reduce --ranks 4 -b 8 -e 64M -f 2 -c 1     # 4 processes over TCP
-//! mpirun -np 4 rcoll-bench all_reduce -b 8 -e 64M            # the launcher's 4 ranks
+//! rcoll-bench all_reduce --ranks 4 -b 8 -e 64M -f 2 -c 1     # 4 processes, shared memory
+//! mpirun -np 4 -x RCOLL_UNIQUE_ID rcoll-bench all_reduce     # the launcher's 4 ranks
 //! rcoll-bench all_reduce --ranks 4 --transport local         # 4 threads
 //! rcoll-bench plan all_reduce --ranks 5 --bytes 5000000
 //! rcoll-bench all_reduce --ranks 4 -J tcp.json --plot tcp.png  # and a busbw chart
