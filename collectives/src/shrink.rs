@@ -7,7 +7,7 @@
 //!    at once: ULFM's revoke is [`Communicator::abort`] / [`crate::AbortHandle`]).
 //! 2. Each survivor calls `shrink`: its transport begins a new epoch (the abort is
 //!    cleared, and late aborts of the old epoch are ignored), and the survivors agree on
-//!    the failed set ([`crate::agree`]) with messages of their own (tagged with the
+//!    the failed set (`crate::agree`) with messages of their own (tagged with the
 //!    epoch, never mistaken for a collective's), suspecting peers whose connection closes
 //!    or that stay silent past the timeout.
 //! 3. Each member's `DECIDE` is the last message it sends in the old epoch: once it is
