@@ -5,11 +5,12 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy -p rcoll-transport --features hwloc --all-targets -- -D warnings
-# The API docs of the default members (rcoll-mpi needs an mpicc, the Python package a
-# Python; capi's documentation is its C header): a broken link, or a public item's doc
-# linking a private one, fails here. Every public item has docs: missing_docs is on for
-# the workspace ([workspace.lints]), so clippy above fails without them.
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+# The API docs of every crate (rcoll-mpi's needs an mpicc and the Python package's a
+# Python, as clippy above does; capi's documentation is its C header): a broken link, or
+# a public item's doc linking a private one, fails here. Every public item has docs:
+# missing_docs is on for the whole workspace ([workspace.lints]), so clippy above fails
+# without them.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 # Fault injection (a misbehaving verbs peer) is for test builds only: nothing a user builds
 # (the bench, the C library, rcoll itself) turns the feature on.
 if cargo tree -p rcoll -p rcoll-bench -p rcoll-capi -e normal,build,features -i rcoll-transport \
