@@ -1,17 +1,22 @@
-//! Process groups: one rank per process, on one host or many, over TCP.
+//! Process groups: one rank per process, on one host or many: shared memory between the
+//! ranks of a host, and between hosts verbs where every rank has a usable RDMA port, TCP
+//! otherwise (`RCOLL_TRANSPORT`, [`TransportKind`]).
 //!
 //! ```no_run
 //! // Started by mpirun, srun, torchrun or with RCOLL_RANK / RCOLL_WORLD_SIZE /
-//! // RCOLL_ROOT_ADDR set: every process runs the same code.
+//! // RCOLL_ROOT_ADDR and the job's secret RCOLL_UNIQUE_ID set: every process runs the
+//! // same code.
 //! let mut comm = rcoll::process::init()?;
 //! let mut grads = vec![comm.rank() as f32; 1 << 20];
 //! comm.all_reduce_in_place(&mut grads, rcoll::ReduceOp::Avg)?;
 //! # Ok::<(), rcoll::Error>(())
 //! ```
 //!
-//! Rank 0 listens on the root address; the others connect to it, and then every pair of
-//! ranks opens its own connection (see [`rcoll_transport::tcp::bootstrap`]). The
-//! environment conventions of the common launchers are in [`rcoll_transport::launcher`].
+//! Rank 0 listens on the root address; the others connect to it, proving the job's secret,
+//! and then every pair of ranks opens its own connection (see
+//! [`rcoll_transport::tcp::bootstrap`]), over which shared memory and verbs are set up.
+//! The environment conventions of the common launchers are in
+//! [`rcoll_transport::launcher`].
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
