@@ -366,6 +366,48 @@ rcollResult_t rcollCommAbort(rcollComm_t comm);
 // None beyond the types: any value of `comm` is checked.
 rcollResult_t rcollCommDestroy(rcollComm_t comm);
 
+// Allocates `size` zeroed bytes, page-aligned, into `*ptr`: memory to register with
+// communicators ([`rcollCommRegister`]) or to use as any other. Free it with
+// [`rcollMemFree`], after deregistering it from every communicator.
+//
+// # Safety
+// `ptr` is NULL (an error) or valid for writing a pointer.
+rcollResult_t rcollMemAlloc(void **ptr, size_t size);
+
+// Frees memory from [`rcollMemAlloc`] (NULL: nothing to do). Deregister it from every
+// communicator first: a registration outliving its memory makes sends from that range
+// read the pages registered, not what the addresses later hold.
+//
+// # Safety
+// `ptr` is NULL, or memory from rcollMemAlloc that no call and no thread still uses
+// (any other pointer is refused: rcollInvalidArgument).
+rcollResult_t rcollMemFree(void *ptr);
+
+// Registers `size` bytes at `buff` with `comm`'s transport into `*handle`: collectives
+// on `comm` that send from the range then go zero-copy over RDMA verbs (the device reads
+// the caller's memory, no copy into rcoll's buffers); over shared memory and TCP it
+// changes nothing. Any memory can be registered (rcollMemAlloc's, malloc's,
+// MPI_Alloc_mem's), the same range with several communicators. A range inside one
+// already registered with `comm` is zero-copy already, and one overlapping a registered
+// range in part stays as it is: both succeed.
+//
+// Lifetime, as NCCL's: the memory must stay allocated, and must not move, until
+// [`rcollCommDeregister`] has released the handle; free it only after that. The buffer
+// must not be in use by a call in flight while it is registered or deregistered.
+//
+// # Safety
+// `buff` is valid for reads and writes of `size` bytes until the handle is
+// deregistered; `handle` is NULL (an error) or valid for writing a pointer.
+rcollResult_t rcollCommRegister(rcollComm_t comm, void *buff, size_t size, void **handle);
+
+// Releases a registration made by [`rcollCommRegister`] on the same `comm`, after
+// `comm`'s queued calls; the handle is no longer live afterwards. The memory may be
+// freed once this returns.
+//
+// # Safety
+// None beyond the types: any value of `comm` and `handle` is checked.
+rcollResult_t rcollCommDeregister(rcollComm_t comm, void *handle);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

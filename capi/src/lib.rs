@@ -17,6 +17,9 @@
 //!   on the calling thread once the queued ones are done. The buffers of a nonblocking call
 //!   must stay valid, and neither be written, until [`rcollTest`] says it is done or
 //!   [`rcollWait`] returns.
+//! - **Registered memory** ([`rcollMemAlloc`], [`rcollCommRegister`]): sends from a
+//!   buffer registered with a communicator go zero-copy over RDMA verbs; deregister it
+//!   before freeing it, as NCCL asks.
 //! - A communicator may be used from several threads (calls are serialised in the order
 //!   they arrive); its last error is one per communicator.
 //!
@@ -29,9 +32,11 @@ mod call;
 mod collectives;
 mod comm;
 mod handles;
+mod memory;
 
 pub use collectives::*;
 pub use comm::*;
+pub use memory::*;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};

@@ -8,7 +8,7 @@ use rcoll_transport::{Rank, Transport};
 
 use crate::algorithm::hierarchical::LevelAlgorithms;
 use crate::algorithm::Algorithm;
-use crate::buffer::Buffer;
+use crate::buffer::{Buffer, MemoryRegistration, RegisteredSlice};
 use crate::config::Config;
 use crate::element::Element;
 use crate::error::{Error, Result};
@@ -268,6 +268,31 @@ impl Communicator {
         self.transport
             .alloc_registered(bytes)
             .map(Buffer::new)
+            .map_err(|source| Error::Registration { bytes, source })
+    }
+
+    /// Registers the caller's `memory` with the transport, as [`Communicator::alloc`]'s
+    /// memory is: while the returned guard lives, collectives sending from it go zero-copy
+    /// on the verbs transport; dropping it deregisters. The guard holds `memory`
+    /// borrowed and dereferences to it. Like NCCL's `ncclCommRegister`.
+    pub fn register<'a, T: Element>(
+        &mut self,
+        memory: &'a mut [T],
+    ) -> Result<RegisteredSlice<'a, T>> {
+        let registration = self.register_bytes(bytemuck::cast_slice_mut(memory))?;
+        Ok(RegisteredSlice::new(memory, registration))
+    }
+
+    /// Registers `memory` with the transport for as long as the returned registration
+    /// lives, which does not hold the memory: the caller must drop it before the memory
+    /// is freed, moved or reused (see [`MemoryRegistration`]). For memory rcoll cannot
+    /// borrow, such as a C caller's (`rcollCommRegister`); Rust code has
+    /// [`Communicator::register`].
+    pub fn register_bytes(&mut self, memory: &mut [u8]) -> Result<MemoryRegistration> {
+        let bytes = memory.len();
+        self.transport
+            .register(memory)
+            .map(MemoryRegistration::new)
             .map_err(|source| Error::Registration { bytes, source })
     }
 

@@ -174,7 +174,7 @@ pub enum Error {
         source: TransportError,
     },
     /// Allocating or registering memory with the transport failed.
-    #[error("cannot allocate {bytes} bytes of registered memory: {source}")]
+    #[error("cannot allocate or register {bytes} bytes of memory with the transport: {source}")]
     Registration {
         /// Bytes asked for.
         bytes: usize,

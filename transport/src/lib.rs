@@ -90,5 +90,7 @@ pub mod types;
 pub mod verbs;
 
 pub use error::TransportError;
-pub use transport::{is_stale, Offered, Payload, Registered, SendState, Transport, WHOLE_MAX};
+pub use transport::{
+    is_stale, Offered, Payload, Registered, Registration, SendState, Transport, WHOLE_MAX,
+};
 pub use types::{deadline_after, Rank, Tag, TagKey, MAX_RANKS};

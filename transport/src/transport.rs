@@ -383,6 +383,26 @@ pub trait Transport: Send {
         })
     }
 
+    /// Registers `memory`, which the caller owns, with this transport's device, so that
+    /// sends from it go zero-copy as from [`Transport::alloc_registered`] memory (the
+    /// backend finds a send's range by its address). `None` where there is nothing to
+    /// register: a backend without a device (the default), an empty range, a range inside
+    /// one already registered (sends from it are zero-copy already), or one overlapping a
+    /// registered range in part (sends from it are copied, as from any memory).
+    ///
+    /// The registration must be dropped before `memory` is freed, moved or reused
+    /// (NCCL's rule: deregister before free): the device holds on to the pages it was
+    /// given, so sends from the range after that would read those, not what the range
+    /// holds then. A registration dropped while a device may still read the range is kept
+    /// (leaked), never undone under it.
+    fn register(
+        &mut self,
+        memory: &mut [u8],
+    ) -> Result<Option<Box<dyn Registration>>, TransportError> {
+        let _ = memory;
+        Ok(None)
+    }
+
     /// Like [`Transport::try_send_slice`], but a backend may leave the device reading
     /// `data` after the call ([`SendState::InFlight`]) when it lies in registered memory
     /// (or, over shared memory, leave a large message for the receiver to read there):

@@ -47,6 +47,25 @@ pub fn built(package: &str, file: &str) -> PathBuf {
     path
 }
 
+/// `launcher -np n` for Open MPI's mpirun as these tests run it: oversubscribed, as root
+/// too, MPI's own traffic over loopback TCP (which works in every container).
+pub fn open_mpi_run(launcher: &str, n: usize) -> Command {
+    let mut c = Command::new(launcher);
+    c.args(["--oversubscribe", "-np", &n.to_string()])
+        .args([
+            "--mca",
+            "btl",
+            "self,tcp",
+            "--mca",
+            "btl_tcp_if_include",
+            "lo",
+        ])
+        .args(["--mca", "oob_tcp_if_include", "lo"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    c
+}
+
 /// Runs the commands to their end (killing them at `limit`): each one's exit code (None:
 /// killed by a signal or the limit) and its stdout + stderr.
 pub fn run_all(cmds: Vec<Command>, limit: Duration) -> Vec<(Option<i32>, String)> {

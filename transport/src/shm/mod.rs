@@ -81,7 +81,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::TransportError;
 use crate::hosts::HostMap;
-use crate::transport::{stale_in, Foreign, Offered, Payload, Registered, SendState, Transport};
+use crate::transport::{
+    stale_in, Foreign, Offered, Payload, Registered, Registration, SendState, Transport,
+};
 use crate::types::{Rank, Tag};
 use segment::{InRing, Lease, OutRing, Remote, Segment, Withdrawal};
 
@@ -411,6 +413,14 @@ impl Transport for ShmTransport {
 
     fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
         self.inner.alloc_registered(bytes)
+    }
+
+    fn register(
+        &mut self,
+        memory: &mut [u8],
+    ) -> Result<Option<Box<dyn Registration>>, TransportError> {
+        // For the peers the inner transport reaches (other hosts, over verbs).
+        self.inner.register(memory)
     }
 
     fn try_send_borrowed(

@@ -12,7 +12,7 @@ use super::wire::{encode_header, wr, Credit, HEADER, WR_DATA, WR_INLINE, WR_WIND
 use super::{Peer, VerbsTransport, ZERO_COPY_MIN};
 use crate::error::TransportError;
 use crate::transport::{
-    check_arrival, is_stale, Offered, Payload, Registered, SendState, Transport,
+    check_arrival, is_stale, Offered, Payload, Registered, Registration, SendState, Transport,
 };
 use crate::types::{Rank, Tag};
 
@@ -127,6 +127,53 @@ impl Transport for VerbsTransport {
             .registry
             .enter(start, start + words.len() * 8, mr, remote);
         Ok(Registered::with_registration(words, bytes, Box::new(guard)))
+    }
+
+    fn register(
+        &mut self,
+        memory: &mut [u8],
+    ) -> Result<Option<Box<dyn Registration>>, TransportError> {
+        let (start, len) = (memory.as_ptr() as usize, memory.len());
+        // Ranges never overlap in the registry: one inside a registered range is zero-copy
+        // already, one across a range's edge stays as it is (copied).
+        if len == 0 || !self.registry.is_free(start, len) {
+            return Ok(None);
+        }
+        // As for `alloc_registered`: peers write it only where this rank offers it.
+        let remote = match (self.direct, self.scoped) {
+            (false, _) => Remote::None,
+            (true, false) => Remote::Region,
+            (true, true) => Remote::Windows,
+        };
+        // SAFETY:
+        // - The device touches the range only for sends posted from it and offers of it,
+        //   both made while a call holds the caller's slice borrowed and settled before
+        //   the call returns (or stopped by `reap_borrowed`, the guard counting what is
+        //   left: a guard dropped then is leaked, never deregistered under the device).
+        // - The caller owns the memory while it is registered (the trait's contract;
+        //   rcoll's `RegisteredSlice` holds the borrow, C callers deregister before
+        //   free). If a registration outlives it anyway, the region still holds the pages
+        //   it pinned at registration: the device reads and writes those, never memory
+        //   this process has since reused.
+        let mr = unsafe {
+            MemoryRegion::register(
+                &self.pd,
+                memory.as_mut_ptr(),
+                len,
+                match remote {
+                    Remote::None => Access::Local,
+                    Remote::Region => Access::RemoteWrite,
+                    Remote::Windows => Access::Windows,
+                },
+            )
+        }
+        .map_err(|e| self.verbs_error(None, e))?;
+        Ok(Some(Box::new(self.registry.enter(
+            start,
+            start + len,
+            mr,
+            remote,
+        ))))
     }
 
     fn try_send_borrowed(

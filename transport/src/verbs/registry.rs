@@ -39,6 +39,21 @@ impl Registry {
         (start.checked_add(len)? <= region.end).then(|| region.clone())
     }
 
+    /// Whether `[start, start + len)` touches no registered range (a range may be entered).
+    pub(super) fn is_free(&self, start: usize, len: usize) -> bool {
+        let Some(end) = start.checked_add(len) else {
+            return false;
+        };
+        let Ok(map) = self.0.lock() else {
+            return false;
+        };
+        // The last range starting before `end` is the only one that can reach into it
+        // (ranges never overlap).
+        map.range(..end)
+            .next_back()
+            .is_none_or(|(_, region)| region.end <= start)
+    }
+
     /// Enters `[start, end)` registered as `mr`, for `remote` writes; the guard takes it
     /// out again.
     pub(super) fn enter(
