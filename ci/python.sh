@@ -11,7 +11,7 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 "$venv/bin/pip" install --quiet --upgrade pip
-"$venv/bin/pip" install --quiet maturin numpy pytest
+"$venv/bin/pip" install --quiet maturin numpy pytest ml_dtypes
 # --no-build-isolation: the venv's maturin builds, with no second download per run.
 "$venv/bin/pip" install --quiet --no-build-isolation --force-reinstall --no-deps ./python
 "$venv/bin/python" -m pytest -q python/tests "$@"

@@ -3,7 +3,8 @@
 Buffers are any object exporting the buffer protocol (numpy arrays, ``bytearray``,
 ``memoryview``, ``array.array``), C-contiguous, aligned, of one of rcoll's element types,
 read from the buffer's format: int8 (``b``), uint8 (``B``), int32, uint32, int64, uint64,
-float16 (``e``), float32 (``f``), float64 (``d``). Lengths are in elements, as rcoll's
+float16 (``e``), float32 (``f``), float64 (``d``); bfloat16 from an ml_dtypes ``bfloat16``
+array or any buffer of 2-byte items wrapped in ``as_bfloat16``. Lengths are in elements, as rcoll's
 Rust API states them for each call. Insignificant buffers (a non-root's receive buffer of
 ``Reduce`` and ``Gather``, send buffer of ``Scatter``) may be ``None``.
 
@@ -16,7 +17,7 @@ rcoll then aborts the group: the other ranks raise an ``Error`` naming this rank
 communicator is unusable, as after any other failure.
 """
 
-from typing import List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from typing_extensions import Buffer as _Buffer  # PEP 688 (Python 3.12: collections.abc.Buffer)
 
@@ -81,6 +82,42 @@ def init() -> Comm:
     same on every rank), or torchrun's, mpirun's or srun's variables; ``RCOLL_TRANSPORT``,
     ``RCOLL_TIMEOUT`` and the rest as for any rcoll process. Blocks, the GIL released,
     until every rank has joined."""
+
+def unique_id() -> bytes:
+    """A fresh rendezvous for a new group (128 bytes: where this process now listens, and
+    a random job secret), made on the process that will be the group's rank 0 and handed
+    to every member by any means (torch's store, a file, MPI), as ``ncclGetUniqueId``."""
+
+def init_rank(
+    unique_id: bytes, rank: int, size: int, timeout: Optional[float] = None
+) -> Comm:
+    """Joins as rank ``rank`` of ``size`` the group ``unique_id`` names; ``timeout``
+    (seconds) bounds every wait without progress (default ``RCOLL_TIMEOUT``'s). Transport
+    and interface from ``RCOLL_TRANSPORT`` and ``RCOLL_SOCKET_IFNAME``."""
+
+class as_bfloat16:
+    """``as_bfloat16(buf)``: ``buf``'s 2-byte items taken as bfloat16 (a buffer cannot say
+    it holds bfloat16: numpy has no such type). Passed wherever a buffer goes."""
+
+    def __init__(self, buf: _Buffer) -> None: ...
+
+class Memory:
+    """Memory registered with a communicator's transport (see ``alloc``), which numpy
+    arrays view through ``__array_interface__``; freed when no array uses it."""
+
+    @property
+    def registered(self) -> bool:
+        """Whether the transport's device knows it (verbs: sends from it are zero-copy)."""
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def __array_interface__(self) -> Dict[str, Any]: ...
+
+def alloc(shape: Union[int, Sequence[int]], dtype: Any = "float32", comm: Optional[Comm] = None) -> Any:
+    """A zeroed numpy array of ``shape`` and ``dtype`` in memory registered with ``comm``'s
+    transport (default: the communicator ``init()`` returned), as ``MPI_Alloc_mem``: on
+    verbs, collectives on it send without copying or registering again. ``"bfloat16"``
+    gives an ml_dtypes array (ml_dtypes must be installed)."""
 
 class Request:
     """A nonblocking call in flight. It holds its buffers until the call is over: do not
@@ -165,6 +202,39 @@ class Comm:
         """The same as ``Ireduce_scatter``."""
     def Ibarrier(self) -> Request:
         """Nonblocking ``Barrier``."""
+    def Alltoallv(
+        self, sendbuf: _Buffer, sendcounts: Sequence[int], recvbuf: _Buffer, recvcounts: Sequence[int]
+    ) -> None:
+        """``sendcounts[j]`` elements of ``sendbuf`` (blocks packed in rank order) go to rank
+        j; ``recvcounts[i]`` elements from rank i land in ``recvbuf`` at their packed offset.
+        Counts are in elements, one per rank, and must agree pairwise (MPI's rule)."""
+    def Ireduce(
+        self, sendbuf: SendBuffer, recvbuf: Optional[_Buffer] = None, op: Op = ..., root: int = 0
+    ) -> Request:
+        """Nonblocking ``Reduce``."""
+    def Igather(
+        self, sendbuf: SendBuffer, recvbuf: Optional[_Buffer] = None, root: int = 0
+    ) -> Request:
+        """Nonblocking ``Gather``."""
+    def Iscatter(
+        self, sendbuf: Optional[_Buffer], recvbuf: Union[_Buffer, InPlace], root: int = 0
+    ) -> Request:
+        """Nonblocking ``Scatter``."""
+    def Ialltoall(self, sendbuf: SendBuffer, recvbuf: _Buffer) -> Request:
+        """Nonblocking ``Alltoall``."""
+    def Ialltoallv(
+        self, sendbuf: _Buffer, sendcounts: Sequence[int], recvbuf: _Buffer, recvcounts: Sequence[int]
+    ) -> Request:
+        """Nonblocking ``Alltoallv``."""
+    def Isend(self, buf: _Buffer, dest: int) -> Request:
+        """Nonblocking ``Send``, run in issue order after this communicator's earlier calls."""
+    def Irecv(self, buf: _Buffer, source: int) -> Request:
+        """Nonblocking ``Recv``."""
+    def Abort(self, reason: str = ...) -> None:
+        """Ends the group: every rank's calls on it, running or later, fail at once with an
+        error naming this rank and ``reason``."""
+    def _alloc(self, nbytes: int) -> Memory:
+        """``nbytes`` of registered memory (``alloc`` makes an array of it)."""
     def Split(self, color: Optional[int] = None, key: int = 0) -> Optional[Comm]:
         """A new communicator of the ranks passing the same ``color``, ranked by ``key``
         then by rank here, as ``MPI_Comm_split``; ``None`` or a negative color joins none

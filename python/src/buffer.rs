@@ -42,8 +42,30 @@ unsafe impl Sync for Buffer {}
 
 impl Buffer {
     /// `obj`'s memory as elements of the type its format names, checked as the module says;
-    /// `what` names the argument in errors.
+    /// `what` names the argument in errors. bfloat16 has no buffer format, so two forms
+    /// name it: `rcoll.as_bfloat16(x)` around any buffer of 2-byte items, and an array
+    /// whose `dtype` is called `bfloat16` (ml_dtypes' numpy type), taken through its
+    /// `view("uint16")`.
     pub(crate) fn new(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<Buffer> {
+        if let Ok(wrapped) = obj.cast::<AsBfloat16>() {
+            let inner = wrapped.get().0.bind(obj.py()).clone();
+            return Buffer::export(&inner, what, writable, true);
+        }
+        if is_bfloat16_array(obj) {
+            let bits = obj.call_method1("view", ("uint16",))?;
+            return Buffer::export(&bits, what, writable, true);
+        }
+        Buffer::export(obj, what, writable, false)
+    }
+
+    /// `obj`'s memory, its items of the type the format names or, `as_bfloat16`, 2-byte
+    /// items of any format taken as bfloat16.
+    fn export(
+        obj: &Bound<'_, PyAny>,
+        what: &str,
+        writable: bool,
+        as_bfloat16: bool,
+    ) -> PyResult<Buffer> {
         let mut view = Box::new(sys::Py_buffer::default());
         // Strides and format: contiguity and the element type are checked here, with errors
         // naming the argument, rather than in the exporter's words.
@@ -73,9 +95,17 @@ impl Buffer {
         // the release (PEP 3118; requested with PyBUF_FORMAT).
         let format = (!v.format.is_null()).then(|| unsafe { CStr::from_ptr(v.format) });
         let format = format.map_or("B", |f| f.to_str().unwrap_or("?"));
-        buffer.dtype = dtype_of(format, v.itemsize).map_err(|why| {
-            InvalidArgumentError::new_err(format!("{what}: buffer format {format:?} {why}"))
-        })?;
+        buffer.dtype = match (as_bfloat16, v.itemsize) {
+            (true, 2) => DataType::Bf16,
+            (true, n) => {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "{what}: as_bfloat16 needs 2-byte items, the buffer's are {n} bytes"
+                )))
+            }
+            (false, _) => dtype_of(format, v.itemsize).map_err(|why| {
+                InvalidArgumentError::new_err(format!("{what}: buffer format {format:?} {why}"))
+            })?,
+        };
         // SAFETY: `v` holds the fields `PyObject_GetBuffer` just filled in, still exported.
         if unsafe { sys::PyBuffer_IsContiguous(&v, b'C' as std::os::raw::c_char) } == 0 {
             return Err(InvalidArgumentError::new_err(format!(
@@ -163,6 +193,27 @@ impl Drop for Buffer {
             unsafe { sys::PyBuffer_Release(&mut *self.view) }
         });
     }
+}
+
+/// `rcoll.as_bfloat16(buf)`: `buf`'s 2-byte items taken as bfloat16 (numpy has no such
+/// type, so a buffer cannot say it holds one: `torch.bfloat16` tensors reach rcoll as
+/// `as_bfloat16(t.view(torch.int16).numpy())`).
+#[pyclass(module = "rcoll", frozen)]
+pub(crate) struct AsBfloat16(Py<PyAny>);
+
+#[pymethods]
+impl AsBfloat16 {
+    #[new]
+    fn new(buf: Py<PyAny>) -> AsBfloat16 {
+        AsBfloat16(buf)
+    }
+}
+
+/// Whether `obj` is an array of ml_dtypes' `bfloat16` (its dtype's name).
+fn is_bfloat16_array(obj: &Bound<'_, PyAny>) -> bool {
+    obj.getattr("dtype")
+        .and_then(|d| d.str())
+        .is_ok_and(|name| name.to_cow().is_ok_and(|n| n == "bfloat16"))
 }
 
 /// The element type of a PEP 3118 format (struct module syntax, one item) with items of

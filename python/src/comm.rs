@@ -73,19 +73,93 @@ impl Comm {
 
     fn blocking(&self, py: Python<'_>, call: Call, mut ops: Operands) -> PyResult<()> {
         let bg = &self.bg;
-        let r = py.detach(|| bg.run(|c| call::run(c, call, &mut ops)));
+        let r = py.detach(|| bg.run(|c| call::run(c, &call, &mut ops)));
         // `ops` is dropped here, with the GIL: the buffers' exports end.
         r.map_err(|e| to_py(py, e))
     }
 
     fn nonblocking(&self, call: Call, mut ops: Operands) -> Request {
         let pending = self.bg.submit(move |c| {
-            let r = call::run(c, call, &mut ops);
+            let r = call::run(c, &call, &mut ops);
             Ok((ops, r))
         });
         Request {
             pending: Mutex::new(Some(pending)),
         }
+    }
+
+    /// `Reduce`'s and `Gather`'s operands: the root's `recvbuf` (or `IN_PLACE` as its
+    /// `sendbuf`); the other ranks' `sendbuf` alone.
+    fn gathered_to_root(&self, sendbuf: Arg, recvbuf: Arg, root: usize) -> PyResult<Operands> {
+        if self.is_root(root)? {
+            send_recv(sendbuf, recvbuf)
+        } else {
+            pair(Some(take(sendbuf, "sendbuf", false)?), None, false)
+        }
+    }
+
+    /// `Scatter`'s operands: the root's `sendbuf` (and `IN_PLACE` as its `recvbuf`); the
+    /// other ranks' `recvbuf` alone.
+    fn scattered_from_root(&self, sendbuf: Arg, recvbuf: Arg, root: usize) -> PyResult<Operands> {
+        if !self.is_root(root)? {
+            pair(None, Some(take(recvbuf, "recvbuf", true)?), false)
+        } else if is_in_place(recvbuf) {
+            pair(None, Some(take(sendbuf, "sendbuf", true)?), true)
+        } else {
+            let send = take(sendbuf, "sendbuf", false)?;
+            pair(Some(send), Some(take(recvbuf, "recvbuf", true)?), false)
+        }
+    }
+
+    /// `Alltoallv`'s call and operands, the counts checked against the buffers.
+    fn all_to_all_v_call(
+        &self,
+        sendbuf: Arg,
+        sendcounts: Vec<usize>,
+        recvbuf: Arg,
+        recvcounts: Vec<usize>,
+    ) -> PyResult<(Call, Operands)> {
+        let ops = send_recv(sendbuf, recvbuf)?;
+        if ops.in_place {
+            return Err(InvalidArgumentError::new_err(
+                "Alltoallv has no in-place form here: pass a separate sendbuf",
+            ));
+        }
+        let item = ops.dtype.size();
+        for (what, counts, buf) in [
+            ("sendcounts", &sendcounts, &ops.send),
+            ("recvcounts", &recvcounts, &ops.recv),
+        ] {
+            if counts.len() != self.size {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "{what} has {} entries, one per rank is {}",
+                    counts.len(),
+                    self.size
+                )));
+            }
+            let total = counts.iter().try_fold(0usize, |a, &c| a.checked_add(c));
+            let held = buf.as_ref().map_or(0, |b| b.bytes().len() / item);
+            if total != Some(held) {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "{what} add up to {total:?} elements, the buffer holds {held}"
+                )));
+            }
+        }
+        let call = Call::AllToAllV {
+            send_counts: sendcounts,
+            recv_counts: recvcounts,
+        };
+        Ok((call, ops))
+    }
+
+    fn is_peer(&self, peer: usize) -> PyResult<()> {
+        if peer >= self.size || peer == self.rank {
+            return Err(InvalidArgumentError::new_err(format!(
+                "peer {peer} is not another rank of this {}-rank communicator (this is rank {})",
+                self.size, self.rank
+            )));
+        }
+        Ok(())
     }
 
     fn is_root(&self, root: usize) -> PyResult<bool> {
@@ -224,11 +298,7 @@ impl Comm {
         op: Option<&Bound<'_, Op>>,
         root: usize,
     ) -> PyResult<()> {
-        let ops = if self.is_root(root)? {
-            send_recv(Some(sendbuf), recvbuf)?
-        } else {
-            pair(Some(take(Some(sendbuf), "sendbuf", false)?), None, false)?
-        };
+        let ops = self.gathered_to_root(Some(sendbuf), recvbuf, root)?;
         self.blocking(py, Call::Reduce(reduce_op(op), root), ops)
     }
 
@@ -278,11 +348,7 @@ impl Comm {
         recvbuf: Option<&Bound<'_, PyAny>>,
         root: usize,
     ) -> PyResult<()> {
-        let ops = if self.is_root(root)? {
-            send_recv(Some(sendbuf), recvbuf)?
-        } else {
-            pair(Some(take(Some(sendbuf), "sendbuf", false)?), None, false)?
-        };
+        let ops = self.gathered_to_root(Some(sendbuf), recvbuf, root)?;
         self.blocking(py, Call::Gather(root), ops)
     }
 
@@ -296,18 +362,7 @@ impl Comm {
         recvbuf: &Bound<'_, PyAny>,
         root: usize,
     ) -> PyResult<()> {
-        let ops = if !self.is_root(root)? {
-            pair(None, Some(take(Some(recvbuf), "recvbuf", true)?), false)?
-        } else if is_in_place(Some(recvbuf)) {
-            pair(None, Some(take(sendbuf, "sendbuf", true)?), true)?
-        } else {
-            let send = take(sendbuf, "sendbuf", false)?;
-            pair(
-                Some(send),
-                Some(take(Some(recvbuf), "recvbuf", true)?),
-                false,
-            )?
-        };
+        let ops = self.scattered_from_root(sendbuf, Some(recvbuf), root)?;
         self.blocking(py, Call::Scatter(root), ops)
     }
 
@@ -389,6 +444,120 @@ impl Comm {
     #[pyo3(name = "Ibarrier")]
     fn ibarrier(&self) -> PyResult<Request> {
         Ok(self.nonblocking(Call::Barrier, pair(None, None, false)?))
+    }
+
+    /// Rank j's `recvbuf` gets `sendcounts[j]` elements of this rank's `sendbuf` (blocks
+    /// packed in rank order), at its offset for this rank; `recvcounts[i]` elements come
+    /// from rank i. Counts are in elements, one per rank, and must agree pairwise.
+    #[pyo3(name = "Alltoallv")]
+    fn all_to_all_v(
+        &self,
+        py: Python<'_>,
+        sendbuf: &Bound<'_, PyAny>,
+        sendcounts: Vec<usize>,
+        recvbuf: &Bound<'_, PyAny>,
+        recvcounts: Vec<usize>,
+    ) -> PyResult<()> {
+        let (call, ops) =
+            self.all_to_all_v_call(Some(sendbuf), sendcounts, Some(recvbuf), recvcounts)?;
+        self.blocking(py, call, ops)
+    }
+
+    /// Nonblocking `Reduce`.
+    #[pyo3(name = "Ireduce", signature = (sendbuf, recvbuf = None, op = None, root = 0))]
+    fn ireduce(
+        &self,
+        sendbuf: &Bound<'_, PyAny>,
+        recvbuf: Option<&Bound<'_, PyAny>>,
+        op: Option<&Bound<'_, Op>>,
+        root: usize,
+    ) -> PyResult<Request> {
+        let ops = self.gathered_to_root(Some(sendbuf), recvbuf, root)?;
+        Ok(self.nonblocking(Call::Reduce(reduce_op(op), root), ops))
+    }
+
+    /// Nonblocking `Gather`.
+    #[pyo3(name = "Igather", signature = (sendbuf, recvbuf = None, root = 0))]
+    fn igather(
+        &self,
+        sendbuf: &Bound<'_, PyAny>,
+        recvbuf: Option<&Bound<'_, PyAny>>,
+        root: usize,
+    ) -> PyResult<Request> {
+        let ops = self.gathered_to_root(Some(sendbuf), recvbuf, root)?;
+        Ok(self.nonblocking(Call::Gather(root), ops))
+    }
+
+    /// Nonblocking `Scatter`.
+    #[pyo3(name = "Iscatter", signature = (sendbuf, recvbuf, root = 0))]
+    fn iscatter(
+        &self,
+        sendbuf: Option<&Bound<'_, PyAny>>,
+        recvbuf: &Bound<'_, PyAny>,
+        root: usize,
+    ) -> PyResult<Request> {
+        let ops = self.scattered_from_root(sendbuf, Some(recvbuf), root)?;
+        Ok(self.nonblocking(Call::Scatter(root), ops))
+    }
+
+    /// Nonblocking `Alltoall`.
+    #[pyo3(name = "Ialltoall")]
+    fn iall_to_all(
+        &self,
+        sendbuf: &Bound<'_, PyAny>,
+        recvbuf: &Bound<'_, PyAny>,
+    ) -> PyResult<Request> {
+        let ops = send_recv(Some(sendbuf), Some(recvbuf))?;
+        Ok(self.nonblocking(Call::AllToAll, ops))
+    }
+
+    /// Nonblocking `Alltoallv`.
+    #[pyo3(name = "Ialltoallv")]
+    fn iall_to_all_v(
+        &self,
+        sendbuf: &Bound<'_, PyAny>,
+        sendcounts: Vec<usize>,
+        recvbuf: &Bound<'_, PyAny>,
+        recvcounts: Vec<usize>,
+    ) -> PyResult<Request> {
+        let (call, ops) =
+            self.all_to_all_v_call(Some(sendbuf), sendcounts, Some(recvbuf), recvcounts)?;
+        Ok(self.nonblocking(call, ops))
+    }
+
+    /// Nonblocking `Send`: queued behind this communicator's earlier calls, as every
+    /// nonblocking call is.
+    #[pyo3(name = "Isend")]
+    fn isend(&self, buf: &Bound<'_, PyAny>, dest: usize) -> PyResult<Request> {
+        self.is_peer(dest)?;
+        let ops = pair(Some(take(Some(buf), "buf", false)?), None, false)?;
+        Ok(self.nonblocking(Call::Send(dest), ops))
+    }
+
+    /// Nonblocking `Recv`.
+    #[pyo3(name = "Irecv")]
+    fn irecv(&self, buf: &Bound<'_, PyAny>, source: usize) -> PyResult<Request> {
+        self.is_peer(source)?;
+        let ops = pair(None, Some(take(Some(buf), "buf", true)?), false)?;
+        Ok(self.nonblocking(Call::Recv(source), ops))
+    }
+
+    /// Ends the group: every rank's calls on it, running or later, fail at once with an
+    /// error naming this rank and `reason` (as MPI_Abort, for this communicator alone).
+    #[pyo3(name = "Abort", signature = (reason = "aborted from Python"))]
+    fn abort(&self, py: Python<'_>, reason: &str) {
+        let bg = &self.bg;
+        py.detach(|| bg.abort(reason));
+    }
+
+    /// `nbytes` bytes of memory registered with this communicator's transport (see
+    /// `rcoll.alloc`, which makes a numpy array of it).
+    fn _alloc(&self, py: Python<'_>, nbytes: usize) -> PyResult<crate::alloc::Memory> {
+        let bg = &self.bg;
+        let buffer = py
+            .detach(|| bg.run(|c| c.alloc::<u8>(nbytes)))
+            .map_err(|e| to_py(py, e))?;
+        Ok(crate::alloc::Memory::new(buffer))
     }
 
     /// A new communicator of the ranks passing the same `color`, ranked by `key` then by
