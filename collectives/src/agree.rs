@@ -231,9 +231,12 @@ impl Agreement {
         self.decided.as_ref().map(|(_, from)| *from)
     }
 
-    /// The ranks this rank suspects now.
+    /// The ranks this rank suspects now, and those the decision leaves out.
     pub fn suspects(&self) -> Vec<usize> {
-        (0..self.n()).filter(|&r| self.suspects[r]).collect()
+        let out = |r: usize| self.decided.as_ref().is_some_and(|(d, _)| d.excluded[r]);
+        (0..self.n())
+            .filter(|&r| r != self.me && (self.suspects[r] || out(r)))
+            .collect()
     }
 }
 

@@ -102,7 +102,23 @@ impl Communicator {
             "shrink: agreeing on the failed ranks"
         );
         let mut agreement = Agreement::new(n, me, &suspects, self.seq);
-        let decision = self.agree(&mut agreement, epoch, started)?;
+        let agreed = self.agree(&mut agreement, epoch, started);
+        // An abort of the new group that came during the agreement fails its calls now.
+        self.transport.commit_epoch();
+        let decision = agreed?;
+        // Alone, with every other rank lost only during the agreement: more likely this rank
+        // was cut off (stopped, then woken after the others left it out and closed their
+        // connections before it read their decision) than the last one standing.
+        let alone = (0..n).all(|r| r == me || decision.excluded[r]);
+        if alone && n > 1 && (0..n).any(|r| r != me && !suspects.contains(&r)) {
+            return Err(agreement_failed(
+                rank,
+                Vec::new(),
+                "every other rank went away during the agreement: this rank was probably \
+                 left out by the others"
+                    .into(),
+            ));
+        }
         for x in (0..n).filter(|&x| decision.excluded[x]) {
             self.transport.exclude(Rank::from(x));
         }
@@ -189,29 +205,9 @@ impl Communicator {
         let probe_window = (timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(2));
         let mut unsent: Vec<(usize, u32, Vec<u8>)> = Vec::new();
         loop {
-            agreement.step();
-            for (to, msg) in agreement.outgoing() {
-                let kind = match msg {
-                    Message::Propose { .. } => PROPOSE,
-                    Message::Decide(_) => DECIDE,
-                };
-                unsent.push((to, kind, msg.encode()));
-            }
-            let mut still = Vec::new();
-            for (to, kind, bytes) in unsent.drain(..) {
-                match self
-                    .transport
-                    .try_send_slice(Rank::from(to), tag(kind), &bytes)
-                {
-                    Ok(true) => {}
-                    Ok(false) => still.push((to, kind, bytes)),
-                    Err(e) => {
-                        self.aborted_during(&e, agreement)?;
-                        agreement.suspect(to);
-                    }
-                }
-            }
-            unsent = still;
+            // What arrived first (a decision already here is adopted before this rank
+            // would decide anything itself), then what follows from it, sent before this
+            // rank is done: its relays are what the others wait for.
             for r in (0..n).filter(|&r| r != me) {
                 for kind in [PROPOSE, DECIDE] {
                     let got = match self.transport.try_recv(Rank::from(r), tag(kind), len) {
@@ -223,10 +219,14 @@ impl Communicator {
                         Ok(None) => continue,
                         Err(e) => {
                             self.aborted_during(&e, agreement)?;
+                            if !agreement.suspects().contains(&r) {
+                                tracing::debug!(rank = me, peer = r, error = %e, "shrink: suspects");
+                            }
                             agreement.suspect(r);
                             continue;
                         }
                     };
+                    tracing::debug!(rank = me, from = r, msg = ?got, "shrink: received");
                     match got {
                         Some(Message::Decide(d)) => {
                             // Everything `r` sent before this belongs to the old epoch.
@@ -241,6 +241,35 @@ impl Communicator {
                     }
                 }
             }
+            agreement.step();
+            for (to, msg) in agreement.outgoing() {
+                let kind = match msg {
+                    Message::Propose { .. } => PROPOSE,
+                    Message::Decide(_) => DECIDE,
+                };
+                tracing::debug!(rank = me, to, ?msg, "shrink: sends");
+                unsent.push((to, kind, msg.encode()));
+            }
+            let mut still = Vec::new();
+            for (to, kind, bytes) in unsent.drain(..) {
+                match self
+                    .transport
+                    .try_send_slice(Rank::from(to), tag(kind), &bytes)
+                {
+                    Ok(true) => {}
+                    Ok(false) => still.push((to, kind, bytes)),
+                    Err(e) => {
+                        self.aborted_during(&e, agreement)?;
+                        tracing::debug!(rank = me, peer = to, error = %e, "shrink: suspects");
+                        agreement.suspect(to);
+                    }
+                }
+            }
+            // A rank suspected or left out gets what it can take at once, no more: a
+            // stopped one's full ring must not hold this rank back.
+            let gone = agreement.suspects();
+            still.retain(|(to, _, _)| !gone.contains(to));
+            unsent = still;
             match agreement.outcome() {
                 Some(Ok(d)) if unsent.is_empty() => return Ok(d.clone()),
                 Some(Err(Refusal::Excluded)) => {

@@ -430,6 +430,10 @@ impl Transport for Subgroup {
         self.inner.begin_epoch().map_err(|e| self.up(e))
     }
 
+    fn commit_epoch(&mut self) {
+        self.inner.commit_epoch()
+    }
+
     fn discard_from(&mut self, peer: Rank, old: &dyn Fn(&Tag) -> bool) {
         if let Ok(p) = self.below(peer) {
             self.inner.discard_from(p, old)

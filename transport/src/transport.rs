@@ -666,6 +666,12 @@ pub trait Transport: Send {
         })
     }
 
+    /// Ends the survivors' agreement that [`Transport::begin_epoch`] began: an abort of the
+    /// new epoch that arrived meanwhile (a survivor done agreeing whose first call in the
+    /// new group failed) takes effect now, failing the new group's calls, where during the
+    /// agreement it would have cut off the messages that still had to be read before it.
+    fn commit_epoch(&mut self) {}
+
     /// Drops the messages that arrived from `peer` and that `old` picks (the calls of an
     /// epoch that ended there), giving back whatever they hold (slots, credits, budget).
     /// Channels are FIFO: called once a message that `peer` sent after its last call of

@@ -132,14 +132,21 @@ pub fn shrink_loop(comm: Communicator) {
                 if fault == "kill_in_agreement" && victims.get(1) == Some(&me) {
                     kill_myself_soon();
                 }
-                comm = shrink_to(&mut comm, &[], &mut alive);
-                shrinks += 1;
                 // Back to the last step every member finished: a rank whose part of the
-                // failed step was done went on to the next one.
-                let mut next = [step as u64];
-                comm.all_reduce_in_place(&mut next, ReduceOp::Min)
-                    .expect("the first call after the shrink");
-                step = next[0] as usize;
+                // failed step was done went on to the next one. A failure of that first
+                // call (a rank that died after the decision) is shrunk away again.
+                loop {
+                    comm = shrink_to(&mut comm, &[], &mut alive);
+                    shrinks += 1;
+                    let mut next = [step as u64];
+                    match comm.all_reduce_in_place(&mut next, ReduceOp::Min) {
+                        Ok(()) => {
+                            step = next[0] as usize;
+                            break;
+                        }
+                        Err(e) => println!("FAILED resume: {e}"),
+                    }
+                }
                 println!("RESUME {step}");
             }
         }

@@ -770,6 +770,10 @@ impl Transport for ShmTransport {
         self.next_epoch()
     }
 
+    fn commit_epoch(&mut self) {
+        self.inner.commit_epoch();
+    }
+
     fn discard_from(&mut self, peer: Rank, old: &dyn Fn(&Tag) -> bool) {
         self.discard(peer, old);
     }

@@ -27,8 +27,18 @@ impl TcpTransport {
         self.broken = None;
         self.aborted = None;
         self.abort_sent = false;
+        self.held_abort = None;
+        self.agreeing = true;
         self.epoch = self.epoch.wrapping_add(1);
         Ok(self.epoch)
+    }
+
+    /// See [`Transport::commit_epoch`].
+    pub(crate) fn settle_epoch(&mut self) {
+        self.agreeing = false;
+        if let Some(held) = self.held_abort.take() {
+            self.aborted.get_or_insert(held);
+        }
     }
 
     /// See [`Transport::discard_from`].

@@ -109,6 +109,10 @@ pub struct TcpTransport {
     /// The group's epoch: one more after every shrink ([`epoch`]); aborts of earlier
     /// epochs are ignored.
     epoch: u32,
+    /// Survivors are agreeing on the new epoch ([`Transport::begin_epoch`]): an abort of
+    /// it is held in `held_abort` until [`Transport::commit_epoch`].
+    agreeing: bool,
+    held_abort: Option<(Rank, String)>,
     /// Peers that asked whether this rank runs, to answer (each once).
     pinged_by: Vec<usize>,
     /// Read past the budgets: a failure is being diagnosed, and what matters now is a
@@ -219,6 +223,8 @@ impl TcpTransport {
             aborted: None,
             abort_sent: false,
             epoch: 0,
+            agreeing: false,
+            held_abort: None,
             pinged_by: Vec::new(),
             draining: false,
             ponged: Vec::new(),
@@ -652,6 +658,10 @@ impl Transport for TcpTransport {
 
     fn begin_epoch(&mut self) -> Result<u32, TransportError> {
         self.next_epoch()
+    }
+
+    fn commit_epoch(&mut self) {
+        self.settle_epoch();
     }
 
     fn discard_from(&mut self, peer: Rank, old: &dyn Fn(&Tag) -> bool) {

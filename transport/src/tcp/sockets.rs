@@ -249,6 +249,13 @@ impl TcpTransport {
         if frame.header.kind == Kind::Abort && frame.header.tag.collective < self.epoch {
             return;
         }
+        // One of the new epoch while the survivors still agree on it: for the new group,
+        // once it exists (see `Transport::commit_epoch`).
+        if frame.header.kind == Kind::Abort && self.agreeing {
+            let reason = String::from_utf8_lossy(&frame.payload).into_owned();
+            self.held_abort.get_or_insert((Rank::from(r), reason));
+            return;
+        }
         deliver(
             self.rank,
             Rank::from(r),
