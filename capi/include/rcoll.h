@@ -14,6 +14,15 @@
 // `rcollSplit`'s color for a rank that joins no new communicator.
 #define RCOLL_SPLIT_NOCOLOR -1
 
+// [`rcollCommShrink`]'s flags: wait for the calls queued on `comm` to end (each ends,
+// with an error where it needs a failed rank, within the timeout).
+#define RCOLL_SHRINK_DEFAULT 0
+
+// [`rcollCommShrink`]'s flags: after an error, abort what is queued or running on `comm`
+// first (each such call ends with an error at once; nothing is written into its buffers
+// after it ended), as NCCL's `NCCL_SHRINK_ABORT`.
+#define RCOLL_SHRINK_ABORT 1
+
 // Element types.
 typedef enum {
   // `int8_t`
@@ -407,6 +416,34 @@ rcollResult_t rcollCommRegister(rcollComm_t comm, void *buff, size_t size, void 
 // # Safety
 // None beyond the types: any value of `comm` and `handle` is checked.
 rcollResult_t rcollCommDeregister(rcollComm_t comm, void *handle);
+
+// Makes `*newcomm` from the ranks of `comm` that are neither in `excludeRanks` (its
+// `excludeCount` ranks of `comm`) nor found failed: every surviving rank calls it (after
+// a call failed, or with the same `excludeRanks` everywhere to remove healthy ranks), and
+// they agree on the failed ranks, the same set on every one of them. Ranks keep their
+// order (the new rank `i` is the `i`-th surviving rank); connections, shared memory and
+// queue pairs are reused, with no rendezvous and no root. A rank in `excludeRanks` that
+// calls it gets `*newcomm` NULL; one the survivors left out (stopped past the timeout)
+// gets `rcollRemoteError`. `comm` is unusable afterwards: destroy it. `flags`:
+// [`RCOLL_SHRINK_DEFAULT`] or [`RCOLL_SHRINK_ABORT`].
+//
+// # Safety
+// `comm` is a live handle; `excludeRanks` is valid for reading `excludeCount` ints (or
+// NULL with a count of 0); `newcomm` is NULL (an error) or valid for writing a handle.
+rcollResult_t rcollCommShrink(rcollComm_t comm,
+                              int *excludeRanks,
+                              int excludeCount,
+                              rcollComm_t *newcomm,
+                              int flags);
+
+// The ranks of its parent that the shrink which made `comm` left out (failed, or
+// excluded), ascending, the same on every member: up to `capacity` of them into
+// `ranks`, and how many there are into `*count` (0 for a communicator no shrink made).
+//
+// # Safety
+// `comm` is a live handle; `ranks` is valid for writing `capacity` ints (or NULL with a
+// capacity of 0); `count` is NULL (an error) or valid for writing an int.
+rcollResult_t rcollCommShrinkExcluded(rcollComm_t comm, int *ranks, int capacity, int *count);
 
 #ifdef __cplusplus
 }  // extern "C"

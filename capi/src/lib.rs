@@ -33,6 +33,7 @@ mod collectives;
 mod comm;
 mod handles;
 mod memory;
+mod shrink;
 
 pub use collectives::*;
 pub use comm::*;
@@ -173,7 +174,10 @@ impl From<Error> for Fail {
         // library itself refuses past that has aborted the group: invalid usage.
         let code = match &e {
             Error::Timeout { .. } => rcollTimeout,
-            Error::Transport { .. } | Error::Bootstrap { .. } => rcollRemoteError,
+            Error::Transport { .. }
+            | Error::Bootstrap { .. }
+            | Error::Excluded { .. }
+            | Error::Agreement { .. } => rcollRemoteError,
             Error::Registration { .. } => rcollSystemError,
             Error::Internal { .. } => rcollInternalError,
             _ => rcollInvalidUsage,

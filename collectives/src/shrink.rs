@@ -82,7 +82,10 @@ impl Communicator {
             return Err(Error::Excluded { rank, peer: rank });
         }
         // An abort raised through a handle reaches the others first: their calls end.
+        // (Raised before, it is what ended this communicator's calls: only one raised
+        // during the agreement stops it.)
         self.apply_abort();
+        let aborted_before = self.abort.is_aborted();
         let started = Instant::now();
         let epoch = self
             .transport
@@ -102,7 +105,7 @@ impl Communicator {
             "shrink: agreeing on the failed ranks"
         );
         let mut agreement = Agreement::new(n, me, &suspects, self.seq);
-        let agreed = self.agree(&mut agreement, epoch, started);
+        let agreed = self.agree(&mut agreement, epoch, started, aborted_before);
         // An abort of the new group that came during the agreement fails its calls now.
         self.transport.commit_epoch();
         let decision = agreed?;
@@ -188,6 +191,7 @@ impl Communicator {
         agreement: &mut Agreement,
         epoch: u32,
         started: Instant,
+        aborted_before: bool,
     ) -> Result<crate::agree::Decision> {
         let (me, n, rank) = (self.rank(), self.size(), self.rank.0);
         let timeout = self.config.timeout;
@@ -312,7 +316,7 @@ impl Communicator {
                     ),
                 ));
             }
-            if self.abort.is_aborted() {
+            if self.abort.is_aborted() && !aborted_before {
                 return Err(agreement_failed(
                     rank,
                     waiting(agreement),
