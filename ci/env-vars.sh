@@ -9,21 +9,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 reference=${1:-docs/src/configuration.md}
 
-# Names of the form RCOLL_* in the code that are not environment variables: C macros of
-# the header (its include guard, the id's size, the no-color split), a test header's guard,
-# and the family prefixes that comments write as RCOLL_IB_* or RCOLL_SHM_*.
-not_variables='^(RCOLL_H|RCOLL_UNIQUE_ID_BYTES|RCOLL_SPLIT_NOCOLOR|RCOLL_MPI_TEST_CHECK_H|RCOLL_[A-Z0-9_]*_)$'
-
-code=$(mktemp) documented=$(mktemp)
-trap 'rm -f "$code" "$documented"' EXIT
+code=$(mktemp) documented=$(mktemp) constants=$(mktemp)
+trap 'rm -f "$code" "$documented" "$constants"' EXIT
 # Tracked files and new ones not yet ignored, so that a variable added in a work tree is
 # caught before it is committed.
-git ls-files --cached --others --exclude-standard -z -- \
-    '*.rs' '*.c' '*.h' '*.py' '*.pyi' '*.sh' '.ci/run' ':!:docs/**' \
-  | xargs -0 grep -ohE 'RCOLL_[A-Z0-9_]+' \
-  | grep -vE "$not_variables" | sort -u >"$code"
-grep -E '^\|' "$reference" | cut -d'|' -f2 | grep -oE 'RCOLL_[A-Z0-9_]+' \
-  | grep -vE "$not_variables" | sort -u >"$documented"
+files() {
+  git ls-files --cached --others --exclude-standard -z -- \
+    '*.rs' '*.c' '*.h' '*.py' '*.pyi' '*.sh' '.ci/run' ':!:docs/**'
+}
+# Names of the form RCOLL_* that are not environment variables: constants the code defines
+# (the C header's macros and include guards, capi's `pub const`s behind them), and the
+# family prefixes that comments write as RCOLL_IB_* or RCOLL_SHM_*.
+files | xargs -0 grep -ohE '(#define|#ifndef|const) RCOLL_[A-Z0-9_]+' \
+  | grep -oE 'RCOLL_[A-Z0-9_]+' | sort -u >"$constants"
+not_variables() { grep -vxF -f "$constants" | grep -vE '^RCOLL_[A-Z0-9_]*_$'; }
+files | xargs -0 grep -ohE 'RCOLL_[A-Z0-9_]+' | not_variables | sort -u >"$code"
+grep -E '^\|' "$reference" | cut -d'|' -f2 | grep -oE 'RCOLL_[A-Z0-9_]+' | sort -u >"$documented"
 
 status=0
 missing=$(comm -23 "$code" "$documented")
