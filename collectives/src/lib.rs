@@ -163,7 +163,8 @@
 //! peer becomes an error on every rank within [`Config::timeout`] (`RCOLL_TIMEOUT`); ranks
 //! that disagree on a call (count, type, op, root, algorithm) get an error naming the
 //! difference ([`fingerprint`]). After an error the communicator is unusable
-//! ([`Error::Poisoned`]): build a new one.
+//! ([`Error::Poisoned`]): the survivors of a process group carry on as a smaller group
+//! with [`Communicator::shrink`] (as `MPIX_Comm_shrink`), or build a new one.
 //!
 //! ## Glossary
 //!
