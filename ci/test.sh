@@ -21,6 +21,7 @@ cargo test --workspace --doc
 # machines' XML files and this host as rcoll's own readers do.
 cargo test -p rcoll-transport --features hwloc --lib --test topology
 ci/python.sh  # the Python package: a venv under target/, pip install ./python, pytest
+RCOLL_REINSTALL=0 ci/torch.sh  # the torch backend: torch from PyPI, torch's own suite, DDP
 
 # The verbs suite's binary, built on the host (the VM runs host binaries unchanged): the one
 # the first command built (`--workspace`: the same features; `-p rcoll` would build it again).

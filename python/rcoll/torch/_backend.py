@@ -67,6 +67,12 @@ _REDUCIBLE = {
 
 _UNIQUE_ID_KEY = "rcoll/unique_id"
 
+# Every live backend, until torch shuts it down. torch keeps only the C++ side of a
+# backend its creator returned (ProcessGroup::setBackend); once Python collects the
+# Python object, the trampoline finds no Python methods and calls c10d::Backend's, which
+# fail ('getBackendName is not implemented', seen on groups from dist.new_group).
+_LIVE = set()
+
 
 class RcollError(RuntimeError):
     """A call the backend refuses before any communication (its message says why)."""
@@ -84,7 +90,12 @@ def create(opts, backend_options=None):
     else:
         uid = store.get(_UNIQUE_ID_KEY)
     comm = rcoll.init_rank(bytes(uid), rank, size, timeout=_timeout(opts.timeout))
-    return RcollBackend(comm, opts.timeout)
+    return _kept(RcollBackend(comm, opts.timeout))
+
+
+def _kept(backend):
+    _LIVE.add(backend)
+    return backend
 
 
 def _timeout(torch_timeout):
@@ -214,6 +225,7 @@ class RcollBackend(_private.Backend):
         self._timeout = timeout if timeout is not None else datetime.timedelta(minutes=30)
         self._completer = _Completer(comm.rank)
         self._closed = False
+        self._sequence = 0
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -224,7 +236,37 @@ class RcollBackend(_private.Backend):
     def options(self):
         return _private.BackendOptions("rcoll", self._timeout)
 
+    def _get_sequence_number_for_group(self):
+        return self._sequence
+
+    def _set_sequence_number_for_group(self):
+        pass  # deprecated in torch: numbers start at 0 on every rank
+
+    # torch 2.15's trampoline reads these properties through Python; one a subclass does
+    # not define resolves to c10d's, which asks the trampoline again, endlessly (see
+    # _private.BackendOptions). So each is stated, even where the answer is c10d's.
+    @property
+    def supports_coalescing(self):
+        return False
+
+    @property
+    def supports_shrinking(self):
+        return False
+
+    @property
+    def supports_reconfigure(self):
+        return False
+
+    @property
+    def supports_window(self):
+        return False
+
+    @property
+    def _supports_time_estimate(self):
+        return False
+
     def _work(self, what, requests, outputs, after=None):
+        self._sequence += 1
         work = Work(self, what, requests, outputs, after)
         self._completer.add(work)
         return work
@@ -298,13 +340,19 @@ class RcollBackend(_private.Backend):
         return self._work("allgather", reqs, output_lists, after)
 
     def allgather_coalesced(self, output_lists, inputs, opts):
+        """``output_lists[q][i]`` receives rank q's ``inputs[i]``."""
+        if len(output_lists) != self._comm.size:
+            raise RcollError(
+                f"rcoll backend: allgather_coalesced takes {self._comm.size} output lists "
+                f"(one per rank), got {len(output_lists)}"
+            )
         reqs, after = [], _After()
-        outs = output_lists[0] if output_lists else []
         for i, t in enumerate(inputs):
-            row = [o[i] for o in output_lists] if len(output_lists) == self._comm.size else None
+            row = [outs[i] for outs in output_lists]
+            self._check_list(row, t, "allgather_coalesced")
             flat = torch.empty((self._comm.size, t.numel()), dtype=t.dtype)
             reqs.append(self._comm.Iallgather(_raw(after.input(t)), _raw(flat)))
-            after.scatter_rows(flat, row if row is not None else outs)
+            after.scatter_rows(flat, row)
         return self._work("allgather_coalesced", reqs, output_lists, after)
 
     def all_gather_single(self, output, input, opts):
@@ -448,7 +496,7 @@ class RcollBackend(_private.Backend):
         color = min(ranks) if me in ranks else None
         key = sorted(ranks).index(me) if me in ranks else 0
         made = self._comm.Split(color, key)
-        return RcollBackend(made, self._timeout) if made is not None else None
+        return _kept(RcollBackend(made, self._timeout)) if made is not None else None
 
     # -- end --------------------------------------------------------------------------
 
@@ -459,6 +507,7 @@ class RcollBackend(_private.Backend):
         if not self._closed:
             self._closed = True
             self._completer.stop()
+        _LIVE.discard(self)
 
     # -- argument checks --------------------------------------------------------------
 

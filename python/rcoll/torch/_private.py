@@ -29,7 +29,17 @@ DistributedBackendOptions = _c10d._DistributedBackendOptions
 RedOpType = _c10d.ReduceOp.RedOpType
 
 #: ``c10d::Backend::Options`` (``backend`` name, ``_timeout``). A Python subclass must
-#: override the ``options`` property: the trampoline's ``getBackendOptions`` reads the
-#: attribute, whose inherited form calls ``getBackendOptions`` again (endless recursion in
-#: torch 2.15, seen on ``dist.split_group``).
+#: override the ``options`` property, and every ``supports_*`` property the trampoline
+#: reads (``supports_splitting``, ``supports_coalescing``, ``supports_shrinking``,
+#: ``supports_reconfigure``, ``supports_window``, ``_supports_time_estimate``): it reads
+#: the attribute through Python, and the inherited one calls the trampoline again
+#: (endless recursion in torch 2.15, seen on ``dist.split_group`` and
+#: ``dist.batch_isend_irecv``).
 BackendOptions = _c10d.Backend.Options
+
+#: What a Python backend cannot change in torch 2.15 (so torch's tests that check these
+#: are listed as skipped in python/tests_torch/distributed_suite.txt):
+#: - ``Work.is_completed()`` is always False: torch wraps a Python Work in
+#:   ``PyWorkHolder``, which forwards ``wait`` and ``get_future`` only.
+#: - DDP's logging names the backend "custom" (``ProcessGroup::getBackendName`` of a
+#:   plugin's ``BackendType.CUSTOM``), not "rcoll".
