@@ -239,3 +239,13 @@ class Comm:
         """A new communicator of the ranks passing the same ``color``, ranked by ``key``
         then by rank here, as ``MPI_Comm_split``; ``None`` or a negative color joins none
         and returns ``None``. Every rank must call it. This communicator stays usable."""
+    def shrink(self, exclude: Sequence[int] = ..., abort: bool = False) -> Comm:
+        """The survivors' communicator after a failure (or without the healthy ranks in
+        ``exclude``), as ``MPIX_Comm_shrink`` / ``ncclCommShrink``: every surviving rank
+        calls it, they agree on the failed ranks (the same on every one), keep their order
+        and reuse the connections, with no rendezvous. ``abort=True`` first ends whatever
+        is queued here. A rank the others left out gets an ``rcoll.Error``. This
+        communicator is unusable afterwards."""
+    @property
+    def excluded(self) -> list[int]:
+        """The ranks of the parent the shrink that made this communicator left out."""

@@ -576,6 +576,34 @@ impl Comm {
             .map_err(|e| to_py(py, e))?;
         made.map(Comm::new).transpose()
     }
+
+    /// The survivors' communicator after a failure (or without the healthy ranks of
+    /// `exclude`), as `MPIX_Comm_shrink` / `ncclCommShrink`: every surviving rank calls
+    /// it; they agree on the failed ranks and keep their order, over the same connections.
+    /// `abort=True` first ends whatever is queued on this communicator (each such call
+    /// fails). This communicator is unusable afterwards.
+    #[pyo3(signature = (exclude = Vec::new(), abort = false))]
+    fn shrink(&self, py: Python<'_>, exclude: Vec<usize>, abort: bool) -> PyResult<Comm> {
+        let bg = &self.bg;
+        let made = py
+            .detach(|| {
+                if abort {
+                    bg.abort("shrink after an error");
+                }
+                bg.run(|c| c.shrink(&exclude))
+            })
+            .map_err(|e| to_py(py, e))?;
+        Comm::new(made)
+    }
+
+    /// The ranks of the parent that the shrink which made this communicator left out
+    /// (failed or excluded), the same on every member; empty if no shrink made it.
+    #[getter]
+    fn excluded(&self, py: Python<'_>) -> PyResult<Vec<usize>> {
+        let bg = &self.bg;
+        py.detach(|| bg.run(|c| Ok(c.shrunk().map(|s| s.excluded.clone()).unwrap_or_default())))
+            .map_err(|e| to_py(py, e))
+    }
 }
 
 #[pymethods]
