@@ -765,3 +765,24 @@ impl Drop for StartedDir {
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
+
+/// Rank `r`'s contribution to element `i` of the shrink tests' all_reduce at step `s`:
+/// small integers, whose sum any reference gets exactly.
+pub fn shrink_contribution(r: usize, s: usize, i: usize) -> i64 {
+    ((r as i64 + 1) << 20) + (s as i64) * 1000 + (i % 977) as i64
+}
+
+/// The sum of [`shrink_contribution`] over `members`, computed apart from rcoll.
+pub fn shrink_expected(members: &[usize], s: usize, i: usize) -> i64 {
+    members.iter().map(|&r| shrink_contribution(r, s, i)).sum()
+}
+
+/// SIGKILL to this process from another thread, while this one goes on (into its call).
+pub fn kill_myself_soon() {
+    let pid = std::process::id().to_string();
+    std::thread::spawn(move || {
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status();
+    });
+}

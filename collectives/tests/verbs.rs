@@ -17,6 +17,8 @@ mod common;
 mod placement;
 #[path = "verbs/scenarios.rs"]
 mod scenarios;
+#[path = "verbs/shrink.rs"]
+mod shrink;
 #[path = "verbs/transport.rs"]
 mod transport;
 
@@ -114,6 +116,7 @@ fn rank_body(scenario: &str) {
         "memlock" => panic!("rank {} joined although memlock was too low", comm.rank()),
         "lossy" => scenarios::lossy(&mut comm),
         "wake_ups" => scenarios::wake_ups(&mut comm),
+        "shrink" => shrink::shrink(comm),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -344,6 +347,43 @@ fn a_killed_rank_fails_the_others_naming_it() {
             );
         }
     }
+}
+
+/// A rank killed mid-loop over verbs: the two survivors shrink over their queue pairs and
+/// finish, registered buffers still sent zero-copy and every result right
+/// ([`shrink::shrink`]).
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn survivors_of_a_killed_rank_shrink_3_to_2_over_verbs() {
+    let at = 3 + std::process::id() as usize % 8;
+    let children = spawn("shrink", 3, |_| {
+        vec![
+            ("RCOLL_TEST_KILL_STEP".into(), at.to_string()),
+            ("RCOLL_TIMEOUT".into(), "20".into()),
+        ]
+    });
+    let results = finish(children, Duration::from_secs(120));
+    let all: Vec<String> = results
+        .iter()
+        .enumerate()
+        .map(|(r, (_, out))| format!("--- rank {r}:\n{out}"))
+        .collect();
+    for (r, (ok, out)) in results.iter().enumerate().take(2) {
+        assert!(
+            *ok && out.contains("SURVIVORS [0, 1]"),
+            "killed at step {at}: rank {r} did not finish\n{}",
+            all.join("\n")
+        );
+    }
+    eprintln!(
+        "killed at step {at}: {}",
+        results[0]
+            .1
+            .lines()
+            .filter(|l| l.starts_with("SHRUNK") || l.starts_with("SURVIVORS"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    );
 }
 
 /// A rank stopped with SIGSTOP: its device still acknowledges writes, so only the control

@@ -13,24 +13,16 @@ use std::time::{Duration, Instant};
 
 use rcoll::{Communicator, ReduceOp};
 
-use super::common::{cannot_run, finish, signal};
+use super::common::{
+    cannot_run, finish, kill_myself_soon, shrink_contribution as contribution,
+    shrink_expected as expected, signal,
+};
 use super::spawn_each;
 
 /// Elements of each step's all_reduce (1 MiB of i64: long enough to be killed inside).
 const ELEMS: usize = 1 << 17;
 /// Steps of the loop.
 const STEPS: usize = 24;
-
-/// Rank `r`'s contribution at step `s`: small integers, whose sum any reference gets
-/// exactly.
-fn contribution(r: usize, s: usize, i: usize) -> i64 {
-    ((r as i64 + 1) << 20) + (s as i64) * 1000 + (i % 977) as i64
-}
-
-/// The sum over `alive` at step `s`, element `i`, computed apart from rcoll.
-fn expected(alive: &[usize], s: usize, i: usize) -> i64 {
-    alive.iter().map(|&r| contribution(r, s, i)).sum()
-}
 
 /// `RCOLL_TEST_VICTIMS`: the ranks that fail ("1,3"), `RCOLL_TEST_KILL_STEP`: when,
 /// `RCOLL_TEST_FAULT`: `kill` (at that step), `kill_in_agreement` (the second victim
@@ -43,16 +35,6 @@ fn env_list(name: &str) -> Vec<usize> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().expect("a rank"))
         .collect()
-}
-
-/// SIGKILL to this process from another thread, while this one goes on (into its call).
-fn kill_myself_soon() {
-    let pid = std::process::id().to_string();
-    std::thread::spawn(move || {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid])
-            .status();
-    });
 }
 
 /// Scenario `shrink_loop` (see the module docs).

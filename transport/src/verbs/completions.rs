@@ -94,6 +94,24 @@ impl VerbsTransport {
                 // Retries exhausted at setup is almost always addressing: say what was used.
                 status = format!("{status}; local {}", self.selection.gid.why);
             }
+            if self.per_peer {
+                // The peer's alone (see `epoch`): its buffer comes back, the others go on.
+                if let Some(Some(peer)) = self.peers.get_mut(p) {
+                    peer.sends = peer.sends.saturating_sub(1);
+                }
+                if let Some((id, v)) = self.inflight.remove(&c.wr_id) {
+                    self.free.push((id, v));
+                }
+                let e = TransportError::Completion {
+                    rank: self.rank,
+                    peer: Rank::from(p),
+                    op,
+                    status,
+                    vendor_err: c.vendor_err,
+                };
+                self.fail_peer(p, e);
+                return;
+            }
             // Flushes after the first error repeat it; keep the first.
             if self.broken.is_none() {
                 let e = self.cause_behind(
@@ -405,6 +423,9 @@ impl VerbsTransport {
     }
 
     pub(super) fn peer_index(&self, peer: Rank) -> Result<usize, TransportError> {
+        if let Some(Some(e)) = self.peer_errors.get(peer.index()) {
+            return Err(e.clone());
+        }
         match self.peers.get(peer.index()) {
             Some(Some(_)) => Ok(peer.index()),
             _ => Err(TransportError::InvalidPeer {

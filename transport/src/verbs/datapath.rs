@@ -570,6 +570,22 @@ impl Transport for VerbsTransport {
     fn abort(&mut self, reason: &str) {
         self.tcp.abort(reason);
     }
+
+    fn begin_epoch(&mut self) -> Result<u32, TransportError> {
+        self.next_epoch()
+    }
+
+    fn commit_epoch(&mut self) {
+        self.tcp.settle_epoch();
+    }
+
+    fn discard_from(&mut self, peer: Rank, old: &dyn Fn(&Tag) -> bool) {
+        self.discard(peer, old);
+    }
+
+    fn exclude(&mut self, peer: Rank) {
+        self.forget(peer);
+    }
 }
 
 impl Drop for VerbsTransport {
@@ -779,7 +795,11 @@ impl VerbsTransport {
     /// posted), and the error names the peer.
     pub(super) fn broken_by(&mut self, p: usize, e: VerbsError) -> TransportError {
         let e = self.verbs_error(Some(p), e);
-        self.fail(e.clone());
+        if self.per_peer {
+            self.fail_peer(p, e.clone());
+        } else {
+            self.fail(e.clone());
+        }
         e
     }
 }

@@ -93,6 +93,7 @@ mod completions;
 mod credits;
 mod datapath;
 mod device;
+mod epoch;
 // Test-only: a hostile peer's writes, left out of every build that does not ask for them.
 #[cfg(feature = "fault-injection")]
 mod faults;
@@ -344,6 +345,10 @@ pub struct VerbsTransport {
     next_wr: u32,
     arrived: crate::transport::Arrivals<(Tag, Arrival)>,
     broken: Option<TransportError>,
+    /// Since the group first shrank: a queue pair's failure is its peer's alone
+    /// (`peer_errors[p]`), not the transport's ([`epoch`]).
+    per_peer: bool,
+    peer_errors: Vec<Option<TransportError>>,
     completions: Vec<ffi::Completion>,
     slot_bytes: usize,
     send_depth: u32,

@@ -142,6 +142,8 @@ pub fn upgrade_for(
         next_wr: 0,
         arrived: Default::default(),
         broken: None,
+        per_peer: false,
+        peer_errors: vec![None; nranks],
         completions: Vec::with_capacity(64),
         slot_bytes: opts.slot_bytes,
         send_depth,

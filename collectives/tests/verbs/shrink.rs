@@ -1,0 +1,76 @@
+//! Shrink over verbs: 3 ranks loop over all_reduces of registered memory (sent zero-copy),
+//! the last kills itself mid-loop, and the two survivors agree, shrink and finish over
+//! the queue pairs they had, every result checked against sums computed here, the
+//! buffers registered before the shrink and one registered after still sent zero-copy.
+//! Part of the `verbs` test binary (`../verbs.rs`).
+
+use rcoll::{Communicator, ReduceOp};
+
+use super::common::{kill_myself_soon, shrink_contribution, shrink_expected};
+
+const ELEMS: usize = 1 << 17;
+const STEPS: usize = 16;
+
+/// Scenario `shrink`: rank `n - 1` dies at step `RCOLL_TEST_KILL_STEP`.
+pub fn shrink(comm: Communicator) {
+    let mut comm = comm;
+    let (me, n) = (comm.rank(), comm.size());
+    let victim = n - 1;
+    let at: usize = std::env::var("RCOLL_TEST_KILL_STEP")
+        .expect("kill step")
+        .parse()
+        .expect("a step");
+    let mut buf = comm.alloc::<i64>(ELEMS).expect("registered memory");
+    let mut alive: Vec<usize> = (0..n).collect();
+    let mut zero_copy_at_shrink = None;
+    let mut step = 0;
+    while step < STEPS {
+        if me == victim && step == at {
+            kill_myself_soon();
+        }
+        let r = alive[comm.rank()];
+        for (i, x) in buf.iter_mut().enumerate() {
+            *x = shrink_contribution(r, step, i);
+        }
+        match comm.all_reduce_in_place(&mut buf[..], ReduceOp::Sum) {
+            Ok(()) => {
+                let bad = (0..ELEMS).find(|&i| buf[i] != shrink_expected(&alive, step, i));
+                assert_eq!(bad, None, "rank {me}, step {step}, members {alive:?}");
+                step += 1;
+            }
+            Err(e) => {
+                println!("FAILED {step}: {e}");
+                let new = comm.shrink(&[]).expect("shrink");
+                let s = new.shrunk().expect("shrunk").clone();
+                alive = s.parent_ranks.iter().map(|&p| alive[p]).collect();
+                println!("SHRUNK excluded {:?} members {alive:?}", s.excluded);
+                comm = new;
+                zero_copy_at_shrink = Some(comm.zero_copy_sends());
+                let mut next = [step as u64];
+                comm.all_reduce_in_place(&mut next, ReduceOp::Min)
+                    .expect("the first call after the shrink");
+                step = next[0] as usize;
+            }
+        }
+    }
+    assert_eq!(alive, (0..n - 1).collect::<Vec<_>>(), "rank {me}: members");
+    // Memory registered after the shrink too.
+    let mut fresh = comm.alloc::<i64>(ELEMS).expect("registered memory");
+    for (i, x) in fresh.iter_mut().enumerate() {
+        *x = shrink_contribution(me, STEPS, i);
+    }
+    comm.all_reduce_in_place(&mut fresh[..], ReduceOp::Sum)
+        .expect("all_reduce after the shrink");
+    let bad = (0..ELEMS).find(|&i| fresh[i] != shrink_expected(&alive, STEPS, i));
+    assert_eq!(bad, None, "rank {me}: the fresh buffer");
+    let before = zero_copy_at_shrink.expect("a shrink happened");
+    assert!(
+        comm.zero_copy_sends() > before,
+        "rank {me}: no send went zero-copy after the shrink ({before} before)"
+    );
+    assert_eq!(comm.borrowed_in_flight(), 0, "rank {me}: memory still lent");
+    println!(
+        "SURVIVORS {alive:?}, zero-copy sends {before} at the shrink, {} at the end",
+        comm.zero_copy_sends()
+    );
+}
