@@ -13,7 +13,7 @@ orders when it matters)::
 
 ``allreduce``: float32 tensors of 8 B, 1 MiB, 16 MiB and 64 MiB, in place, SUM; for each
 size the median and best of batches of calls (rank 0's clock, a barrier before each batch).
-``ddp``: an MLP of 8.4 M parameters (several 25 MB buckets), batch 32, SGD; the median
+``ddp``: an MLP of 8.4 M parameters (two 25 MB buckets), batch 32 (``BATCH=``), SGD; the median
 step (forward, backward with DDP's overlapped all-reduces, optimizer) over 30 steps after
 5 warm-up steps.
 """
@@ -68,9 +68,12 @@ def model():
     )
 
 
+BATCH = int(os.environ.get("BATCH", "32"))
+
+
 def steps(net, params, n=30, warm=5):
     opt = torch.optim.SGD(params, lr=0.01)
-    x, y = torch.randn(32, 1024), torch.randn(32, 1024)
+    x, y = torch.randn(BATCH, 1024), torch.randn(BATCH, 1024)
     times = []
     for i in range(warm + n):
         t0 = time.perf_counter()
@@ -94,7 +97,8 @@ def ddp(backend):
     if dist.get_rank() == 0:
         nparams = sum(p.numel() for p in net.parameters())
         print(
-            f"ddp {backend:5s} {dist.get_world_size()} ranks, {nparams / 1e6:.1f} M params: "
+            f"ddp {backend:5s} {dist.get_world_size()} ranks, {nparams / 1e6:.1f} M params, "
+            f"batch {BATCH}: "
             f"median step {max(e.item() for e in every) * 1e3:.1f} ms (slowest rank's median; "
             f"rank 0 best {min(times) * 1e3:.1f} ms)",
             flush=True,
@@ -104,7 +108,7 @@ def ddp(backend):
 def single():
     net = model()
     times = steps(net, net.parameters())
-    print(f"single process: median step {statistics.median(times) * 1e3:.1f} ms, best {min(times) * 1e3:.1f} ms")
+    print(f"single process, batch {BATCH}: median step {statistics.median(times) * 1e3:.1f} ms, best {min(times) * 1e3:.1f} ms")
 
 
 def main():

@@ -9,7 +9,7 @@ import pytest
 from launch import spawn, spawn_ok
 
 
-@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("n", [2, 3])
 def test_every_call_every_dtype_against_local_results(n):
     spawn_ok(n, "ops", deadline_s=400)
 

@@ -4,9 +4,10 @@ nonblocking rcoll calls on numpy views of the tensors' memory.
 - Issue: each method checks its tensors, makes the views (no copy for contiguous tensors)
   and queues rcoll calls (``Comm.Iallreduce``, ...) on the group's communicator, whose
   progress thread runs them in issue order; it returns a `Work` at once.
-- Completion: one thread per group (`_Completer`) waits for the queued calls in issue order
-  and completes each Work's future with its output tensors, so DDP's buckets overlap the
-  backward pass and callbacks chained on the future run when the data is there.
+- Completion: one thread per group (`_Completer`) waits for the calls whose future was
+  asked for (``get_future()``, as DDP does for each bucket), in that order, and completes
+  the future with the output tensors, so DDP's buckets overlap the backward pass and
+  callbacks chained on the future run when the data is there.
 - ``Work.wait()`` settles the call on the caller's thread (no thread switch for a
   synchronous collective); ``Work.wait(timeout)`` waits at most that long, then aborts
   the group (every rank's calls fail naming this one) and raises.
@@ -130,6 +131,7 @@ class Work(_private.Work):
         self._future = torch.futures.Future()
         self._lock = threading.Lock()
         self._ran = False
+        self._queued = False
         self._settled = threading.Event()
         self._error = None
 
@@ -162,13 +164,18 @@ class Work(_private.Work):
         seconds = _seconds(timeout)
         if seconds is None:
             self._settle()
-        elif not self._settled.wait(seconds):
+            return self._raise_or_true()
+        self._to_completer()
+        if not self._settled.wait(seconds):
             reason = (
                 f"rcoll backend: {self._what} on rank {self._backend._comm.rank} did not finish "
                 f"within Work.wait's timeout of {seconds:g} s; the group is aborted"
             )
             self._backend._comm.Abort(reason)
             raise rcoll.TimeoutError(reason)
+        return self._raise_or_true()
+
+    def _raise_or_true(self):
         if self._error is not None:
             raise self._error
         return True
@@ -187,7 +194,18 @@ class Work(_private.Work):
         return self._outputs
 
     def get_future(self):
+        self._to_completer()
         return self._future
+
+    def _to_completer(self):
+        """Has the completion thread settle this Work. Only a Work whose future someone
+        holds (DDP chains its buckets' callbacks on it) or that is waited for with a
+        timeout needs it: a synchronous call settles on its own thread, without a hand-off."""
+        with self._lock:
+            queue = not self._queued and not self._ran
+            self._queued = True
+        if queue:
+            self._backend._completer.add(self)
 
 
 class _Completer:
@@ -267,9 +285,7 @@ class RcollBackend(_private.Backend):
 
     def _work(self, what, requests, outputs, after=None):
         self._sequence += 1
-        work = Work(self, what, requests, outputs, after)
-        self._completer.add(work)
-        return work
+        return Work(self, what, requests, outputs, after)
 
     def _reduce_op(self, opts, tensor, what):
         kind = opts.reduceOp.op
