@@ -223,6 +223,20 @@ pub fn init() {
     });
 }
 
+/// How many segments the world's rcoll communicator sent zero-copy from the
+/// application's memory (0 without one).
+pub fn world_zero_copy_sends() -> u64 {
+    let world = read().as_ref().and_then(|s| s.world.clone());
+    let mut sends = 0;
+    if let Some(ready) = world.as_ref().and_then(|w| w.ready()) {
+        let _ = ready.run(|c| {
+            sends = c.zero_copy_sends();
+            Ok(())
+        });
+    }
+    sends
+}
+
 /// Before `PMPI_Finalize`: drops every rcoll communicator and the attribute key.
 pub fn finalize() {
     let taken = write().take();

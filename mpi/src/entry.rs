@@ -9,12 +9,12 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::comms::{self, State};
 use crate::decide::{decide, Action, Args, Coll, OpKind, Plan, Reason, Side, Ty, Types};
 use crate::ffi::{self, Comm, Datatype, Op, Request, Sent, NO_DATATYPE};
+use crate::memory;
 use crate::pending;
 use crate::run;
 use crate::stage::Stage;
@@ -176,8 +176,35 @@ fn failure(coll: Coll, comm: Comm, why: &str) -> c_int {
     let me = comms::world_rank();
     comms::raise(
         comm,
-        &format!("rcoll-mpi: {} on world rank {me}: {why}", coll.mpi_name()),
+        &format!(
+            "rcoll-mpi: {} on world rank {me}: {}",
+            coll.mpi_name(),
+            cause_first(why)
+        ),
     )
+}
+
+/// rcoll's message with its innermost cause in front: rcoll nests each rank's context
+/// before what went wrong ("rank 0: all_reduce #1 (...): rank 0: aborted by rank 1: rank
+/// 1: ...: rank 2 closed its end of the connection"), and MPI cuts an error string at
+/// `MPI_MAX_ERROR_STRING` (256 in Open MPI), which would keep the context and lose the
+/// dead rank.
+fn cause_first(why: &str) -> String {
+    // The last ": " outside brackets: a cause may carry its own details in (...) or [...].
+    let mut depth = 0i32;
+    let mut last = None;
+    for (i, c) in why.char_indices() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            ':' if depth == 0 && why[i + 1..].starts_with(' ') => last = Some(i),
+            _ => {}
+        }
+    }
+    match last.map(|i| &why[i + 2..]) {
+        Some(cause) if !cause.is_empty() => format!("{cause} (in: {why})"),
+        _ => why.to_string(),
+    }
 }
 
 /// # Safety
@@ -208,8 +235,12 @@ unsafe fn serve<'a>(
             Err(why) => return Ok(failure(coll, comm, &why)),
         };
     let (s, r) = stage.buffers(send, recv);
-    // SAFETY: as above, or the staged copies of the same lengths.
-    let done = ready.run(|c| unsafe { run::execute(c, &plan, s, r) });
+    let key = ready as *const comms::Ready as usize;
+    let done = ready.run(|c| {
+        memory::register_for(c, key, [s, r.cast_const()]);
+        // SAFETY: as above, or the staged copies of the same lengths.
+        unsafe { run::execute(c, &plan, s, r) }
+    });
     // SAFETY: the receive buffer is valid until this call returns.
     let unpacked = unsafe { stage.finish(done.is_ok()) };
     let failed = match (done, unpacked) {
@@ -224,13 +255,64 @@ unsafe fn serve<'a>(
     Ok(failure(coll, comm, &failed))
 }
 
-/// What a queued call's request reports: its MPI error code, set before the request is
-/// completed, read by MPI's completion calls through the query function.
+/// What a queued call's request reports, read by MPI's completion calls through the
+/// query function. The progress thread only records a failure; the first query, made by
+/// the application's completion call on the application's thread, hands it to the
+/// communicator's error handler as a blocking call's failure is (so `MPI_ERRORS_ARE_FATAL`
+/// ends the job from the call that completes the request, and MPI is called on no other
+/// thread, which is all MPI allows below `MPI_THREAD_MULTIPLE`).
 struct Outcome {
-    code: AtomicI32,
+    coll: Coll,
+    /// The call's communicator, and how the call ended.
+    state: Mutex<(Sent<Comm>, Ended)>,
 }
 
-/// The generalized request's query function's question (src/shim.c).
+enum Ended {
+    /// Done, or not yet (MPI queries only completed requests).
+    Well,
+    /// rcoll's message, not yet given to the error handler.
+    Failed(String),
+    /// The error code the handler was given.
+    Raised(c_int),
+}
+
+impl Outcome {
+    fn new(coll: Coll, comm: Comm) -> Outcome {
+        Outcome {
+            coll,
+            state: Mutex::new((Sent(comm), Ended::Well)),
+        }
+    }
+
+    /// Records the call's failure (on the progress thread).
+    fn fail(&self, why: String) {
+        self.lock().1 = Ended::Failed(why);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Sent<Comm>, Ended)> {
+        // A panic while held is caught at the C boundary, which ends the job.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The request's MPI error code: a failure goes to the error handler the first time.
+    fn code(&self) -> c_int {
+        let mut state = self.lock();
+        let (comm, ended) = &mut *state;
+        match ended {
+            Ended::Well => 0,
+            Ended::Raised(code) => *code,
+            Ended::Failed(why) => {
+                // Held while raising: another query of the same request waits for the code.
+                let code = failure(self.coll, comm.0, why);
+                *ended = Ended::Raised(code);
+                code
+            }
+        }
+    }
+}
+
+/// The generalized request's query function's question (src/shim.c), asked by MPI's
+/// completion calls on the application's thread.
 ///
 /// # Safety
 /// `state` is the pointer [`queue`] gave `MPI_Grequest_start`, not yet freed.
@@ -239,7 +321,7 @@ pub unsafe extern "C" fn rcoll_mpi_outcome_code(state: *mut c_void) -> c_int {
     // SAFETY: an `Arc<Outcome>` leaked by `queue` for the request, freed only by
     // `rcoll_mpi_outcome_free` after the last query.
     let outcome = unsafe { &*(state as *const Outcome) };
-    outcome.code.load(Ordering::Acquire)
+    guarded("a nonblocking call's completion", || outcome.code())
 }
 
 /// The generalized request's free function: drops its reference to the outcome.
@@ -322,9 +404,7 @@ unsafe fn queue<'a>(
         Ok(s) => s,
         Err(why) => return Ok(failure(coll, comm, &why)),
     };
-    let outcome = Arc::new(Outcome {
-        code: AtomicI32::new(0),
-    });
+    let outcome = Arc::new(Outcome::new(coll, comm));
     let state = Arc::into_raw(Arc::clone(&outcome)) as *mut c_void;
     let mut req = std::mem::MaybeUninit::<Request>::uninit();
     // SAFETY: `state` stays valid until MPI calls the free function; `req` is writable.
@@ -346,10 +426,17 @@ unsafe fn queue<'a>(
     };
     let (send, recv) = (send as usize, recv as usize);
     let multiple = comms::thread_multiple();
-    let (req, comm) = (Sent(req), Sent(comm));
+    let req = Sent(req);
     let job = move |c: &mut rcoll::Communicator| {
-        let (req, comm, mut stage) = (req, comm, stage);
+        let (req, mut stage) = (req, stage);
         let (s, r) = stage.buffers(send as *const c_void, recv as *mut c_void);
+        if let Some(ready) = entry.ready() {
+            memory::register_for(
+                c,
+                ready as *const comms::Ready as usize,
+                [s, r.cast_const()],
+            );
+        }
         // SAFETY: MPI's contract for a nonblocking call: the buffers stay valid and
         // untouched until the request completes, which is after this.
         let done = unsafe { run::execute(c, &plan, s, r) };
@@ -367,9 +454,7 @@ unsafe fn queue<'a>(
             (Ok(()), Err(why)) => Some(why),
         };
         if let Some(why) = failed {
-            outcome
-                .code
-                .store(failure(coll, comm.0, &why), Ordering::Release);
+            outcome.fail(why);
         }
         if multiple {
             // SAFETY: the request this call started, completed once; at
@@ -493,8 +578,13 @@ pub unsafe extern "C" fn MPI_Finalize() -> c_int {
             for line in STATS.lines() {
                 let _ = writeln!(out, "{line}");
             }
+            if let Some(line) = memory::stats_line(comms::world_zero_copy_sends()) {
+                let _ = writeln!(out, "{line}");
+            }
             let _ = out.flush();
         }
+        // Deregistered while the communicators' devices are open.
+        memory::deregister_all();
         comms::finalize();
         0
     });
@@ -1137,5 +1227,26 @@ pub unsafe extern "C" fn MPI_Ibarrier(comm: Comm, request: *mut Request) -> c_in
             |r, n| movement(c, (r, n), (none, 0, NO_DATATYPE), (none, 0, NO_DATATYPE), 0),
             || ffi::PMPI_Ibarrier(comm, request),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cause_first;
+
+    #[test]
+    fn the_innermost_cause_of_an_rcoll_message_comes_first() {
+        assert_eq!(
+            cause_first("rank 0: all_reduce #1 (mesh, step 0): rank 1: rank 2 closed its end"),
+            "rank 2 closed its end (in: rank 0: all_reduce #1 (mesh, step 0): rank 1: rank 2 \
+             closed its end)"
+        );
+        assert_eq!(
+            cause_first("rank 0: reduce (a: b): timed out waiting for rank 2 [rank 2: idle]"),
+            "timed out waiting for rank 2 [rank 2: idle] (in: rank 0: reduce (a: b): timed out \
+             waiting for rank 2 [rank 2: idle])"
+        );
+        assert_eq!(cause_first("no context"), "no context");
+        assert_eq!(cause_first("ends in a colon: "), "ends in a colon: ");
     }
 }

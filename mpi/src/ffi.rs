@@ -16,6 +16,8 @@ mod handles {
     pub type Op = *mut c_void;
     /// `MPI_Request`.
     pub type Request = *mut c_void;
+    /// `MPI_Info`.
+    pub type Info = *mut c_void;
     /// A datatype argument nobody reads (a barrier's).
     pub const NO_DATATYPE: Datatype = std::ptr::null_mut();
 }
@@ -31,11 +33,16 @@ mod handles {
     pub type Op = c_int;
     /// `MPI_Request`.
     pub type Request = c_int;
+    /// `MPI_Info`.
+    pub type Info = c_int;
     /// A datatype argument nobody reads (a barrier's).
     pub const NO_DATATYPE: Datatype = 0;
 }
 
-pub use handles::{Comm, Datatype, Op, Request, NO_DATATYPE};
+pub use handles::{Comm, Datatype, Info, Op, Request, NO_DATATYPE};
+
+/// `MPI_Aint`: an address-sized signed integer in both (`ptrdiff_t`, `long`).
+pub type Aint = isize;
 
 /// A handle sent to rcoll's progress thread, which calls MPI with it (at
 /// `MPI_THREAD_MULTIPLE`, where any thread may).
@@ -127,6 +134,8 @@ extern "C" {
         provided: *mut c_int,
     ) -> c_int;
     pub fn PMPI_Finalize() -> c_int;
+    pub fn PMPI_Alloc_mem(size: Aint, info: Info, baseptr: *mut c_void) -> c_int;
+    pub fn PMPI_Free_mem(base: *mut c_void) -> c_int;
     pub fn PMPI_Allreduce(
         sendbuf: *const c_void,
         recvbuf: *mut c_void,

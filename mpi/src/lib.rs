@@ -66,6 +66,7 @@ mod control;
 mod decide;
 mod entry;
 mod ffi;
+mod memory;
 mod pending;
 mod run;
 mod stage;

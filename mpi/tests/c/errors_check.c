@@ -8,13 +8,76 @@
  *     contributions already delivered (then its sum must be right) or fail.
  *   errors_check fatal: the default MPI_ERRORS_ARE_FATAL; the job ends with rcoll's message
  *     naming the rank (the program never prints ERRORS-CHECK-OK).
+ *   errors_check killed-return|killed-fatal [multiple]: nonblocking calls and a killed rank
+ *     (run under a launcher that lets the others live on): after one MPI_Iallreduce that
+ *     works, the last rank kills itself (SIGKILL) and the others' next MPI_Iallreduce fails,
+ *     which MPI_Wait reports through the error handler, as above: with MPI_ERRORS_RETURN
+ *     (killed-return) MPI_Wait returns rcoll's code (ERROR-SEEN as above), a later call fails
+ *     too, and each survivor prints ERRORS-CHECK-OK <rank> and leaves (no MPI_Finalize: its
+ *     barrier would wait for the dead rank); with MPI_ERRORS_ARE_FATAL (killed-fatal) the
+ *     job ends in MPI_Wait with rcoll's message. `multiple`: at MPI_THREAD_MULTIPLE, where
+ *     rcoll's progress thread completes the request (else the shim's MPI_Wait does).
  */
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
+/* Prints ERROR-SEEN <rank> <1 if rcoll's class> <message> for a failed call's code. */
+static void seen(int rank, int rc) {
+  int klass = -1, len = 0;
+  char text[MPI_MAX_ERROR_STRING];
+  MPI_Error_class(rc, &klass);
+  MPI_Error_string(rc, text, &len);
+  printf("ERROR-SEEN %d %d %s\n", rank, klass > MPI_ERR_LASTCODE ? 1 : 0, text);
+  fflush(stdout);
+}
+
+static int killed(int argc, char **argv) {
+  const int returns = strcmp(argv[1], "killed-return") == 0;
+  int rank, size, provided;
+  if (argc > 2 && strcmp(argv[2], "multiple") == 0) {
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    if (provided != MPI_THREAD_MULTIPLE) {
+      printf("ERRORS-CHECK-FAIL: MPI_THREAD_MULTIPLE not provided\n");
+      return 1;
+    }
+  } else {
+    MPI_Init(&argc, &argv);
+  }
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (returns) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  double x = rank, s = 0;
+  MPI_Request req;
+  /* One nonblocking call that works: the world is served. */
+  if (MPI_Iallreduce(&x, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req) != MPI_SUCCESS ||
+      MPI_Wait(&req, MPI_STATUS_IGNORE) != MPI_SUCCESS || s != size * (size - 1) / 2) {
+    printf("ERRORS-CHECK-FAIL %d: the first Iallreduce failed (sum %g)\n", rank, s);
+    return 1;
+  }
+  if (rank == size - 1) raise(SIGKILL);
+  int rc = MPI_Iallreduce(&x, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+  if (rc == MPI_SUCCESS) rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+  if (rc == MPI_SUCCESS) {
+    printf("ERRORS-CHECK-FAIL %d: the Iallreduce without rank %d succeeded\n", rank, size - 1);
+    return 1;
+  }
+  seen(rank, rc);
+  int again = MPI_Iallreduce(&x, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
+  if (again == MPI_SUCCESS) again = MPI_Wait(&req, MPI_STATUS_IGNORE);
+  if (again == MPI_SUCCESS) {
+    printf("ERRORS-CHECK-FAIL %d: a call after the failure succeeded\n", rank);
+    return 1;
+  }
+  printf("ERRORS-CHECK-OK %d\n", rank);
+  fflush(stdout);
+  _exit(0);
+}
+
 int main(int argc, char **argv) {
+  if (argc > 1 && strncmp(argv[1], "killed-", 7) == 0) return killed(argc, argv);
   int rank, size;
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -44,11 +107,7 @@ int main(int argc, char **argv) {
     printf("ERRORS-CHECK-FAIL %d: the late Allreduce succeeded\n", rank);
     return 1;
   }
-  int klass = -1, len = 0;
-  char text[MPI_MAX_ERROR_STRING];
-  MPI_Error_class(rc, &klass);
-  MPI_Error_string(rc, text, &len);
-  printf("ERROR-SEEN %d %d %s\n", rank, klass > MPI_ERR_LASTCODE ? 1 : 0, text);
+  seen(rank, rc);
   int again = MPI_Allreduce(&x, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   if (again == MPI_SUCCESS) {
     printf("ERRORS-CHECK-FAIL %d: a call after the failure succeeded\n", rank);
