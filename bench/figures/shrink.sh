@@ -7,7 +7,10 @@
 # all_reduce there was done (ms).
 #
 #   bench/figures/shrink.sh [RANKS] [ROUNDS] [TRANSPORT]   (defaults 4, 5, $RCOLL_TRANSPORT or shm)
-#   verbs: run inside the Soft-RoCE VM (soft-roce/run-in-vm.sh) with TRANSPORT verbs
+#   verbs: inside the Soft-RoCE VM, ranks alternating over rxe0 and rxe1:
+#     cargo build --release -p rcoll --example shrink_recovery
+#     SHRINK_RECOVERY=target/release/examples/shrink_recovery \
+#         soft-roce/run-in-vm.sh bench/figures/shrink.sh 4 5 verbs
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 n=${1:-4}
@@ -15,6 +18,8 @@ rounds=${2:-5}
 transport=${3:-${RCOLL_TRANSPORT:-shm}}
 exe=${SHRINK_RECOVERY:-target/release/examples/shrink_recovery}
 [ -n "${SHRINK_RECOVERY:-}" ] || cargo build --release -q -p rcoll --example shrink_recovery
+root=127.0.0.1
+[ "$transport" != verbs ] || root=10.99.0.1
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 once() { # mode: one run; the slowest survivor's three times
@@ -22,8 +27,11 @@ once() { # mode: one run; the slowest survivor's three times
     secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
     rm -f "$scratch"/out.*
     for r in $(seq 0 $((n - 1))); do
-        RCOLL_RANK=$r RCOLL_WORLD_SIZE=$n RCOLL_ROOT_ADDR=127.0.0.1:$port \
-            RCOLL_REBUILD_ADDR=127.0.0.1:$((port + 1)) RCOLL_UNIQUE_ID=$secret \
+        # Over verbs (in the VM), ranks alternate over rxe0 (veth0) and rxe1 (veth1).
+        local ifname=lo
+        [ "$transport" != verbs ] || ifname=veth$((r % 2))
+        RCOLL_RANK=$r RCOLL_WORLD_SIZE=$n RCOLL_ROOT_ADDR=$root:$port RCOLL_SOCKET_IFNAME=$ifname \
+            RCOLL_REBUILD_ADDR=$root:$((port + 1)) RCOLL_UNIQUE_ID=$secret \
             RCOLL_TRANSPORT=$transport RCOLL_TIMEOUT=${RCOLL_TIMEOUT:-10} \
             RCOLL_DEATH_FILE="$scratch/death" "$exe" "$mode" $((1 << 20)) \
             >"$scratch/out.$r" 2>&1 &

@@ -385,6 +385,18 @@ fn a_killed_rank_is_a_remote_error_naming_it() {
     }
 }
 
+/// rcollCommShrink after a rank was killed (capi/examples/shrink.c, 4 ranks): each
+/// survivor's queued call on the dead communicator ends with an error and its buffer
+/// untouched (RCOLL_SHRINK_ABORT), the new communicator has the 3 survivors in order,
+/// rcollCommShrinkExcluded names the dead rank, and an all_reduce gives their sum.
+#[test]
+fn survivors_shrink_after_a_killed_rank() {
+    let bin = compile("cc", "shrink.c", "shrink", &shared_flags());
+    let results = run_all(env_ranks(&bin, &[], 4), Duration::from_secs(120));
+    assert_eq!(results[3].0, None, "rank 3 was to die by SIGKILL:\n{}", results[3].1);
+    all_print(&results[..3], "SHRINK-OK 3");
+}
+
 /// Registered memory (capi/examples/memory.c, on 3 ranks under AddressSanitizer and
 /// UndefinedBehaviorSanitizer): rcollMemAlloc's memory zeroed and page-aligned;
 /// all-reduces (blocking and queued, in place and not) and an all-gather on buffers

@@ -59,13 +59,14 @@ impl Communicator {
     /// rings and queue pairs: no rendezvous, no root (rank 0 may be the dead one).
     ///
     /// This communicator is unusable afterwards (its endpoint moved on); a rank left out
-    /// gets [`Error::Excluded`]. Within about the timeout when a rank died (its connections
-    /// close), and about twice it when one is stopped (found by the liveness probe); past
-    /// three timeouts, [`Error::Agreement`]. The agreed set: [`Communicator::shrunk`] on
-    /// the new communicator.
+    /// gets [`Error::Excluded`]. It takes milliseconds when the failed ranks died (their
+    /// connections close) or some survivor's call already named them; a stopped rank that
+    /// no survivor named yet is found by the liveness probe after the timeout; past three
+    /// timeouts, [`Error::Agreement`]. The agreed set: [`Communicator::shrunk`] on the new
+    /// communicator.
     ///
-    /// Needs a transport that can carry on after a failure (TCP, shared memory; not the
-    /// in-process groups).
+    /// Needs a transport that can carry on after a failure (TCP, shared memory, verbs; not
+    /// the in-process groups).
     pub fn shrink(&mut self, exclude: &[usize]) -> Result<Communicator> {
         let me = self.rank();
         let n = self.size();
