@@ -9,6 +9,7 @@ orders when it matters)::
       python/bench/torch_bench.py allreduce gloo rcoll
 
     ... torch_bench.py ddp gloo rcoll       # DDP median step time, 8.4 M parameters
+    ... torch_bench.py layer rcoll          # dist.all_reduce against rcoll's own call
     python python/bench/torch_bench.py single   # the same model's step on one process
 
 ``allreduce``: float32 tensors of 8 B, 1 MiB, 16 MiB and 64 MiB, in place, SUM; for each
@@ -57,6 +58,46 @@ def allreduce(backend):
             print(
                 f"allreduce {backend:5s} {dist.get_world_size()} ranks {fmt_bytes(size):>7s}: "
                 f"median {med * 1e6:10.1f} us  best {best * 1e6:10.1f} us",
+                flush=True,
+            )
+
+
+def layer(backend):
+    """What torch's layer costs: ``dist.all_reduce(t)`` against the same communicator's
+    ``Allreduce`` on the same memory through the numpy API (rcoll's blocking call on the
+    caller's thread, as rcoll-bench makes it), batches of each interleaved so that the
+    machine's load falls on both alike."""
+    import rcoll
+
+    assert backend == "rcoll", "layer compares rcoll through torch with rcoll itself"
+    comm = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))._comm
+    for size in SIZES:
+        t = torch.ones(size // 4, dtype=torch.float32)
+        a = t.numpy()
+        calls = max(3, min(2000, (64 << 20) // max(size, 1) // 8 or 3))
+        ways = {
+            "torch": lambda: dist.all_reduce(t),
+            "rcoll": lambda: comm.Allreduce(rcoll.IN_PLACE, a),
+        }
+        times = {k: [] for k in ways}
+        for f in ways.values():
+            f()
+        for _ in range(7 if size >= 16 << 20 else 11):
+            for k, f in ways.items():
+                dist.barrier()
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    f()
+                times[k].append((time.perf_counter() - t0) / calls)
+        if dist.get_rank() == 0:
+            med = {k: statistics.median(v) for k, v in times.items()}
+            best = {k: min(v) for k, v in times.items()}
+            print(
+                f"layer {dist.get_world_size()} ranks {fmt_bytes(size):>7s}: through torch median "
+                f"{med['torch'] * 1e6:9.1f} us best {best['torch'] * 1e6:9.1f} us; rcoll's "
+                f"Allreduce median {med['rcoll'] * 1e6:9.1f} us best {best['rcoll'] * 1e6:9.1f} us; "
+                f"rcoll/torch (speed of torch's path relative to rcoll's) median "
+                f"{med['rcoll'] / med['torch']:.2f}, best {best['rcoll'] / best['torch']:.2f}",
                 flush=True,
             )
 
@@ -119,7 +160,7 @@ def main():
         return
     for backend in backends:
         dist.init_process_group(backend)
-        {"allreduce": allreduce, "ddp": ddp}[mode](backend)
+        {"allreduce": allreduce, "ddp": ddp, "layer": layer}[mode](backend)
         dist.barrier()
         dist.destroy_process_group()
 
