@@ -90,7 +90,18 @@ def create(opts, backend_options=None):
         store.set(_UNIQUE_ID_KEY, bytes(uid))
     else:
         uid = store.get(_UNIQUE_ID_KEY)
-    comm = rcoll.init_rank(bytes(uid), rank, size, timeout=_timeout(opts.timeout))
+    # rcoll binds the thread that builds a communicator, and the threads it starts later, to
+    # the rank's core (RCOLL_BIND=auto): here that thread is torch's main thread, and
+    # torch's intra-op pool, started later, would share that one core. The backend leaves
+    # the process's affinity to the user unless RCOLL_BIND asks.
+    unset = "RCOLL_BIND" not in os.environ
+    if unset:
+        os.environ["RCOLL_BIND"] = "none"
+    try:
+        comm = rcoll.init_rank(bytes(uid), rank, size, timeout=_timeout(opts.timeout))
+    finally:
+        if unset:
+            os.environ.pop("RCOLL_BIND", None)
     return _kept(RcollBackend(comm, opts.timeout))
 
 

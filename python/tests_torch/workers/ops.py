@@ -10,8 +10,12 @@ import torch.distributed as dist
 
 import rcoll.torch  # noqa: F401
 
+cpus = os.sched_getaffinity(0)
 dist.init_process_group("rcoll", timeout=timedelta(seconds=60))
 r, n = dist.get_rank(), dist.get_world_size()
+# The backend leaves the process's CPU affinity alone (no RCOLL_BIND set here): torch's
+# threads keep every CPU they had.
+assert "RCOLL_BIND" in os.environ or os.sched_getaffinity(0) == cpus, (cpus, os.sched_getaffinity(0))
 R = dist.ReduceOp
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
