@@ -35,6 +35,8 @@ mod handles;
 mod memory;
 mod shrink;
 
+pub use shrink::{RCOLL_SHRINK_ABORT, RCOLL_SHRINK_DEFAULT};
+
 pub use collectives::*;
 pub use comm::*;
 pub use memory::*;

@@ -27,6 +27,8 @@ pub const RCOLL_SHRINK_ABORT: c_int = 1;
 /// `comm` is a live handle; `excludeRanks` is valid for reading `excludeCount` ints (or
 /// NULL with a count of 0); `newcomm` is NULL (an error) or valid for writing a handle.
 #[no_mangle]
+// NCCL's argument names (ncclCommShrink), which the header shows.
+#[allow(non_snake_case)]
 pub unsafe extern "C" fn rcollCommShrink(
     comm: rcollComm_t,
     excludeRanks: *mut c_int,

@@ -86,7 +86,10 @@ pub fn shrink_loop(comm: Communicator) {
             }
             comm = shrink_to(
                 &mut comm,
-                &[alive.iter().position(|&r| r == removed).unwrap()],
+                &[alive
+                    .iter()
+                    .position(|&r| r == removed)
+                    .expect("the removed rank is a member")],
                 &mut alive,
             );
             shrinks += 1;
