@@ -23,6 +23,7 @@ use crate::error::BenchError;
 use crate::plan::layout_count;
 use crate::report::{ModeReport, SizeReport, VariantTime};
 use crate::run::{call, size_bytes, BenchSpec, Buffers};
+use rcoll::select::quadratic_beyond_limit;
 
 /// Regret above this is flagged in the table (the target the issue sets for auto).
 pub const REGRET_LIMIT: f64 = 1.10;
@@ -32,9 +33,6 @@ pub const REGRET_LIMIT: f64 = 1.10;
 const BLOCK: usize = 5;
 const BLOCK_LIMIT_BYTES: usize = 1 << 20;
 
-/// Beyond this many ranks the quadratic algorithms are left out, as `Auto` leaves them.
-const QUADRATIC_LIMIT: usize = 64;
-
 /// Auto (`None`) first, then every algorithm that serves the collective on `n` ranks.
 pub fn variants(spec: &BenchSpec, n: usize) -> Vec<Option<Algorithm>> {
     std::iter::once(None)
@@ -42,9 +40,8 @@ pub fn variants(spec: &BenchSpec, n: usize) -> Vec<Option<Algorithm>> {
             Algorithm::ALL
                 .into_iter()
                 .filter(|a| a.serves(spec.collective))
-                .filter(|a| {
-                    n <= QUADRATIC_LIMIT || !matches!(a, Algorithm::Mesh | Algorithm::SingleRoot)
-                })
+                // As `Auto` leaves them out.
+                .filter(|a| !quadratic_beyond_limit(*a, n))
                 .map(Some),
         )
         .collect()

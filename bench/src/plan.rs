@@ -3,8 +3,11 @@
 
 use std::fmt::Write as _;
 
-use rcoll::schedule::cost::{cost_levels, Cost, CostModel, Levels};
+use rcoll::algorithm::hierarchical::has_levels;
+use rcoll::schedule::cost::{Cost, CostModel, Levels};
 use rcoll::schedule::verify::{verify, MAX_RANKS};
+use rcoll::select::{quadratic_beyond_limit, QUADRATIC_LIMIT};
+use rcoll::simulate::{price, Pricing, DEFAULT_BUDGET};
 use rcoll::transport::hosts::HostMap;
 use rcoll::{Algorithm, Collective, DataType, Layout, Rank};
 
@@ -52,6 +55,9 @@ pub struct PlanRow {
     pub verify_error: Option<String>,
     /// Whether this is the cheapest predicted algorithm.
     pub cheapest: bool,
+    /// Whether every host was priced; `false`: a spread sample of hosts, totals scaled
+    /// to the whole job (as `simulate` marks it).
+    pub exact: bool,
     /// The hierarchical schedule's level algorithms, each priced at its level's rates
     /// (`local/global`); `None` for flat algorithms and one-level groups.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -65,6 +71,8 @@ pub struct Plan {
     pub layout: Layout,
     /// One row per algorithm.
     pub rows: Vec<PlanRow>,
+    /// The serving algorithms left out at this size, and why ([`left_out`]).
+    pub left_out: Vec<(Algorithm, String)>,
 }
 
 /// rcoll's `Layout::count` for a whole buffer of `bytes`: the vector for all_reduce,
@@ -88,7 +96,42 @@ pub fn layout_count(
     }
 }
 
-/// Builds, prices and verifies every serving algorithm's schedules.
+/// Why `algorithm` is left out of a plan of `collective` on `nranks` ranks, if it is:
+/// what takes p^2 work per rank to price would take minutes and gigabytes at scale
+/// ([`rcoll::simulate::price`] builds a rank's schedule and those of the peers it hears
+/// from), and `auto` never runs the quadratic algorithms there.
+pub fn left_out(algorithm: Algorithm, collective: Collective, nranks: usize) -> Option<String> {
+    if quadratic_beyond_limit(algorithm, nranks) {
+        Some(format!(
+            "over {QUADRATIC_LIMIT} ranks: p^2 messages (auto leaves it out there too)"
+        ))
+    } else if algorithm == Algorithm::NaiveRing && nranks > CHAIN_LIMIT {
+        Some(format!(
+            "over {CHAIN_LIMIT} ranks: p steps per rank, p^2 to price, and the slowest \
+             algorithm long before"
+        ))
+    } else if collective == Collective::AllToAll && nranks > ALL_TO_ALL_LIMIT {
+        Some(format!(
+            "all_to_all over {ALL_TO_ALL_LIMIT} ranks: every rank hears from every other, \
+             p schedules of p steps to price each rank"
+        ))
+    } else {
+        None
+    }
+}
+
+/// Beyond this many ranks naive_ring is left out: its chains give every rank a schedule
+/// of p steps (see [`left_out`]).
+pub const CHAIN_LIMIT: usize = 4096;
+
+/// Beyond this many ranks all_to_all is not priced (see [`left_out`]): at this size a plan
+/// takes a few seconds.
+pub const ALL_TO_ALL_LIMIT: usize = 2048;
+
+/// Prices every serving algorithm with [`rcoll::simulate::price`] (the pricer `simulate`
+/// and `auto` use: schedules streamed one rank at a time, exact while the job fits its
+/// budget, a spread sample of hosts beyond it) and verifies those the verifier can model.
+/// Without `hosts` every rank is a host of its own: every pair at the model's rates.
 pub fn plan(spec: &PlanSpec) -> Result<Plan, BenchError> {
     let elem_size = spec.dtype.size();
     let layout = Layout {
@@ -98,49 +141,89 @@ pub fn plan(spec: &PlanSpec) -> Result<Plan, BenchError> {
         root: Rank::from(spec.root),
         in_place: spec.in_place,
     };
+    let flat;
+    let (hosts, local) = match &spec.hosts {
+        Some(hosts) => (hosts, spec.local_model),
+        None => {
+            flat = HostMap::blocks(&vec![1; spec.nranks]);
+            // No pair shares a host, so the local rates price nothing; without a cache
+            // speedup they leave the model's reduction rate as it is.
+            let local = CostModel {
+                cache_speedup: 1.0,
+                ..spec.model
+            };
+            (&flat, local)
+        }
+    };
+    let levels = Levels {
+        hosts,
+        local,
+        receivers_read: false,
+        level_algorithms: None,
+    };
     let mut rows = Vec::new();
+    let mut omitted = Vec::new();
+    let mut ring: Option<Pricing> = None;
     for algorithm in Algorithm::ALL
         .into_iter()
         .filter(|a| a.serves(layout.collective))
     {
-        let levels = spec.hosts.as_ref().map(|hosts| Levels {
-            hosts,
-            local: spec.local_model,
-            receivers_read: false,
-            level_algorithms: None,
-        });
-        let chosen = match (algorithm, &levels) {
-            (Algorithm::Hierarchical, Some(l))
-                if rcoll::algorithm::hierarchical::has_levels(l.hosts) =>
-            {
-                Some(rcoll::select::level_algorithms(
-                    &layout,
-                    elem_size,
-                    &spec.model,
-                    l,
-                ))
-            }
-            _ => None,
+        if let Some(why) = left_out(algorithm, layout.collective, layout.nranks) {
+            omitted.push((algorithm, why));
+            continue;
+        }
+        // With one level the hierarchical schedule is the flat ring's: priced once.
+        let reuse = (algorithm == Algorithm::Hierarchical && !has_levels(hosts))
+            .then(|| ring.clone())
+            .flatten();
+        let priced = match reuse {
+            Some(priced) => priced,
+            None => price(
+                algorithm,
+                &layout,
+                elem_size,
+                &spec.model,
+                &levels,
+                DEFAULT_BUDGET,
+            )
+            .map_err(|e| usage(e.to_string()))?,
         };
-        let schedules = algorithm
-            .schedules_levels(&layout, spec.hosts.as_ref(), chosen.unwrap_or_default())
-            .map_err(|e| usage(e.to_string()))?;
-        let cost = cost_levels(&schedules, elem_size, &spec.model, levels.as_ref());
-        let (verified, verify_error) = if verifiable(&layout, &schedules) {
-            match verify(&layout, &schedules) {
-                Ok(()) => (Some(true), None),
-                Err(e) => (Some(false), Some(e.to_string())),
+        if algorithm == Algorithm::Ring {
+            ring = Some(priced.clone());
+        }
+        let (verified, verify_error) = if layout.nranks <= MAX_RANKS {
+            let schedules = algorithm
+                .schedules_levels(
+                    &layout,
+                    spec.hosts.as_ref(),
+                    priced.levels.unwrap_or_default(),
+                )
+                .map_err(|e| usage(e.to_string()))?;
+            if verifiable(&layout, &schedules) {
+                match verify(&layout, &schedules) {
+                    Ok(()) => (Some(true), None),
+                    Err(e) => (Some(false), Some(e.to_string())),
+                }
+            } else {
+                (None, None)
             }
         } else {
             (None, None)
         };
+        let mut cost = priced.cost.clone();
+        if spec.hosts.is_none() {
+            // Hosts of one rank are how a flat plan is priced, not hosts: nothing crosses.
+            cost.cross_host_messages = 0;
+            cost.cross_host_bytes = 0;
+        }
         rows.push(PlanRow {
             algorithm,
+            exact: priced.is_exact(),
             cost,
             verified,
             verify_error,
             cheapest: false,
-            levels: chosen.map(|l| l.to_string()),
+            levels: priced.levels.map(|l| l.to_string()),
         });
     }
     let cheapest = rows
@@ -151,7 +234,11 @@ pub fn plan(spec: &PlanSpec) -> Result<Plan, BenchError> {
     if let Some(row) = cheapest.and_then(|i| rows.get_mut(i)) {
         row.cheapest = true;
     }
-    Ok(Plan { layout, rows })
+    Ok(Plan {
+        layout,
+        rows,
+        left_out: omitted,
+    })
 }
 
 /// Whether the verifier can model these schedules: at most [`MAX_RANKS`] ranks and
@@ -274,7 +361,11 @@ pub fn render_text(spec: &PlanSpec, plan: &Plan) -> String {
                 } else {
                     "-".into()
                 },
-                format!("{:.2}", r.cost.predicted_us),
+                format!(
+                    "{:.2}{}",
+                    r.cost.predicted_us,
+                    if r.exact { "" } else { "~" }
+                ),
                 match r.verified {
                     Some(true) => "yes".into(),
                     Some(false) => "NO".into(),
@@ -305,6 +396,15 @@ pub fn render_text(spec: &PlanSpec, plan: &Plan) -> String {
         let _ = writeln!(out, "{}", line(row));
     }
     let _ = writeln!(out, "# * = cheapest predicted; verified - = not verified (over {MAX_RANKS} ranks or too large to model)");
+    if plan.rows.iter().any(|r| !r.exact) {
+        let _ = writeln!(
+            out,
+            "# ~ = priced on a spread sample of hosts, totals scaled to the whole job"
+        );
+    }
+    for (a, why) in &plan.left_out {
+        let _ = writeln!(out, "# {a} left out: {why}");
+    }
     for r in &plan.rows {
         if let Some(e) = &r.verify_error {
             let _ = writeln!(out, "# {} failed verification: {e}", r.algorithm);
@@ -411,6 +511,95 @@ mod tests {
         assert_eq!(hier.cost.steps, 3, "{:?}", hier.cost);
         assert!(render_text(&spec(8), &small).contains("hierarchical(mesh/mesh)"));
         assert_eq!(row(&small, Algorithm::Ring).levels, None);
+    }
+
+    /// Plans price with `simulate`'s streaming pricer; within its budget that is exactly
+    /// what pricing every rank's schedule at once gives (`cost_levels`, the pricer plans
+    /// used before), flat and over hosts, for every algorithm and collective.
+    #[test]
+    fn plans_price_as_every_schedule_priced_at_once() {
+        use rcoll::schedule::cost::cost_levels;
+        for hosts in [
+            None,
+            Some(HostMap::blocks(&[3, 2])),
+            Some(HostMap::cyclic(8, 2)),
+        ] {
+            let n = hosts.as_ref().map_or(5, HostMap::nranks);
+            for collective in Collective::SCHEDULED {
+                for bytes in [8, 1 << 20] {
+                    let spec = PlanSpec {
+                        collective,
+                        nranks: n,
+                        bytes,
+                        dtype: DataType::F32,
+                        root: n - 1,
+                        in_place: false,
+                        model: CostModel::tcp(),
+                        hosts: hosts.clone(),
+                        local_model: CostModel::shared_memory(),
+                    };
+                    let planned = plan(&spec).unwrap();
+                    assert!(planned.left_out.is_empty());
+                    for r in &planned.rows {
+                        let lv = hosts.as_ref().map(|h| Levels {
+                            hosts: h,
+                            local: spec.local_model,
+                            receivers_read: false,
+                            level_algorithms: None,
+                        });
+                        let chosen = match (&lv, r.algorithm) {
+                            (Some(l), Algorithm::Hierarchical) if has_levels(l.hosts) => {
+                                rcoll::select::level_algorithms(&planned.layout, 4, &spec.model, l)
+                            }
+                            _ => Default::default(),
+                        };
+                        let all = r
+                            .algorithm
+                            .schedules_levels(&planned.layout, hosts.as_ref(), chosen)
+                            .unwrap();
+                        let whole = cost_levels(&all, 4, &spec.model, lv.as_ref());
+                        let what = format!("{} {collective} {bytes} B on {hosts:?}", r.algorithm);
+                        assert!(r.exact, "{what}");
+                        assert_eq!(r.cost.steps, whole.steps, "{what}");
+                        assert_eq!(r.cost.total_bytes, whole.total_bytes, "{what}");
+                        assert_eq!(r.cost.messages, whole.messages, "{what}");
+                        assert_eq!(r.cost.cross_host_bytes, whole.cross_host_bytes, "{what}");
+                        let (x, y) = (r.cost.predicted_us, whole.predicted_us);
+                        assert!((x - y).abs() <= 1e-9 * y.max(1.0), "{what}: {x} vs {y}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Past the verifier and the quadratic limit: the quadratic algorithms are left out
+    /// with a line saying why, the rest priced (sampled hosts marked), in bounded memory.
+    #[test]
+    fn thousands_of_ranks_are_planned_and_the_quadratic_left_out() {
+        let spec = PlanSpec {
+            collective: Collective::AllReduce,
+            nranks: 2048,
+            bytes: 1 << 20,
+            dtype: DataType::F32,
+            root: 0,
+            in_place: false,
+            model: CostModel::default(),
+            hosts: None,
+            local_model: CostModel::shared_memory(),
+        };
+        let planned = plan(&spec).unwrap();
+        let out: Vec<Algorithm> = planned.left_out.iter().map(|(a, _)| *a).collect();
+        assert_eq!(out, [Algorithm::Mesh, Algorithm::SingleRoot]);
+        let rows: Vec<Algorithm> = planned.rows.iter().map(|r| r.algorithm).collect();
+        assert!(rows.contains(&Algorithm::Ring) && rows.contains(&Algorithm::NaiveRing));
+        // A ring of 2048 ranks: 2(p-1) steps, each rank sending 2(p-1)/p of the vector.
+        let ring = row(&planned, Algorithm::Ring);
+        assert_eq!(ring.cost.steps, 2 * 2047);
+        let d = (1u64 << 20) / 4 / 2048 * 2048 * 4;
+        assert_eq!(ring.cost.max_bytes_sent_per_rank, 2 * 2047 * (d / 2048));
+        let text = render_text(&spec, &planned);
+        assert!(text.contains("# mesh left out: over 64 ranks"), "{text}");
+        assert!(text.contains("# single_root left out"), "{text}");
     }
 
     #[test]

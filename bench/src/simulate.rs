@@ -21,17 +21,9 @@ use crate::args::SimulateArgs;
 use crate::busbw;
 use crate::error::{usage, BenchError};
 use crate::output::print;
-use crate::plan::layout_count;
+use crate::plan::{layout_count, left_out, ALL_TO_ALL_LIMIT, CHAIN_LIMIT};
 use crate::plot;
-
-/// Beyond this many ranks the algorithms whose schedules send to every rank from every
-/// rank (mesh, single_root: p^2 messages) are left out, as `Auto` leaves them out.
-const QUADRATIC_LIMIT: usize = 64;
-
-/// Beyond this many ranks naive_ring is left out: its chains give every rank a schedule
-/// of p steps, p^2 to price (two minutes at 65,536 ranks), and it is the slowest
-/// algorithm at every size long before (the table shows it).
-const CHAIN_LIMIT: usize = 4096;
+use rcoll::select::QUADRATIC_LIMIT;
 
 /// What to simulate.
 #[derive(Clone, Debug)]
@@ -178,10 +170,7 @@ pub fn simulate(
         };
         let mut this_row = Vec::new();
         for &a in &spec.algorithms {
-            if p > QUADRATIC_LIMIT && matches!(a, Algorithm::Mesh | Algorithm::SingleRoot) {
-                continue;
-            }
-            if p > CHAIN_LIMIT && a == Algorithm::NaiveRing {
+            if left_out(a, spec.collective, p).is_some() {
                 continue;
             }
             if a == Algorithm::Hierarchical && !rcoll::algorithm::hierarchical::has_levels(&hosts) {
@@ -248,7 +237,7 @@ pub fn header(spec: &SimulateSpec) -> String {
         s,
         "# per algorithm: {} time (us) and rounds | {} busbw (GB/s); * = hosts sampled; \
          seconds = time to price both; mesh and single_root only up to {QUADRATIC_LIMIT} ranks \
-         (as auto), naive_ring up to {CHAIN_LIMIT}; levels = hierarchical's local/global \
+         (as auto), naive_ring up to {CHAIN_LIMIT}, all_to_all up to {ALL_TO_ALL_LIMIT}; levels = hierarchical's local/global \
          algorithms at each size, chosen per level as auto chooses them",
         size_name(spec.small),
         size_name(spec.large)

@@ -18,6 +18,13 @@ use crate::schedule::{Collective, Layout};
 /// Beyond this many ranks the quadratic algorithms are not even priced.
 pub const QUADRATIC_LIMIT: usize = 64;
 
+/// Whether `algorithm` is left out on `nranks` ranks for sending p^2 messages (every rank
+/// to every rank, or all through one root): beyond [`QUADRATIC_LIMIT`] ranks they are never
+/// the cheapest, and their schedules alone grow as p^2.
+pub fn quadratic_beyond_limit(algorithm: Algorithm, nranks: usize) -> bool {
+    nranks > QUADRATIC_LIMIT && matches!(algorithm, Algorithm::Mesh | Algorithm::SingleRoot)
+}
+
 /// Every algorithm that serves `layout`, with its cost, cheapest first.
 /// With `levels`, pairs on one host are priced at the local rates and the hierarchical
 /// algorithm competes where the group has two levels.
@@ -31,10 +38,7 @@ pub fn rank_algorithms(
     let mut priced: Vec<(Algorithm, Cost)> = Algorithm::ALL
         .into_iter()
         .filter(|a| a.serves(layout.collective))
-        .filter(|a| {
-            layout.nranks <= QUADRATIC_LIMIT
-                || !matches!(a, Algorithm::Mesh | Algorithm::SingleRoot)
-        })
+        .filter(|a| !quadratic_beyond_limit(*a, layout.nranks))
         .filter(|a| *a != Algorithm::Hierarchical || hosts.is_some_and(hierarchical::has_levels))
         .filter_map(|a| {
             let schedules = match (a, levels) {

@@ -32,7 +32,8 @@ use crate::algorithm::{Algorithm, ScheduleError};
 use crate::schedule::cost::{price_rounds, Cost, CostModel, Levels, Round};
 use crate::schedule::{Layout, Schedule};
 
-/// Primitives visited per pricing before hosts are sampled: about a few seconds of work.
+/// Primitives (or steps, see `work`) visited per pricing before hosts are sampled: about
+/// a few seconds of work.
 pub const DEFAULT_BUDGET: usize = 10_000_000;
 
 /// A price and how much of the job it looked at.
@@ -101,7 +102,7 @@ pub fn price(
             ranks_priced += 1;
             rank_acc.clear();
             let own = cache.get(r)?;
-            visited += own.primitive_count();
+            visited += work(&own);
             let mut sent_total = 0u64;
             let mut peers: Vec<Rank> = Vec::new();
             for (_, s, p) in own.primitives() {
@@ -135,7 +136,7 @@ pub fn price(
             drop(own);
             for q in peers {
                 let theirs = cache.get(q)?;
-                visited += theirs.primitive_count();
+                visited += work(&theirs);
                 let local = hosts.same_host(q, r);
                 for (_, s, p) in theirs.primitives() {
                     let n = p.send_to().iter().filter(|&&to| to == r).count() as u64;
@@ -182,6 +183,14 @@ pub fn price(
         hosts: hosts.nhosts(),
         levels: chosen,
     })
+}
+
+/// What visiting `s` costs against the budget: its primitives, or its steps where it has
+/// more of those (a pipelined schedule over many hosts has thousands of steps, most of
+/// them empty for any one rank, and making them is most of its cost).
+fn work(s: &Schedule) -> usize {
+    let steps: usize = s.channels.iter().map(|c| c.steps.len()).sum();
+    s.primitive_count().max(steps)
 }
 
 /// Hosts priced at least, however large their schedules.

@@ -146,23 +146,38 @@ impl Group {
 
     /// Participant parts over a vector made of `n` blocks of `c` (reduce_scatter and
     /// all_gather): the blocks of the ranks each participant stands for.
-    fn block_parts(&self, c: usize) -> Vec<Extent> {
-        (0..self.p2)
-            .map(|i| {
-                if i < self.extra {
-                    Extent::new(2 * i * c, 2 * c)
-                } else {
-                    Extent::new((i + self.extra) * c, c)
-                }
-            })
-            .collect()
+    fn block_parts(&self, c: usize) -> Parts {
+        Parts::Blocks {
+            c,
+            extra: self.extra,
+        }
     }
 }
 
-/// The span of parts `[lo, hi)`.
-fn span(parts: &[Extent], lo: usize, hi: usize) -> Extent {
-    let start = parts[lo].offset;
-    Extent::new(start, parts[hi - 1].end() - start)
+/// The participants' parts of the vector, in participant order.
+enum Parts {
+    /// Cut as listed (all_reduce's partition, shared by the ranks of a layout).
+    Listed(std::rc::Rc<Vec<Extent>>),
+    /// Blocks of `c`: the first `extra` participants stand for two ranks' blocks each,
+    /// the rest for one. In closed form, since a rank's schedule touches only its log p
+    /// spans: a list of p parts would make every schedule O(p) to build.
+    Blocks { c: usize, extra: usize },
+}
+
+impl Parts {
+    fn part(&self, i: usize) -> Extent {
+        match self {
+            Parts::Listed(parts) => parts[i],
+            Parts::Blocks { c, extra } if i < *extra => Extent::new(2 * i * c, 2 * c),
+            Parts::Blocks { c, extra } => Extent::new((i + extra) * c, *c),
+        }
+    }
+
+    /// The span of parts `[lo, hi)`.
+    fn span(&self, lo: usize, hi: usize) -> Extent {
+        let start = self.part(lo).offset;
+        Extent::new(start, self.part(hi - 1).end() - start)
+    }
 }
 
 /// Rank `rank`'s schedule.
@@ -197,7 +212,7 @@ impl Working {
 
 /// Recursive halving from step 1 over `parts` (participant `id`); returns nothing, leaves
 /// part `id` reduced in `w.work`.
-fn halve(s: &mut Schedule, g: &Group, id: usize, parts: &[Extent], mut w: Working) {
+fn halve(s: &mut Schedule, g: &Group, id: usize, parts: &Parts, mut w: Working) {
     let (mut lo, mut hi) = (0, g.p2);
     for k in 0..g.rounds() {
         let mask = g.p2 >> (k + 1);
@@ -208,7 +223,7 @@ fn halve(s: &mut Schedule, g: &Group, id: usize, parts: &[Extent], mut w: Workin
         } else {
             ((mid, hi), (lo, mid))
         };
-        let (keep_e, give_e) = (span(parts, keep.0, keep.1), span(parts, give.0, give.1));
+        let (keep_e, give_e) = (parts.span(keep.0, keep.1), parts.span(give.0, give.1));
         s.push(
             1 + k,
             Primitive::Send {
@@ -231,7 +246,7 @@ fn halve(s: &mut Schedule, g: &Group, id: usize, parts: &[Extent], mut w: Workin
 }
 
 /// Recursive doubling from `step0` in the output, starting from part `id`.
-fn double(s: &mut Schedule, g: &Group, id: usize, parts: &[Extent], step0: usize) {
+fn double(s: &mut Schedule, g: &Group, id: usize, parts: &Parts, step0: usize) {
     let (mut lo, mut hi) = (id, id + 1);
     for k in 0..g.rounds() {
         let mask = 1 << k;
@@ -242,7 +257,7 @@ fn double(s: &mut Schedule, g: &Group, id: usize, parts: &[Extent], step0: usize
         } else {
             (lo - width, lo)
         };
-        let (mine_e, theirs_e) = (span(parts, lo, hi), span(parts, theirs.0, theirs.1));
+        let (mine_e, theirs_e) = (parts.span(lo, hi), parts.span(theirs.0, theirs.1));
         s.push(
             step0 + k,
             Primitive::Send {
@@ -264,7 +279,7 @@ fn double(s: &mut Schedule, g: &Group, id: usize, parts: &[Extent], step0: usize
 fn all_reduce(s: &mut Schedule, g: &Group) {
     let m = g.rounds();
     g.all_reduce_folded(s, 2 * m + 1, |s, id, folded| {
-        let parts = partition_shared(s.layout.count, g.p2);
+        let parts = Parts::Listed(partition_shared(s.layout.count, g.p2));
         halve(
             s,
             g,

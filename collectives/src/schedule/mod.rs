@@ -556,7 +556,15 @@ impl Schedule {
         if steps.len() <= step {
             steps.resize_with(step + 1, Vec::new);
         }
-        steps[step].push(prim);
+        let at = &mut steps[step];
+        // Most steps hold one primitive: room for exactly one (a push would make room
+        // for four), a quarter of the memory, and a chunk small enough for the
+        // allocator's fast lists when schedules of thousands of steps are made and
+        // dropped by the hundred (pricing at scale).
+        if at.capacity() == 0 {
+            at.reserve_exact(1);
+        }
+        at.push(prim);
     }
 
     /// Joins single-rank schedules of the same call as the channels of one schedule.
