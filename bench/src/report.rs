@@ -149,6 +149,10 @@ impl ModeReport {
 /// `%7s  %6.2f  %6.2f  %6s`.
 const PREFIX_WIDTH: usize = 12 + 2 + 12 + 2 + 8 + 2 + 6 + 2 + 6;
 const MODE_WIDTH: usize = 2 + 7 + 2 + 6 + 2 + 6 + 2 + 6;
+/// The tails after both modes, as OSU's t_min and t_max: each mode's fastest and slowest
+/// iteration (`%7s  %7s`), so that a stall of one call in twenty shows beside the mean.
+/// After nccl-tests' thirteen columns, which scripts read by position.
+const TAILS_WIDTH: usize = 2 * (2 + 7 + 2 + 7);
 
 /// The lines printed before the first row; `ranks[r]` is where rank `r` runs.
 pub fn header(spec: &BenchSpec, ranks: &[RankHost]) -> String {
@@ -205,21 +209,25 @@ pub fn header(spec: &BenchSpec, ranks: &[RankHost]) -> String {
     }
     let _ = writeln!(s, "#");
     let groups = format!(
-        "#{:pw$}  {:^mw$}  {:^mw$}",
+        "#{:pw$}  {:^mw$}  {:^mw$}  {:^tw$}",
         "",
         "out-of-place",
         "in-place",
+        "out-of-place    in-place",
         pw = PREFIX_WIDTH - 1,
-        mw = MODE_WIDTH - 2
+        mw = MODE_WIDTH - 2,
+        tw = TAILS_WIDTH - 2
     );
     let _ = writeln!(s, "{}", groups.trim_end());
     let names = columns(
         ["size", "count", "type", "redop", "root"],
         ["time", "algbw", "busbw", "#wrong"],
+        ["min", "max"],
     );
     let units = columns(
         ["(B)", "(elements)", "", "", ""],
         ["(us)", "(GB/s)", "(GB/s)", ""],
+        ["(us)", "(us)"],
     );
     let _ = writeln!(s, "#{}  algorithm", &names[1..]);
     let _ = writeln!(s, "#{}", units[1..].trim_end());
@@ -227,7 +235,7 @@ pub fn header(spec: &BenchSpec, ranks: &[RankHost]) -> String {
 }
 
 /// The header cells laid out like a row (the first character becomes `#`).
-fn columns(prefix: [&str; 5], mode: [&str; 4]) -> String {
+fn columns(prefix: [&str; 5], mode: [&str; 4], tails: [&str; 2]) -> String {
     let mut s = format!(
         "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}",
         prefix[0], prefix[1], prefix[2], prefix[3], prefix[4]
@@ -238,6 +246,9 @@ fn columns(prefix: [&str; 5], mode: [&str; 4]) -> String {
             "  {:>7}  {:>6}  {:>6}  {:>6}",
             mode[0], mode[1], mode[2], mode[3]
         );
+    }
+    for _ in 0..2 {
+        let _ = write!(s, "  {:>7}  {:>7}", tails[0], tails[1]);
     }
     s
 }
@@ -269,6 +280,12 @@ pub fn row(r: &SizeReport) -> String {
                 let _ = write!(s, "  {:>7}  {:>6}  {:>6}  {:>6}", "-", "-", "-", "-");
             }
         }
+    }
+    for mode in [Some(&r.oop), r.ip.as_ref()] {
+        let (min, max) = mode.map_or(("-".to_owned(), "-".to_owned()), |m| {
+            (time(m.min_us), time(m.max_us))
+        });
+        let _ = write!(s, "  {min:>7}  {max:>7}");
     }
     let _ = write!(s, "  {}", r.algorithm);
     s
@@ -338,13 +355,49 @@ mod tests {
         assert!((m.busbw - m.algbw).abs() < 1e-12);
     }
 
+    /// One stalled iteration in twenty shows in the row's slowest column, beside a mean
+    /// it barely moves; nccl-tests' thirteen columns keep their places.
+    #[test]
+    fn rows_show_each_modes_fastest_and_slowest_iteration() {
+        let mut oop = vec![10.0; 19];
+        oop.push(5000.0);
+        let ip = [12.0, 11.0, 13.0];
+        let mode = |t: &[f64]| ModeReport::from_ranks(&[t], Some(0), 8, Collective::AllReduce);
+        let r = SizeReport {
+            collective: Collective::AllReduce,
+            nranks: 2,
+            size: 8,
+            count: 2,
+            dtype: DataType::F32,
+            redop: "sum".into(),
+            root: -1,
+            algorithm: "ring".into(),
+            transport: "local".into(),
+            oop: mode(&oop),
+            ip: Some(mode(&ip)),
+            compared: None,
+        };
+        let line = row(&r);
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f[5], "259.5", "the mean: (19 x 10 + 5000) / 20");
+        assert_eq!(f[9], "12.00");
+        assert_eq!(&f[13..], ["10.00", "5000.0", "11.00", "13.00", "ring"]);
+        let names = columns(
+            ["size", "count", "type", "redop", "root"],
+            ["time", "algbw", "busbw", "#wrong"],
+            ["min", "max"],
+        );
+        assert_eq!(names.len(), line.len() - "  ring".len());
+    }
+
     #[test]
     fn header_columns_line_up_with_rows() {
         let names = columns(
             ["size", "count", "type", "redop", "root"],
             ["time", "algbw", "busbw", "#wrong"],
+            ["min", "max"],
         );
-        assert_eq!(names.len(), PREFIX_WIDTH + 2 * MODE_WIDTH);
+        assert_eq!(names.len(), PREFIX_WIDTH + 2 * MODE_WIDTH + TAILS_WIDTH);
         assert_eq!(time(12.345), "12.35");
         assert_eq!(time(123.45), "123.5");
         assert_eq!(time(12345.6), "12346");

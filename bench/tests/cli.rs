@@ -24,10 +24,19 @@ fn assert_checked_sweep(out: &Output, json: &Path, sizes: &[usize], transport: &
     );
     let rows = rows(&stdout);
     assert_eq!(rows.len(), sizes.len(), "{stdout}");
+    let us = |cell: &str| -> f64 { cell.parse().expect("a time in microseconds") };
     for (row, size) in rows.iter().zip(sizes) {
-        assert_eq!(row.len(), 14, "{row:?}");
+        // nccl-tests' 13 columns, each mode's fastest and slowest iteration, the algorithm.
+        assert_eq!(row.len(), 18, "{row:?}");
         assert_eq!(row[0], size.to_string(), "{row:?}");
         assert_eq!((row[8], row[12]), ("0", "0"), "{row:?}");
+        // The mean of each mode lies between its fastest and slowest iterations (to the
+        // table's rounding: four significant digits).
+        for (time, min, max) in [(5, 13, 14), (9, 15, 16)] {
+            let (t, lo, hi) = (us(row[time]), us(row[min]), us(row[max]));
+            assert!(lo <= hi, "{row:?}");
+            assert!(lo * 0.999 <= t && t <= hi * 1.001, "{row:?}");
+        }
     }
     assert!(stdout.contains("# Out of bounds values : 0 OK"), "{stdout}");
     assert!(stdout.contains("# Avg bus bandwidth"), "{stdout}");
@@ -59,7 +68,14 @@ fn assert_checked_sweep(out: &Output, json: &Path, sizes: &[usize], transport: &
                     "{mode}.{field}: {record}"
                 );
             }
-            assert!(m["min_us"].as_f64() <= m["max_us"].as_f64());
+            // The mean lies between the extremes, up to the rounding of summing them.
+            let f = |k: &str| m[k].as_f64().expect("a number");
+            let (t, lo, hi) = (f("time_us"), f("min_us"), f("max_us"));
+            assert!(lo <= hi, "{record}");
+            assert!(
+                lo * (1.0 - 1e-12) <= t && t <= hi * (1.0 + 1e-12),
+                "{record}"
+            );
         }
     }
 }
