@@ -645,8 +645,7 @@ fn until_a_rank_dies(iters: usize, mut call: impl FnMut() -> rcoll::Result<()>) 
         .expect("dead rank")
         .parse()
         .expect("number");
-    started();
-    for _ in 0..iters {
+    for i in 0..iters {
         if let Err(e) = call() {
             println!("RANK-ERROR {e}");
             assert!(
@@ -654,6 +653,11 @@ fn until_a_rank_dies(iters: usize, mut call: impl FnMut() -> rcoll::Result<()>) 
                 "the error must name rank {dead}: {e}"
             );
             return;
+        }
+        if i == 0 {
+            // Said after a first call finished: once every rank has said it, all are
+            // connected and calling in a loop, so a kill lands among the collectives.
+            started();
         }
     }
     panic!("the collective kept succeeding without rank {dead}");
@@ -709,8 +713,9 @@ pub fn signal(child: &std::process::Child, signal: &str) {
     assert!(ok, "kill -{signal}");
 }
 
-/// Says this rank joined its group: prints `RANK-STARTED` and, when the test gave a
-/// directory (`RCOLL_TEST_STARTED_DIR`), leaves a file named after the rank there.
+/// Says this rank finished its first collective and calls more in a loop: prints
+/// `RANK-STARTED` and, when the test gave a directory (`RCOLL_TEST_STARTED_DIR`), leaves a
+/// file named after the rank there.
 #[allow(dead_code)]
 pub fn started() {
     println!("RANK-STARTED");
@@ -745,8 +750,8 @@ impl StartedDir {
         StartedDir { path, n }
     }
 
-    /// Until every rank left its marker (at most `within`); then a moment more, so they
-    /// are inside their collectives.
+    /// Until every rank left its marker (at most `within`): each has finished a
+    /// collective with all the others and is calling the next ones ([`started`]).
     pub fn wait(&self, within: Duration) {
         let until = std::time::Instant::now() + within;
         while std::fs::read_dir(&self.path).map_or(0, |d| d.count()) < self.n {
@@ -756,7 +761,6 @@ impl StartedDir {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        std::thread::sleep(Duration::from_millis(500));
     }
 }
 

@@ -28,6 +28,7 @@ use rcoll::{Algorithm, Collective, Communicator, ReduceOp};
 
 use common::{
     all_reduce_until_a_rank_dies, finish, ring_send_recv, run_one, signal, sweep_collectives,
+    StartedDir,
 };
 
 const SCENARIO: &str = "RCOLL_TEST_SCENARIO";
@@ -601,9 +602,16 @@ fn a_bad_setting_fails_every_rank_naming_the_variable() {
 fn a_killed_rank_fails_the_others_naming_it_20_times_out_of_20() {
     for trial in 0..20 {
         let dead = 2;
-        let mut children = spawn("killed", 4, &[("RCOLL_TEST_DEAD", dead.to_string())]);
-        // Let the ranks connect and get going, then kill -9 one of them.
-        std::thread::sleep(Duration::from_millis(300 + 37 * trial as u64 % 200));
+        let joined = StartedDir::new(4);
+        let env = [
+            ("RCOLL_TEST_DEAD", dead.to_string()),
+            ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
+        ];
+        let mut children = spawn("killed", 4, &env);
+        // Once all ranks are calling collectives, kill -9 one of them, a little later in
+        // each trial (their loop of 4 MiB all_reduces takes milliseconds a call).
+        joined.wait(Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(7 * trial as u64));
         children[dead].kill().expect("kill");
         let results = finish(children, Duration::from_secs(60));
         let all: Vec<String> = results
@@ -770,15 +778,17 @@ fn a_soak_of_ten_thousand_mixed_collectives_stays_correct_and_flat() {
 #[test]
 fn a_stopped_rank_fails_the_others_within_the_timeout_naming_it() {
     let stopped = 2;
+    let joined = StartedDir::new(4);
     let children = spawn(
         "killed",
         4,
         &[
             ("RCOLL_TEST_DEAD", stopped.to_string()),
             ("RCOLL_TIMEOUT", "3".to_string()),
+            ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
         ],
     );
-    std::thread::sleep(Duration::from_millis(1500));
+    joined.wait(Duration::from_secs(60));
     let took = others_fail_naming_the_stopped_rank(children, stopped);
     // The timeout (3 s) counts from the last progress; the rest is the pipeline draining.
     assert!(took < Duration::from_secs(15), "took {took:?}");
