@@ -90,19 +90,31 @@ def create(opts, backend_options=None):
         store.set(_UNIQUE_ID_KEY, bytes(uid))
     else:
         uid = store.get(_UNIQUE_ID_KEY)
-    # rcoll binds the thread that builds a communicator, and the threads it starts later, to
-    # the rank's core (RCOLL_BIND=auto): here that thread is torch's main thread, and
-    # torch's intra-op pool, started later, would share that one core. The backend leaves
-    # the process's affinity to the user unless RCOLL_BIND asks.
-    unset = "RCOLL_BIND" not in os.environ
-    if unset:
-        os.environ["RCOLL_BIND"] = "none"
-    try:
-        comm = rcoll.init_rank(bytes(uid), rank, size, timeout=_timeout(opts.timeout))
-    finally:
-        if unset:
-            os.environ.pop("RCOLL_BIND", None)
+    comm = _built_aside(lambda: rcoll.init_rank(bytes(uid), rank, size, timeout=_timeout(opts.timeout)))
     return _kept(RcollBackend(comm, opts.timeout))
+
+
+def _built_aside(build):
+    """``build()`` run on a thread of its own. rcoll binds the thread that builds a
+    communicator, and the threads it starts (the progress thread, which runs every call
+    of this backend), to the rank's core (``RCOLL_BIND``, default ``auto``): built on torch's
+    main thread, that thread and torch's intra-op pool started after it would share that one
+    core. Built aside, the progress thread is placed and the caller's threads keep their
+    CPUs."""
+    out = {}
+
+    def run():
+        try:
+            out["comm"] = build()
+        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread below
+            out["error"] = e
+
+    t = threading.Thread(target=run, name="rcoll-torch-init")
+    t.start()
+    t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["comm"]
 
 
 def _kept(backend):
@@ -522,7 +534,7 @@ class RcollBackend(_private.Backend):
         me = self._comm.rank
         color = min(ranks) if me in ranks else None
         key = sorted(ranks).index(me) if me in ranks else 0
-        made = self._comm.Split(color, key)
+        made = _built_aside(lambda: self._comm.Split(color, key))
         return _kept(RcollBackend(made, self._timeout)) if made is not None else None
 
     # -- end --------------------------------------------------------------------------
