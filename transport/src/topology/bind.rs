@@ -90,27 +90,62 @@ fn prefer_node(node: u32) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    /// Binding to the CPUs this process already has changes nothing but succeeds, and the
-    /// affinity reads back; node 0 exists everywhere.
+    /// The calling thread's CPUs as the kernel reports them in /proc (not through the
+    /// sched_getaffinity this module binds with).
+    fn cpus_in_proc() -> CpuSet {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        let list = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .expect("Cpus_allowed_list in /proc/thread-self/status");
+        CpuSet::parse_list(list.trim()).unwrap()
+    }
+
+    /// Binding narrows the calling thread to the placement's CPUs (one of those it had),
+    /// as /proc reads it back, and leaves the other threads alone; an unbound placement
+    /// changes nothing; a node that does not exist is refused by set_mempolicy.
     #[test]
-    fn binding_to_what_we_have_reads_back() {
+    fn binding_narrows_the_calling_thread_to_its_cpus() {
         let mine = current_affinity().unwrap();
-        assert!(!mine.is_empty());
+        assert_eq!(cpus_in_proc(), mine);
+        let last = *mine.ids().last().expect("a CPU");
+        let one = CpuSet::of([last]);
         let p = Placement {
             local_rank: 0,
             numa: Some(0),
             memory: Some(0),
-            cpus: mine.clone(),
+            cpus: one.clone(),
             bind: true,
             device: None,
             notes: vec![],
         };
-        apply(&p).unwrap();
-        assert_eq!(current_affinity().unwrap(), mine);
+        // On a thread of its own: the binding is the calling thread's, not the test's.
+        let (seen, unbound) = std::thread::scope(|s| {
+            s.spawn(|| {
+                apply(&Placement {
+                    bind: false,
+                    ..p.clone()
+                })
+                .unwrap();
+                let unbound = cpus_in_proc();
+                apply(&p).unwrap();
+                (cpus_in_proc(), unbound)
+            })
+            .join()
+            .unwrap()
+        });
+        assert_eq!(unbound, mine, "an unbound placement changed the affinity");
+        assert_eq!(seen, one, "bound to {one}, the kernel says {seen}");
+        assert_eq!(
+            cpus_in_proc(),
+            mine,
+            "another thread's binding moved this one"
+        );
         let far = Placement {
             memory: Some(4095),
             ..p
         };
-        assert!(apply(&far).unwrap_err().contains("set_mempolicy"));
+        let refused = std::thread::spawn(move || apply(&far)).join().unwrap();
+        assert!(refused.unwrap_err().contains("set_mempolicy"));
     }
 }
