@@ -331,7 +331,7 @@ fn stopped_and_shrunk(transport: &str) {
         "stop",
         at,
         vec![
-            ("RCOLL_TIMEOUT", "2".to_string()),
+            ("RCOLL_TIMEOUT", "3".to_string()),
             ("RCOLL_TEST_GO", go.display().to_string()),
         ],
     );
