@@ -173,6 +173,14 @@ fn shrink_to(comm: &mut Communicator, exclude: &[usize], alive: &mut Vec<usize>)
         "SHRUNK excluded {left:?} members {alive:?} in {:?}",
         t.elapsed()
     );
+    // The host map recomputed for the members (new ranks), and the ring over it.
+    if let Some(h) = new.hosts() {
+        let hosts: Vec<Vec<u32>> = (0..h.nhosts())
+            .map(|i| h.members(i).iter().map(|r| r.0).collect())
+            .collect();
+        let ring: Vec<u32> = h.ring_order().iter().map(|r| r.0).collect();
+        println!("HOSTS {hosts:?} RING {ring:?}");
+    }
     new
 }
 
@@ -486,6 +494,8 @@ fn emulated_hosts_survivors_of_a_killed_rank_shrink_and_finish_the_loop() {
     for r in [0, 2, 3] {
         for want in [
             format!("[rank {r}] SURVIVORS [0, 2, 3]"),
+            // Host 0 kept rank 0, host 1 ranks 2 and 3 (now 1 and 2).
+            format!("[rank {r}] HOSTS [[0], [1, 2]] RING [0, 1, 2]"),
             format!("[rank {r}] {}", super::common::RANK_COMPLETE),
         ] {
             assert!(
