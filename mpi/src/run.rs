@@ -83,6 +83,20 @@ unsafe fn logical<T: Truth>(
     recv: *mut c_void,
 ) -> rcoll::Result<()> {
     let (send_len, recv_len) = plan.lengths(comm.rank(), comm.size());
+    if plan.in_place && plan.action == Action::ReduceScatter {
+        // The blocks after the first keep the input (see `typed`): the truths of a copy of
+        // the whole buffer, reduced out of place into its first block.
+        // SAFETY: the caller's contract: `recv` holds `recv_len` elements, read here.
+        let all = unsafe { input::<T>(recv, recv_len, (std::ptr::null(), 0)) };
+        let truths: Vec<T> = all.iter().map(|x| x.truth()).collect();
+        let out_of_place = Plan {
+            in_place: false,
+            ..*plan
+        };
+        // SAFETY: `truths` holds the whole input, aligned, alive for the call; `recv` as
+        // the caller's contract says (its first block written).
+        return unsafe { typed::<T>(comm, &out_of_place, truths.as_ptr().cast(), recv) };
+    }
     if plan.in_place {
         // SAFETY: the caller's contract: `recv` holds `recv_len` elements, ours for the call.
         let mut buf = unsafe { Out::<T>::new(recv, recv_len) };
@@ -210,10 +224,15 @@ unsafe fn typed<T: Element>(
         (Action::AllGather, true) => comm.all_gather_in_place(buf),
         (Action::AllGather, false) => comm.all_gather(&input, buf),
         (Action::ReduceScatter, true) => {
-            // MPI's in-place result is the buffer's first block; rcoll's is block `rank`.
-            let r = comm.reduce_scatter_in_place(buf, op);
-            if r.is_ok() && rank > 0 {
-                buf.copy_within(rank * count..(rank + 1) * count, 0);
+            // MPI's in-place result is the buffer's first block, and the other blocks keep
+            // the input (Open MPI and MPICH leave them, mpi4py's tests check it); rcoll's
+            // in-place form leaves its result in block `rank` and partial results in
+            // others: its out-of-place form, from a copy of the input.
+            let all = buf.to_vec();
+            let mut mine = all[..count].to_vec();
+            let r = comm.reduce_scatter(&all, &mut mine, op);
+            if r.is_ok() {
+                buf[..count].copy_from_slice(&mine);
             }
             r
         }
