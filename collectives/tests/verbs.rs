@@ -355,7 +355,11 @@ fn a_killed_rank_fails_the_others_naming_it() {
 #[test]
 #[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
 fn survivors_of_a_killed_rank_shrink_3_to_2_over_verbs() {
-    let at = 3 + std::process::id() as usize % 8;
+    // A step of its own every run (inside the VM, process ids repeat from boot to boot).
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos()) as usize;
+    let at = 3 + nanos % 8;
     let children = spawn("shrink", 3, |_| {
         vec![
             ("RCOLL_TEST_KILL_STEP".into(), at.to_string()),

@@ -26,6 +26,9 @@ impl VerbsTransport {
             };
             match peer {
                 Some(p) => self.fail_peer(p.index(), e),
+                // Pairs this rank stopped after the failure (`reap`): each is its peer's
+                // failure already.
+                None if matches!(e, TransportError::Aborted { by, .. } if by == self.rank) => {}
                 // Not one peer's: the device or the completion queue itself.
                 None => {
                     self.broken = Some(e.clone());

@@ -413,7 +413,7 @@ impl VerbsTransport {
             }
         }
         let stopped: Vec<String> = stuck.iter().map(|&p| Rank::from(p).to_string()).collect();
-        self.fail(TransportError::Aborted {
+        let e = TransportError::Aborted {
             rank: self.rank,
             by: self.rank,
             reason: format!(
@@ -421,7 +421,12 @@ impl VerbsTransport {
                  memory after a failure",
                 stopped.join(", ")
             ),
-        });
+        };
+        // Each of those pairs is out for good, also if the survivors carry on (`epoch`).
+        for &p in &stuck {
+            self.fail_peer(p, e.clone());
+        }
+        self.fail(e);
         // Their peers can no longer write here: the offers are void (their windows, bound
         // to stopped pairs, are freed).
         for (_, o) in self.offers.drain().chain(self.withdrawing.drain()) {
