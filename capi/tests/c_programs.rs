@@ -393,7 +393,11 @@ fn a_killed_rank_is_a_remote_error_naming_it() {
 fn survivors_shrink_after_a_killed_rank() {
     let bin = compile("cc", "shrink.c", "shrink", &shared_flags());
     let results = run_all(env_ranks(&bin, &[], 4), Duration::from_secs(120));
-    assert_eq!(results[3].0, None, "rank 3 was to die by SIGKILL:\n{}", results[3].1);
+    assert_eq!(
+        results[3].0, None,
+        "rank 3 was to die by SIGKILL:\n{}",
+        results[3].1
+    );
     all_print(&results[..3], "SHRINK-OK 3");
 }
 

@@ -246,8 +246,8 @@ pub use config::{Config, RingOrder};
 pub use element::{DataType, Element};
 pub use error::{Error, Result};
 pub use op::ReduceOp;
-pub use shrink::Shrunk;
 /// The transport layer underneath (`rcoll-transport`), e.g. for its RDMA device probe.
 pub use rcoll_transport as transport;
 pub use rcoll_transport::Rank;
 pub use schedule::{Collective, Layout};
+pub use shrink::Shrunk;
