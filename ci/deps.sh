@@ -9,6 +9,8 @@ packages=(
   iproute2           # the blackholed-link test: a network namespace and a veth pair
   libopenmpi-dev     # capi tests: mpicc for the MPI example (checks rcoll against MPI)
   openmpi-bin        # capi tests: mpirun with 2, 3 and 4 ranks
+  libmpich-dev       # ci/mpi-clients.sh: the MPI shim built for MPICH (mpicc.mpich) and its tests
+  mpich              # ... under mpiexec.mpich (Open MPI stays the default mpicc and mpirun)
   pkg-config         # capi tests: `pkg-config --cflags --libs rcoll` after capi/install.sh
   libhwloc-dev       # the `hwloc` feature's tests (hwloc and rcoll read topologies alike)
   libudev-dev        # ... which links hwloc statically as its build script asks (-ludev)

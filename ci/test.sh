@@ -21,6 +21,11 @@ cargo test --workspace --doc
 # machines' XML files and this host as rcoll's own readers do.
 cargo test -p rcoll-transport --features hwloc --lib --test topology
 ci/python.sh  # the Python package: a venv under target/, pip install ./python, pytest
+# Real MPI programs nobody here wrote against the MPI shim (MPICH's and mpi4py's collective
+# tests, the shim built for MPICH, MPI_Alloc_mem zero-copy in the Soft-RoCE VM).
+mpi_start=$(date +%s)
+ci/mpi-clients.sh
+echo "ci/mpi-clients.sh: $(($(date +%s) - mpi_start)) s"
 RCOLL_REINSTALL=0 ci/torch.sh  # the torch backend: torch from PyPI, torch's own suite, DDP
 
 # The verbs suite's binary, built on the host (the VM runs host binaries unchanged): the one
