@@ -15,18 +15,24 @@ export CI=true
 export RCOLL_SKIP_LOG="$PWD/target/ci-skips.log"
 mkdir -p target
 : >"$RCOLL_SKIP_LOG"
-cargo test --workspace --all-targets
-cargo test --workspace --doc
+# Each part says how long it took, so that CI's log shows where its budget goes.
+timed() {
+  local t0
+  t0=$(date +%s)
+  "$@"
+  echo "=== ci/test.sh: '$*' took $(($(date +%s) - t0)) s" >&2
+}
+timed cargo test --workspace --all-targets
+timed cargo test --workspace --doc
 # The topology through hwloc itself (the optional `hwloc` feature): it must read the test
 # machines' XML files and this host as rcoll's own readers do.
-cargo test -p rcoll-transport --features hwloc --lib --test topology
-ci/python.sh  # the Python package: a venv under target/, pip install ./python, pytest
+timed cargo test -p rcoll-transport --features hwloc --lib --test topology
+timed ci/python.sh  # the Python package: a venv under target/, pip install ./python, pytest
 # Real MPI programs nobody here wrote against the MPI shim (MPICH's and mpi4py's collective
 # tests, the shim built for MPICH, MPI_Alloc_mem zero-copy in the Soft-RoCE VM).
-mpi_start=$(date +%s)
-ci/mpi-clients.sh
-echo "ci/mpi-clients.sh: $(($(date +%s) - mpi_start)) s"
-RCOLL_REINSTALL=0 ci/torch.sh  # the torch backend: torch from PyPI, torch's own suite, DDP
+timed ci/mpi-clients.sh
+# The torch backend: torch from PyPI, torch's own suite, DDP.
+RCOLL_REINSTALL=0 timed ci/torch.sh
 
 # The verbs suite's binary, built on the host (the VM runs host binaries unchanged): the one
 # the first command built (`--workspace`: the same features; `-p rcoll` would build it again).
@@ -43,7 +49,7 @@ else
   # a fifth less time. Nothing here measures speed (soft-roce/compare.sh keeps the default).
   RCOLL_VM_TIMEOUT=${RCOLL_VM_TIMEOUT:-1800} \
     RCOLL_VM_CPU_MODEL=${RCOLL_VM_CPU_MODEL:-max,erms=off,fsrm=off} \
-    soft-roce/run-in-vm.sh "$verbs_test --ignored --test-threads=1"
+    timed soft-roce/run-in-vm.sh "$verbs_test --ignored --test-threads=1"
 fi
 
 # Every skip, in one summary; any not in ci/allowed-skips.txt fails the run.
