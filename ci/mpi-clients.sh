@@ -213,7 +213,7 @@ mpi4py_suite() {
     rc=0
     out=$(cd "$tests" && timeout -k 5 300 mpirun --oversubscribe --bind-to none -np "$np" \
       -x "LD_PRELOAD=$shim" -x RCOLL_MPI_STATS=1 -x RCOLL_TIMEOUT=30 \
-      "$venv/bin/python" -m unittest "${modules[@]}" 2>&1 </dev/null) || rc=$?
+      "$venv/bin/python" -m unittest "${modules[@]}" 2>&1 </dev/null | tr -d '\000') || rc=$?
     local summary
     summary=$(grep -E '^(Ran [0-9]+ tests|OK|FAILED)' <<<"$out" | sort | uniq -c | tr -s ' ' | paste -sd';')
     say "mpi4py ${modules[*]} on $np ranks under the shim: exit $rc; $summary"
