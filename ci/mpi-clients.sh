@@ -205,7 +205,7 @@ mpi4py_suite() {
   else
     build_mpi4py >"$work/mpi4py-build.log" 2>&1 || { cat "$work/mpi4py-build.log" >&2; return 1; }
   fi
-  say "mpi4py $("$venv/bin/python" -c 'import mpi4py; print(mpi4py.__version__)') built against $("$venv/bin/python" -c 'from mpi4py import MPI; print(MPI.Get_library_version().splitlines()[0])')"
+  say "mpi4py $("$venv/bin/python" -c 'import mpi4py; print(mpi4py.__version__)') built against $("$venv/bin/python" -c 'from mpi4py import MPI; print(MPI.Get_library_version().replace(chr(0), "").splitlines()[0])')"
   local modules=()
   mapfile -t modules < <(cd "$tests" && ls test_cco_*.py | sed 's/\.py$//')
   local bad=0 np out rc
@@ -213,7 +213,7 @@ mpi4py_suite() {
     rc=0
     out=$(cd "$tests" && timeout -k 5 300 mpirun --oversubscribe --bind-to none -np "$np" \
       -x "LD_PRELOAD=$shim" -x RCOLL_MPI_STATS=1 -x RCOLL_TIMEOUT=30 \
-      "$venv/bin/python" -m unittest "${modules[@]}" 2>&1 </dev/null | tr -d '\000') || rc=$?
+      "$venv/bin/python" -m unittest "${modules[@]}" 2>&1 </dev/null) || rc=$?
     local summary
     summary=$(grep -E '^(Ran [0-9]+ tests|OK|FAILED)' <<<"$out" | sort | uniq -c | tr -s ' ' | paste -sd';')
     say "mpi4py ${modules[*]} on $np ranks under the shim: exit $rc; $summary"
