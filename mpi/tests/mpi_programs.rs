@@ -94,18 +94,9 @@ fn mpirun(bin: &Path, args: &[&str], n: usize, env: &[(&str, &str)]) -> (Option<
     launch(bin, args, n, env, false)
 }
 
-/// [`mpirun`], the launcher told to let the other ranks live on when one dies (Open MPI's
-/// `--enable-recovery`, Hydra's `-disable-auto-cleanup`), so that what they make of the
-/// death can be seen.
-fn mpirun_past_a_death(
-    bin: &Path,
-    args: &[&str],
-    n: usize,
-    env: &[(&str, &str)],
-) -> (Option<i32>, String) {
-    launch(bin, args, n, env, true)
-}
-
+/// [`mpirun`]; with `past_a_death` the launcher is told to let the other ranks live on
+/// when one dies (Open MPI's `--enable-recovery`, Hydra's `-disable-auto-cleanup`), so that
+/// what they make of the death can be seen.
 fn launch(
     bin: &Path,
     args: &[&str],
@@ -333,50 +324,125 @@ fn split_and_dup_communicators_run_collectives_beside_the_world() {
     }
 }
 
+/// A run of errors_check whose ranks write their own output (ERRORS_CHECK_DIR), which no
+/// launcher's teardown can lose: the launcher's exit code and output, and each rank's.
+struct Witnessed {
+    code: Option<i32>,
+    launcher: String,
+    ranks: Vec<String>,
+}
+
+impl Witnessed {
+    fn run(args: &[&str], n: usize, env: &[(&str, &str)], past_a_death: bool) -> Self {
+        let dir = scratch().join(format!("witness-{}", args.join("-")));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir_env = dir.to_str().unwrap();
+        // Open MPI's report of an abort goes through mpirun, which loses it when two ranks
+        // abort at once ("Data unpack would read past end of buffer" in show_help.c);
+        // with this each aborting rank prints its own stack, through ompi_mpi_abort, to
+        // its file. MPICH's abort prints "application called MPI_Abort(" there anyway.
+        let env: Vec<(&str, &str)> = env
+            .iter()
+            .copied()
+            .chain([
+                ("ERRORS_CHECK_DIR", dir_env),
+                ("OMPI_MCA_mpi_abort_print_stack", "1"),
+            ])
+            .collect();
+        let (code, launcher) = launch(&compile("errors_check"), args, n, &env, past_a_death);
+        let ranks = (0..n)
+            .map(|r| std::fs::read_to_string(dir.join(format!("rank-{r}"))).unwrap_or_default())
+            .collect();
+        Witnessed {
+            code,
+            launcher,
+            ranks,
+        }
+    }
+
+    /// Everything, for a failed assertion's message.
+    fn all(&self) -> String {
+        let mut all = format!("exit {:?}; the launcher:\n{}", self.code, self.launcher);
+        for (r, out) in self.ranks.iter().enumerate() {
+            all += &format!("--- rank {r}'s own output:\n{out}");
+        }
+        all
+    }
+
+    /// Rank `r`'s ERROR-SEEN line (after the prefix), if it printed one.
+    fn seen(&self, r: usize) -> Option<&str> {
+        self.ranks[r]
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("ERROR-SEEN {r} ")))
+    }
+
+    /// Whether rank `r` went through MPI's abort, in its own words: Open MPI's stack from
+    /// ompi_mpi_abort, MPICH's "application called MPI_Abort(".
+    fn aborted(&self, r: usize) -> bool {
+        self.ranks[r].contains("ompi_mpi_abort") || self.ranks[r].contains("called MPI_Abort(")
+    }
+
+    /// Asserts that with MPI_ERRORS_ARE_FATAL the job ended by the error handler: the
+    /// launcher returned (not the time limit); no survivor's call returned (no ERROR-SEEN,
+    /// no ERRORS-CHECK-OK or -FAIL); each message printed is rcoll's for `call`, naming the
+    /// rank and the late or dead rank 2; and a survivor that printed one went on into
+    /// MPI_Abort (another may have been ended by the first one's abort between its message
+    /// and its own abort).
+    fn ended_by_the_fatal_handler(&self, call: &str, survivors: usize) {
+        assert!(self.code.is_some(), "{}", self.all());
+        let mut aborted = false;
+        for r in 0..survivors {
+            let own = &self.ranks[r];
+            assert!(self.seen(r).is_none(), "rank {r} returned: {}", self.all());
+            assert!(!own.contains("ERRORS-CHECK"), "{}", self.all());
+            let prefix = format!("rcoll-mpi: {call} on world rank {r}: ");
+            if let Some(message) = own.lines().find(|l| l.starts_with(&prefix)) {
+                assert!(message.contains("rank 2"), "rank {r}: {message}");
+                aborted |= self.aborted(r);
+            }
+        }
+        assert!(aborted, "no survivor's message and abort: {}", self.all());
+    }
+}
+
 /// An rcoll failure (a rank 5 s late with RCOLL_TIMEOUT=2) through both error handlers:
 /// with MPI_ERRORS_RETURN the punctual ranks' call returns an error code of rcoll's class
 /// whose MPI_Error_string is rcoll's message naming the rank and the late peer, and the
 /// next call fails too; with MPI_ERRORS_ARE_FATAL the job ends, non-zero, with that
-/// message, before the late rank could have finished.
+/// message, through MPI_Abort, before the late rank could have finished.
 #[test]
 fn an_rcoll_failure_reaches_the_communicators_error_handler() {
-    let bin = compile("errors_check");
     let env = [("RCOLL_TIMEOUT", "2")];
     let n = 3;
-    let result = mpirun(&bin, &["return"], n, &env);
-    assert_eq!(result.0, Some(0), "{}", result.1);
+    let run = Witnessed::run(&["return"], n, &env, false);
+    assert_eq!(run.code, Some(0), "{}", run.all());
     for r in 0..n - 1 {
-        let seen = result
-            .1
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("ERROR-SEEN {r} ")))
-            .unwrap_or_else(|| panic!("rank {r} saw no error:\n{}", result.1));
+        let seen = run
+            .seen(r)
+            .unwrap_or_else(|| panic!("rank {r} saw no error: {}", run.all()));
         assert!(
             seen.starts_with(&format!("1 rcoll-mpi: MPI_Allreduce on world rank {r}: "))
                 && seen.contains("rank 2"),
             "rank {r}: {seen}"
         );
         assert!(
-            result.1.contains(&format!("ERRORS-CHECK-OK {r}\n")),
+            run.ranks[r].contains(&format!("ERRORS-CHECK-OK {r}\n")),
             "{}",
-            result.1
+            run.all()
         );
     }
     assert!(
-        result.1.contains("ERRORS-CHECK-OK 2 (late: "),
+        run.ranks[n - 1].contains(&format!("ERRORS-CHECK-OK {} (late: ", n - 1)),
         "{}",
-        result.1
+        run.all()
     );
 
     let started = Instant::now();
-    let (code, out) = mpirun(&bin, &["fatal"], n, &env);
-    assert!(matches!(code, Some(c) if c != 0), "exit {code:?}:\n{out}");
-    assert!(
-        out.contains("rcoll-mpi: MPI_Allreduce on world rank 0: ")
-            || out.contains("rcoll-mpi: MPI_Allreduce on world rank 1: "),
-        "{out}"
-    );
-    assert!(!out.contains("ERRORS-CHECK-OK"), "{out}");
+    let run = Witnessed::run(&["fatal"], n, &env, false);
+    assert!(matches!(run.code, Some(c) if c != 0), "{}", run.all());
+    run.ended_by_the_fatal_handler("MPI_Allreduce", n - 1);
+    assert!(!run.ranks[n - 1].contains("ERRORS-CHECK"), "{}", run.all());
     assert!(
         started.elapsed() < Duration::from_secs(60),
         "{:?}",
@@ -391,56 +457,58 @@ fn an_rcoll_failure_reaches_the_communicators_error_handler() {
 /// and the dead one, and a later call fails too; with MPI_ERRORS_ARE_FATAL the job ends
 /// through MPI_Abort with that message. After MPI_Init (the shim's MPI_Wait completes the
 /// request) and at MPI_THREAD_MULTIPLE (rcoll's progress thread does).
+///
+/// Under MPICH's Hydra (4.0.2) the last rank is 5 s late instead (RCOLL_TIMEOUT=2): its
+/// proxy kills the survivors when a rank dies, -disable-auto-cleanup or not, in about
+/// half the runs before they see the death (strace: `kill(-pgid, SIGKILL)` to each
+/// survivor's process group, then the SIGUSR1 that option sends instead).
 #[test]
 fn a_nonblocking_calls_failure_reaches_the_error_handler_when_a_rank_is_killed() {
-    let bin = compile("errors_check");
-    // A backstop: a dead peer's closed connection is seen at once.
-    let env = [("RCOLL_TIMEOUT", "10")];
-    let n = 3;
-    // MPICH at MPI_THREAD_MULTIPLE with a killed rank ends with Hydra's 'Killed (signal
-    // 9)' or 'unable to forward PMI response' and no output from the survivors.
-    let levels: &[&[&str]] = if mpi().hydra {
-        &[&[]]
+    let (env, victim): ([(&str, &str); 1], &[&str]) = if mpi().hydra {
+        ([("RCOLL_TIMEOUT", "2")], &["late"])
     } else {
-        &[&[], &["multiple"]]
+        // A backstop: a dead peer's closed connection is seen at once.
+        ([("RCOLL_TIMEOUT", "10")], &[])
     };
-    for &level in levels {
-        let args: Vec<&str> = ["killed-return"].iter().chain(level).copied().collect();
-        let (_, out) = mpirun_past_a_death(&bin, &args, n, &env);
+    let n = 3;
+    for level in [&[][..], &["multiple"]] {
+        let args: Vec<&str> = ["killed-return"]
+            .iter()
+            .chain(level)
+            .chain(victim)
+            .copied()
+            .collect();
+        let run = Witnessed::run(&args, n, &env, true);
         for r in 0..n - 1 {
-            let seen = out
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("ERROR-SEEN {r} ")))
-                .unwrap_or_else(|| panic!("{args:?}: rank {r} saw no error:\n{out}"));
+            let seen = run
+                .seen(r)
+                .unwrap_or_else(|| panic!("{args:?}: rank {r} saw no error: {}", run.all()));
             assert!(
                 seen.starts_with(&format!("1 rcoll-mpi: MPI_Iallreduce on world rank {r}: "))
                     && seen.contains("rank 2"),
                 "{args:?}: rank {r}: {seen}"
             );
             assert!(
-                out.contains(&format!("ERRORS-CHECK-OK {r}\n")),
-                "{args:?}:\n{out}"
+                run.ranks[r].contains(&format!("ERRORS-CHECK-OK {r}\n")),
+                "{args:?}: {}",
+                run.all()
             );
         }
-        assert!(!out.contains("ERRORS-CHECK-FAIL"), "{args:?}:\n{out}");
-
-        let args: Vec<&str> = ["killed-fatal"].iter().chain(level).copied().collect();
-        let (code, out) = mpirun_past_a_death(&bin, &args, n, &env);
-        // Open MPI's mpirun exits 0 after an MPI_Abort under --enable-recovery; it says
-        // the abort happened.
         assert!(
-            matches!(code, Some(c) if c != 0) || out.contains("MPI_ABORT was invoked"),
-            "{args:?}: exit {code:?}, no abort:\n{out}"
+            run.ranks
+                .iter()
+                .all(|own| !own.contains("ERRORS-CHECK-FAIL")),
+            "{args:?}: {}",
+            run.all()
         );
-        let message = out
-            .lines()
-            .find(|l| {
-                l.starts_with("rcoll-mpi: MPI_Iallreduce on world rank 0: ")
-                    || l.starts_with("rcoll-mpi: MPI_Iallreduce on world rank 1: ")
-            })
-            .unwrap_or_else(|| panic!("{args:?}: no survivor's message:\n{out}"));
-        assert!(message.contains("rank 2"), "{args:?}: {message}");
-        assert!(!out.contains("ERRORS-CHECK-OK"), "{args:?}:\n{out}");
+
+        let args: Vec<&str> = ["killed-fatal"]
+            .iter()
+            .chain(level)
+            .chain(victim)
+            .copied()
+            .collect();
+        Witnessed::run(&args, n, &env, true).ended_by_the_fatal_handler("MPI_Iallreduce", n - 1);
     }
 }
 

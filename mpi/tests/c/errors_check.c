@@ -17,12 +17,34 @@
  *     barrier would wait for the dead rank); with MPI_ERRORS_ARE_FATAL (killed-fatal) the
  *     job ends in MPI_Wait with rcoll's message. `multiple`: at MPI_THREAD_MULTIPLE, where
  *     rcoll's progress thread completes the request (else the shim's MPI_Wait does).
+ *     `late` (last): the last rank does not die but sleeps 5 s and leaves (run with
+ *     RCOLL_TIMEOUT=2), for launchers that kill the others when one dies.
+ * With ERRORS_CHECK_DIR set, each rank writes its stdout and stderr (the shim's message,
+ * MPI's own abort report) itself into <dir>/rank-<rank>.
  */
+#include <fcntl.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* What a rank printed before the job ended must not depend on the launcher forwarding it:
+ * its teardown loses some (Hydra's proxies killed, Open MPI's report of an abort lost when
+ * two ranks abort at once). A file the rank writes itself has every byte written. */
+static void witness(int rank) {
+  const char *dir = getenv("ERRORS_CHECK_DIR");
+  if (dir == NULL) return;
+  char path[4096];
+  snprintf(path, sizeof path, "%s/rank-%d", dir, rank);
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
+  if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) {
+    printf("ERRORS-CHECK-FAIL %d: %s not opened\n", rank, path);
+    exit(1);
+  }
+  if (fd > 2) close(fd);
+}
 
 /* Prints ERROR-SEEN <rank> <1 if rcoll's class> <message> for a failed call's code. */
 static void seen(int rank, int rc) {
@@ -36,6 +58,7 @@ static void seen(int rank, int rc) {
 
 static int killed(int argc, char **argv) {
   const int returns = strcmp(argv[1], "killed-return") == 0;
+  const int late = strcmp(argv[argc - 1], "late") == 0;
   int rank, size, provided;
   if (argc > 2 && strcmp(argv[2], "multiple") == 0) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -48,6 +71,7 @@ static int killed(int argc, char **argv) {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  witness(rank);
   if (returns) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   double x = rank, s = 0;
   MPI_Request req;
@@ -57,7 +81,13 @@ static int killed(int argc, char **argv) {
     printf("ERRORS-CHECK-FAIL %d: the first Iallreduce failed (sum %g)\n", rank, s);
     return 1;
   }
-  if (rank == size - 1) raise(SIGKILL);
+  if (rank == size - 1) {
+    if (late) {
+      sleep(5);
+      _exit(0);
+    }
+    raise(SIGKILL);
+  }
   int rc = MPI_Iallreduce(&x, &s, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD, &req);
   if (rc == MPI_SUCCESS) rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
   if (rc == MPI_SUCCESS) {
@@ -82,6 +112,7 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  witness(rank);
   const int returns = argc > 1 && strcmp(argv[1], "return") == 0;
   if (returns) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   double x = rank, s = 0;
