@@ -336,8 +336,8 @@ impl Witnessed {
     fn run(args: &[&str], n: usize, env: &[(&str, &str)], past_a_death: bool) -> Self {
         let dir = scratch().join(format!("witness-{}", args.join("-")));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let dir_env = dir.to_str().unwrap();
+        std::fs::create_dir_all(&dir).expect("the witness directory");
+        let dir_env = dir.to_str().expect("a UTF-8 scratch path");
         // Open MPI's report of an abort goes through mpirun, which loses it when two ranks
         // abort at once ("Data unpack would read past end of buffer" in show_help.c);
         // with this each aborting rank prints its own stack, through ompi_mpi_abort, to
