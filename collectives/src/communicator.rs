@@ -31,6 +31,31 @@ const RECENT_CALLS: usize = 8;
 /// Plans kept per communicator before the cache starts over.
 const PLAN_CACHE_LIMIT: usize = 256;
 
+/// How to build a sibling process group the way this one was built (every setting: the
+/// transport, interface, timeouts, overrides), for [`split`](Communicator::split): the
+/// process layer's builder, behind a function so that the communicator needs no process
+/// layer of its own.
+#[derive(Clone)]
+pub(crate) struct Origin {
+    /// The address the other ranks reach this rank at.
+    pub(crate) ip: std::net::IpAddr,
+    /// Rank `rank` of `size` of a new group meeting at `root` with the secret `id`.
+    pub(crate) form: Arc<FormGroup>,
+}
+
+pub(crate) type FormGroup =
+    dyn Fn(usize, usize, std::net::SocketAddr, u128) -> Result<Communicator> + Send + Sync;
+
+/// How a shrunk communicator came from its parent ([`Communicator::shrunk`]): the same on
+/// every member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shrunk {
+    /// The parent's ranks left out (failed, or excluded by the callers), ascending.
+    pub excluded: Vec<usize>,
+    /// `parent_ranks[i]`: this communicator's rank `i` in the parent.
+    pub parent_ranks: Vec<usize>,
+}
+
 /// One rank's endpoint of a group of `size()` ranks.
 ///
 /// Every rank of the group must call the same collectives in the same order with matching
@@ -92,7 +117,7 @@ pub struct Communicator {
     tuning_key: &'static str,
     /// How a process group was built, for [`split`](Communicator::split) (`None` for
     /// in-process groups and bare transports).
-    pub(crate) origin: Option<crate::process::Builder>,
+    pub(crate) origin: Option<Origin>,
     /// Where this rank runs on its host (process groups).
     pub(crate) placement: Option<rcoll_transport::topology::Placement>,
     /// The sequence number of point-to-point messages: [`P2P_BIT`] and the transport's
@@ -102,7 +127,7 @@ pub struct Communicator {
     /// survivors agree ([`Communicator::shrink`]).
     pub(crate) failed_peers: Vec<usize>,
     /// How this communicator came from its parent, if a shrink made it.
-    pub(crate) shrunk: Option<crate::shrink::Shrunk>,
+    pub(crate) shrunk: Option<Shrunk>,
 }
 
 enum Buffers<'a, T> {

@@ -246,7 +246,12 @@ impl Builder {
         // and the address the other ranks reach this rank at.
         let mut origin = self;
         origin.bind = Some(ip);
-        comm.origin = Some(origin);
+        comm.origin = Some(crate::communicator::Origin {
+            ip,
+            form: std::sync::Arc::new(move |rank, size, root, id| {
+                origin.subgroup(rank, size, root, id).build()
+            }),
+        });
         Ok(comm)
     }
 
@@ -261,11 +266,6 @@ impl Builder {
         b.unique_id = Some(id);
         b.insecure_id = false;
         b
-    }
-
-    /// The address this rank accepts connections on (set once built).
-    pub(crate) fn bound_ip(&self) -> IpAddr {
-        self.bind.unwrap_or(self.root.ip())
     }
 
     /// Connects to the group and returns this rank's transport alone (TCP or verbs, as

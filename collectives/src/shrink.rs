@@ -28,7 +28,7 @@ use rcoll_transport::{deadline_after, Rank, Tag, TransportError};
 
 use crate::abort::ABORT_POLL;
 use crate::agree::{wire_len, Agreement, Message, Refusal};
-use crate::communicator::{Communicator, P2P_BIT};
+use crate::communicator::{Communicator, Shrunk, P2P_BIT};
 use crate::error::{Error, Result};
 
 /// The channel of agreement messages: no schedule has this many channels.
@@ -37,16 +37,6 @@ const AGREE_CHANNEL: u16 = u16::MAX;
 const AGREE_FINGERPRINT: u32 = 0x7368_726b;
 const PROPOSE: u32 = 0;
 const DECIDE: u32 = 1;
-
-/// How a shrunk communicator came from its parent ([`Communicator::shrunk`]): the same on
-/// every member.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Shrunk {
-    /// The parent's ranks left out (failed, or excluded by the callers), ascending.
-    pub excluded: Vec<usize>,
-    /// `parent_ranks[i]`: this communicator's rank `i` in the parent.
-    pub parent_ranks: Vec<usize>,
-}
 
 impl Communicator {
     /// The survivors' communicator after a failure (or a planned removal), as

@@ -54,7 +54,7 @@ impl Communicator {
         let mut record = [0u64; RECORD];
         let mut trouble = None;
         if leads {
-            match rendezvous(origin.bound_ip()) {
+            match rendezvous(origin.ip) {
                 Ok((addr, secret)) => record = encode(addr, secret),
                 Err(e) => {
                     trouble = Some(format!(
@@ -85,7 +85,7 @@ impl Communicator {
         };
         let leader = members[0];
         let (root, secret) = if members.len() == 1 {
-            (SocketAddr::new(origin.bound_ip(), 0), 0)
+            (SocketAddr::new(origin.ip, 0), 0)
         } else {
             decode(&records[RECORD * leader..RECORD * (leader + 1)]).ok_or_else(|| {
                 Error::Config(format!(
@@ -96,10 +96,7 @@ impl Communicator {
             })?
         };
         tracing::info!(rank = me, color = ?color, new_rank = rank, size = members.len(), %root, "split");
-        let built = origin
-            .subgroup(rank, members.len(), root, secret)
-            .build()
-            .map(Some);
+        let built = (origin.form)(rank, members.len(), root, secret).map(Some);
         // Taken by the group's rank 0 (this rank, if it leads) when it formed; a failure
         // before that leaves it reserved.
         release();

@@ -6,7 +6,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use crate::entry::guarded;
+use crate::ffi::guarded;
 use crate::ffi::{self, Request};
 use crate::pending::{self, Settle};
 

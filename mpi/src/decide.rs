@@ -551,7 +551,7 @@ fn reduction<H: Copy>(a: &Args<'_, H>, root: usize, types: &impl Types<H>) -> Re
         (Some(t), Some(name)) if t.is_float() => {
             return Err(Reason::OpOnDatatype(name, types.name(dtype)))
         }
-        (Some(t), _) if op.supports(t) => t,
+        (Some(t), _) if t.supports(op) => t,
         (Some(_), _) => return Err(Reason::OpOnDatatype(op_name(op), types.name(dtype))),
         (None, _) => return Err(Reason::Datatype(types.name(dtype))),
     };

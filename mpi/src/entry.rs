@@ -8,41 +8,19 @@
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::io::Write;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
 use crate::comms::{self, State};
 use crate::decide::{decide, Action, Args, Coll, OpKind, Plan, Reason, Side, Ty, Types};
+use crate::ffi::guarded;
 use crate::ffi::{self, Comm, Datatype, Op, Request, Sent, NO_DATATYPE};
 use crate::memory;
 use crate::pending;
 use crate::run;
-use crate::stage::Stage;
+use crate::stage::{type_of, Stage};
 use crate::stats::Stats;
 
 static STATS: Stats = Stats::new();
-
-/// Runs `f`; a panic (a bug in the shim) ends the job rather than unwinding into C.
-pub(crate) fn guarded(what: &str, f: impl FnOnce() -> c_int) -> c_int {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(code) => code,
-        Err(_) => {
-            eprintln!("rcoll-mpi: internal error in {what}: aborting the job");
-            // SAFETY: ends the job; a panic leaves nothing to return to.
-            unsafe { ffi::rcoll_mpi_abort(ffi::rcoll_mpi_comm_world(), 1) };
-            std::process::abort()
-        }
-    }
-}
-
-/// A datatype as MPI describes it: one the application passed for a side MPI says this
-/// rank uses (valid by MPI's contract; MPI_DATATYPE_NULL is checked).
-pub fn type_of(h: Datatype) -> Ty {
-    let mut info = ffi::TypeInfo::default();
-    // SAFETY: `info` is writable; the handle as above.
-    let ok = unsafe { ffi::rcoll_mpi_type_info(h, &mut info) } == 0;
-    Ty::from_info(ok.then_some(info))
-}
 
 /// Datatypes as MPI describes them.
 struct MpiTypes;

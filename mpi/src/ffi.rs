@@ -4,6 +4,7 @@
 //! Nothing here decides anything; it only names what C has.
 
 use std::ffi::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 
 #[cfg(mpi_handles = "pointer")]
 mod handles {
@@ -348,4 +349,17 @@ extern "C" {
         op: Op,
         comm: Comm,
     ) -> c_int;
+}
+
+/// Runs `f`; a panic (a bug in the shim) ends the job rather than unwinding into C.
+pub(crate) fn guarded(what: &str, f: impl FnOnce() -> c_int) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(code) => code,
+        Err(_) => {
+            eprintln!("rcoll-mpi: internal error in {what}: aborting the job");
+            // SAFETY: ends the job; a panic leaves nothing to return to.
+            unsafe { rcoll_mpi_abort(rcoll_mpi_comm_world(), 1) };
+            std::process::abort()
+        }
+    }
 }

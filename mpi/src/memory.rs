@@ -101,7 +101,7 @@ pub fn stats_line(zero_copy_sends: u64) -> Option<String> {
 /// MPI's contract for this call: `baseptr` points to a `void *` to write.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Alloc_mem(size: Aint, info: Info, baseptr: *mut c_void) -> c_int {
-    crate::entry::guarded("MPI_Alloc_mem", || {
+    crate::ffi::guarded("MPI_Alloc_mem", || {
         let serving = crate::comms::control().is_some_and(|c| c.enabled);
         let layout = usize::try_from(size)
             .ok()
@@ -142,7 +142,7 @@ pub unsafe extern "C" fn MPI_Alloc_mem(size: Aint, info: Info, baseptr: *mut c_v
 /// uses it.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Free_mem(base: *mut c_void) -> c_int {
-    crate::entry::guarded("MPI_Free_mem", || {
+    crate::ffi::guarded("MPI_Free_mem", || {
         let Some(allocation) = allocations().remove(&(base as usize)) else {
             // SAFETY: the caller's argument, passed on.
             return unsafe { ffi::PMPI_Free_mem(base) };

@@ -7,8 +7,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use crate::decide::{Args, Plan};
-use crate::entry::type_of;
+use crate::decide::{Args, Plan, Ty};
 use crate::ffi::{self, Comm, Datatype, Sent};
 
 /// The packed copies of one call's staged sides.
@@ -191,4 +190,14 @@ unsafe fn unpack(bytes: &[u8], to: *mut c_void, dtype: Datatype, comm: Comm) -> 
         done += k;
     }
     Ok(())
+}
+
+/// A datatype as MPI describes it: one the application passed for a side MPI says this
+/// rank uses (valid by MPI's contract; MPI_DATATYPE_NULL is checked).
+pub(crate) fn type_of(h: Datatype) -> Ty {
+    let mut info = ffi::TypeInfo::default();
+    // SAFETY: `info` is writable; the handle is valid or MPI_DATATYPE_NULL, which the
+    // call checks.
+    let ok = unsafe { ffi::rcoll_mpi_type_info(h, &mut info) } == 0;
+    Ty::from_info(ok.then_some(info))
 }
