@@ -10,7 +10,7 @@ use rcoll::{Algorithm, Collective, DataType, ReduceOp};
 
 use crate::error::{usage, BenchError};
 use crate::plan::PlanSpec;
-use crate::run::BenchSpec;
+use crate::spec::BenchSpec;
 use crate::sweep::{sizes, Step};
 
 mod tools;

@@ -18,11 +18,12 @@ use std::time::Instant;
 
 use rcoll::{Algorithm, Communicator, Element, Layout, Rank};
 
+use crate::call::{call, Buffers};
 use crate::data::Reference;
 use crate::error::BenchError;
 use crate::plan::layout_count;
 use crate::report::{ModeReport, SizeReport, VariantTime};
-use crate::run::{call, size_bytes, BenchSpec, Buffers};
+use crate::spec::{size_bytes, BenchSpec};
 use rcoll::select::quadratic_beyond_limit;
 
 /// Regret above this is flagged in the table (the target the issue sets for auto).

@@ -19,6 +19,7 @@
 mod args;
 mod busbw;
 mod calibrate;
+mod call;
 mod compare;
 mod data;
 mod doctor;
@@ -34,6 +35,7 @@ mod report;
 mod run;
 mod simulate;
 mod spawn;
+mod spec;
 mod sweep;
 mod threads;
 mod topo;

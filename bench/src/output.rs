@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use crate::error::BenchError;
 use crate::plot;
 use crate::report::{self, SizeReport};
-use crate::run::BenchSpec;
+use crate::spec::BenchSpec;
 
 /// Writes to stdout, ignoring a closed pipe (`rcoll-bench ... | head`).
 pub fn print(s: &str) {

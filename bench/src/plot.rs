@@ -16,7 +16,7 @@ use plotters::style::FontStyle;
 use crate::args::PlotArgs;
 use crate::error::{usage, BenchError};
 use crate::report::SizeReport;
-use crate::run::BenchSpec;
+use crate::spec::BenchSpec;
 
 /// The font every label is drawn in, unless `RCOLL_BENCH_FONT` names another.
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";

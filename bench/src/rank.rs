@@ -11,7 +11,8 @@ use crate::args::{LaunchArgs, TransportFlag};
 use crate::error::{usage, BenchError};
 use crate::output;
 use crate::progress::Progress;
-use crate::run::{run_rank, BenchSpec};
+use crate::run::run_rank;
+use crate::spec::BenchSpec;
 
 /// Exit status of a rank whose parent rcoll-bench went away.
 const ORPHANED: i32 = 3;

@@ -6,7 +6,7 @@ use rcoll::{Collective, DataType};
 
 use crate::busbw;
 use crate::hosts::{self, RankHost};
-use crate::run::BenchSpec;
+use crate::spec::BenchSpec;
 use crate::sweep::Step;
 
 /// One size, out of place and in place.

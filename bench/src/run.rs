@@ -10,18 +10,17 @@
 //! every rank's per-iteration times and wrong counts are gathered to rank 0 with rcoll's
 //! own gather (as nccl-tests reduces its timings with MPI), and rank 0 builds the report.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use rcoll::schedule::BufferLayout;
-use rcoll::{Algorithm, Collective, Communicator, DataType, Element, Layout, Rank, ReduceOp};
+use rcoll::{Collective, Communicator, DataType, Element, Layout, Rank};
 
+use crate::call::{call, Buffers};
 use crate::data::Reference;
 use crate::error::BenchError;
 use crate::hosts;
 use crate::plan::layout_count;
 use crate::report::{self, ModeReport, SizeReport};
-use crate::sweep::Step;
+use crate::spec::{size_bytes, BenchSpec};
 
 /// Calls `f::<T>(args...)` for the element type of `dtype`.
 macro_rules! dispatch {
@@ -43,61 +42,6 @@ macro_rules! dispatch {
             ))),
         }
     }};
-}
-
-/// Everything a rank needs to know to run the benchmark.
-#[derive(Clone, Debug)]
-pub struct BenchSpec {
-    /// The collective.
-    pub collective: Collective,
-    /// Number of ranks.
-    pub nranks: usize,
-    /// Sizes in bytes, nccl-tests' convention (see [`layout_count`]).
-    pub sizes: Vec<usize>,
-    /// `-b`, for the header.
-    pub minbytes: usize,
-    /// `-e`, for the header.
-    pub maxbytes: usize,
-    /// How sizes grow, for the header.
-    pub step: Step,
-    /// Timed iterations per size and mode (at least one).
-    pub iters: usize,
-    /// Warmup iterations per size and mode.
-    pub warmup: usize,
-    /// Whether to check results.
-    pub check: bool,
-    /// The reduction.
-    pub op: ReduceOp,
-    /// Element type.
-    pub dtype: DataType,
-    /// Root of rooted collectives.
-    pub root: usize,
-    /// The forced algorithm, `None` for the cost model.
-    pub algorithm: Option<Algorithm>,
-    /// `--algo all`: every serving algorithm and auto at each size ([`crate::compare`]).
-    pub compare: bool,
-    /// The transport's name.
-    pub transport: &'static str,
-    /// What it runs on ([`rcoll::Communicator::transport_details`]).
-    pub transport_details: String,
-    /// `--device`: the network interfaces of process ranks, dealt out round-robin (empty:
-    /// the interface that reaches rank 0); see [`BenchSpec::device_of`].
-    pub devices: Vec<String>,
-    /// Where to write the JSON records.
-    pub json: Option<PathBuf>,
-    /// Where to draw the busbw chart (PNG).
-    pub plot: Option<PathBuf>,
-}
-
-impl BenchSpec {
-    /// The interface rank `rank` accepts peer connections on: `--device`'s entry
-    /// `rank % length`, or `None` for the default.
-    pub fn device_of(&self, rank: usize) -> Option<&str> {
-        match self.devices.len() {
-            0 => None,
-            n => self.devices.get(rank % n).map(String::as_str),
-        }
-    }
 }
 
 /// Runs the benchmark on this rank. Rank 0 passes the header and then each size's row,
@@ -194,24 +138,6 @@ fn run_typed<T: Element>(
     Ok(reports)
 }
 
-/// The bytes a size stands for once rounded down to whole elements (and whole blocks):
-/// what nccl-tests prints and divides by the time.
-pub(crate) fn size_bytes(
-    collective: Collective,
-    count: usize,
-    elem: usize,
-    nranks: usize,
-) -> usize {
-    match collective {
-        Collective::AllGather
-        | Collective::ReduceScatter
-        | Collective::Gather
-        | Collective::Scatter
-        | Collective::AllToAll => count * elem * nranks,
-        _ => count * elem,
-    }
-}
-
 /// Rank 0's report for one size from the gathered `[wrong, times...]` records.
 fn summarise(
     spec: &BenchSpec,
@@ -243,60 +169,6 @@ fn summarise(
         mode(0),
         (per_rank_len >= 2 * record).then(|| mode(1)),
     )
-}
-
-/// A rank's buffers for one call, allocated through the communicator
-/// ([`Communicator::alloc`]): registered with the device on verbs, so that sends go
-/// zero-copy, as an application that allocates its buffers that way gets.
-pub(crate) enum Buffers<T: Element> {
-    Separate {
-        send: rcoll::Buffer<T>,
-        recv: rcoll::Buffer<T>,
-    },
-    InPlace(rcoll::Buffer<T>),
-}
-
-impl<T: Element> Buffers<T> {
-    /// Buffers for `extents`, one in place or two.
-    pub(crate) fn new(
-        comm: &mut Communicator,
-        extents: &BufferLayout,
-        in_place: bool,
-    ) -> Result<Buffers<T>, BenchError> {
-        Ok(if in_place {
-            Buffers::InPlace(comm.alloc(extents.storage_len)?)
-        } else {
-            Buffers::Separate {
-                send: comm.alloc(extents.input.len)?,
-                recv: comm.alloc(extents.output.len)?,
-            }
-        })
-    }
-
-    /// The reference input where the call reads it, the sentinel everywhere else.
-    pub(crate) fn fill(&mut self, reference: &Reference<T>, rank: usize, extents: &BufferLayout) {
-        let sentinel = reference.sentinel();
-        match self {
-            Buffers::Separate { send, recv } => {
-                reference.fill_input(rank, send);
-                recv.fill(sentinel);
-            }
-            Buffers::InPlace(buf) => {
-                buf.fill(sentinel);
-                if let Some(input) = buf.get_mut(extents.input.offset..extents.input.end()) {
-                    reference.fill_input(rank, input);
-                }
-            }
-        }
-    }
-
-    /// The call's output.
-    pub(crate) fn output(&self, extents: &BufferLayout) -> Option<&[T]> {
-        match self {
-            Buffers::Separate { recv, .. } => recv.get(..extents.output.len),
-            Buffers::InPlace(buf) => buf.get(extents.output.offset..extents.output.end()),
-        }
-    }
 }
 
 /// Calls are timed in batches of this many when the warmup's took less than
@@ -394,47 +266,6 @@ fn measure<T: Element>(
             });
     }
     Ok(Sample { times_us, wrong })
-}
-
-/// One call of the collective on `buffers`.
-pub(crate) fn call<T: Element>(
-    comm: &mut Communicator,
-    spec: &BenchSpec,
-    buffers: &mut Buffers<T>,
-) -> Result<(), BenchError> {
-    use Collective as C;
-    let (op, root) = (spec.op, spec.root);
-    let (n, rank) = (comm.size(), comm.rank());
-    let result = match buffers {
-        Buffers::Separate { send, recv } => match spec.collective {
-            C::AllReduce => comm.all_reduce(send, recv, op),
-            C::Reduce => comm.reduce(send, recv, op, root),
-            C::Broadcast => comm.broadcast(send, recv, root),
-            C::AllGather => comm.all_gather(send, recv),
-            C::ReduceScatter => comm.reduce_scatter(send, recv, op),
-            C::Gather => comm.gather(send, recv, root),
-            C::Scatter => comm.scatter(send, recv, root),
-            C::AllToAll => comm.all_to_all(send, recv),
-            C::SendRecv => comm.send_recv(send, (rank + 1) % n, recv, (rank + n - 1) % n),
-            other => return Err(unsupported(other)),
-        },
-        Buffers::InPlace(buf) => match spec.collective {
-            C::AllReduce => comm.all_reduce_in_place(buf, op),
-            C::Reduce => comm.reduce_in_place(buf, op, root),
-            C::Broadcast => comm.broadcast_in_place(buf, root),
-            C::AllGather => comm.all_gather_in_place(buf),
-            C::ReduceScatter => comm.reduce_scatter_in_place(buf, op),
-            C::Gather => comm.gather_in_place(buf, root),
-            C::Scatter => comm.scatter_in_place(buf, root),
-            C::AllToAll => comm.all_to_all_in_place(buf),
-            other => return Err(unsupported(other)),
-        },
-    };
-    result.map_err(BenchError::from)
-}
-
-fn unsupported(collective: Collective) -> BenchError {
-    BenchError::Usage(format!("rcoll-bench cannot run {collective} in this mode"))
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::error::BenchError;
 use crate::report::SizeReport;
-use crate::run::{run_rank, BenchSpec};
+use crate::run::run_rank;
+use crate::spec::BenchSpec;
 
 /// Runs `spec` on `spec.nranks` threads. Rank 0's thread passes the header and the rows
 /// to `print`; returns rank 0's reports, or every failing rank's error.

@@ -10,10 +10,14 @@ use std::collections::HashMap;
 
 use rcoll_transport::Rank;
 
-use crate::algorithm::hierarchical::{self, LevelAlgorithms};
+use rcoll_transport::hosts::HostMap;
+
+use crate::algorithm::hierarchical::{
+    self, level_algorithm, sub_layout, widest, LevelAlgorithms, LEVEL_CANDIDATES,
+};
 use crate::algorithm::Algorithm;
 use crate::schedule::cost::{cost_levels, Cost, CostModel, Levels};
-use crate::schedule::{Collective, Layout};
+use crate::schedule::{Collective, Layout, Schedule};
 
 /// Beyond this many ranks the quadratic algorithms are not even priced.
 pub const QUADRATIC_LIMIT: usize = 64;
@@ -73,7 +77,7 @@ pub fn level_algorithms(
     };
     let chosen = levels.level_algorithms.unwrap_or_else(|| {
         if levels.hosts.nranks() == layout.nranks && hierarchical::has_levels(levels.hosts) {
-            hierarchical::choose_levels(
+            choose_levels(
                 layout,
                 levels.hosts,
                 elem_size,
@@ -146,6 +150,118 @@ impl Selector {
         }
         self.cache.insert(key, choice);
         choice
+    }
+}
+
+/// Beyond this many ranks at a level, `choose_levels` keeps the ring there without
+/// pricing (pricing every rank's schedule of a level of thousands costs more than a
+/// call).
+const PRICED_LEVEL_LIMIT: usize = 256;
+
+/// Each level's sub-collectives for `layout` on `hosts`, at the largest host's size and
+/// the largest block: `(local, global, phases sharing a host's link)`.
+fn level_layouts(layout: &Layout, hosts: &HostMap) -> (Vec<Layout>, Vec<Layout>, usize) {
+    let (h, l) = (hosts.nhosts(), widest(hosts));
+    let c = layout.count;
+    let shard = c.div_ceil(l.max(1));
+    let ip = layout.in_place;
+    match layout.collective {
+        Collective::AllReduce => (
+            vec![
+                sub_layout(Collective::Reduce, l, shard, 0, ip),
+                sub_layout(Collective::Broadcast, l, shard, 0, true),
+            ],
+            vec![sub_layout(Collective::AllReduce, h, shard, 0, true)],
+            l,
+        ),
+        Collective::Broadcast => (
+            vec![sub_layout(Collective::Broadcast, l, c, 0, true)],
+            vec![sub_layout(Collective::Broadcast, h, c, 0, ip)],
+            1,
+        ),
+        Collective::Reduce => (
+            vec![sub_layout(Collective::Reduce, l, c, 0, false)],
+            vec![sub_layout(Collective::Reduce, h, c, 0, true)],
+            1,
+        ),
+        Collective::AllGather => (
+            vec![sub_layout(Collective::Broadcast, l, c, 0, true)],
+            vec![sub_layout(Collective::AllGather, h, c, 0, ip)],
+            l,
+        ),
+        Collective::ReduceScatter => (
+            vec![sub_layout(Collective::Reduce, l, c, 0, false)],
+            vec![sub_layout(Collective::ReduceScatter, h, c, 0, false)],
+            l,
+        ),
+        _ => (Vec::new(), Vec::new(), 1),
+    }
+}
+
+/// The algorithm of each level the cost model prices cheapest for `layout` on `hosts`
+/// (elements of `elem_size` bytes): the local level's sub-collectives (a host's reduce
+/// to a shard's owner, its broadcast from it) at `local`'s rates on one host, with
+/// `receivers_read` as in [`Levels`]; the global level's
+/// at `global`'s, its bandwidth shared by the phases that cross one host's link at
+/// once. Ties keep the ring; beyond [`QUADRATIC_LIMIT`] ranks at a level
+/// the quadratic algorithms are not priced there (as flat selection does), beyond
+/// `PRICED_LEVEL_LIMIT` (256) nothing is. Every rank of a communicator must pass the same
+/// arguments (the models and `receivers_read` are the group's, not a pair's); a rank
+/// that chose otherwise fails its call with a mismatch naming the level algorithms (they
+/// are in every message's fingerprint).
+pub fn choose_levels(
+    layout: &Layout,
+    hosts: &HostMap,
+    elem_size: usize,
+    global: &CostModel,
+    local: &CostModel,
+    receivers_read: bool,
+) -> LevelAlgorithms {
+    let (locals, globals, sharing) = level_layouts(layout, hosts);
+    let one_host = HostMap::single(widest(hosts));
+    let inside = Levels {
+        hosts: &one_host,
+        local: *local,
+        receivers_read,
+        level_algorithms: None,
+    };
+    let across = CostModel {
+        bandwidth_gbps: global.bandwidth_gbps / sharing.max(1) as f64,
+        ..*global
+    };
+    // The cheapest candidate for these sub-layouts, priced by `price`.
+    let cheapest = |subs: &[Layout], price: &dyn Fn(&[Schedule]) -> f64| {
+        if subs.iter().any(|s| s.nranks > PRICED_LEVEL_LIMIT) {
+            return Algorithm::Ring;
+        }
+        let mut best = (Algorithm::Ring, f64::INFINITY);
+        for a in LEVEL_CANDIDATES {
+            if subs.iter().any(|s| quadratic_beyond_limit(a, s.nranks)) {
+                continue;
+            }
+            let total: f64 = subs
+                .iter()
+                .map(|sub| {
+                    let a = level_algorithm(a, sub);
+                    let all: Vec<Schedule> = (0..sub.nranks)
+                        .map(|v| a.generate_checked(sub, Rank::from(v)))
+                        .collect();
+                    price(&all)
+                })
+                .sum();
+            if total < best.1 {
+                best = (a, total);
+            }
+        }
+        best.0
+    };
+    LevelAlgorithms {
+        local: cheapest(&locals, &|all| {
+            cost_levels(all, elem_size, local, Some(&inside)).predicted_us
+        }),
+        global: cheapest(&globals, &|all| {
+            cost_levels(all, elem_size, &across, None).predicted_us
+        }),
     }
 }
 

@@ -116,8 +116,9 @@ fn receivers_that_read_the_senders_memory_make_a_fan_out_cost_one_transfer() {
 /// communicator, and `RCOLL_LEVEL_ALGO` forces it.
 #[test]
 fn hierarchical_levels_are_chosen_per_level() {
-    use rcoll::algorithm::hierarchical::{choose_levels, LevelAlgorithms};
+    use rcoll::algorithm::hierarchical::LevelAlgorithms;
     use rcoll::schedule::cost::{cost_levels, CostModel, Levels};
+    use rcoll::select::choose_levels;
     use rcoll_transport::hosts::HostMap;
     let hosts = HostMap::blocks(&[4, 4]);
     let (network, shm) = (CostModel::tcp(), CostModel::shared_memory());

@@ -17,7 +17,7 @@
 //! ```
 //!
 //! Each level runs a flat algorithm of its own ([`LevelAlgorithms`]): the ring at both by
-//! default; `auto` prices each level at its own rates ([`choose_levels`]), and
+//! default; `auto` prices each level at its own rates ([`crate::select::choose_levels`]), and
 //! `RCOLL_LEVEL_ALGO` forces them. The byte counts below are the rings'.
 //!
 //! Every local rank drives its own shards across the network, as NCCL and han do; with
@@ -65,8 +65,8 @@ use crate::schedule::{Buffer, Collective, Extent, Layout, Primitive, Schedule, S
 mod levels;
 mod rooted;
 
-use levels::level_algorithm;
-pub use levels::{choose_levels, LevelAlgorithms, LEVEL_CANDIDATES};
+pub(crate) use levels::level_algorithm;
+pub use levels::{LevelAlgorithms, LEVEL_CANDIDATES};
 
 /// Whether the hierarchical algorithm serves `collective`.
 pub fn serves(collective: Collective) -> bool {
@@ -244,7 +244,7 @@ fn count_steps(sub: &Layout, algorithm: Algorithm) -> usize {
         .unwrap_or(0)
 }
 
-fn sub_layout(
+pub(crate) fn sub_layout(
     collective: Collective,
     nranks: usize,
     count: usize,
@@ -407,7 +407,7 @@ fn feed_steps(hosts: &HostMap, c: usize, m: usize) -> usize {
     without.div_ceil(m) * m
 }
 
-fn widest(hosts: &HostMap) -> usize {
+pub(crate) fn widest(hosts: &HostMap) -> usize {
     (0..hosts.nhosts())
         .map(|h| hosts.members(h).len())
         .max()

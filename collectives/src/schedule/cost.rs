@@ -67,7 +67,7 @@ pub struct Levels<'a> {
     pub receivers_read: bool,
     /// The algorithms of the hierarchical schedule's levels when they are forced
     /// (`RCOLL_LEVEL_ALGO`); `None` prices each level with its own rates
-    /// ([`crate::algorithm::hierarchical::choose_levels`]).
+    /// ([`crate::select::choose_levels`]).
     pub level_algorithms: Option<crate::algorithm::hierarchical::LevelAlgorithms>,
 }
 
