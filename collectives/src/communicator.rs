@@ -91,7 +91,7 @@ pub struct Communicator {
     #[allow(clippy::vec_box)]
     prepared: Vec<Box<execute::Prepared>>,
     /// The engine's per-channel state, kept between calls.
-    spare: crate::engine::core::Spare,
+    spare: crate::engine::driver::Spare,
     /// The last point-to-point call's description and fingerprint.
     last_fingerprint: Option<(crate::fingerprint::Call, u32)>,
     next_algorithm: Option<Algorithm>,

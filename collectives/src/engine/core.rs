@@ -89,15 +89,13 @@ struct ChannelState {
     pending: VecDeque<(usize, Rank, Tag, Payload)>,
 }
 
-/// The per-channel state of an execution, kept between calls so that a small call
-/// allocates nothing ([`Execution::new`], [`Execution::recycle`]).
+/// The per-channel state of an execution, kept between calls so that a call allocates
+/// nothing ([`Execution::new`], [`Execution::recycle`]).
 #[derive(Default)]
 pub struct Spare {
     channels: Vec<ChannelState>,
     /// The plan and segment size `channels` last ran: their segment counts still hold.
     ran: Option<(u64, usize)>,
-    /// The small-call executor's state ([`super::small`]).
-    pub(super) small: super::small::SmallSpare,
 }
 
 /// One rank's run of one plan.

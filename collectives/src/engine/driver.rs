@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use rcoll_transport::Transport;
 
-use super::core::{ExecError, Execution, Position, Progress, Spare};
+use super::core::{self, ExecError, Execution, Position, Progress};
 use super::memory::Memory;
+use super::small::SmallSpare;
 use super::small::{self, SmallExecution};
 use crate::abort::ABORT_POLL;
 use crate::element::Element;
@@ -79,11 +80,25 @@ pub fn run<T: Element>(
         exec.recycle();
         result
     } else {
-        let exec = Execution::new(plan, collective, schedule, segment_elems, op, spare);
+        let exec = Execution::new(
+            plan,
+            collective,
+            schedule,
+            segment_elems,
+            op,
+            &mut spare.core,
+        );
         let (exec, result) = drive(exec, mem, io, limits);
-        exec.recycle(spare);
+        exec.recycle(&mut spare.core);
         result
     }
+}
+
+/// Both executors' state, kept between calls so that a call allocates nothing.
+#[derive(Default)]
+pub struct Spare {
+    core: core::Spare,
+    small: SmallSpare,
 }
 
 /// When the driver gives up: no progress for `timeout`, or `abort` raised.

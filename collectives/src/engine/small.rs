@@ -398,8 +398,7 @@ mod tests {
 
     use super::fits;
     use crate::algorithm::Algorithm;
-    use crate::engine::core::Spare;
-    use crate::engine::driver::run;
+    use crate::engine::driver::{run, Spare};
     use crate::engine::memory::Memory;
     use crate::op::ReduceOp;
     use crate::schedule::plan::Plan;
