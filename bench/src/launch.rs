@@ -10,6 +10,8 @@
 //!
 //! Every mode runs the same per-rank code, [`crate::run::run_rank`].
 
+use rcoll::transport::launcher::LAUNCHERS;
+
 use crate::args::{LaunchArgs, TransportFlag, DEFAULT_RANKS};
 use crate::error::{usage, BenchError};
 
@@ -33,16 +35,6 @@ pub enum Mode {
         spawned: bool,
     },
 }
-
-/// A launcher's variables for rank and size, in the order rcoll reads them
-/// (`rcoll_transport::launcher`, which rcoll-bench does not link directly).
-const LAUNCHERS: [(&str, &str, &str); 5] = [
-    ("rcoll", "RCOLL_RANK", "RCOLL_WORLD_SIZE"),
-    ("torchrun", "RANK", "WORLD_SIZE"),
-    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMI", "PMI_RANK", "PMI_SIZE"),
-    ("Slurm", "SLURM_PROCID", "SLURM_NTASKS"),
-];
 
 /// The launcher whose rank and size variables are set, by `var`: its name, its size
 /// variable, and that variable's value.

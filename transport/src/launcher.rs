@@ -44,16 +44,19 @@ pub struct Placement {
 /// The rendezvous address used when none is given: all ranks on this host.
 pub const DEFAULT_ROOT: &str = "127.0.0.1:29500";
 
+/// Each launcher's name and its variables for rank and size, in the order they are read:
+/// the first whose two variables are both set supplies the placement.
+pub const LAUNCHERS: [(&str, &str, &str); 5] = [
+    ("rcoll", "RCOLL_RANK", "RCOLL_WORLD_SIZE"),
+    ("torchrun", "RANK", "WORLD_SIZE"),
+    ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI", "PMI_RANK", "PMI_SIZE"),
+    ("Slurm", "SLURM_PROCID", "SLURM_NTASKS"),
+];
+
 /// Reads the placement from variables looked up by `var` (the process environment in
 /// [`Placement::from_env`]). `Ok(None)` when no launcher's variables are set.
 pub fn placement(var: impl Fn(&str) -> Option<String>) -> Result<Option<Placement>, String> {
-    const LAUNCHERS: [(&str, &str, &str); 5] = [
-        ("rcoll", "RCOLL_RANK", "RCOLL_WORLD_SIZE"),
-        ("torchrun", "RANK", "WORLD_SIZE"),
-        ("Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
-        ("PMI", "PMI_RANK", "PMI_SIZE"),
-        ("Slurm", "SLURM_PROCID", "SLURM_NTASKS"),
-    ];
     let number = |name: &str| -> Result<Option<usize>, String> {
         var(name)
             .map(|v| {
