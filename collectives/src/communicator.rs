@@ -676,12 +676,13 @@ impl Communicator {
     /// **Send** `buf` to `peer`, which must call [`Communicator::recv`] with the same
     /// length. Messages between a pair of ranks are matched in call order.
     pub fn send<T: Element>(&mut self, buf: &[T], peer: usize) -> Result<()> {
-        self.point_to_point(Some((buf, peer)), None::<(&mut [T], usize)>)
+        self.point_to_point(buf, &[(peer, 0..buf.len())], &mut [], &[])
     }
 
     /// **Receive** into `buf` from `peer` (see [`Communicator::send`]).
     pub fn recv<T: Element>(&mut self, buf: &mut [T], peer: usize) -> Result<()> {
-        self.point_to_point(None::<(&[T], usize)>, Some((buf, peer)))
+        let all = 0..buf.len();
+        self.point_to_point(&[], &[], buf, &[(peer, all)])
     }
 
     /// Sends `send` to `to` and receives `recv` from `from` at the same time (no deadlock
@@ -693,7 +694,26 @@ impl Communicator {
         recv: &mut [T],
         from: usize,
     ) -> Result<()> {
-        self.point_to_point(Some((send, to)), Some((recv, from)))
+        let (sent, received) = (0..send.len(), 0..recv.len());
+        self.point_to_point(send, &[(to, sent)], recv, &[(from, received)])
+    }
+
+    /// **Exchange**: a group of sends and receives, all in flight at once, as NCCL's
+    /// `ncclGroupStart` ... `ncclGroupEnd` around `ncclSend`/`ncclRecv` (torch's
+    /// `batch_isend_irecv`). Each `(peer, range)` of `sends` sends `send[range]` to `peer`;
+    /// each of `recvs` receives from `peer` into `recv[range]` (the ranges of `recvs`
+    /// must not overlap). The order within the lists never deadlocks — every rank may list
+    /// its receives first — and messages between a pair match in order, as with
+    /// [`Communicator::send`]: after the pair's earlier messages, in list order. A rank
+    /// takes part only with its peers: ranks not named wait for nothing.
+    pub fn exchange<T: Element>(
+        &mut self,
+        send: &[T],
+        sends: &[(usize, std::ops::Range<usize>)],
+        recv: &mut [T],
+        recvs: &[(usize, std::ops::Range<usize>)],
+    ) -> Result<()> {
+        self.point_to_point(send, sends, recv, recvs)
     }
 }
 

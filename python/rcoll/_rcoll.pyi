@@ -17,7 +17,7 @@ rcoll then aborts the group: the other ranks raise an ``Error`` naming this rank
 communicator is unusable, as after any other failure.
 """
 
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from typing_extensions import Buffer as _Buffer  # PEP 688 (Python 3.12: collections.abc.Buffer)
 
@@ -230,6 +230,18 @@ class Comm:
         """Nonblocking ``Send``, run in issue order after this communicator's earlier calls."""
     def Irecv(self, buf: _Buffer, source: int) -> Request:
         """Nonblocking ``Recv``."""
+    def Iexchange(
+        self,
+        sendbuf: _Buffer,
+        sends: List[Tuple[int, int, int]],
+        recvbuf: _Buffer,
+        recvs: List[Tuple[int, int, int]],
+    ) -> Request:
+        """Nonblocking group of sends and receives, all in flight at once (torch's
+        ``batch_isend_irecv``): each ``(peer, offset, count)`` of ``sends`` sends ``count``
+        elements of ``sendbuf`` from ``offset`` to ``peer``; each of ``recvs`` receives
+        ``count`` from ``peer`` into ``recvbuf`` at ``offset`` (ranges that do not overlap).
+        The lists' order never deadlocks; messages between a pair match in order."""
     def Abort(self, reason: str = ...) -> None:
         """Ends the group: every rank's calls on it, running or later, fail at once with an
         error naming this rank and ``reason``."""

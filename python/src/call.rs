@@ -27,6 +27,12 @@ pub(crate) enum Call {
     Barrier,
     Send(usize),
     Recv(usize),
+    /// Sends and receives all in flight at once: `(peer, elements)` of the send buffer to
+    /// each peer, and from each peer into the receive buffer.
+    Exchange {
+        sends: Vec<(usize, std::ops::Range<usize>)>,
+        recvs: Vec<(usize, std::ops::Range<usize>)>,
+    },
 }
 
 /// What a call reads and writes: in place, `recv` is both; a buffer the call does not use
@@ -99,6 +105,7 @@ fn typed<T: Element>(
         (Call::Barrier, _) => comm.barrier(),
         (&Call::Send(peer), _) => comm.send(send, peer),
         (&Call::Recv(peer), _) => comm.recv(recv, peer),
+        (Call::Exchange { sends, recvs }, _) => comm.exchange(send, sends, recv, recvs),
     }
 }
 

@@ -542,6 +542,42 @@ impl Comm {
         Ok(self.nonblocking(Call::Recv(source), ops))
     }
 
+    /// Nonblocking group of sends and receives, all in flight at once (NCCL's group of
+    /// `ncclSend`/`ncclRecv`, torch's `batch_isend_irecv`): each `(peer, offset, count)` of
+    /// `sends` sends `count` elements of `sendbuf` from `offset` to `peer`, each of `recvs`
+    /// receives `count` from `peer` into `recvbuf` at `offset` (ranges that do not
+    /// overlap). The lists' order never deadlocks; messages between a pair match in order.
+    #[pyo3(name = "Iexchange")]
+    fn iexchange(
+        &self,
+        sendbuf: &Bound<'_, PyAny>,
+        sends: Vec<(usize, usize, usize)>,
+        recvbuf: &Bound<'_, PyAny>,
+        recvs: Vec<(usize, usize, usize)>,
+    ) -> PyResult<Request> {
+        let ranges =
+            |list: Vec<(usize, usize, usize)>| -> PyResult<Vec<(usize, std::ops::Range<usize>)>> {
+                list.into_iter()
+                    .map(|(peer, offset, count)| {
+                        self.is_peer(peer)?;
+                        let end = offset.checked_add(count).ok_or_else(|| {
+                            InvalidArgumentError::new_err(format!(
+                                "offset {offset} + count {count} overflows"
+                            ))
+                        })?;
+                        Ok((peer, offset..end))
+                    })
+                    .collect()
+            };
+        let (sends, recvs) = (ranges(sends)?, ranges(recvs)?);
+        let ops = pair(
+            Some(take(Some(sendbuf), "sendbuf", false)?),
+            Some(take(Some(recvbuf), "recvbuf", true)?),
+            false,
+        )?;
+        Ok(self.nonblocking(Call::Exchange { sends, recvs }, ops))
+    }
+
     /// Ends the group: every rank's calls on it, running or later, fail at once with an
     /// error naming this rank and `reason` (as MPI_Abort, for this communicator alone).
     #[pyo3(name = "Abort", signature = (reason = "aborted from Python"))]

@@ -1,6 +1,7 @@
 //! How a [`Communicator`] carries out a call: the arguments checked against the layout,
 //! the algorithm chosen and its plan cached, the engine run, and a failure explained.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use rcoll_transport::{Rank, TransportError};
@@ -493,10 +494,15 @@ impl Communicator {
         }))
     }
 
+    /// Point-to-point messages, all in flight at once ([`Communicator::exchange`]): each
+    /// `(peer, range)` of `sends` sends `send[range]`, each of `recvs` receives into
+    /// `recv[range]`.
     pub(super) fn point_to_point<T: Element>(
         &mut self,
-        send: Option<(&[T], usize)>,
-        recv: Option<(&mut [T], usize)>,
+        send: &[T],
+        sends: &[(usize, Range<usize>)],
+        recv: &mut [T],
+        recvs: &[(usize, Range<usize>)],
     ) -> Result<()> {
         self.next_algorithm = None;
         self.apply_abort();
@@ -507,22 +513,46 @@ impl Communicator {
             });
         }
         let (rank, nranks) = (self.rank.0, self.nranks);
-        for (what, peer) in [
-            ("send", send.as_ref().map(|s| s.1)),
-            ("recv", recv.as_ref().map(|r| r.1)),
-        ] {
-            if let Some(peer) = peer.filter(|&p| p >= nranks || p == self.rank()) {
+        let all = sends
+            .iter()
+            .map(|s| ("send", s, send.len()))
+            .chain(recvs.iter().map(|r| ("recv", r, recv.len())));
+        for (what, (peer, range), len) in all {
+            if *peer >= nranks || *peer == self.rank() {
                 return Err(self.fail(Error::PeerOutOfRange {
                     rank,
                     what,
-                    peer,
+                    peer: *peer,
                     nranks,
                 }));
             }
+            if range.start > range.end || range.end > len {
+                return Err(self.fail(Error::BufferLength {
+                    rank,
+                    collective: Collective::SendRecv,
+                    buffer: what,
+                    expected: range.end.max(range.start),
+                    got: len,
+                }));
+            }
         }
-        // One step with a Send and/or a Recv. Point-to-point messages carry the reserved
-        // sequence number P2P_BIT and are numbered per peer and direction, so they match in
-        // call order and never collide with collectives.
+        // Messages landing on the same elements would race: refused on the rank that
+        // asked, which aborts the group.
+        let mut landing: Vec<&Range<usize>> = recvs.iter().map(|(_, r)| r).collect();
+        landing.sort_by_key(|r| r.start);
+        if let Some(w) = landing
+            .windows(2)
+            .find(|w| w[0].end > w[1].start && !w[1].is_empty())
+        {
+            return Err(self.fail(Error::Config(format!(
+                "rank {rank}: exchange: receives into {:?} and {:?} overlap",
+                w[0], w[1]
+            ))));
+        }
+        // One step of Sends and Recvs, all in flight together. Point-to-point messages
+        // carry the reserved sequence number P2P_BIT and are numbered per peer and
+        // direction, in the order listed, so they match in call order and never collide
+        // with collectives.
         let layout = Layout {
             collective: Collective::SendRecv,
             nranks,
@@ -531,32 +561,25 @@ impl Communicator {
             in_place: false,
         };
         let mut schedule = Schedule::new(layout, self.rank);
-        let input: &[T] = match send {
-            Some((buf, to)) => {
-                schedule.push(
-                    0,
-                    Primitive::Send {
-                        to: vec![Rank::from(to)],
-                        src: Slice::input(0, buf.len()),
-                    },
-                );
-                buf
-            }
-            None => &[],
-        };
-        let output: &mut [T] = match recv {
-            Some((buf, from)) => {
-                schedule.push(
-                    0,
-                    Primitive::Recv {
-                        from: Rank::from(from),
-                        dst: Slice::output(0, buf.len()),
-                    },
-                );
-                buf
-            }
-            None => &mut [],
-        };
+        for (to, range) in sends {
+            schedule.push(
+                0,
+                Primitive::Send {
+                    to: vec![Rank::from(*to)],
+                    src: Slice::input(range.start, range.len()),
+                },
+            );
+        }
+        for (from, range) in recvs {
+            schedule.push(
+                0,
+                Primitive::Recv {
+                    from: Rank::from(*from),
+                    dst: Slice::output(range.start, range.len()),
+                },
+            );
+        }
+        let (input, output) = (send, recv);
         let buffers = BufferLayout {
             input: Extent::new(0, input.len()),
             output: Extent::new(0, output.len()),

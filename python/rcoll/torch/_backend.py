@@ -267,6 +267,8 @@ class RcollBackend(_private.Backend):
         self._completer = _Completer(comm.rank)
         self._closed = False
         self._sequence = 0
+        # Between start_coalescing and end_coalescing: the group's calls (_Coalescing).
+        self._coalescing = None
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -288,7 +290,50 @@ class RcollBackend(_private.Backend):
     # _private.BackendOptions). So each is stated, even where the answer is c10d's.
     @property
     def supports_coalescing(self):
-        return False
+        # torch's batch_isend_irecv then brackets its sends and receives with
+        # start_coalescing/end_coalescing, and they run as one rcoll Iexchange, all in
+        # flight at once: issued one by one, in issue order, a receive listed before the
+        # matching send on both ranks would wait for ever.
+        return True
+
+    def start_coalescing(self):
+        if self._coalescing is not None:
+            raise RcollError("rcoll backend: start_coalescing inside a coalescing group")
+        self._coalescing = _Coalescing()
+
+    def end_coalescing(self):
+        """Issues the group's sends and receives as one Iexchange (packed: one copy of the
+        sends, one of the receives into their tensors) and returns one Work for the group:
+        its exchange and the collectives called inside the group."""
+        group, self._coalescing = self._coalescing, None
+        if group is None:
+            raise RcollError("rcoll backend: end_coalescing without start_coalescing")
+        requests = [_Settles(w) for w in group.works]
+        after = _After()
+        if group.p2p:
+            sends, recvs, parts, into = [], [], [], []
+            sent = received = 0
+            for kind, t, peer in group.p2p:
+                if kind == "send":
+                    raw = _raw_tensor(after.input(t))
+                    parts.append(raw)
+                    sends.append((peer, sent, raw.numel()))
+                    sent += raw.numel()
+                else:
+                    _check_cpu(t)
+                    recvs.append((peer, received, _nbytes(t)))
+                    into.append(t)
+                    received += _nbytes(t)
+            # rcoll takes no empty buffer: a byte stands in for a side with nothing.
+            send = torch.cat(parts) if sent else torch.zeros(1, dtype=torch.uint8)
+            recv = torch.empty(max(received, 1), dtype=torch.uint8)
+            after.input(send)
+            after.unpack_bytes(recv, into)
+            requests.insert(0, self._comm.Iexchange(send.numpy(), sends, recv.numpy(), recvs))
+        work = self._work(f"{len(group.p2p)} coalesced sends and receives", requests, [], after)
+        for joined in group.joined:
+            joined.work = work
+        return work
 
     @property
     def supports_shrinking(self):
@@ -308,7 +353,10 @@ class RcollBackend(_private.Backend):
 
     def _work(self, what, requests, outputs, after=None):
         self._sequence += 1
-        return Work(self, what, requests, outputs, after)
+        work = Work(self, what, requests, outputs, after)
+        if self._coalescing is not None:
+            self._coalescing.works.append(work)
+        return work
 
     def _reduce_op(self, opts, tensor, what):
         kind = opts.reduceOp.op
@@ -510,14 +558,31 @@ class RcollBackend(_private.Backend):
         return self._work("barrier", [self._comm.Ibarrier()], [])
 
     def send(self, tensors, dst, tag):
+        if self._coalescing is not None:
+            return self._coalesced("send", tensors, dst)
         after = _After()
         reqs = [self._comm.Isend(_raw(after.input(t)), dst) for t in tensors]
         return self._work(f"send to {dst}", reqs, tensors, after)
 
     def recv(self, tensors, src, tag):
+        if self._coalescing is not None:
+            return self._coalesced("recv", tensors, src)
         after = _After()
         reqs = [self._comm.Irecv(_raw(after.inout(t)), src) for t in tensors]
         return self._work(f"recv from {src}", reqs, tensors, after)
+
+    def _coalesced(self, kind, tensors, peer):
+        """A send or receive inside a coalescing group: recorded for end_coalescing; its
+        Work completes with the group's."""
+        if not 0 <= peer < self._comm.size or peer == self._comm.rank:
+            raise RcollError(
+                f"rcoll backend: {kind} peer {peer} is not another rank of this "
+                f"{self._comm.size}-rank group"
+            )
+        joined = _Settles()
+        self._coalescing.joined.append(joined)
+        self._coalescing.p2p.extend((kind, t, peer) for t in tensors)
+        return Work(self, f"{kind} with {peer} (coalesced)", [joined], tensors)
 
     def recv_anysource(self, tensors, tag):
         raise RcollError("rcoll backend: recv without a source rank is not supported")
@@ -567,6 +632,34 @@ class RcollBackend(_private.Backend):
                 f"rcoll backend: {what}: {big.numel()} {big.dtype} elements against "
                 f"{small.numel()} {small.dtype} on {n} ranks (the large side is {n} times the small)"
             )
+
+
+class _Coalescing:
+    """What a coalescing group gathered: its sends and receives, the Works of the
+    collectives called inside it, and the placeholders of its sends' and receives' Works."""
+
+    def __init__(self):
+        self.p2p = []
+        self.works = []
+        self.joined = []
+
+
+class _Settles:
+    """A request standing for a whole Work (the group's, set at end_coalescing): waiting
+    for it settles that Work and raises its error, so that every Work of a group sees the
+    group's outcome."""
+
+    def __init__(self, work=None):
+        self.work = work
+
+    def Wait(self):  # noqa: N802 - a request's name
+        if self.work is None:
+            raise RcollError(
+                "rcoll backend: a call of a coalescing group was waited for before the group ended"
+            )
+        self.work._settle()
+        if self.work._error is not None:
+            raise self.work._error
 
 
 class _After:

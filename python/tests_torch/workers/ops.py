@@ -163,6 +163,21 @@ reqs = [dist.isend(torch.full((6,), float(r)), to), dist.irecv(got, frm)]
 for q in reqs:
     q.wait()
 same(got, torch.full((6,), float(frm)), "isend/irecv ring")
+# batch_isend_irecv with every rank's receives listed first (issued one by one in that
+# order, each rank would wait for ever), one into a non-contiguous column, and on 2 ranks
+# two messages each way between one pair, which match in order.
+left, column = torch.empty(7), torch.zeros(3, 4)
+ops = [
+    dist.P2POp(dist.irecv, left, frm),
+    dist.P2POp(dist.irecv, column[:, 1], to),
+    dist.P2POp(dist.isend, torch.full((7,), float(r)), to),
+    dist.P2POp(dist.isend, torch.full((3,), r + 0.5), frm),
+]
+for q in dist.batch_isend_irecv(ops):
+    q.wait()
+same(left, torch.full((7,), float(frm)), "batch_isend_irecv from the left")
+same(column[:, 1], torch.full((3,), to + 0.5), "batch_isend_irecv into a column")
+same(column[:, 0], torch.zeros(3), "the column's neighbours untouched")
 if n >= 2:
     if r == 0:
         dist.send(torch.arange(5.0), 1)
