@@ -20,17 +20,34 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks"
 # --target keeps the instrumentation off build scripts and proc macros.
 cargo build --quiet --release --manifest-path fuzz/Cargo.toml --target "$triple" --bins
-for target in "${targets[@]}"; do
-  echo "=== $target for ${seconds}s"
+# One target's run; its output printed whole when it ends (runs overlap).
+fuzz_one() {
+  local target=$1 log
   mkdir -p "fuzz/corpus/$target" "fuzz/artifacts/$target"
   log="$(mktemp)"
   if ! "fuzz/target/$triple/release/$target" "fuzz/corpus/$target" \
       -max_total_time="$seconds" -print_final_stats=1 \
       -artifact_prefix="fuzz/artifacts/$target/" >"$log" 2>&1; then
+    echo "=== $target for ${seconds}s: FAILED"
     tail -n 40 "$log"
     echo "ci/fuzz.sh: $target failed (crash input in fuzz/artifacts/$target/)" >&2
-    exit 1
+    rm -f "$log"
+    return 1
   fi
+  echo "=== $target for ${seconds}s"
   grep -E "stat::number_of_executed_units|stat::peak_rss_mb|^Done" "$log" || true
   rm -f "$log"
+}
+# libFuzzer runs one thread: a target per CPU at once, each its full time.
+jobs=$(nproc)
+pids=() status=0
+for target in "${targets[@]}"; do
+  fuzz_one "$target" &
+  pids+=($!)
+  if [ ${#pids[@]} -ge "$jobs" ]; then
+    wait "${pids[0]}" || status=1
+    pids=("${pids[@]:1}")
+  fi
 done
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+exit "$status"
