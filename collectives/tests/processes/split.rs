@@ -300,10 +300,11 @@ fn all_succeed(what: &str, results: &[(bool, String)]) {
 }
 
 /// 4 ranks split by color = rank % 2 into two groups that all_reduce correctly while the
-/// parent does too; with 5 ranks the last joins none; over TCP and over shared memory.
+/// parent does too; with 5 ranks the last joins none; with 3, color 1 has one member (a
+/// group of one, which all_reduces and splits alone); over TCP and over shared memory.
 #[test]
 fn split_groups_run_independently_and_concurrently_with_the_parent() {
-    for (n, transport) in [(4, "tcp"), (5, "tcp"), (4, "shm")] {
+    for (n, transport) in [(4, "tcp"), (5, "tcp"), (3, "tcp"), (4, "shm")] {
         let results = finish(
             spawn("split", n, &[("RCOLL_TRANSPORT", transport.into())]),
             Duration::from_secs(120),
@@ -346,4 +347,65 @@ fn a_killed_rank_fails_the_others_queued_requests_naming_it() {
         );
     }
     assert!(!results[2].0, "the killed rank exited cleanly");
+}
+
+/// `ci/multihost.sh` (root): 2 hosts x 2 ranks as network namespaces, shared memory inside
+/// a host and TCP across. Placed in blocks (ranks 0, 1 on host 0), each color = rank % 2
+/// group has a rank on each host; placed cyclically (rank r on host r % 2), each group is
+/// one host's ranks. Every group's all_reduces and its second split are right beside the
+/// parent's, and every rank finishes.
+#[test]
+fn emulated_hosts_split_across_and_within_hosts() {
+    let name = "emulated_hosts_split_across_and_within_hosts";
+    if !super::shm::is_root() {
+        super::common::cannot_run(name, "network namespaces need root");
+        return;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../ci/multihost.sh");
+    let exe = std::env::current_exe().expect("test binary");
+    for placement in [&[][..], &["--cyclic"]] {
+        let out = std::process::Command::new("bash")
+            .args([
+                script,
+                "--hosts",
+                "2",
+                "--ranks-per-host",
+                "2",
+                "--rate",
+                "0",
+            ])
+            .args(placement)
+            .args(["--timeout", "120", "--"])
+            .arg(&exe)
+            .args([
+                "rank_main",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+                "--quiet",
+            ])
+            .env("RCOLL_TEST_SCENARIO", "split")
+            .env("RCOLL_TRANSPORT", "shm")
+            .env("RCOLL_TIMEOUT", "30")
+            .output()
+            .expect("bash");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "{placement:?}: exit {:?}\n{text}",
+            out.status
+        );
+        for r in 0..4 {
+            for want in [
+                format!("[rank {r}] RANK-SPLIT {} of 2", 1 - r / 2),
+                format!("[rank {r}] {}", super::common::RANK_COMPLETE),
+            ] {
+                assert!(text.contains(&want), "{placement:?}: no {want:?}\n{text}");
+            }
+        }
+    }
 }
