@@ -22,9 +22,32 @@ fn members(n: usize, color: usize) -> Vec<usize> {
 /// Scenario `split`: color = rank % 2 (the last of more than 4 ranks: none), key = -rank.
 /// Each new group all_reduces on its own thread while the parent all_reduces on this one,
 /// every result checked; then a group splits once more.
+///
+/// With `RCOLL_TEST_DIE_IN_SPLIT`, the last rank kills itself (SIGKILL) where it would enter
+/// the split: every other rank's split fails, naming it, within the timeout.
 pub fn split(comm: &mut Communicator) {
     let (r, n) = (comm.rank(), comm.size());
     let color = (!(n > 4 && r == n - 1)).then_some((r % 2) as u32);
+    if std::env::var_os("RCOLL_TEST_DIE_IN_SPLIT").is_some() {
+        if r == n - 1 {
+            // Dead before it sends anything of the split (the others are in it).
+            let pid = std::process::id().to_string();
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid])
+                .status();
+            unreachable!("rank {r} outlived its SIGKILL");
+        }
+        let started = Instant::now();
+        let err = match comm.split(color, -(r as i64)) {
+            Ok(_) => panic!("rank {r}: split succeeded though rank {} died in it", n - 1),
+            Err(e) => e,
+        };
+        let said = err.to_string();
+        let dead = format!("rank {}", n - 1);
+        assert!(said.contains(&dead), "rank {r}: {said}");
+        println!("RANK-SPLIT-FAILED after {:?}: {said}", started.elapsed());
+        return;
+    }
     let child = comm.split(color, -(r as i64)).expect("split");
     let Some(mut child) = child else {
         assert!(
@@ -316,6 +339,39 @@ fn split_groups_run_independently_and_concurrently_with_the_parent() {
                 "{n}/{transport} rank {r}:\n{out}"
             );
         }
+    }
+}
+
+/// A rank killed as it enters a split of 4 ranks (TCP, shared memory): the other three's
+/// split fails naming it, each within the timeout (10 s), none hangs or forms a group.
+#[test]
+fn a_rank_killed_during_split_fails_the_others_split_naming_it() {
+    for transport in ["tcp", "shm"] {
+        let started = Instant::now();
+        let results = finish(
+            spawn(
+                "split",
+                4,
+                &[
+                    ("RCOLL_TRANSPORT", transport.into()),
+                    ("RCOLL_TEST_DIE_IN_SPLIT", "1".into()),
+                    ("RCOLL_TIMEOUT", "10".into()),
+                ],
+            ),
+            Duration::from_secs(120),
+        );
+        for (r, (ok, out)) in results.iter().enumerate().take(3) {
+            assert!(
+                *ok && out.contains("RANK-SPLIT-FAILED"),
+                "{transport}: rank {r}:\n{out}"
+            );
+        }
+        assert!(!results[3].0, "{transport}: the killed rank exited cleanly");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{transport}: {:?}",
+            started.elapsed()
+        );
     }
 }
 
