@@ -1,7 +1,7 @@
 """What came with the torch backend, against numpy: rcoll.alloc's registered arrays,
 bfloat16 (ml_dtypes arrays and as_bfloat16), Alltoallv, and the nonblocking rooted and
-point-to-point calls (Ireduce, Igather, Iscatter, Ialltoall, Ialltoallv, Isend, Irecv), in
-place and not, every dtype."""
+point-to-point calls (Ireduce, Igather, Iscatter, Ialltoall, Ialltoallv, Isend, Irecv,
+Iexchange), in place and not, every dtype."""
 
 import ml_dtypes
 import numpy as np
@@ -116,6 +116,23 @@ for k, dtype in enumerate(DTYPES):
     reqs = [comm.Isend(every[r], (r + 1) % n), comm.Irecv(got, (r - 1) % n)]
     rcoll.Request.Waitall(reqs)
     same(got, every[(r - 1) % n], f"Isend/Irecv ring {name}")
+
+    # Iexchange, all in flight at once: each sends the first part of its buffer
+    # to its right neighbour and the rest to its left; it receives from its right
+    # neighbour first (that one's rest), then from its left (its first part). On 2 ranks both
+    # neighbours are the other rank, whose two messages match the receives in order.
+    left, right = (r - 1) % n, (r + 1) % n
+    half = count // 2
+    both = np.zeros(count, dtype)
+    if n > 2:
+        recvs = [(right, 0, count - half), (left, count - half, half)]
+        want = np.concatenate([every[right][half:], every[left][:half]])
+    else:
+        recvs = [(left, 0, half), (left, half, count - half)]
+        want = every[left]
+    req = comm.Iexchange(every[r], [(right, 0, half), (left, half, count - half)], both, recvs)
+    req.Wait()
+    same(both, want, f"Iexchange {name}")
 
 try:
     comm.Isend(np.zeros(1), r)
