@@ -9,9 +9,27 @@
 #   - python/tests_torch (pytest): DDP under gloo and rcoll on 2 and 4 ranks, ending equal;
 #     the backend's own calls against gloo's results, a dead rank, Work.wait's timeout.
 # Prints the stage's time.
+#
+# `ci/torch.sh --prefetch` only downloads what the stage installs, into target/wheels (in a
+# venv of its own), and writes its exit status to target/wheels.done: .ci/run starts it in
+# the background first thing, so that torch's ~3 GB arrive while the build and the other
+# tests use the CPUs; the stage then installs from there, once the download is done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
+if [ "${1:-}" = --prefetch ]; then
+  rm -rf target/wheels target/wheels.done
+  mkdir -p target/wheels
+  echo $$ >target/wheels.pid
+  rc=0
+  { python3 -m venv target/prefetch-venv &&
+    target/prefetch-venv/bin/pip install --quiet --upgrade pip &&
+    target/prefetch-venv/bin/pip download --quiet --no-cache-dir -d target/wheels \
+      maturin -r python/requirements-test.txt; } || rc=$?
+  echo "$rc" >target/wheels.done
+  echo "ci/torch.sh --prefetch: exit $rc in $(($(date +%s) - start)) s"
+  exit "$rc"
+fi
 venv=target/python-venv
 export PATH="$PWD/$venv/bin:$PATH"
 if [ ! -x "$venv/bin/python" ]; then
@@ -20,7 +38,18 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 # The CUDA wheel (~3 GB download, 5.4 GB installed, ~75 s) when torch is not there yet;
 # nothing when it is.
-"$venv/bin/pip" install --quiet maturin -r python/requirements-test.txt
+# From the prefetched wheels when a prefetch ran (waiting while it still runs) and succeeded.
+from=()
+if [ -d target/wheels ]; then
+  while [ ! -f target/wheels.done ] && kill -0 "$(cat target/wheels.pid 2>/dev/null)" 2>/dev/null; do
+    sleep 2
+  done
+  if [ "$(cat target/wheels.done 2>/dev/null)" = 0 ]; then
+    from=(--no-index --find-links target/wheels)
+  fi
+  echo "ci/torch.sh: the prefetch's status: $(cat target/wheels.done 2>/dev/null || echo 'ended without one'), after $(($(date +%s) - start)) s"
+fi
+"$venv/bin/pip" install --quiet "${from[@]}" maturin -r python/requirements-test.txt
 if ! "$venv/bin/python" -c "import rcoll.torch" 2>/dev/null || [ "${RCOLL_REINSTALL:-1}" = 1 ]; then
   "$venv/bin/pip" install --quiet --no-build-isolation --force-reinstall --no-deps ./python
 fi
