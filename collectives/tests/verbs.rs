@@ -117,6 +117,7 @@ fn rank_body(scenario: &str) {
         "lossy" => scenarios::lossy(&mut comm),
         "wake_ups" => scenarios::wake_ups(&mut comm),
         "shrink" => shrink::shrink(comm),
+        "split" => scenarios::split(&mut comm),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -319,6 +320,22 @@ fn a_wait_wakes_for_every_completion_without_the_periodic_poll() {
             Duration::from_secs(600),
         );
         all_ok(&format!("{n} ranks"), &results);
+    }
+}
+
+/// A split over verbs: 4 ranks alternating over rxe0 and rxe1 split by rank % 2 (each new
+/// group one device's ranks), the new groups and the parent all_reducing in turn, every
+/// result right, the new groups over verbs too.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn split_groups_connect_over_verbs_beside_the_parent() {
+    let results = finish(spawn("split", 4, |_| Vec::new()), Duration::from_secs(300));
+    all_ok("4 ranks", &results);
+    for (r, (_, out)) in results.iter().enumerate() {
+        assert!(
+            out.contains(&format!("RANK-SPLIT {} of 2 over", r / 2)),
+            "rank {r}:\n{out}"
+        );
     }
 }
 

@@ -332,3 +332,52 @@ pub fn lossy(comm: &mut Communicator) {
     }
     check(comm, failures);
 }
+
+/// Splits the group by color = rank % 2 (with the ranks alternating over rxe0 and rxe1,
+/// each new group is one device's ranks), then all_reduces in the new group and the parent
+/// in turn, every result checked: the new groups connect anew over verbs beside the parent.
+pub fn split(comm: &mut Communicator) {
+    let (r, n) = (comm.rank(), comm.size());
+    let mut child = comm
+        .split(Some((r % 2) as u32), r as i64)
+        .expect("split")
+        .expect("every rank has a color");
+    let members: Vec<usize> = (0..n).filter(|q| q % 2 == r % 2).collect();
+    assert_eq!(
+        child.size(),
+        members.len(),
+        "rank {r}: the new group's size"
+    );
+    assert_eq!(
+        child.transport_name(),
+        "verbs",
+        "{}",
+        child.transport_details()
+    );
+    for i in 0..20u32 {
+        let len = 1000 + 4099 * i as usize;
+        let mut v = vec![(r as u32 + 1) * (i + 1); len];
+        child
+            .all_reduce_in_place(&mut v, ReduceOp::Sum)
+            .expect("the new group's all_reduce");
+        let want: u32 = members.iter().map(|&q| (q as u32 + 1) * (i + 1)).sum();
+        assert!(
+            v.iter().all(|&x| x == want),
+            "rank {r}: the new group's round {i}"
+        );
+        let mut w = vec![i + r as u32; 333];
+        comm.all_reduce_in_place(&mut w, ReduceOp::Sum)
+            .expect("the parent's all_reduce");
+        let want: u32 = (0..n as u32).map(|q| i + q).sum();
+        assert!(
+            w.iter().all(|&x| x == want),
+            "rank {r}: the parent's round {i}"
+        );
+    }
+    println!(
+        "RANK-SPLIT {} of {} over {}",
+        child.rank(),
+        child.size(),
+        child.transport_details()
+    );
+}
