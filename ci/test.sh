@@ -41,15 +41,23 @@ build_log=$(cargo test --workspace --test verbs --no-run 2>&1) || { echo "$build
 echo "$build_log" >&2
 verbs_test=$(grep -o 'target/[^ )]*/verbs-[0-9a-f]*' <<<"$build_log" | tail -n 1)
 [ -x "$verbs_test" ] || { echo "ci/test.sh: no verbs test binary found" >&2; exit 1; }
+# The bench's tests that take another branch where RDMA devices exist (a verbs sweep,
+# doctor listing the devices), run there too, told to expect them.
+build_log=$(cargo test --workspace --test cli --no-run 2>&1) || { echo "$build_log" >&2; exit 1; }
+cli_test=$(grep -o 'target/[^ )]*/cli-[0-9a-f]*' <<<"$build_log" | tail -n 1)
+[ -x "$cli_test" ] || { echo "ci/test.sh: no bench cli test binary found" >&2; exit 1; }
+on_rdma="RCOLL_TEST_EXPECT_RDMA=1 $cli_test --exact --test-threads=1 \
+  verbs_is_accepted_and_runs_where_rdma_exists doctor_explains_what_rdma_needs_or_lists_the_devices"
 if [ "${RCOLL_VERBS_ON_HOST:-0}" = 1 ]; then
   "$verbs_test" --ignored --test-threads=1
+  bash -c "$on_rdma"
 else
   # The emulated CPU without `rep movsb` (erms, fsrm), which qemu's TCG runs a byte at a
   # time: the kernel's copies (rxe's) and glibc's run at vector speed, and the suite takes
   # a fifth less time. Nothing here measures speed (soft-roce/compare.sh keeps the default).
   RCOLL_VM_TIMEOUT=${RCOLL_VM_TIMEOUT:-1800} \
     RCOLL_VM_CPU_MODEL=${RCOLL_VM_CPU_MODEL:-max,erms=off,fsrm=off} \
-    timed soft-roce/run-in-vm.sh "$verbs_test --ignored --test-threads=1"
+    timed soft-roce/run-in-vm.sh "$verbs_test --ignored --test-threads=1 && $on_rdma"
 fi
 
 # Every skip, in one summary; any not in ci/allowed-skips.txt fails the run.
