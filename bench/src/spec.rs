@@ -13,7 +13,7 @@ pub struct BenchSpec {
     pub collective: Collective,
     /// Number of ranks.
     pub nranks: usize,
-    /// Sizes in bytes, nccl-tests' convention (see [`layout_count`]).
+    /// Sizes in bytes, nccl-tests' convention (see [`crate::plan::layout_count`]).
     pub sizes: Vec<usize>,
     /// `-b`, for the header.
     pub minbytes: usize,

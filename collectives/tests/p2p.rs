@@ -98,6 +98,9 @@ fn message(from: usize, to: usize, k: usize, len: usize) -> Vec<u32> {
         .collect()
 }
 
+/// Where a message landed: from which rank, its number between the pair, and the range.
+type Landing = (usize, usize, std::ops::Range<usize>);
+
 /// A group of sends and receives with every rank listing its receives first (which
 /// blocking sends and receives in that order would deadlock on): each rank sends two
 /// messages to each other rank, a small one and one of 1 MiB, and receives two from each,
@@ -111,7 +114,7 @@ fn an_exchange_with_every_receive_listed_first_completes() {
             n,
             None,
             T,
-            |comm| -> Result<(Vec<u32>, Vec<(usize, usize, std::ops::Range<usize>)>), Error> {
+            |comm| -> Result<(Vec<u32>, Vec<Landing>), Error> {
                 let me = comm.rank();
                 let peers: Vec<usize> = (0..n).filter(|&p| p != me).collect();
                 let mut send = Vec::new();
