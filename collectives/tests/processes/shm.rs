@@ -383,15 +383,24 @@ fn shared_memory_that_cannot_be_set_up_is_an_error_or_a_fallback() {
     all_succeed("auto without shared memory", &results);
 }
 
-/// Runs this binary's `sweep` on 2 emulated hosts x 2 ranks (`ci/multihost.sh` with
-/// `flags`, as root) with `env` on every rank; every rank must pass. The script's output.
-fn sweep_on_emulated_hosts(flags: &[&str], env: &[(&str, &str)]) -> String {
+/// Runs this binary's scenario `scenario` on 2 emulated hosts x 2 ranks (`ci/multihost.sh`
+/// with `flags`, as root), shared memory inside a host, with `env` on every rank: whether
+/// every rank passed, and the script's output (each rank's lines behind `[rank r] `). One
+/// run at a time, and each must leave no namespace behind (the script removes them however
+/// it ends): checked here, while no other run can have made one.
+pub(super) fn on_emulated_hosts(
+    scenario: &str,
+    flags: &[&str],
+    env: &[(&str, &str)],
+) -> (bool, String) {
+    static ONE_RUN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_RUN.lock().unwrap_or_else(|p| p.into_inner());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../ci/multihost.sh");
     let exe = std::env::current_exe().expect("test binary");
     let out = std::process::Command::new("bash")
         .args([script, "--hosts", "2", "--ranks-per-host", "2"])
         .args(flags)
-        .args(["--timeout", "240", "--"])
+        .arg("--")
         .arg(exe)
         .args([
             "rank_main",
@@ -400,9 +409,8 @@ fn sweep_on_emulated_hosts(flags: &[&str], env: &[(&str, &str)]) -> String {
             "--test-threads=1",
             "--quiet",
         ])
-        .env("RCOLL_TEST_SCENARIO", "sweep")
+        .env("RCOLL_TEST_SCENARIO", scenario)
         .env("RCOLL_TRANSPORT", "shm")
-        .env("RCOLL_TIMEOUT", "60")
         .envs(env.iter().copied())
         .output()
         .expect("bash");
@@ -411,7 +419,28 @@ fn sweep_on_emulated_hosts(flags: &[&str], env: &[(&str, &str)]) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "{text}");
+    let netns = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .expect("ip");
+    let left = String::from_utf8_lossy(&netns.stdout).into_owned();
+    assert!(
+        !left.lines().any(|l| l.starts_with("rcmh")),
+        "{scenario}: namespaces left: {left}\n{text}"
+    );
+    (out.status.success(), text)
+}
+
+/// Runs this binary's `sweep` on 2 emulated hosts x 2 ranks ([`on_emulated_hosts`]) with
+/// `flags` and `env`; every rank must pass. The script's output.
+fn sweep_on_emulated_hosts(flags: &[&str], env: &[(&str, &str)]) -> String {
+    let flags: Vec<&str> = flags.iter().copied().chain(["--timeout", "240"]).collect();
+    let env: Vec<(&str, &str)> = [("RCOLL_TIMEOUT", "60")]
+        .into_iter()
+        .chain(env.iter().copied())
+        .collect();
+    let (ok, text) = on_emulated_hosts("sweep", &flags, &env);
+    assert!(ok, "{text}");
     for r in 0..4 {
         assert!(
             text.contains(&format!("[rank {r}] {}\n", super::common::RANK_COMPLETE)),
@@ -481,18 +510,10 @@ fn the_multihost_script_runs_every_collective_on_2_hosts_x_2_ranks() {
         );
         return;
     }
+    // No namespace left behind: checked by on_emulated_hosts for every run.
     let text = sweep_on_emulated_hosts(
         &["--rate", "1gbit"],
         &[("RCOLL_TEST_EXPECT_TRANSPORT", "shm+tcp")],
-    );
-    let netns = std::process::Command::new("ip")
-        .args(["netns", "list"])
-        .output()
-        .expect("ip");
-    let left = String::from_utf8_lossy(&netns.stdout).into_owned();
-    assert!(
-        !left.lines().any(|l| l.starts_with("rcmh")),
-        "namespaces left: {left}"
     );
     eprintln!("{text}");
 }

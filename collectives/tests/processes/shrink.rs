@@ -457,39 +457,16 @@ fn emulated_hosts_survivors_of_a_killed_rank_shrink_and_finish_the_loop() {
         return;
     }
     let at = random_step();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../ci/multihost.sh");
-    let exe = std::env::current_exe().expect("test binary");
-    let out = std::process::Command::new("bash")
-        .args([
-            script,
-            "--hosts",
-            "2",
-            "--ranks-per-host",
-            "2",
-            "--rate",
-            "0",
-        ])
-        .args(["--timeout", "120", "--"])
-        .arg(exe)
-        .args([
-            "rank_main",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "--quiet",
-        ])
-        .env("RCOLL_TEST_SCENARIO", "shrink_loop")
-        .env("RCOLL_TRANSPORT", "shm")
-        .env("RCOLL_TIMEOUT", "10")
-        .env("RCOLL_TEST_VICTIMS", "1")
-        .env("RCOLL_TEST_FAULT", "kill")
-        .env("RCOLL_TEST_KILL_STEP", at.to_string())
-        .output()
-        .expect("bash");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    let at = at.to_string();
+    let (_, text) = super::shm::on_emulated_hosts(
+        "shrink_loop",
+        &["--rate", "0", "--timeout", "120"],
+        &[
+            ("RCOLL_TIMEOUT", "10"),
+            ("RCOLL_TEST_VICTIMS", "1"),
+            ("RCOLL_TEST_FAULT", "kill"),
+            ("RCOLL_TEST_KILL_STEP", &at),
+        ],
     );
     for r in [0, 2, 3] {
         for want in [

@@ -417,44 +417,13 @@ fn emulated_hosts_split_across_and_within_hosts() {
         super::common::cannot_run(name, "network namespaces need root");
         return;
     }
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../ci/multihost.sh");
-    let exe = std::env::current_exe().expect("test binary");
     for placement in [&[][..], &["--cyclic"]] {
-        let out = std::process::Command::new("bash")
-            .args([
-                script,
-                "--hosts",
-                "2",
-                "--ranks-per-host",
-                "2",
-                "--rate",
-                "0",
-            ])
-            .args(placement)
-            .args(["--timeout", "120", "--"])
-            .arg(&exe)
-            .args([
-                "rank_main",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-                "--quiet",
-            ])
-            .env("RCOLL_TEST_SCENARIO", "split")
-            .env("RCOLL_TRANSPORT", "shm")
-            .env("RCOLL_TIMEOUT", "30")
-            .output()
-            .expect("bash");
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.status.success(),
-            "{placement:?}: exit {:?}\n{text}",
-            out.status
-        );
+        let flags: Vec<&str> = ["--rate", "0", "--timeout", "120"]
+            .into_iter()
+            .chain(placement.iter().copied())
+            .collect();
+        let (ok, text) = super::shm::on_emulated_hosts("split", &flags, &[("RCOLL_TIMEOUT", "30")]);
+        assert!(ok, "{placement:?}:\n{text}");
         for r in 0..4 {
             for want in [
                 format!("[rank {r}] RANK-SPLIT {} of 2", 1 - r / 2),
