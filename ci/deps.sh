@@ -6,7 +6,7 @@ packages=(
   # perftest, ...) come from soft-roce/deps.sh below. Building rcoll needs none of them.
   fonts-dejavu-core  # rcoll-bench --plot and `rcoll-bench plot`: DejaVuSans.ttf for the chart's text
   g++                # ci/fuzz.sh: libfuzzer-sys compiles libFuzzer
-  iproute2           # the blackholed-link test: a network namespace and a veth pair
+  iproute2           # the blackholed-link test (a namespace and a veth pair); ss in the TCP tests
   libopenmpi-dev     # capi tests: mpicc for the MPI example (checks rcoll against MPI)
   openmpi-bin        # capi tests: mpirun with 2, 3 and 4 ranks
   libmpich-dev       # ci/mpi-clients.sh: the MPI shim built for MPICH (mpicc.mpich) and its tests

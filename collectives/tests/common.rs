@@ -608,6 +608,225 @@ pub fn sweep_collectives(
     failures
 }
 
+/// [`run_one`] with the element type named by `dtype`.
+#[allow(clippy::too_many_arguments)]
+pub fn run_one_of(
+    dtype: DataType,
+    comm: &mut Communicator,
+    algorithm: Algorithm,
+    collective: Collective,
+    op: ReduceOp,
+    count: usize,
+    root: usize,
+    in_place: bool,
+) -> Result<(), String> {
+    match dtype {
+        DataType::I8 => run_one::<i8>(comm, algorithm, collective, op, count, root, in_place),
+        DataType::U8 => run_one::<u8>(comm, algorithm, collective, op, count, root, in_place),
+        DataType::I32 => run_one::<i32>(comm, algorithm, collective, op, count, root, in_place),
+        DataType::U32 => run_one::<u32>(comm, algorithm, collective, op, count, root, in_place),
+        DataType::I64 => run_one::<i64>(comm, algorithm, collective, op, count, root, in_place),
+        DataType::U64 => run_one::<u64>(comm, algorithm, collective, op, count, root, in_place),
+        DataType::F16 => run_one::<f16>(comm, algorithm, collective, op, count, root, in_place),
+        DataType::Bf16 => run_one::<bf16>(comm, algorithm, collective, op, count, root, in_place),
+        DataType::F32 => run_one::<f32>(comm, algorithm, collective, op, count, root, in_place),
+        DataType::F64 => run_one::<f64>(comm, algorithm, collective, op, count, root, in_place),
+        other => Err(format!("no test for {other}")),
+    }
+}
+
+/// The matrix a real transport runs: every collective x every algorithm of
+/// [`Algorithm::ALL`] that serves it x every operation x every element type that supports
+/// it (1, 2, 4 and 8 bytes) x in place and out of place. The full product of those;
+/// counts (1, 13, 1031) and roots (0, n-1) are taken in turn from call to call rather
+/// than multiplied in (a pairwise selection: each count and each root meets every
+/// collective, algorithm and placement). A collective that does not reduce runs one
+/// type of each size, as Sum. The failures, described; the first stops the matrix (the
+/// communicator is poisoned then).
+pub fn matrix(comm: &mut Communicator) -> Vec<String> {
+    const COUNTS: [usize; 3] = [1, 13, 1031];
+    let n = comm.size();
+    let mut turn = 0usize;
+    let mut calls = 0usize;
+    for algorithm in Algorithm::ALL {
+        for collective in Collective::SCHEDULED {
+            if !algorithm.serves(collective) {
+                continue;
+            }
+            let cases: Vec<(DataType, ReduceOp)> = if collective.reduces() {
+                DataType::ALL
+                    .into_iter()
+                    .flat_map(|d| {
+                        ReduceOp::ALL
+                            .into_iter()
+                            .filter(move |o| d.supports(*o))
+                            .map(move |o| (d, o))
+                    })
+                    .collect()
+            } else {
+                [DataType::U8, DataType::F16, DataType::I32, DataType::F64]
+                    .into_iter()
+                    .map(|d| (d, ReduceOp::Sum))
+                    .collect()
+            };
+            for (dtype, op) in cases {
+                for in_place in [false, true] {
+                    let count = COUNTS[turn % COUNTS.len()];
+                    let root = if collective.is_rooted() && (turn / COUNTS.len()) % 2 == 1 {
+                        n - 1
+                    } else {
+                        0
+                    };
+                    turn += 1;
+                    calls += 1;
+                    if let Err(e) = run_one_of(
+                        dtype, comm, algorithm, collective, op, count, root, in_place,
+                    ) {
+                        return vec![format!(
+                            "{algorithm} {collective} {dtype} {op} count={count} root={root} in_place={in_place} rank {}: {e}",
+                            comm.rank()
+                        )];
+                    }
+                }
+            }
+        }
+    }
+    println!("MATRIX {calls} calls");
+    Vec::new()
+}
+
+// Every heap block of a test binary that includes this module is counted, so that the
+// soak sees what a rank holds in blocks and bytes rather than its resident pages, which
+// move with the allocator's own caching.
+#[global_allocator]
+static HEAP: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;
+
+/// The heap blocks and bytes this process holds now (rcoll's and the test's own).
+pub fn live_heap() -> (i64, i64) {
+    let s = HEAP.stats();
+    let blocks = s.allocations as i64 - s.deallocations as i64;
+    // A reallocation adds its growth to `bytes_allocated` (its shrinking to
+    // `bytes_deallocated`) already; `bytes_reallocated` is their running total.
+    let bytes = s.bytes_allocated as i64 - s.bytes_deallocated as i64;
+    (blocks, bytes)
+}
+
+fn median(mut v: Vec<i64>) -> i64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+/// The soak: 2N mixed collectives, N from `RCOLL_TEST_SOAK` — every scheduled collective,
+/// `algorithms`, in place or not, 0 to 300,000 f32, chosen by a generator every rank seeds
+/// alike — each result checked, and the heap counted after every call (the test's own
+/// buffers are freed by then).
+///
+/// The claim: what a rank holds is bounded by the largest call it made, not by how many
+/// it made. Some memory rightly follows the largest call of its kind (a staging buffer
+/// kept for the next one), so a prelude first makes each kind of call — every algorithm x
+/// collective x placement — once at the largest size the soak uses; no sample is taken
+/// there. After it, the bounded caches (plans, the transports' buffer pools) fill within
+/// the first N/2 calls, and the heap after the second N calls is compared with the heap
+/// after the first: the median over calls 3N/2..2N must not exceed the largest value over
+/// calls N/2..N, in blocks and in bytes. A leak of one block every 10 calls, or of 1 KiB
+/// per call, would put the median of N = 2,000 calls 200 blocks or 2 MiB higher; the
+/// caches' own swings, from one prepared call to another, are within the window's
+/// largest value.
+pub fn soak(comm: &mut Communicator, algorithms: &[Algorithm]) {
+    let calls: usize = std::env::var("RCOLL_TEST_SOAK")
+        .expect("calls")
+        .parse()
+        .expect("a number");
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |below: usize| {
+        // xorshift64*: the same sequence on every rank.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % below
+    };
+    const LARGEST: usize = 300_000;
+    let n = comm.size();
+    for &algorithm in algorithms {
+        for collective in Collective::SCHEDULED {
+            if !algorithm.serves(collective) {
+                continue;
+            }
+            for in_place in [false, true] {
+                let count = (LARGEST - 1) / n * n;
+                if let Err(e) = run_one::<f32>(
+                    comm,
+                    algorithm,
+                    collective,
+                    ReduceOp::Sum,
+                    count,
+                    n - 1,
+                    in_place,
+                ) {
+                    panic!("prelude: {algorithm} {collective} of {count} in_place={in_place}: {e}");
+                }
+            }
+        }
+    }
+    let mut heap = Vec::with_capacity(2 * calls);
+    for i in 0..2 * calls {
+        let algorithm = algorithms[next(algorithms.len())];
+        let served: Vec<Collective> = Collective::SCHEDULED
+            .into_iter()
+            .filter(|c| algorithm.serves(*c))
+            .collect();
+        let collective = served[next(served.len())];
+        let count = match next(4) {
+            0 => next(16),
+            1 => next(4096),
+            2 => next(65_536),
+            _ => next(LARGEST),
+        };
+        let count = count / comm.size() * comm.size();
+        let root = next(comm.size());
+        let in_place = next(2) == 1;
+        if let Err(e) = run_one::<f32>(
+            comm,
+            algorithm,
+            collective,
+            ReduceOp::Sum,
+            count,
+            root,
+            in_place,
+        ) {
+            panic!("call {i}: {algorithm} {collective} of {count} in_place={in_place}: {e}");
+        }
+        heap.push(live_heap());
+    }
+    let window =
+        |from: usize, to: usize| -> (Vec<i64>, Vec<i64>) { heap[from..to].iter().copied().unzip() };
+    let (blocks_a, bytes_a) = window(calls / 2, calls);
+    let (blocks_b, bytes_b) = window(3 * calls / 2, 2 * calls);
+    let top = |v: &[i64]| v.iter().copied().max().unwrap_or(0);
+    let (top_blocks, top_bytes) = (top(&blocks_a), top(&bytes_a));
+    let (med_blocks_a, med_bytes_a) = (median(blocks_a), median(bytes_a));
+    let (med_blocks, med_bytes) = (median(blocks_b), median(bytes_b));
+    let tenths: Vec<String> = heap
+        .chunks((heap.len() / 10).max(1))
+        .map(|c| {
+            let (blocks, bytes): (Vec<i64>, Vec<i64>) = c.iter().copied().unzip();
+            format!("{}/{}K", median(blocks), median(bytes) >> 10)
+        })
+        .collect();
+    println!(
+        "SOAK heap by tenth (median blocks/bytes): {}",
+        tenths.join(" ")
+    );
+    println!(
+        "SOAK calls {calls}+{calls} heap blocks median {med_blocks_a} (largest {top_blocks}) -> median {med_blocks}; bytes median {med_bytes_a} (largest {top_bytes}) -> median {med_bytes}"
+    );
+    assert!(
+        med_blocks <= top_blocks && med_bytes <= top_bytes,
+        "rank {}: the heap grew from the first {calls} calls to the next: blocks {med_blocks_a} (largest {top_blocks}) -> {med_blocks}, bytes {med_bytes_a} (largest {top_bytes}) -> {med_bytes}",
+        comm.rank()
+    );
+}
+
 /// Each rank sends `len` u32 to the next rank and receives from the previous one, checked.
 pub fn ring_send_recv(comm: &mut Communicator, len: usize) {
     let (r, n) = (comm.rank(), comm.size());

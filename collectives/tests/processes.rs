@@ -27,7 +27,7 @@ use std::time::Duration;
 use rcoll::{Algorithm, Collective, Communicator, ReduceOp};
 
 use common::{
-    all_reduce_until_a_rank_dies, finish, ring_send_recv, run_one, signal, sweep_collectives,
+    all_reduce_until_a_rank_dies, all_succeed, finish, ring_send_recv, signal, sweep_collectives,
     StartedDir,
 };
 
@@ -111,12 +111,16 @@ fn rank_main() {
     }
     match scenario.as_str() {
         "sweep" => sweep(&mut comm),
+        "matrix" => {
+            let failures = common::matrix(&mut comm);
+            assert!(failures.is_empty(), "{}", failures.join("\n"));
+        }
         "large" => large(&mut comm),
         "killed" => killed(&mut comm),
         // 64 MiB each: on two ranks over shared memory, one read of the root's memory.
         "killed_broadcast" => common::broadcast_until_a_rank_dies(&mut comm, 16 << 20, 10_000),
         "mismatch" => mismatch(&mut comm),
-        "soak" => soak(&mut comm),
+        "soak" => common::soak(&mut comm, &MAIN_ALGORITHMS),
         "fanout" => shm::fanout(&mut comm),
         "whole" => shm::whole(&mut comm),
         "split" => split::split(&mut comm),
@@ -145,87 +149,6 @@ fn rank_main() {
         other => panic!("unknown scenario {other}"),
     }
     common::rank_complete();
-}
-
-/// Resident memory of this process, in KiB.
-fn rss_kib() -> usize {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-/// `RCOLL_TEST_SOAK` mixed collectives after a warm-up — every scheduled collective, the
-/// main algorithms, in place or not, 0 to 300,000 elements, chosen by a generator every
-/// rank seeds alike — each result checked; resident memory over the last tenth within the
-/// first tenth's plus slack.
-fn soak(comm: &mut Communicator) {
-    let calls: usize = std::env::var("RCOLL_TEST_SOAK")
-        .expect("calls")
-        .parse()
-        .expect("a number");
-    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut next = move |below: usize| {
-        // xorshift64*: the same sequence on every rank.
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % below
-    };
-    // The bounded caches (the transport's buffer pool, the plan cache, the allocator's
-    // arenas) fill during a warm-up of 3,000 calls; the calls measured come after it.
-    let warm_up = 3000;
-    let mut rss = Vec::with_capacity(calls);
-    for i in 0..warm_up + calls {
-        let algorithm = MAIN_ALGORITHMS[next(MAIN_ALGORITHMS.len())];
-        let served: Vec<Collective> = Collective::SCHEDULED
-            .into_iter()
-            .filter(|c| algorithm.serves(*c))
-            .collect();
-        let collective = served[next(served.len())];
-        let count = match next(4) {
-            0 => next(16),
-            1 => next(4096),
-            2 => next(65_536),
-            _ => next(300_000),
-        };
-        let count = count / comm.size() * comm.size();
-        let root = next(comm.size());
-        let in_place = next(2) == 1;
-        if let Err(e) = run_one::<f32>(
-            comm,
-            algorithm,
-            collective,
-            ReduceOp::Sum,
-            count,
-            root,
-            in_place,
-        ) {
-            panic!("call {i}: {algorithm} {collective} of {count} in_place={in_place}: {e}");
-        }
-        if i >= warm_up {
-            rss.push(rss_kib());
-        }
-    }
-    let tenth = (calls / 10).max(1);
-    let first = rss[..tenth].iter().sum::<usize>() / tenth;
-    let last = rss[calls - tenth..].iter().sum::<usize>() / tenth;
-    let deciles: Vec<String> = rss
-        .chunks(tenth)
-        .map(|c| (c.iter().sum::<usize>() / c.len() / 1024).to_string())
-        .collect();
-    println!(
-        "SOAK calls {calls} rss first {first} KiB last {last} KiB; by tenth (MiB): {}",
-        deciles.join(" ")
-    );
-    assert!(
-        last <= first + first / 10 + 8 * 1024,
-        "resident memory grew from {first} KiB to {last} KiB"
-    );
 }
 
 const MAIN_ALGORITHMS: [Algorithm; 7] = [
@@ -482,6 +405,15 @@ fn every_collective_across_processes() {
             assert!(ok, "{n} ranks, rank {r} failed:\n{out}");
         }
     }
+}
+
+/// Every collective x every algorithm serving it x every operation x element types of 1,
+/// 2, 4 and 8 bytes x in place and out ([`common::matrix`]) on 4 rank processes over TCP.
+#[test]
+fn the_matrix_of_collectives_algorithms_ops_and_types_over_tcp() {
+    let results = finish(spawn("matrix", 4, &[]), Duration::from_secs(300));
+    all_succeed("4 ranks over TCP", &results);
+    assert!(results.iter().all(|(_, out)| out.contains("MATRIX ")));
 }
 
 /// The large end over TCP: 64 MiB collectives through the ring, checked element by
@@ -747,27 +679,24 @@ fn ranks_started_under_each_launchers_conventions() {
     }
 }
 
-/// 10,000 mixed collectives of random sizes on 4 rank processes: every result right, and
-/// resident memory flat from the first tenth of the calls to the last.
+/// The soak ([`common::soak`]): 2 x 2,000 mixed collectives of random sizes on 4 rank
+/// processes, over TCP and over shared memory: every result right, and the heap after the
+/// second 2,000 calls no larger than after the first.
 #[test]
-fn a_soak_of_ten_thousand_mixed_collectives_stays_correct_and_flat() {
-    // glibc raises its mmap threshold each time a large block is freed, after which the
-    // test's own vectors (up to 1.2 MB each) come from the heap and stay resident when freed:
-    // a step of ~10 MiB at a random call that is the allocator's cache, not rcoll's memory
-    // (seen in CI, 23 -> 34 MiB). A fixed threshold keeps the measurement on what rcoll holds.
-    let extra = [
-        ("RCOLL_TEST_SOAK", "10000".to_string()),
-        ("MALLOC_MMAP_THRESHOLD_", "131072".to_string()),
-    ];
-    let results = finish(spawn("soak", 4, &extra), Duration::from_secs(600));
-    for (r, (ok, out)) in results.iter().enumerate() {
-        assert!(ok, "rank {r}:\n{out}");
-        assert!(out.contains("SOAK calls 10000"), "rank {r}:\n{out}");
-    }
-    // The figures, for the record.
-    for (r, (_, out)) in results.iter().enumerate() {
-        if let Some(line) = out.lines().find(|l| l.starts_with("SOAK")) {
-            eprintln!("rank {r}: {line}");
+fn a_soak_of_mixed_collectives_stays_correct_and_its_heap_flat_over_tcp_and_shm() {
+    for transport in ["tcp", "shm"] {
+        let extra = [
+            ("RCOLL_TEST_SOAK", "2000".to_string()),
+            ("RCOLL_TRANSPORT", transport.to_string()),
+            ("RCOLL_TEST_EXPECT_TRANSPORT", transport.to_string()),
+        ];
+        let results = finish(spawn("soak", 4, &extra), Duration::from_secs(600));
+        all_succeed(transport, &results);
+        // The figures, for the record.
+        for (r, (_, out)) in results.iter().enumerate() {
+            let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("SOAK")).collect();
+            assert!(!lines.is_empty(), "{transport} rank {r}:\n{out}");
+            eprintln!("{transport} rank {r}: {}", lines.join("\n  "));
         }
     }
 }

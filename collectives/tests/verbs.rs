@@ -108,6 +108,11 @@ fn rank_body(scenario: &str) {
     }
     match scenario {
         "sweep" => scenarios::sweep(&mut comm),
+        "soak" => common::soak(&mut comm, &scenarios::ALGORITHMS),
+        "matrix" => {
+            let failures = common::matrix(&mut comm);
+            assert!(failures.is_empty(), "{}", failures.join("\n"));
+        }
         "large" => scenarios::large(&mut comm),
         "killed" => scenarios::killed(&mut comm),
         "zero_copy" => scenarios::zero_copy(&mut comm),
@@ -176,6 +181,48 @@ fn every_collective_on_rxe_2_3_4_ranks() {
         };
         let results = finish(spawn("sweep", n, env), Duration::from_secs(600));
         all_ok(&format!("{n} ranks"), &results);
+    }
+}
+
+/// The matrix (`common::matrix`: every collective x every algorithm serving it x every
+/// operation x element types of 1, 2, 4 and 8 bytes x in place and out) on 3 ranks over
+/// rxe, and on 2 hosts x 2 ranks emulated with `RCOLL_HOST` (shared memory inside, verbs
+/// across: the hierarchical algorithm on two levels).
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn the_matrix_over_rxe_and_shared_memory_with_verbs_across() {
+    let results = finish(spawn("matrix", 3, |_| Vec::new()), Duration::from_secs(600));
+    all_ok("3 ranks over rxe", &results);
+    let results = finish(
+        spawn("matrix", 4, |r| {
+            vec![
+                ("RCOLL_TRANSPORT".into(), "auto".into()),
+                ("RCOLL_HOST".into(), format!("host{}", r % 2)),
+                ("RCOLL_TEST_EXPECT_TRANSPORT".into(), "shm+verbs".into()),
+            ]
+        }),
+        Duration::from_secs(600),
+    );
+    all_ok("2 hosts x 2 ranks, shm + verbs", &results);
+}
+
+/// The soak (`common::soak`) over rxe: 2 x 1,000 mixed collectives of random sizes on 3
+/// ranks, every result right, and the heap after the second 1,000 calls no larger than
+/// after the first.
+#[test]
+#[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
+fn a_soak_over_rxe_stays_correct_and_its_heap_flat() {
+    let results = finish(
+        spawn("soak", 3, |_| {
+            vec![("RCOLL_TEST_SOAK".into(), "1000".into())]
+        }),
+        Duration::from_secs(600),
+    );
+    all_ok("soak over rxe", &results);
+    for (r, (_, out)) in results.iter().enumerate() {
+        let lines: Vec<&str> = out.lines().filter(|l| l.starts_with("SOAK")).collect();
+        assert!(!lines.is_empty(), "rank {r}:\n{out}");
+        println!("rank {r}: {}", lines.join("\n  "));
     }
 }
 
@@ -352,7 +399,9 @@ fn a_killed_rank_fails_the_others_naming_it() {
                 ("RCOLL_TEST_STARTED_DIR".into(), joined.path.clone()),
             ]
         });
-        // Killed once every rank joined (a rank killed during setup is another test).
+        // Killed once every rank joined (a rank killed during setup is another test); the
+        // trials' 0, 300 and 600 ms more put the kill at other points of the loop (they
+        // order nothing).
         joined.wait(Duration::from_secs(60));
         std::thread::sleep(Duration::from_millis(300 * trial));
         children[dead].kill().expect("kill");
@@ -512,6 +561,8 @@ fn a_killed_peer_leaves_no_send_reading_a_returned_buffer() {
                 ("RCOLL_IB_SCOPED".into(), (trial % 2).to_string()),
             ]
         });
+        // After every rank joined; the second trial's 700 ms more puts the kill at another
+        // point of the loop (it orders nothing).
         joined.wait(Duration::from_secs(60));
         std::thread::sleep(Duration::from_millis(700 * trial));
         children[dead].kill().expect("kill");

@@ -55,6 +55,26 @@ fn every_collective_over_shared_memory_on_2_to_8_ranks() {
     }
 }
 
+/// The matrix ([`super::common::matrix`]: every collective x every algorithm serving it x
+/// every operation x element types of 1, 2, 4 and 8 bytes x in place and out) on 3 ranks
+/// over shared memory, and on 2 hosts x 2 ranks emulated with `RCOLL_HOST` (shared memory
+/// inside each, TCP across: the hierarchical algorithm on two levels).
+#[test]
+fn the_matrix_over_shared_memory_and_on_emulated_hosts() {
+    let results = finish(spawn("matrix", 3, &shm(&[])), Duration::from_secs(300));
+    all_succeed("3 ranks over shared memory", &results);
+    let hosts = ["a", "a", "b", "b"];
+    let children = spawn_each("matrix", 4, |r| {
+        vec![
+            ("RCOLL_TRANSPORT", "shm".to_string()),
+            ("RCOLL_TEST_EXPECT_TRANSPORT", "shm+tcp".to_string()),
+            ("RCOLL_HOST", hosts[r].to_string()),
+        ]
+    });
+    let results = finish(children, Duration::from_secs(300));
+    all_succeed("2 emulated hosts x 2 ranks", &results);
+}
+
 /// The large end: all_reduce, broadcast, all_gather and reduce_scatter of 64 MiB (and
 /// sizes that are not a multiple of the segment), in place and out, checked element by
 /// element, on 2 and 4 ranks through the ring, and on 2 with single copy.

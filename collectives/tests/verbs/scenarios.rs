@@ -9,7 +9,7 @@ use super::common::{
 };
 use super::placement;
 
-const ALGORITHMS: [Algorithm; 4] = [
+pub const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::Ring,
     Algorithm::DoubleBinaryTree,
     Algorithm::HalvingDoubling,

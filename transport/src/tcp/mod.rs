@@ -47,8 +47,13 @@ const DIRECT_MIN: usize = 4096;
 /// Requested socket send and receive buffer size.
 const SOCKET_BUFFER: usize = 4 << 20;
 
-/// Spare payload buffers kept for reuse.
+/// Spare payload buffers kept for reuse, at most this many ...
 const POOL_BUFFERS: usize = 256;
+
+/// ... holding at most this many bytes of capacity together. A miss costs a fresh
+/// allocation (for segment-sized buffers, an mmap and page faults); a pool bounded by
+/// count alone pins, in the end, every buffer grown to the largest message it ever carried.
+const POOL_BYTES: usize = 4 << 20;
 
 /// Bytes of received, not yet taken messages that all peers together may make this rank
 /// hold, and the least each peer gets: past its share, this rank stops reading that peer's
@@ -97,7 +102,7 @@ pub struct TcpTransport {
     events: Events,
     peers: Vec<Option<Peer>>,
     arrived: crate::transport::Arrivals<(Tag, Payload)>,
-    pool: Vec<Vec<u8>>,
+    pool: Pool,
     read_buf: Vec<u8>,
     /// Frames decoded by one read, before they are filed (kept to reuse its memory).
     frames: Vec<Frame>,
@@ -139,15 +144,50 @@ pub struct TcpTransport {
 }
 
 /// A buffer for a `len`-byte payload from `pool`, or a new one.
-fn pooled(pool: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
-    let mut v = pool.pop().unwrap_or_default();
-    // A pooled buffer keeps its length (room the decoder need not clear) unless it must
-    // grow: then its stale bytes are not worth copying.
-    if v.capacity() < len {
-        v.clear();
-        v.reserve(len);
+/// Spare payload buffers, bounded by [`POOL_BUFFERS`] and [`POOL_BYTES`].
+#[derive(Default)]
+pub(crate) struct Pool {
+    buffers: Vec<Vec<u8>>,
+    /// The buffers' capacity, together.
+    bytes: usize,
+}
+
+impl Pool {
+    /// A spare buffer (its length kept), or a new empty one.
+    fn pop(&mut self) -> Vec<u8> {
+        match self.buffers.pop() {
+            Some(v) => {
+                self.bytes -= v.capacity();
+                v
+            }
+            None => Vec::new(),
+        }
     }
-    v
+
+    /// A buffer with room for `len` bytes. A pooled buffer keeps its length (room the
+    /// decoder need not clear) unless it must grow: then its stale bytes are not worth
+    /// copying.
+    pub(crate) fn take(&mut self, len: usize) -> Vec<u8> {
+        let mut v = self.pop();
+        if v.capacity() < len {
+            v.clear();
+            v.reserve(len);
+        }
+        v
+    }
+
+    /// Keeps `payload`'s buffer for reuse if it is this transport's own (never one lent
+    /// by shared memory, which goes back to its sender as it drops) and the pool has room.
+    pub(crate) fn give(&mut self, payload: Payload) {
+        if payload.is_foreign() {
+            return;
+        }
+        let v = payload.into_storage();
+        if self.buffers.len() < POOL_BUFFERS && self.bytes + v.capacity() <= POOL_BYTES {
+            self.bytes += v.capacity();
+            self.buffers.push(v);
+        }
+    }
 }
 
 impl TcpTransport {
@@ -216,7 +256,7 @@ impl TcpTransport {
             events: Events::with_capacity(peers.len().max(16)),
             peers,
             arrived: Default::default(),
-            pool: Vec::new(),
+            pool: Pool::default(),
             read_buf: vec![0; READ_CHUNK],
             frames: Vec::new(),
             window: window.max(1),
@@ -394,7 +434,7 @@ impl Transport for TcpTransport {
     }
 
     fn alloc(&mut self, len: usize) -> Payload {
-        Payload::reuse(self.pool.pop().unwrap_or_default(), len)
+        Payload::reuse(self.pool.pop(), len)
     }
 
     fn try_send(
@@ -585,9 +625,7 @@ impl Transport for TcpTransport {
     }
 
     fn recycle(&mut self, payload: Payload) {
-        if !payload.is_foreign() && self.pool.len() < POOL_BUFFERS {
-            self.pool.push(payload.into_storage());
-        }
+        self.pool.give(payload);
     }
 
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {

@@ -5,7 +5,7 @@ use std::io::{self, IoSlice, IoSliceMut, Read, Write};
 use std::time::{Duration, Instant};
 
 use super::frame::{Frame, Header, Kind, HEADER_LEN};
-use super::{pooled, Outgoing, TcpTransport, DIRECT_MIN, POOL_BUFFERS, READ_CHUNK};
+use super::{Outgoing, Pool, TcpTransport, DIRECT_MIN, READ_CHUNK};
 use crate::error::TransportError;
 use crate::transport::Payload;
 use crate::types::{Rank, Tag};
@@ -122,9 +122,7 @@ impl TcpTransport {
                         if let Some(done) = peer.queue.pop_front() {
                             self.progressed += 1;
                             // A shared-memory slot goes back to its sender (dropped).
-                            if !done.payload.is_foreign() && self.pool.len() < POOL_BUFFERS {
-                                self.pool.push(done.payload.into_storage());
-                            }
+                            self.pool.give(done.payload);
                         }
                     }
                 }
@@ -154,8 +152,7 @@ impl TcpTransport {
             }
             if let Some((header, got)) = peer.direct.spill() {
                 let pool = &mut self.pool;
-                peer.decoder
-                    .resume(header, got, &mut |len| pooled(pool, len));
+                peer.decoder.resume(header, got, &mut |len| pool.take(len));
             }
             #[cfg(test)]
             {
@@ -292,7 +289,7 @@ impl TcpTransport {
 pub(super) fn feed(
     peer: &mut super::Peer,
     mut input: &[u8],
-    pool: &mut Vec<Vec<u8>>,
+    pool: &mut Pool,
     draining: bool,
     frames: &mut Vec<Frame>,
     broken: &mut Option<TransportError>,
@@ -303,7 +300,7 @@ pub(super) fn feed(
         let mut hold = |h: &Header| !draining && held.holds(h);
         match peer
             .decoder
-            .feed_holding(input, &mut |len| pooled(pool, len), &mut hold)
+            .feed_holding(input, &mut |len| pool.take(len), &mut hold)
         {
             Ok((used, frame)) => {
                 input = &input[used..];

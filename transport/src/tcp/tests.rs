@@ -266,6 +266,38 @@ fn a_trickling_peer_cannot_stretch_the_setup_deadline() {
 
 /// Rank 0 as a transport, and rank 1 as a raw socket the test writes whatever it likes
 /// into (a hostile or broken peer).
+/// Until every byte the socket to `peer` sent is acknowledged (`ss` shows no
+/// `unacked:` count for the connection; at most 10 s): from then on only the peer reading
+/// makes the socket writable again.
+fn until_acked(t: &TcpTransport, peer: Rank) {
+    let stream = &t.peers[peer.index()].as_ref().expect("a peer").stream;
+    let (here, there) = (
+        stream.local_addr().expect("local address"),
+        stream.peer_addr().expect("peer address"),
+    );
+    let filter = format!("( sport = :{} and dport = :{} )", here.port(), there.port());
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = std::process::Command::new("ss")
+            .args(["-tinH", "state", "established", &filter])
+            .output()
+            .expect("ss (iproute2)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains(&here.port().to_string()),
+            "ss found no connection {here} -> {there}: {text}"
+        );
+        if !text.contains("unacked:") {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "still unacknowledged after 10 s: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn with_raw_peer() -> (TcpTransport, std::net::TcpStream) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let raw = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -649,7 +681,7 @@ fn a_frame_read_by_another_receive_ends_the_next_wait_at_once() {
             assert!(t.copied > 0, "the socket took all of 24 MiB at once");
             // The acks of what the socket took land (on loopback, at once): from then on
             // nothing makes it writable until rank 1 reads.
-            std::thread::sleep(Duration::from_millis(300));
+            until_acked(&t, Rank(1));
             // A receive for another message reads rank 1's first off the socket.
             assert!(t.try_recv(Rank(1), tag(2, 0), 8)?.is_none());
             let start = Instant::now();
@@ -690,7 +722,7 @@ fn a_peer_found_gone_by_a_wait_ends_it_at_once() {
     assert!(t.try_send_slice(Rank(1), tag(0, 0), &big).unwrap());
     assert!(t.copied > 0, "the socket took all of 24 MiB at once");
     // The acks of what the socket took land: from then on nothing makes it writable.
-    std::thread::sleep(Duration::from_millis(300));
+    until_acked(&t, Rank(1));
     // More than a header's 32 bytes: the decoder judges a whole header.
     raw.write_all(b"GET / HTTP/1.1\r\nHost: rcoll\r\n\r\n-----")
         .unwrap();
@@ -775,4 +807,28 @@ fn control_messages_are_sealed_under_the_session_key() {
     refused(None, rewritten);
     refused(None, sealed(&[8u8; 32], 0, b"segment"));
     refused(None, b"segment".to_vec());
+}
+
+/// The spare buffers stay within their byte budget however large the messages they
+/// carried: 256 payloads of 1 MiB given back keep at most 4 MiB, and what is taken again
+/// has the room asked for.
+#[test]
+fn the_buffer_pool_keeps_within_its_byte_budget() {
+    let mut pool = Pool::default();
+    for _ in 0..POOL_BUFFERS {
+        pool.give(Payload::reuse(Vec::new(), 1 << 20));
+    }
+    assert!(pool.bytes <= POOL_BYTES, "{} bytes pooled", pool.bytes);
+    let kept: usize = pool.buffers.iter().map(Vec::capacity).sum();
+    assert_eq!(kept, pool.bytes);
+    assert_eq!(pool.buffers.len(), POOL_BYTES >> 20);
+    // Small ones fill the count, not past it.
+    let mut small = Pool::default();
+    for _ in 0..2 * POOL_BUFFERS {
+        small.give(Payload::reuse(Vec::new(), 64));
+    }
+    assert_eq!(small.buffers.len(), POOL_BUFFERS);
+    let v = small.take(3 << 20);
+    assert!(v.capacity() >= 3 << 20);
+    assert_eq!(small.buffers.len(), POOL_BUFFERS - 1);
 }
