@@ -53,10 +53,11 @@ fn rank_main() {
         };
         std::thread::sleep(Duration::from_millis(delay));
     }
-    // One rank may be held back until a file exists ("rank:path"), for a minute at most.
+    // Ranks may be held back until a file exists ("rank,rank...:path"), a minute at most.
     if let Ok(hold) = std::env::var("RCOLL_TEST_HOLD") {
-        let (rank, path) = hold.split_once(':').expect("RCOLL_TEST_HOLD=rank:path");
-        if std::env::var("RCOLL_RANK").as_deref() == Ok(rank) {
+        let (ranks, path) = hold.split_once(':').expect("RCOLL_TEST_HOLD=ranks:path");
+        let me = std::env::var("RCOLL_RANK").unwrap_or_default();
+        if ranks.split(',').any(|r| r == me) {
             let until = std::time::Instant::now() + Duration::from_secs(60);
             while !std::path::Path::new(path).exists() && std::time::Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(10));
@@ -139,6 +140,23 @@ fn rank_main() {
                     .expect("all_reduce");
                 assert!(v.iter().all(|x| *x == comm.size() as f32), "wrong sum");
             }
+        }
+        "placement" => {
+            // What the kernel says this thread may run on, read apart from rcoll's own
+            // sched_getaffinity, against the placement rcoll reports.
+            let status = std::fs::read_to_string("/proc/thread-self/status").expect("status");
+            let list = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .expect("Cpus_allowed_list");
+            let placed = comm.placement().expect("a placement");
+            println!(
+                "PLACED rank {} kernel {} placement {} bound {}",
+                comm.rank(),
+                list.trim(),
+                placed.cpus,
+                placed.bind
+            );
         }
         "hello" => {
             let mut v = vec![1u32; 10];
@@ -472,6 +490,59 @@ fn auto_prices_ranks_taking_turns_on_fewer_cpus_alike_on_every_rank() {
         crowded[0][0].starts_with("AUTO 1 ") && crowded[0][0] != "AUTO 1 mesh",
         "2 CPUs: {:?}",
         crowded[0]
+    );
+}
+
+/// Two ranks of this host with `RCOLL_BIND=core` on a machine of two CPUs or more: after
+/// init each rank's thread runs where its placement says (the kernel's
+/// Cpus_allowed_list, read from /proc), on fewer CPUs than the machine has, and the two
+/// ranks' CPUs do not overlap.
+#[test]
+fn ranks_bound_to_cores_run_on_their_placements_cpus() {
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let parse = |t: &str| rcoll::transport::topology::CpuSet::parse_list(t).expect("a CPU list");
+    let mine = std::fs::read_to_string("/proc/self/status").expect("status");
+    let allowed = mine
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .map(|l| parse(l.trim()))
+        .expect("Cpus_allowed_list");
+    if online < 2 || allowed.len() < 2 {
+        common::cannot_run(
+            "ranks_bound_to_cores_run_on_their_placements_cpus",
+            "fewer than two CPUs to bind two ranks to",
+        );
+        return;
+    }
+    let results = finish(
+        spawn("placement", 2, &[("RCOLL_BIND", "core".to_string())]),
+        Duration::from_secs(60),
+    );
+    all_succeed("placement", &results);
+    let sets: Vec<_> = results
+        .iter()
+        .enumerate()
+        .map(|(r, (_, out))| {
+            let line = out
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("PLACED rank {r} kernel ")))
+                .unwrap_or_else(|| panic!("rank {r}:\n{out}"));
+            let words: Vec<&str> = line.split(' ').collect();
+            let (kernel, placed) = (parse(words[0]), parse(words[2]));
+            assert_eq!(kernel, placed, "rank {r}: {line}");
+            assert!(line.ends_with("bound true"), "rank {r}: {line}");
+            assert!(
+                !kernel.is_empty() && kernel.len() < allowed.len(),
+                "rank {r} on {kernel} of {allowed}"
+            );
+            kernel
+        })
+        .collect();
+    assert!(
+        sets[0].intersection(&sets[1]).is_empty(),
+        "ranks 0 and 1 share CPUs: {} and {}",
+        sets[0],
+        sets[1]
     );
 }
 

@@ -113,10 +113,12 @@ fn refused_with(listener: &str, id: u128, intro: Message) {
 #[test]
 fn a_stranger_first_at_the_root_cannot_take_a_rank() {
     let root = free_root();
+    let go = std::env::temp_dir().join(format!("rcoll-go-first-{}", std::process::id()));
+    let _ = std::fs::remove_file(&go);
     let extra = [
         ("RCOLL_ROOT_ADDR", root.clone()),
-        // Ranks 1 and 2 come late: the stranger is first.
-        ("RCOLL_TEST_DELAY_MS", "700".to_string()),
+        // Ranks 1 and 2 wait until the stranger was refused: it is first.
+        ("RCOLL_TEST_HOLD", format!("1,2:{}", go.display())),
     ];
     let children = spawn("hello", 3, &extra);
     let public_id = Options::default_unique_id(root.parse().expect("addr"), 3);
@@ -129,7 +131,9 @@ fn a_stranger_first_at_the_root_cannot_take_a_rank() {
         mac: [0; 32],
     };
     refused_with(&root, public_id, hello);
+    std::fs::write(&go, b"").expect("go");
     let results = finish(children, Duration::from_secs(60));
+    let _ = std::fs::remove_file(&go);
     for (r, (ok, out)) in results.iter().enumerate() {
         assert!(ok, "rank {r}:\n{out}");
     }

@@ -269,11 +269,10 @@ mod tests {
             return;
         };
         let t = line_round_trip(a, b, Duration::from_secs(10)).expect("probe");
-        // A round trip is at least two cache-line transfers and never a scheduler's slice.
-        assert!(
-            t > Duration::from_nanos(5) && t < Duration::from_micros(100),
-            "CPU {a} <-> {b}: {t:?}"
-        );
+        // A round trip is at least two cache-line transfers. How long it takes is the
+        // hardware's (and, on a loaded machine, the scheduler's): measured by
+        // `rcoll-bench topo`, not bounded here.
+        assert!(t > Duration::from_nanos(5), "CPU {a} <-> {b}: {t:?}");
     }
 
     #[test]
