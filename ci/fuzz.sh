@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Fuzz the parsers of what rcoll reads from outside with libFuzzer (fuzz/): the TCP frame
-# decoder, the bootstrap messages, the verbs endpoint/credit/header formats, the job
-# secret (RCOLL_UNIQUE_ID), the topology's texts (hwloc XML, CPU lists and masks) and a local
-# peer's shared-memory announcement.
+# Fuzz what rcoll reads from outside with libFuzzer (fuzz/): the TCP frame decoder, the
+# bootstrap messages and the acceptor's handshake, the verbs endpoint/credit/header
+# formats, the job secret (RCOLL_UNIQUE_ID), the topology's texts (hwloc XML, CPU lists and
+# masks), a local peer's shared-memory announcement and ring descriptors, the tuning and
+# rack files, and the C ABI's argument checks.
 #
 # Usage: ci/fuzz.sh [seconds per target]   (default 60; CI runs 20, an issue's long run 600)
 #
@@ -13,12 +14,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
-targets=(frame_decoder bootstrap_message verbs_wire unique_id topology_text shm_announcement)
+targets=(frame_decoder bootstrap_message verbs_wire unique_id topology_text shm_announcement
+  acceptor_handshake shm_descriptors settings_files c_abi_args)
 triple="$(rustc -vV | sed -n 's/^host: //p')"
 export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks"
-# --target keeps the instrumentation off build scripts and proc macros.
+# --target keeps the instrumentation off build scripts and proc macros. The C library
+# first, instrumented alike, for c_abi_args to link as a C program would (fuzz/build.rs).
+cargo build --quiet --release -p rcoll-capi --target "$triple" --target-dir fuzz/target-capi
 cargo build --quiet --release --manifest-path fuzz/Cargo.toml --target "$triple" --bins
 # One target's run; its output printed whole when it ends (runs overlap).
 fuzz_one() {

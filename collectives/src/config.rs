@@ -186,24 +186,8 @@ impl Config {
         if let Some(path) = &self.net_file {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| Error::Config(format!("RCOLL_NET_FILE {}: {e}", path.display())))?;
-            let mut racks: Vec<(String, String)> = Vec::new();
-            for (i, line) in text.lines().enumerate() {
-                let line = line.split('#').next().unwrap_or("").trim();
-                if line.is_empty() {
-                    continue;
-                }
-                let mut words = line.split_whitespace();
-                match (words.next(), words.next(), words.next()) {
-                    (Some(h), Some(r), None) => racks.push((h.to_string(), r.to_string())),
-                    _ => {
-                        return Err(Error::Config(format!(
-                            "RCOLL_NET_FILE {} line {}: {line:?} is not `<host> <rack>`",
-                            path.display(),
-                            i + 1
-                        )))
-                    }
-                }
-            }
+            let racks = parse_net_file(&text)
+                .map_err(|e| Error::Config(format!("RCOLL_NET_FILE {} {e}", path.display())))?;
             map = map.with_racks(|key| {
                 let short = key.split('/').next().unwrap_or(key);
                 racks
@@ -230,6 +214,24 @@ impl Config {
         }
         Ok(())
     }
+}
+
+/// The `<host> <rack>` lines of an `RCOLL_NET_FILE` (`#` starts a comment; blank lines
+/// are skipped), in order; the error names the first line that is not one.
+pub fn parse_net_file(text: &str) -> std::result::Result<Vec<(String, String)>, String> {
+    let mut racks = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        match (words.next(), words.next(), words.next()) {
+            (Some(h), Some(r), None) => racks.push((h.to_string(), r.to_string())),
+            _ => return Err(format!("line {}: {line:?} is not `<host> <rack>`", i + 1)),
+        }
+    }
+    Ok(racks)
 }
 
 /// Settings a builder makes explicitly, applied over the environment.

@@ -78,9 +78,15 @@ impl Tuning {
     pub fn load(path: &Path) -> Result<Tuning, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read the tuning file {}: {e}", path.display()))?;
-        let file: TuningFile = serde_json::from_str(&text)
-            .map_err(|e| format!("the tuning file {} is not valid: {e}", path.display()))?;
-        Tuning::from_file(file).map_err(|e| format!("the tuning file {}: {e}", path.display()))
+        Tuning::parse(&text).map_err(|e| format!("the tuning file {}{e}", path.display()))
+    }
+
+    /// Reads and checks a tuning file's text; the error says what is wrong (after the
+    /// file's name, in [`load`](Self::load)'s).
+    pub fn parse(text: &str) -> Result<Tuning, String> {
+        let file: TuningFile =
+            serde_json::from_str(text).map_err(|e| format!(" is not valid: {e}"))?;
+        Tuning::from_file(file).map_err(|e| format!(": {e}"))
     }
 
     /// Checks a parsed file: its version, positive finite rates, known names, and

@@ -87,6 +87,8 @@ use crate::transport::{
 use crate::types::{Rank, Tag};
 use segment::{InRing, Lease, OutRing, Remote, Segment, Withdrawal};
 
+#[cfg(any(test, fuzzing))]
+pub use segment::hostile_descriptors;
 pub use segment::Shape as SegmentShape;
 pub use setup::{parse_announcement, prepare, Announcement, Options, Prepared};
 

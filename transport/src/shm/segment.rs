@@ -279,7 +279,7 @@ impl Segment {
     }
 
     /// Descriptor `i % slots` of a ring (what a peer writes for its `i`-th message).
-    #[cfg(test)]
+    #[cfg(any(test, fuzzing))]
     fn desc(&self, ring: usize, i: u64) -> &[AtomicU64; 8] {
         self.desc_at(self.desc_base(ring), (i % self.shape.slots as u64) as usize)
     }
@@ -711,6 +711,72 @@ impl Drop for Lease {
         // Sequentially consistent: before the check of the sender's `sleeping` flag.
         self.seg.released(self.ring).fetch_add(1, Ordering::SeqCst);
         (self.on_release)();
+    }
+}
+
+/// A peer that writes whatever it likes into the descriptors of this rank's ring: `data`
+/// read as descriptors of eight little-endian words each (a short tail padded with
+/// zeros), each published in turn and taken as the receiver takes messages; leases are
+/// kept for a while (as the engine keeps them), up to the ring's slots. Whatever the
+/// words, each is taken or refused with a [`Refused`], no slot is lent twice at once, and
+/// no lease is longer than a slot. For the fuzz target `shm_descriptors` and a unit test.
+#[cfg(any(test, fuzzing))]
+pub fn hostile_descriptors(data: &[u8]) {
+    const SHAPE: Shape = Shape {
+        rings: 1,
+        slots: 4,
+        slot_bytes: 200,
+    };
+    let file = memory_file("rcoll-hostile-descriptors").expect("memfd");
+    let bytes = SHAPE.bytes().expect("size");
+    file.set_len(bytes as u64).expect("length");
+    let owner = Arc::new(Segment::create(&file, SHAPE).expect("the receiver's mapping"));
+    let peer = Segment::open(&file, SHAPE).expect("the peer's mapping");
+    let mut inbox = InRing::new(Arc::clone(&owner), 0);
+    let nothing: Arc<dyn Fn() + Send + Sync> = Arc::new(|| {});
+    let mut held: Vec<Lease> = Vec::new();
+    for (i, chunk) in data.chunks(64).enumerate() {
+        let mut words = [0u64; 8];
+        for (w, b) in words.iter_mut().zip(chunk.chunks(8)) {
+            let mut le = [0u8; 8];
+            le[..b.len()].copy_from_slice(b);
+            *w = u64::from_le_bytes(le);
+        }
+        let i = i as u64;
+        let d = peer.desc(0, i);
+        for (k, w) in words.iter().enumerate().skip(1) {
+            d[k].store(*w, Ordering::Relaxed);
+        }
+        // Published in order, except where the peer's own first word says otherwise.
+        let seq = if words[D_SEQ] % 7 == 0 {
+            words[D_SEQ]
+        } else {
+            i + 1
+        };
+        d[D_SEQ].store(seq, Ordering::Release);
+        let got = inbox.take(&nothing, words[D_SEQ] & 1 == 1);
+        if seq != i + 1 {
+            assert!(got.is_none(), "took a descriptor published out of order");
+            return;
+        }
+        match got.expect("a published descriptor") {
+            Ok((header, Body::Lent(lease))) => {
+                assert!(lease.bytes().len() == header.len && header.len <= SHAPE.slot_bytes);
+                assert!(held.iter().all(|l| l.slot != lease.slot), "slot lent twice");
+                held.push(lease);
+            }
+            Ok((header, Body::Inline(_, len))) => assert!(len == header.len && len <= INLINE),
+            // Not read: that is the single-copy path's (process_vm_readv of the sender).
+            Ok((header, Body::Remote(_))) => assert!(header.len <= WHOLE_MAX),
+            Err(_) => {}
+        }
+        // The engine gives leases back in its own order.
+        if held.len() >= SHAPE.slots || words[7] & 1 == 1 {
+            let k = (words[7] >> 1) as usize % held.len().max(1);
+            if k < held.len() {
+                held.swap_remove(k);
+            }
+        }
     }
 }
 

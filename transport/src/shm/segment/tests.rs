@@ -364,3 +364,32 @@ fn a_mapping_checks_the_file_and_its_header() {
     .bytes()
     .is_none());
 }
+
+/// [`hostile_descriptors`] over 2,000 descriptors of generated words (a fixed xorshift
+/// sequence), and over words made to hit each refusal and the lending of every slot: the
+/// receiver takes or refuses each, never lends a slot twice (the fuzz target
+/// `shm_descriptors` runs the same on what libFuzzer makes).
+#[test]
+fn a_stream_of_hostile_descriptors_is_taken_or_refused() {
+    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut data = Vec::new();
+    for i in 0..2000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let len_slot = match i % 5 {
+            // A real slot and a fitting length, a slot too far, an inline message,
+            // a remote one, and noise.
+            0 => ((x % 4) << 32) | ((x >> 40) % 201),
+            1 => (4 + x % 100) << 32 | 10,
+            2 => (NO_SLOT << 32) | ((x >> 40) % 80),
+            3 => REMOTE << 32 | x >> 40,
+            _ => x,
+        };
+        // The first word: published in order (not a multiple of 7), single copy allowed
+        // on odd ones.
+        let words = [1 + i % 2, x, x >> 3, x >> 5, len_slot, x, x >> 11, x >> 17];
+        data.extend(words.iter().flat_map(|w| w.to_le_bytes()));
+    }
+    hostile_descriptors(&data);
+}

@@ -31,12 +31,100 @@ enum Stage {
     },
 }
 
+/// The acceptor's side of one connection's handshake, without I/O: told the bytes the
+/// connection sent, it says how many more to read (never past the message being read:
+/// what follows the introduction belongs to the transport), what to answer, and the
+/// introduction once the connection proved the job's secret.
+pub struct Handshake {
+    secret: u128,
+    buf: Vec<u8>,
+    stage: Stage,
+}
+
+/// What a [`Handshake`] made of the bytes it was given.
+pub enum Step {
+    /// Bytes to write back to the connection (the proof answering its challenge).
+    Answer(Vec<u8>),
+    /// The connection's authenticated introduction and its session key: the handshake
+    /// is over.
+    Introduced(Message, auth::SessionKey),
+}
+
+impl Handshake {
+    /// The handshake of a fresh connection to a rank of the job whose secret is `secret`.
+    pub fn new(secret: u128) -> Handshake {
+        Handshake {
+            secret,
+            buf: Vec::new(),
+            stage: Stage::Challenge,
+        }
+    }
+
+    /// How many bytes to read next: the rest of the message being read (its prefix
+    /// first). An error if the prefix announces a message no introduction needs.
+    pub fn want(&self) -> Result<usize, String> {
+        Ok(match self.buf.first_chunk::<{ wire::PREFIX }>() {
+            Some(prefix) => {
+                let (_, len) = Message::decode_prefix(prefix).map_err(|e| e.to_string())?;
+                if len > wire::MAX_INTRO {
+                    return Err(format!("a {len}-byte message before proving itself"));
+                }
+                wire::PREFIX + len - self.buf.len()
+            }
+            None => wire::PREFIX - self.buf.len(),
+        })
+    }
+
+    /// Takes `bytes` read from the connection (at most [`want`](Self::want) of them) and
+    /// answers a message they complete; `None` while the message is incomplete. An error
+    /// refuses the connection: garbage, the wrong message, or no proof of the secret.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<Option<Step>, String> {
+        let want = self.want()?;
+        if bytes.len() > want {
+            return Err(format!("{} bytes given, {want} wanted", bytes.len()));
+        }
+        self.buf.extend_from_slice(bytes);
+        // The prefix alone may announce a message whose size `want` refuses.
+        self.want()?;
+        let Some((m, used)) = Message::split(&self.buf).map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        self.buf.drain(..used);
+        match (&self.stage, m) {
+            (Stage::Challenge, Message::Challenge { nonce: nonce_c }) => {
+                let nonce_s = auth::nonce().map_err(|e| format!("no randomness: {e}"))?;
+                let proof = Message::Proof {
+                    nonce: nonce_s,
+                    mac: auth::acceptor_mac(self.secret, &nonce_c, &nonce_s),
+                };
+                self.stage = Stage::Intro { nonce_c, nonce_s };
+                Ok(Some(Step::Answer(proof.encode())))
+            }
+            (Stage::Intro { nonce_c, nonce_s }, intro) => {
+                if !matches!(intro, Message::Hello { .. } | Message::Handshake { .. }) {
+                    return Err(format!("expected an introduction, got {}", kind(&intro)));
+                }
+                if !auth::intro_ok(self.secret, nonce_c, nonce_s, &intro) {
+                    return Err("it does not prove this job's secret (RCOLL_UNIQUE_ID): \
+                                another job, or a stranger"
+                        .into());
+                }
+                let session = auth::session_key(self.secret, nonce_c, nonce_s);
+                Ok(Some(Step::Introduced(intro, session)))
+            }
+            (Stage::Challenge, other) => Err(format!(
+                "expected a challenge, got {} (an older rcoll, or not rcoll)",
+                kind(&other)
+            )),
+        }
+    }
+}
+
 struct Pending {
     stream: TcpStream,
     from: SocketAddr,
-    buf: Vec<u8>,
     since: Instant,
-    stage: Stage,
+    handshake: Handshake,
 }
 
 /// A listener and the connections it is serving.
@@ -188,9 +276,8 @@ impl Acceptor {
                     self.pending.push(Pending {
                         stream,
                         from,
-                        buf: Vec::new(),
                         since: Instant::now(),
-                        stage: Stage::Challenge,
+                        handshake: Handshake::new(self.secret),
                     });
                     busy = true;
                 }
@@ -217,65 +304,25 @@ impl Acceptor {
     /// Reads what connection `i` sent and answers it; its introduction once it proved the
     /// secret, or why it is refused.
     fn advance(&mut self, i: usize) -> Result<Option<(Message, auth::SessionKey)>, String> {
-        let secret = self.secret;
         let p = &mut self.pending[i];
         let mut chunk = [0u8; 4096];
         loop {
-            // Never more than the message being read: what follows the introduction is the
-            // connection's first data, which belongs to the transport.
-            let want = match p.buf.first_chunk::<{ wire::PREFIX }>() {
-                Some(prefix) => {
-                    let (_, len) = Message::decode_prefix(prefix).map_err(|e| e.to_string())?;
-                    if len > wire::MAX_INTRO {
-                        return Err(format!("a {len}-byte message before proving itself"));
-                    }
-                    wire::PREFIX + len - p.buf.len()
-                }
-                None => wire::PREFIX - p.buf.len(),
+            let want = p.handshake.want()?.min(chunk.len());
+            let n = match p.stream.read(&mut chunk[..want]) {
+                Ok(0) => return Err("closed before introducing itself".into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("read failed: {e}")),
             };
-            if want > 0 {
-                match p.stream.read(&mut chunk[..want.min(4096)]) {
-                    Ok(0) => return Err("closed before introducing itself".into()),
-                    Ok(n) => p.buf.extend_from_slice(&chunk[..n]),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(None),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(format!("read failed: {e}")),
-                }
-            }
-            let Some((m, used)) = Message::split(&p.buf).map_err(|e| e.to_string())? else {
-                continue;
-            };
-            p.buf.drain(..used);
-            match (&p.stage, m) {
-                (Stage::Challenge, Message::Challenge { nonce: nonce_c }) => {
-                    let nonce_s = auth::nonce().map_err(|e| format!("no randomness: {e}"))?;
-                    let proof = Message::Proof {
-                        nonce: nonce_s,
-                        mac: auth::acceptor_mac(secret, &nonce_c, &nonce_s),
-                    };
-                    // A few dozen bytes on a fresh connection: the socket buffer takes them.
-                    p.stream
-                        .write_all(&proof.encode())
-                        .map_err(|e| format!("cannot answer its challenge: {e}"))?;
-                    p.stage = Stage::Intro { nonce_c, nonce_s };
-                }
-                (Stage::Intro { nonce_c, nonce_s }, intro) => {
-                    if !matches!(intro, Message::Hello { .. } | Message::Handshake { .. }) {
-                        return Err(format!("expected an introduction, got {}", kind(&intro)));
-                    }
-                    if !auth::intro_ok(secret, nonce_c, nonce_s, &intro) {
-                        return Err("it does not prove this job's secret (RCOLL_UNIQUE_ID): \
-                                    another job, or a stranger"
-                            .into());
-                    }
-                    return Ok(Some((intro, auth::session_key(secret, nonce_c, nonce_s))));
-                }
-                (Stage::Challenge, other) => {
-                    return Err(format!(
-                        "expected a challenge, got {} (an older rcoll, or not rcoll)",
-                        kind(&other)
-                    ))
-                }
+            match p.handshake.feed(&chunk[..n])? {
+                None => {}
+                // A few dozen bytes on a fresh connection: the socket buffer takes them.
+                Some(Step::Answer(bytes)) => p
+                    .stream
+                    .write_all(&bytes)
+                    .map_err(|e| format!("cannot answer its challenge: {e}"))?,
+                Some(Step::Introduced(intro, session)) => return Ok(Some((intro, session))),
             }
         }
     }
@@ -392,6 +439,94 @@ impl Throttle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Feeds `bytes` to `h` a byte at a time, as reads of any size would bring them: the
+    /// steps it took.
+    fn trickle(h: &mut Handshake, bytes: &[u8]) -> Result<Vec<Step>, String> {
+        let mut steps = Vec::new();
+        for b in bytes {
+            assert!(h.want()? >= 1, "wants nothing with bytes still to come");
+            steps.extend(h.feed(std::slice::from_ref(b))?);
+        }
+        Ok(steps)
+    }
+
+    fn hello() -> Message {
+        Message::Hello {
+            rank: 1,
+            nranks: 2,
+            addr: "127.0.0.1:9".into(),
+            host: "h".into(),
+            cpus: 2,
+            mac: [0; wire::MAC],
+        }
+    }
+
+    /// A connector that knows the secret: challenge, proof, introduction — fed a byte at a
+    /// time, the handshake answers once and then hands over the introduction with the
+    /// session key both sides derive; the proof it sent checks against the secret.
+    #[test]
+    fn a_connector_with_the_secret_is_introduced_byte_by_byte() {
+        let secret = 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef_u128;
+        let mut h = Handshake::new(secret);
+        let nonce_c = auth::nonce().expect("nonce");
+        let steps = trickle(&mut h, &Message::Challenge { nonce: nonce_c }.encode()).unwrap();
+        let [Step::Answer(answer)] = steps.as_slice() else {
+            panic!("one answer to the challenge");
+        };
+        let (proof, used) = Message::split(answer).unwrap().expect("a whole message");
+        assert_eq!(used, answer.len());
+        let Message::Proof {
+            nonce: nonce_s,
+            mac,
+        } = proof
+        else {
+            panic!("a proof");
+        };
+        assert!(auth::acceptor_mac_ok(secret, &nonce_c, &nonce_s, &mac));
+        let intro = auth::sign_intro(secret, &nonce_c, &nonce_s, hello());
+        let steps = trickle(&mut h, &intro.encode()).unwrap();
+        let [Step::Introduced(got, session)] = steps.as_slice() else {
+            panic!("the introduction");
+        };
+        assert_eq!(got, &intro);
+        assert!(*session == auth::session_key(secret, &nonce_c, &nonce_s));
+    }
+
+    /// Without the secret, or out of order, or too large before any proof: refused.
+    #[test]
+    fn strangers_garbage_and_the_wrong_order_are_refused() {
+        let secret = 7u128 << 64 | 9;
+        let nonce_c = [3u8; NONCE];
+        // Signed with another secret.
+        let mut h = Handshake::new(secret);
+        let steps = trickle(&mut h, &Message::Challenge { nonce: nonce_c }.encode()).unwrap();
+        let Some(Step::Answer(answer)) = steps.into_iter().next() else {
+            panic!("an answer");
+        };
+        let Some((Message::Proof { nonce: nonce_s, .. }, _)) = Message::split(&answer).unwrap()
+        else {
+            panic!("a proof");
+        };
+        let forged = auth::sign_intro(secret + 1, &nonce_c, &nonce_s, hello());
+        let e = trickle(&mut h, &forged.encode()).err().expect("refused");
+        assert!(e.contains("does not prove"), "{e}");
+        // An introduction before any challenge.
+        let e = trickle(&mut Handshake::new(secret), &hello().encode())
+            .err()
+            .expect("refused");
+        assert!(e.contains("expected a challenge"), "{e}");
+        // A prefix announcing more than an introduction takes: refused on the prefix.
+        let big = Message::Refuse("x".repeat(wire::MAX_INTRO + 1)).encode();
+        let e = trickle(&mut Handshake::new(secret), &big[..wire::PREFIX])
+            .err()
+            .expect("refused");
+        assert!(e.contains("before proving itself"), "{e}");
+        // More bytes than it asked for.
+        let mut h = Handshake::new(secret);
+        let e = h.feed(&[0; wire::PREFIX + 1]).err().expect("refused");
+        assert!(e.contains("wanted"), "{e}");
+    }
 
     /// A flood of 29,000 refusals in 2 s shows 10 lines a second, and the first line of
     /// each later second counts those hidden before it.
