@@ -51,17 +51,16 @@ impl TcpTransport {
             .collect();
         for key in dropped {
             if let Some((_, payload)) = self.arrived.remove(&key) {
-                if let Some(Some(p)) = self.peers.get_mut(peer.index()) {
-                    p.held = p.held.saturating_sub(payload.len());
-                }
+                self.release(peer, payload.len());
                 self.recycle(payload);
             }
         }
         // Receives of the ended calls that hoped to take a frame straight into their
-        // destinations: none will ask again.
+        // destinations, or waited for one past the budget: none will ask again.
         if let Some(Some(p)) = self.peers.get_mut(peer.index()) {
             p.direct.wants.clear();
             p.direct.partial.clear();
+            p.awaited = false;
         }
     }
 
@@ -75,6 +74,8 @@ impl TcpTransport {
             return;
         };
         let _ = self.poll.registry().deregister(&mut p.stream);
+        // Its untaken messages go below (`arrived`): off the budget of all peers.
+        self.held_total -= p.held;
         // What it sent is read and dropped first: a socket closed with unread input is
         // reset, which may destroy what this rank queued for it last (the decision that
         // tells a stopped rank, once it wakes, that it was left out).

@@ -57,7 +57,9 @@ const POOL_BYTES: usize = 4 << 20;
 
 /// Bytes of received, not yet taken messages that all peers together may make this rank
 /// hold, and the least each peer gets: past its share, this rank stops reading that peer's
-/// socket (TCP then stops the sender) until the engine takes some.
+/// socket (TCP then stops the sender) until the engine takes some. Past the whole
+/// (however many peers share it), it reads only the peers the engine is waiting for:
+/// what it asked for must come, behind whatever that peer sent before it.
 const RECV_BUDGET: usize = 1 << 30;
 const PEER_BUDGET_MIN: usize = 64 << 20;
 
@@ -78,6 +80,9 @@ struct Peer {
     gone: Option<String>,
     /// Bytes of this peer's messages received and not yet taken.
     held: usize,
+    /// The engine asked for a message of this peer that it has not taken yet: read even
+    /// past [`RECV_BUDGET`].
+    awaited: bool,
     /// Its last message was large enough to be read straight into its buffer.
     large: bool,
     /// Receives taken straight into their destinations ([`direct`]).
@@ -109,6 +114,10 @@ pub struct TcpTransport {
     window: usize,
     /// Most bytes of untaken messages held per peer (see [`RECV_BUDGET`]).
     peer_budget: usize,
+    /// Most bytes of untaken messages held from all peers together, but those awaited
+    /// ([`RECV_BUDGET`]), and the bytes held now.
+    recv_budget: usize,
+    held_total: usize,
     aborted: Option<(Rank, String)>,
     abort_sent: bool,
     /// The group's epoch: one more after every shrink ([`epoch`]); aborts of earlier
@@ -237,6 +246,7 @@ impl TcpTransport {
                         queue: VecDeque::new(),
                         gone: None,
                         held: 0,
+                        awaited: false,
                         large: false,
                         direct: Default::default(),
                         quiet: false,
@@ -250,6 +260,8 @@ impl TcpTransport {
         let peer_budget = (RECV_BUDGET / peers.len().saturating_sub(1).max(1)).max(PEER_BUDGET_MIN);
         Ok(TcpTransport {
             peer_budget,
+            recv_budget: RECV_BUDGET,
+            held_total: 0,
             rank,
             nranks: peers.len(),
             poll,
@@ -303,6 +315,13 @@ impl TcpTransport {
         }
     }
 
+    /// The engine asks for a message of peer `r` (until it takes one).
+    fn await_peer(&mut self, r: usize) {
+        if let Some(Some(p)) = self.peers.get_mut(r) {
+            p.awaited = true;
+        }
+    }
+
     fn peer_index(&self, peer: Rank) -> Result<usize, TransportError> {
         match self.peers.get(peer.index()) {
             Some(Some(_)) => Ok(peer.index()),
@@ -334,10 +353,20 @@ impl TcpTransport {
     /// Takes an arrived message off the map and its bytes off its peer's budget.
     fn remove_arrived(&mut self, peer: Rank, tag: Tag) -> Option<(Tag, Payload)> {
         let found = self.arrived.remove(&(peer, tag.key()))?;
+        self.release(peer, found.1.len());
         if let Some(Some(p)) = self.peers.get_mut(peer.index()) {
-            p.held = p.held.saturating_sub(found.1.len());
+            p.awaited = false;
         }
         Some(found)
+    }
+
+    /// `bytes` of `peer`'s held messages were taken or dropped.
+    fn release(&mut self, peer: Rank, bytes: usize) {
+        if let Some(Some(p)) = self.peers.get_mut(peer.index()) {
+            let bytes = bytes.min(p.held);
+            p.held -= bytes;
+            self.held_total -= bytes;
+        }
     }
 
     /// The error for a peer whose connection is gone. A peer that failed usually told
@@ -574,6 +603,7 @@ impl Transport for TcpTransport {
     ) -> Result<Option<Payload>, TransportError> {
         self.check_usable()?;
         let r = self.peer_index(peer)?;
+        self.await_peer(r);
         if let Some(p) = self.take(peer, tag, len)? {
             return Ok(Some(p));
         }
@@ -599,6 +629,7 @@ impl Transport for TcpTransport {
     ) -> Result<bool, TransportError> {
         self.check_usable()?;
         let r = self.peer_index(peer)?;
+        self.await_peer(r);
         if dst.len() >= DIRECT_MIN {
             self.want(r, tag, dst.len());
         }
@@ -772,6 +803,7 @@ impl Drop for TcpTransport {
             for p in self.peers.iter_mut().flatten() {
                 p.held = 0;
             }
+            self.held_total = 0;
             let _ = self.poll.poll(&mut self.events, Some(pause));
         }
         for p in self.peers.iter().flatten() {

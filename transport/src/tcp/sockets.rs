@@ -134,7 +134,8 @@ impl TcpTransport {
     }
 
     /// Reads peer `r`'s socket until it would block, decoding frames; or until the peer's
-    /// untaken messages reach its budget (the rest waits in the socket).
+    /// untaken messages reach its budget, or all peers' reach theirs and the engine is not
+    /// waiting for this one (the rest waits in the socket).
     ///
     /// The rest of a large payload is read straight into its buffer, with at most the
     /// next header behind it (one pass over the bytes fewer than through `read_buf`). A
@@ -144,9 +145,9 @@ impl TcpTransport {
         let from = Rank::from(r);
         let mut frames = std::mem::take(&mut self.frames);
         while let Some(Some(peer)) = self.peers.get_mut(r) {
-            if peer.gone.is_some()
-                || (peer.held >= self.peer_budget && !self.draining)
-                || peer.direct.blocks(self.draining)
+            let over = peer.held >= self.peer_budget
+                || (self.held_total >= self.recv_budget && !peer.awaited);
+            if peer.gone.is_some() || (over && !self.draining) || peer.direct.blocks(self.draining)
             {
                 break;
             }
@@ -224,6 +225,7 @@ impl TcpTransport {
             Kind::Data => {
                 if let Some(Some(peer)) = self.peers.get_mut(r) {
                     peer.held += frame.payload.len();
+                    self.held_total += frame.payload.len();
                     peer.large = frame.payload.len() >= DIRECT_MIN;
                 }
             }

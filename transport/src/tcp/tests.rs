@@ -399,6 +399,106 @@ fn a_peer_that_floods_is_held_to_its_budget() {
     assert!(got.is_some());
 }
 
+/// Rank 0 of a group whose other `n - 1` ranks are raw sockets driven by the test.
+fn with_raw_peers(n: usize) -> (TcpTransport, Vec<std::net::TcpStream>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut ours = vec![None];
+    let mut raws = Vec::new();
+    for _ in 1..n {
+        raws.push(std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap());
+        ours.push(Some(l.accept().unwrap().0));
+    }
+    (TcpTransport::new(Rank(0), ours, 4).unwrap(), raws)
+}
+
+/// A peer writing `count` messages of `len` bytes (tags from `first`), until the socket
+/// stops taking them for 2 s: the bytes it got through, and the socket.
+fn flood(
+    mut raw: std::net::TcpStream,
+    first: u32,
+    count: u32,
+    len: usize,
+) -> std::thread::JoinHandle<(usize, std::net::TcpStream)> {
+    use std::io::Write;
+    std::thread::spawn(move || {
+        raw.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+        let chunk = vec![7u8; len];
+        let mut sent = 0usize;
+        for k in 0..count {
+            let header = Header {
+                kind: Kind::Data,
+                tag: tag(first + k, 0),
+                len: len as u64,
+            }
+            .encode();
+            if raw.write_all(&header).is_err() || raw.write_all(&chunk).is_err() {
+                break;
+            }
+            sent += len;
+        }
+        (sent, raw)
+    })
+}
+
+/// Two peers flood this rank with messages it does not ask for, while it waits for a third:
+/// together they are held to the rank's whole budget (16 MiB here), not to a per-peer
+/// budget each (64 MiB); then the awaited peer's message, behind 8 MiB of others, still
+/// comes past the full budget.
+#[test]
+fn peers_flooding_together_are_held_to_one_budget_and_the_awaited_one_still_comes() {
+    let (mut t, mut raws) = with_raw_peers(4);
+    t.peer_budget = 64 << 20;
+    t.recv_budget = 16 << 20;
+    let third = raws.pop().unwrap();
+    let floods: Vec<_> = raws
+        .into_iter()
+        .enumerate()
+        .map(|(i, raw)| flood(raw, 100 + 1000 * i as u32, 128, 4 << 20))
+        .collect();
+    // The engine asks rank 3, which sends nothing yet, until both floods stall.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !floods.iter().all(|f| f.is_finished()) {
+        assert!(Instant::now() < deadline, "the floods never stalled");
+        assert!(t.try_recv(Rank(3), tag(7, 7), 8).unwrap().is_none());
+        t.wait(Instant::now() + Duration::from_millis(20)).unwrap();
+    }
+    let sent: Vec<usize> = floods.into_iter().map(|f| f.join().unwrap().0).collect();
+    let held = |t: &TcpTransport, r: usize| t.peers[r].as_ref().unwrap().held;
+    let (one, two) = (held(&t, 1), held(&t, 2));
+    // The budget, and at most a message each that was being read as it filled.
+    assert!(
+        one + two <= (16 + 2 * 4) << 20,
+        "held {} + {} MiB past a 16 MiB budget",
+        one >> 20,
+        two >> 20
+    );
+    assert!(sent.iter().all(|&b| b < 256 << 20), "sent {sent:?}");
+    // Rank 3: 8 MiB it was not asked for, then the awaited message.
+    let third = flood(third, 500, 2, 4 << 20);
+    let (_, mut third) = third.join().unwrap();
+    {
+        use std::io::Write;
+        let header = Header {
+            kind: Kind::Data,
+            tag: tag(7, 7),
+            len: 8,
+        }
+        .encode();
+        third.write_all(&header).unwrap();
+        third.write_all(&[9u8; 8]).unwrap();
+    }
+    let got = loop {
+        assert!(Instant::now() < deadline, "the awaited message never came");
+        if let Some(p) = t.try_recv(Rank(3), tag(7, 7), 8).unwrap() {
+            break p;
+        }
+        t.wait(Instant::now() + Duration::from_millis(20)).unwrap();
+    };
+    assert_eq!(got.as_bytes(), &[9u8; 8]);
+    // Taking what arrived from the floods lets more of it come.
+    assert!(t.try_recv(Rank(1), tag(100, 0), 4 << 20).unwrap().is_some());
+}
+
 #[test]
 fn silent_strangers_at_the_root_hold_up_no_one() {
     // Two connections that never say a word reach the root first; the real ranks,
