@@ -1,6 +1,5 @@
 //! [`Communicator`]: one rank's handle on a group, and every collective it can call.
 
-use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
@@ -14,8 +13,7 @@ use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::op::ReduceOp;
 use crate::schedule::cost::CostModel;
-use crate::schedule::plan::Plan;
-use crate::schedule::{Collective, Layout};
+use crate::schedule::Collective;
 use crate::select::Selector;
 
 mod execute;
@@ -27,9 +25,6 @@ pub(crate) const P2P_BIT: u32 = 1 << 31;
 
 /// Collectives whose fingerprints a communicator remembers (see `recent`).
 const RECENT_CALLS: usize = 8;
-
-/// Plans kept per communicator before the cache starts over.
-const PLAN_CACHE_LIMIT: usize = 256;
 
 /// How to build a sibling process group the way this one was built (every setting: the
 /// transport, interface, timeouts, overrides), for [`split`](Communicator::split): the
@@ -78,12 +73,6 @@ pub struct Communicator {
     pub(crate) seq: u32,
     p2p_sent: Vec<u32>,
     p2p_received: Vec<u32>,
-    plans: HashMap<(Layout, Algorithm, LevelAlgorithms), Arc<Plan>, foldhash::fast::RandomState>,
-    /// The hierarchical levels' algorithms chosen per size bucket and element size.
-    level_choices: HashMap<(Layout, usize), LevelAlgorithms, foldhash::fast::RandomState>,
-    /// The tuning file's measured choice per (collective, bytes): a rule lookup scans the
-    /// file's rules, too slow to repeat for every small call.
-    measured: HashMap<(Collective, usize), Option<Algorithm>, foldhash::fast::RandomState>,
     scratch: Vec<u128>,
     /// What the last few collective calls of different arguments derived from them, the
     /// last call's first ([`execute::PREPARED_CALLS`]). Boxed: each call takes its entry
@@ -202,9 +191,6 @@ impl Communicator {
             seq: 0,
             p2p_sent: vec![0; nranks],
             p2p_received: vec![0; nranks],
-            plans: HashMap::default(),
-            level_choices: HashMap::default(),
-            measured: HashMap::default(),
             scratch: Vec::new(),
             spare: Default::default(),
             last_fingerprint: None,

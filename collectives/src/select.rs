@@ -113,13 +113,39 @@ struct Key {
     elem_size: usize,
 }
 
-/// Caches `Auto` choices for one communicator.
+/// What pricing chose for one size bucket: `Auto`'s algorithm and the hierarchical
+/// levels' algorithms, each once asked for.
+#[derive(Clone, Copy, Debug, Default)]
+struct Choice {
+    auto: Option<Algorithm>,
+    levels: Option<LevelAlgorithms>,
+}
+
+/// Caches what pricing chose per size bucket for one communicator (a call's own
+/// preparation is kept apart, per call: the communicator's prepared calls).
 #[derive(Debug, Default)]
 pub struct Selector {
-    cache: HashMap<Key, Algorithm, foldhash::fast::RandomState>,
+    cache: HashMap<Key, Choice, foldhash::fast::RandomState>,
 }
 
 impl Selector {
+    /// The cache's entry for `layout`'s size bucket (elements of `elem_size` bytes).
+    fn entry(&mut self, layout: &Layout, elem_size: usize) -> &mut Choice {
+        let bytes = layout.count.saturating_mul(elem_size);
+        let key = Key {
+            collective: layout.collective,
+            nranks: layout.nranks,
+            root: layout.root,
+            in_place: layout.in_place,
+            bucket_bytes: bytes.checked_next_power_of_two().unwrap_or(usize::MAX),
+            elem_size,
+        };
+        if self.cache.len() > 1024 && !self.cache.contains_key(&key) {
+            self.cache.clear();
+        }
+        self.cache.entry(key).or_default()
+    }
+
     /// The algorithm `Auto` picks for `layout`.
     pub fn choose(
         &mut self,
@@ -128,27 +154,32 @@ impl Selector {
         model: &CostModel,
         levels: Option<&Levels<'_>>,
     ) -> Algorithm {
-        let bytes = layout.count.saturating_mul(elem_size);
-        let bucket_bytes = bytes.checked_next_power_of_two().unwrap_or(usize::MAX);
-        let key = Key {
-            collective: layout.collective,
-            nranks: layout.nranks,
-            root: layout.root,
-            in_place: layout.in_place,
-            bucket_bytes,
-            elem_size,
-        };
-        if let Some(a) = self.cache.get(&key) {
-            return *a;
+        if let Some(a) = self.entry(layout, elem_size).auto {
+            return a;
         }
         let representative = bucket(layout, elem_size);
         let choice = rank_algorithms(&representative, elem_size, model, levels)
             .first()
             .map_or(Algorithm::Ring, |(a, _)| *a);
-        if self.cache.len() > 1024 {
-            self.cache.clear();
+        self.entry(layout, elem_size).auto = Some(choice);
+        choice
+    }
+
+    /// The algorithms the hierarchical levels run for `layout` ([`level_algorithms`] at
+    /// its size bucket).
+    pub fn levels(
+        &mut self,
+        layout: &Layout,
+        elem_size: usize,
+        model: &CostModel,
+        levels: &Levels<'_>,
+    ) -> LevelAlgorithms {
+        if let Some(l) = self.entry(layout, elem_size).levels {
+            return l;
         }
-        self.cache.insert(key, choice);
+        let representative = bucket(layout, elem_size);
+        let choice = level_algorithms(&representative, elem_size, model, levels);
+        self.entry(layout, elem_size).levels = Some(choice);
         choice
     }
 }

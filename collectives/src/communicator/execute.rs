@@ -19,7 +19,7 @@ use crate::op::ReduceOp;
 use crate::schedule::plan::Plan;
 use crate::schedule::{BufferLayout, Collective, Extent, Layout, Primitive, Schedule, Slice};
 
-use super::{Buffers, Communicator, Request, P2P_BIT, PLAN_CACHE_LIMIT, RECENT_CALLS};
+use super::{Buffers, Communicator, Request, P2P_BIT, RECENT_CALLS};
 
 /// What a collective call derives from besides its buffers: its layout, element type,
 /// operation and forced algorithm.
@@ -31,12 +31,13 @@ pub(super) struct CallKey {
     forced: Option<Algorithm>,
 }
 
-/// Calls of different arguments whose preparation a communicator keeps: an application
-/// that takes turns between a few (gradient buckets of two sizes, a loss scalar after the
-/// gradients, a barrier between steps) prepares each once. Preparing anew costs about 0.1
-/// us: on one rank (`examples/allreduce_time 8 2000000 32`), 8 and 32 bytes in turn took
-/// 0.18-0.24 us a call with one call kept, 0.10-0.13 with 8, either size alone 0.09-0.10.
-pub(super) const PREPARED_CALLS: usize = 8;
+/// Calls of different arguments whose preparation a communicator keeps, the most recent
+/// first: the one cache of what calls derive (the checks, the algorithm and levels chosen,
+/// the plan, the fingerprint). An application that takes turns between a few (gradient
+/// buckets of several sizes, a loss scalar after the gradients, a barrier between steps)
+/// prepares each once; `rcoll-bench --algo all` runs each algorithm and auto in turn at
+/// a size (12 at most). Past it, the least recent is prepared anew when it comes back.
+pub(super) const PREPARED_CALLS: usize = 64;
 
 /// Everything a call derives from its [`CallKey`], checked, for the next calls with the
 /// same one.
@@ -147,19 +148,8 @@ impl Communicator {
                     return Ok(a);
                 }
                 let bytes = layout.count.saturating_mul(elem_size);
-                let key = (layout.collective, bytes);
-                let measured = match (self.config.tuning.as_ref(), self.measured.get(&key)) {
-                    (None, _) => None,
-                    (Some(_), Some(&known)) => known,
-                    (Some(t), None) => {
-                        let rule = t.rule(self.tuning_key, layout.collective, self.nranks, bytes);
-                        if self.measured.len() >= PLAN_CACHE_LIMIT {
-                            self.measured.clear();
-                        }
-                        self.measured.insert(key, rule);
-                        rule
-                    }
-                };
+                let measured = (self.config.tuning.as_ref())
+                    .and_then(|t| t.rule(self.tuning_key, layout.collective, self.nranks, bytes));
                 if let Some(a) = measured.filter(|a| a.serves(layout.collective)) {
                     return Ok(a);
                 }
@@ -278,22 +268,10 @@ impl Communicator {
             return None;
         }
         let levels = self.levels_on(&hosts);
-        let representative = crate::select::bucket(layout, elem_size);
-        let key = (representative, elem_size);
-        if let Some(l) = self.level_choices.get(&key) {
-            return Some(*l);
-        }
-        let choice = crate::select::level_algorithms(
-            &representative,
-            elem_size,
-            &self.config.cost_model,
-            &levels,
-        );
-        if self.level_choices.len() >= PLAN_CACHE_LIMIT {
-            self.level_choices.clear();
-        }
-        self.level_choices.insert(key, choice);
-        Some(choice)
+        Some(
+            self.selector
+                .levels(layout, elem_size, &self.config.cost_model, &levels),
+        )
     }
 
     /// `algorithm`'s plan for `layout`, its levels run by `levels` where it has them.
@@ -304,8 +282,15 @@ impl Communicator {
         levels: Option<LevelAlgorithms>,
     ) -> Result<Arc<Plan>> {
         let levels = levels.unwrap_or_default();
-        if let Some(p) = self.plans.get(&(*layout, algorithm, levels)) {
-            return Ok(Arc::clone(p));
+        // A plan depends on the layout, not on the element type or operation: a call kept
+        // with another of those shares its plan.
+        let kept = self.prepared.iter().find(|p| {
+            p.key.layout == *layout
+                && p.algorithm == algorithm
+                && p.call.levels.unwrap_or_default() == levels
+        });
+        if let Some(p) = kept {
+            return Ok(Arc::clone(&p.plan));
         }
         let rank = self.rank.0;
         let schedule = algorithm
@@ -319,13 +304,7 @@ impl Communicator {
                 rank,
                 what: format!("{algorithm} schedule: {}", e.reason),
             })?;
-        let plan = Arc::new(plan);
-        if self.plans.len() >= PLAN_CACHE_LIMIT {
-            self.plans.clear();
-        }
-        self.plans
-            .insert((*layout, algorithm, levels), Arc::clone(&plan));
-        Ok(plan)
+        Ok(Arc::new(plan))
     }
 
     pub(super) fn execute<T: Element>(&mut self, req: Request<'_, T>) -> Result<()> {
