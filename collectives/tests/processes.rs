@@ -39,20 +39,6 @@ fn rank_main() {
     let Ok(scenario) = std::env::var(SCENARIO) else {
         return;
     };
-    // Ranks may be told to come late: one number for every rank but 0, or one per rank.
-    if let Ok(ms) = std::env::var("RCOLL_TEST_DELAY_MS") {
-        let rank: usize = std::env::var("RCOLL_RANK")
-            .ok()
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(0);
-        let delays: Vec<u64> = ms.split(',').map(|d| d.parse().expect("ms")).collect();
-        let delay = match delays.as_slice() {
-            [one] if rank > 0 => *one,
-            [_] => 0,
-            many => many[rank.min(many.len() - 1)],
-        };
-        std::thread::sleep(Duration::from_millis(delay));
-    }
     // Ranks may be held back until a file exists ("rank,rank...:path"), a minute at most.
     if let Ok(hold) = std::env::var("RCOLL_TEST_HOLD") {
         let (ranks, path) = hold.split_once(':').expect("RCOLL_TEST_HOLD=ranks:path");

@@ -283,20 +283,44 @@ fn strangers_at_a_members_listener_cannot_take_a_rank() {
 #[test]
 fn the_root_dying_mid_bootstrap_fails_every_rank_within_the_timeout() {
     let root = free_root();
+    let go = std::env::temp_dir().join(format!("rcoll-go-root-{}", std::process::id()));
+    let _ = std::fs::remove_file(&go);
     let mut children = spawn(
         "hello",
         3,
         &[
-            ("RCOLL_ROOT_ADDR", root),
+            ("RCOLL_ROOT_ADDR", root.clone()),
             ("RCOLL_TIMEOUT", "3".to_string()),
             // Rank 1 reaches the root before it dies, rank 2 after.
-            ("RCOLL_TEST_DELAY_MS", "0,300,2000".to_string()),
+            ("RCOLL_TEST_HOLD", format!("2:{}", go.display())),
         ],
     );
-    std::thread::sleep(Duration::from_millis(1000));
+    // Rank 1 reached the root: a connection to the root's port is established.
+    let port = root.rsplit(':').next().expect("a port").to_string();
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = std::process::Command::new("ss")
+            .args([
+                "-tnH",
+                "state",
+                "established",
+                &format!("( sport = :{port} )"),
+            ])
+            .output()
+            .expect("ss (iproute2)");
+        if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "rank 1 never reached the root"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut root_rank = children.remove(0);
     signal(&root_rank, "KILL");
     let _ = root_rank.wait();
+    std::fs::write(&go, b"").expect("go");
     let start = std::time::Instant::now();
     let results = finish(children, Duration::from_secs(60));
     let took = start.elapsed();
@@ -308,6 +332,7 @@ fn the_root_dying_mid_bootstrap_fails_every_rank_within_the_timeout() {
         );
     }
     assert!(took < Duration::from_secs(10), "took {took:?}");
+    let _ = std::fs::remove_file(&go);
 }
 
 /// A member passes the rendezvous (it knows the secret: a real member, then gone) and

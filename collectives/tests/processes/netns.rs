@@ -5,7 +5,7 @@ use std::net::TcpListener;
 use std::process::Command;
 use std::time::Duration;
 
-use super::common::{cannot_run, finish};
+use super::common::{cannot_run, finish, StartedDir};
 use super::rank_command;
 
 /// A network namespace joined to this one by a veth pair, removed on drop.
@@ -136,9 +136,11 @@ fn a_blackholed_link_fails_the_others_within_the_timeout_naming_the_rank() {
     };
     let root = format!("{outer_addr}:{port}");
     let secret = rcoll::process::format_unique_id(rcoll::process::random_unique_id().expect("id"));
+    let joined = StartedDir::new(3);
     let extra = [
         ("RCOLL_TEST_DEAD", "2".to_string()),
         ("RCOLL_TIMEOUT", "3".to_string()),
+        ("RCOLL_TEST_STARTED_DIR", joined.path.clone()),
     ];
     let rank = |r: usize, inside: bool| {
         let netns = inside.then_some(ns.name.as_str());
@@ -148,7 +150,8 @@ fn a_blackholed_link_fails_the_others_within_the_timeout_naming_the_rank() {
     };
     let mut children = vec![rank(0, false), rank(1, false)];
     let mut cut_off = rank(2, true);
-    std::thread::sleep(Duration::from_millis(2000));
+    // Down once every rank finished a collective with the others and loops on more.
+    joined.wait(Duration::from_secs(60));
     ns.set_outer("down");
     let start = std::time::Instant::now();
     let results = finish(std::mem::take(&mut children), Duration::from_secs(60));

@@ -511,20 +511,19 @@ fn silent_strangers_at_the_root_hold_up_no_one() {
         ..options(r, 3, root)
     };
     let ranks = std::thread::scope(|s| {
-        let hs: Vec<_> = (0..3)
-            .map(|r| {
-                s.spawn(move || {
-                    if r > 0 {
-                        std::thread::sleep(Duration::from_millis(300));
-                    }
-                    connect(&opts(r))
-                })
+        let mut hs = vec![s.spawn(move || connect(&opts(0)))];
+        // The strangers connect as soon as the root listens; the real ranks only then.
+        let until = Instant::now() + Duration::from_secs(10);
+        let _silent: Vec<std::net::TcpStream> = (0..2)
+            .map(|_| loop {
+                match std::net::TcpStream::connect(root) {
+                    Ok(c) => break c,
+                    Err(e) => assert!(Instant::now() < until, "the root never listened: {e}"),
+                }
+                std::thread::sleep(Duration::from_millis(1));
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(100));
-        let _silent: Vec<std::net::TcpStream> = (0..2)
-            .map(|_| std::net::TcpStream::connect(root).expect("connect"))
-            .collect();
+        hs.extend((1..3).map(|r| s.spawn(move || connect(&opts(r)))));
         hs.into_iter()
             .map(|h| h.join().unwrap())
             .collect::<Vec<_>>()

@@ -281,15 +281,33 @@ pub fn choose_for(
 mod tests {
     use super::*;
 
+    /// The devices libibverbs lists are the kernel's (read apart from it, in sysfs), each
+    /// port numbered from 1; with none, the error says why: no RDMA in the kernel
+    /// (ENOSYS) or no libibverbs (the packages to install).
     #[test]
-    fn probing_without_rdma_is_an_explained_error_or_a_list() {
-        // On a kernel without RDMA this explains ENOSYS; with devices it lists ports.
+    fn probing_lists_the_kernels_devices_or_explains_why_there_are_none() {
+        let mut kernel: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        kernel.sort();
         match probe(None, None, None) {
-            Err(e) => assert!(!e.is_empty()),
             Ok(ports) => {
-                for p in ports {
-                    assert!(p.port >= 1);
-                }
+                let mut listed: Vec<String> = ports.iter().map(|p| p.device.clone()).collect();
+                listed.sort();
+                listed.dedup();
+                assert_eq!(listed, kernel, "the devices listed against the kernel's");
+                assert!(ports.iter().all(|p| p.port >= 1));
+            }
+            Err(e) => {
+                assert!(kernel.is_empty(), "the kernel has {kernel:?}, yet: {e}");
+                assert!(
+                    e.contains("ENOSYS") || e.contains("install rdma-core"),
+                    "no reason given: {e}"
+                );
             }
         }
     }
