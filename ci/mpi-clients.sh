@@ -91,10 +91,16 @@ run_mpich_test() {
     esac
   done
   # Unbound: two runs at once would otherwise each bind their rank 0 to the same core.
-  local cmd=(mpirun --oversubscribe --bind-to none -np "$np" --mca pml ob1 --mca btl vader,self "${env[@]}")
+  # A session directory of its own: two mpiruns starting at once race to make Open MPI's
+  # shared one under /tmp (mkdir fails with 'File exists' and orte_init with it).
+  local session
+  session=$(mktemp -d "$work/ompi-session.XXXXXX")
+  local cmd=(mpirun --oversubscribe --bind-to none -np "$np" --mca orte_tmpdir_base "$session"
+    --mca pml ob1 --mca btl vader,self "${env[@]}")
   [ "$mode" = shim ] && cmd+=(-x "LD_PRELOAD=$shim" -x RCOLL_MPI_STATS=1 -x RCOLL_TIMEOUT=30)
   local out rc=0
   out=$(cd "$work/mpich/test/mpi/coll" && timeout -k 5 90 "${cmd[@]}" "./$name" "${args[@]}" 2>&1 </dev/null) || rc=$?
+  rm -rf "$session"
   local id="$name $np"
   [ ${#args[@]} -eq 0 ] || id+=" ${args[*]}"
   if [ $rc = 0 ] && grep -q '^ *No Errors' <<<"$out"; then
