@@ -40,9 +40,10 @@
 //!
 //! A rank that finds nothing spins briefly on the rings' counters, then sets the
 //! `sleeping` flag of its segment, checks once more, and blocks in the transport beneath
-//! (its `wait` wakes on the control connections and on a datagram socket in the abstract
-//! namespace, this rank's doorbell). A peer that publishes a message or gives a slot back
-//! clears the flag and, if it was set, sends the doorbell one byte. Both sides order flag
+//! (its `wait` wakes on the control connections and on this rank's doorbell, a pipe its
+//! peers open through `/proc/<pid>/fd` as they open its segment, so only processes that
+//! could write the segment can ring). A peer that publishes a message or gives a slot back
+//! clears the flag and, if it was set, writes the doorbell one byte. Both sides order flag
 //! and counter with sequentially consistent operations, so no wake-up is lost.
 //!
 //! # Setup and cleanup
@@ -75,7 +76,6 @@ mod setup;
 mod tests;
 mod wait;
 
-use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -194,7 +194,7 @@ pub struct ShmTransport {
     hosts: Arc<HostMap>,
     links: Vec<Option<Link>>,
     mine: Arc<Segment>,
-    bell: UnixDatagram,
+    bell: std::fs::File,
     bell_watched: bool,
     /// Sleeps that ended at their cap with a ring moved and no bell (a lost wake-up).
     pub(crate) late_wakeups: u64,

@@ -3,10 +3,9 @@
 //! announce. [`Prepared::finish`] layers the result on the transport beneath.
 
 use std::fs::{File, OpenOptions};
+use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::os::unix::net::{SocketAddr, UnixDatagram};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -106,14 +105,14 @@ pub struct Prepared {
     hosts: Arc<HostMap>,
     opts: Options,
     mine: Option<Arc<Segment>>,
-    bell: Option<UnixDatagram>,
+    bell: Option<File>,
     /// Per peer: its segment and doorbell, when the pair shares memory both ways.
     peers: Vec<Option<PeerSegment>>,
 }
 
 struct PeerSegment {
     seg: Arc<Segment>,
-    bell: SocketAddr,
+    bell: File,
     /// This rank's ring in the peer's segment; the peer's ring in this rank's is at the
     /// peer's index among this rank's local peers.
     ring_there: usize,
@@ -140,20 +139,12 @@ impl Prepared {
     /// connections as the [`TcpTransport`] given to [`prepare`]).
     pub fn finish(self, mut inner: Box<dyn Transport>) -> Result<ShmTransport, TransportError> {
         let me = self.rank;
-        let fail = |what: &str, e: std::io::Error| TransportError::Bootstrap {
-            rank: me,
-            reason: format!("shared memory: {what}: {e}"),
-        };
         let (Some(mine), Some(bell)) = (self.mine, self.bell) else {
             return Err(TransportError::Bootstrap {
                 rank: me,
                 reason: "shared memory: no segment to layer".into(),
             });
         };
-        let ringer = Arc::new(UnixDatagram::unbound().map_err(|e| fail("a socket", e))?);
-        ringer
-            .set_nonblocking(true)
-            .map_err(|e| fail("a socket", e))?;
         // Wake-ups come through the transport beneath when it can watch the doorbell;
         // otherwise waits poll it every millisecond.
         let bell_watched = inner.watch_fd(bell.as_raw_fd()).is_ok();
@@ -161,8 +152,7 @@ impl Prepared {
         for p in self.peers {
             links.push(p.map(|p| {
                 let peer_seg = Arc::clone(&p.seg);
-                let ringer = Arc::clone(&ringer);
-                let addr = p.bell;
+                let ringer = p.bell;
                 let wake: Arc<dyn Fn() + Send + Sync> = Arc::new(move || {
                     // A load first: the flag's line stays shared while the peer is awake
                     // (a swap would take it from the peer on every message).
@@ -170,7 +160,7 @@ impl Prepared {
                     if flag.load(Ordering::SeqCst) == 1 && flag.swap(0, Ordering::SeqCst) == 1 {
                         // Full or gone: either way nothing more to do (a full queue
                         // already holds a wake-up; a dead peer is the control plane's).
-                        let _ = ringer.send_to_addr(&[1], &addr);
+                        let _ = (&ringer).write(&[1]);
                     }
                 });
                 Link {
@@ -284,17 +274,17 @@ pub fn prepare(
     }
     // This rank's segment and doorbell, or why not (told to the peers in their place).
     let made = make_segment(opts.dir.as_deref(), shape).and_then(|(file, path, seg)| {
-        let (bell, bell_name) = make_bell()?;
-        Ok((file, path, seg, bell, bell_name))
+        let (bell, bell_path) = make_bell()?;
+        Ok((file, path, seg, bell, bell_path))
     });
     // The value peers read to check they may (kept here until every peer answered).
     let mut random = [0u8; 16];
     let readable = opts.single_copy.is_some() && getrandom::fill(&mut random).is_ok();
     let value = Box::new(probe_value(random, me));
     let (announce, ours) = match made {
-        Ok((file, path, seg, bell, bell_name)) => (
+        Ok((file, path, seg, bell, bell_path)) => (
             Ok(format!(
-                "{}\n{bell_name}\n{}\n{}\n{}\n{}",
+                "{}\n{bell_path}\n{}\n{}\n{}\n{}",
                 path.announced,
                 shape.rings,
                 shape.slots,
@@ -508,18 +498,75 @@ fn make_segment(
 /// a peer checks before mapping it.
 const MEMFD_NAME: &str = "rcoll-segment";
 
-fn make_bell() -> std::io::Result<(UnixDatagram, String)> {
-    let mut random = [0u8; 8];
-    getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
-    let name = format!(
-        "{PREFIX}bell-{}-{:016x}",
-        std::process::id(),
-        u64::from_le_bytes(random)
-    );
-    let addr = SocketAddr::from_abstract_name(name.as_bytes())?;
-    let bell = UnixDatagram::bind_addr(&addr)?;
-    bell.set_nonblocking(true)?;
-    Ok((bell, name))
+fn make_bell() -> std::io::Result<(File, String)> {
+    let (r, _w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // Opened again read-write: the bell is then its own writer (never at end of file while
+    // peers come and go) and non-blocking (a wait only takes what is there).
+    let bell = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/self/fd/{}", r.as_raw_fd()))?;
+    let path = format!("/proc/{}/fd/{}", std::process::id(), bell.as_raw_fd());
+    Ok((bell, path))
+}
+
+/// Opens the bell a peer announced (`/proc/<pid>/fd/<fd>`), which must be a pipe.
+/// Read-write, as the peer opened it: a ring to a peer that has died finds a reader still
+/// (this rank) and fills the pipe instead of raising SIGPIPE, which would end a C program
+/// that keeps the default action.
+pub(super) fn open_bell(announced: &str) -> Result<File, String> {
+    let (bell, path) = open_peer_fd(
+        announced,
+        "a bell",
+        |target| target.to_string_lossy().starts_with("pipe:["),
+        libc::O_NONBLOCK,
+    )?;
+    // The descriptor's number may have been reused between the look and the open.
+    match bell.metadata() {
+        Ok(m) if m.file_type().is_fifo() => Ok(bell),
+        _ => Err(format!("{} is not a bell", path.display())),
+    }
+}
+
+/// Opens, read-write, a peer's descriptor announced as `/proc/<pid>/fd/<fd>` (numbers
+/// only), if its link names what it must be (`kind`). Through the magic link (no
+/// O_NOFOLLOW): the path was made of numbers here. Only processes that may look into the
+/// peer (its user) get this far.
+fn open_peer_fd(
+    announced: &str,
+    kind: &str,
+    is_kind: impl Fn(&Path) -> bool,
+    flags: i32,
+) -> Result<(File, PathBuf), String> {
+    let path = proc_fd_path(announced)?;
+    let target = std::fs::read_link(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !is_kind(&target) {
+        return Err(format!(
+            "{} is {}, not {kind}",
+            path.display(),
+            target.display()
+        ));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(flags)
+        .open(&path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    Ok((file, path))
+}
+
+/// `/proc/<pid>/fd/<fd>` when `announced` is exactly that, in numbers.
+fn proc_fd_path(announced: &str) -> Result<PathBuf, String> {
+    let numbers = announced
+        .strip_prefix("/proc/")
+        .and_then(|rest| rest.split_once("/fd/"))
+        .and_then(|(pid, fd)| Some((pid.parse::<u32>().ok()?, fd.parse::<u32>().ok()?)));
+    match numbers {
+        Some((pid, fd)) => Ok(PathBuf::from(format!("/proc/{pid}/fd/{fd}"))),
+        None => Err(format!("{announced:?} is not a /proc/<pid>/fd/<fd> path")),
+    }
 }
 
 /// Maps the segment a peer announced (`ok`, path, bell, rings, slots, slot bytes), after
@@ -530,7 +577,7 @@ fn open_peer(
     dir: Option<&Path>,
     announced: &[u8],
     ring: usize,
-) -> Result<(Arc<Segment>, SocketAddr, Option<Readable>), String> {
+) -> Result<(Arc<Segment>, File, Option<Readable>), String> {
     let Announcement {
         path,
         bell,
@@ -554,8 +601,8 @@ fn open_peer(
         ));
     }
     let seg = Segment::open(&file, shape).map_err(|e| format!("{}: {e}", path.display()))?;
-    let addr = SocketAddr::from_abstract_name(bell.as_bytes()).map_err(|e| e.to_string())?;
-    Ok((Arc::new(seg), addr, readable))
+    let bell = open_bell(&bell).map_err(|e| format!("its bell: {e}"))?;
+    Ok((Arc::new(seg), bell, readable))
 }
 
 /// Opens the segment a peer announced, where this rank makes its own: a file in `dir`
@@ -563,34 +610,16 @@ fn open_peer(
 /// peer's anonymous segment as `/proc/<pid>/fd/<fd>` (numbers only), which must be one.
 fn open_announced(dir: Option<&Path>, announced: &str) -> Result<(File, PathBuf), String> {
     let Some(dir) = dir else {
-        let numbers = announced
-            .strip_prefix("/proc/")
-            .and_then(|rest| rest.split_once("/fd/"))
-            .and_then(|(pid, fd)| Some((pid.parse::<u32>().ok()?, fd.parse::<u32>().ok()?)));
-        let Some((pid, fd)) = numbers else {
-            return Err(format!(
-                "{announced:?} is not an anonymous segment's /proc path"
-            ));
-        };
-        let path = PathBuf::from(format!("/proc/{pid}/fd/{fd}"));
         // The link names what the descriptor is: one of rcoll's anonymous segments.
-        let target = std::fs::read_link(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        if target != Path::new(&format!("/memfd:{MEMFD_NAME} (deleted)"))
-            && target != Path::new(&format!("/memfd:{MEMFD_NAME}"))
-        {
-            return Err(format!(
-                "{} is {}, not a segment",
-                path.display(),
-                target.display()
-            ));
-        }
-        // Through the magic link (no O_NOFOLLOW): the path was made of numbers here.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(|e| format!("opening {}: {e}", path.display()))?;
-        return Ok((file, path));
+        return open_peer_fd(
+            announced,
+            "a segment",
+            |target| {
+                target == Path::new(&format!("/memfd:{MEMFD_NAME} (deleted)"))
+                    || target == Path::new(&format!("/memfd:{MEMFD_NAME}"))
+            },
+            0,
+        );
     };
     let path = PathBuf::from(announced);
     let named_ok = path.parent() == Some(dir)

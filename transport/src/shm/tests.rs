@@ -2,6 +2,7 @@
 //! over a loopback TCP group): what the rings do when one side runs ahead.
 
 use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -561,12 +562,12 @@ fn single_copy_off_on_one_side_copies_through_the_ring_both_ways() {
     assert_eq!(got, [vec![2u8; len], vec![1u8; len]]);
 }
 
-/// Rings from strangers (the bell is an abstract socket any local process can send to):
+/// A flood of rings (a peer that rang on every message, or anything else holding the bell):
 /// a wait takes at most [`BELL_DRAIN`] of them off the bell, whatever is queued, so a
 /// flood costs each wait a bounded look instead of holding it for as long as it lasts.
 #[test]
 fn a_wait_takes_a_bounded_number_of_rings() {
-    use std::os::unix::net::UnixDatagram;
+    use std::io::{Read, Write};
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     let done = AtomicBool::new(false);
     let counts = group(2, 4, |mut t| {
@@ -574,20 +575,18 @@ fn a_wait_takes_a_bounded_number_of_rings() {
             until(&done, "rank 0's wait");
             return (0, 0);
         }
-        let bell = t.bell.local_addr().expect("the bell's address");
-        let stranger = UnixDatagram::unbound().expect("a socket");
-        stranger.set_nonblocking(true).expect("nonblocking");
-        // As many rings as the bell's queue takes.
+        let ringer = setup::open_bell(&bell_path(&t)).expect("the bell, as a peer opens it");
+        // As many rings as the bell takes.
         let mut queued = 0;
-        while queued < 100_000 && stranger.send_to_addr(&[1], &bell).is_ok() {
+        while queued < 1_000_000 && (&ringer).write(&[1]).is_ok() {
             queued += 1;
         }
         t.wait(Instant::now() + Duration::from_millis(20))
             .expect("wait");
         let mut left = 0;
-        let mut sink = [0u8; 8];
-        while t.bell.recv(&mut sink).is_ok() {
-            left += 1;
+        let mut sink = [0u8; 4096];
+        while let Ok(n @ 1..) = (&t.bell).read(&mut sink) {
+            left += n;
         }
         done.store(true, SeqCst);
         (queued, left)
@@ -600,4 +599,58 @@ fn a_wait_takes_a_bounded_number_of_rings() {
         "one wait took {} of {queued} rings",
         queued - left
     );
+}
+
+/// Where a rank's bell is announced to its peers.
+fn bell_path(t: &ShmTransport) -> String {
+    format!("/proc/{}/fd/{}", std::process::id(), t.bell.as_raw_fd())
+}
+
+/// The doorbell is reached only as the segment is, through `/proc/<pid>/fd`: a process of
+/// this rank's user rings it, one of another user cannot (an abstract socket, the bell's
+/// old form, took datagrams from every process of the host).
+#[test]
+fn only_a_process_of_this_user_rings_the_bell() {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+    let rung = group(2, 4, |t| {
+        if t.rank().index() == 1 {
+            return Vec::new();
+        }
+        let path = bell_path(&t);
+        let ring = |uid: Option<u32>| {
+            // What any program can do with the path: open it for writing, write a byte.
+            let mut sh = std::process::Command::new("/bin/sh");
+            sh.args(["-c", r#"exec 3<>"$1" && printf x >&3"#, "sh", &path])
+                .stderr(std::process::Stdio::null());
+            if let Some(uid) = uid {
+                sh.uid(uid).gid(uid);
+            }
+            let ran = sh.status().expect("/bin/sh").success();
+            let mut sink = [0u8; 8];
+            let got = (&t.bell).read(&mut sink).unwrap_or(0);
+            (uid, ran, got)
+        };
+        let mut rung = vec![ring(None)];
+        let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+        if root {
+            rung.push(ring(Some(65534)));
+        } else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "another user's ring needs root to become that user (CI runs as root)"
+            );
+            eprintln!(
+                "RCOLL-SKIP: only_a_process_of_this_user_rings_the_bell: another user's \
+                 ring needs root to become that user"
+            );
+        }
+        rung
+    });
+    let rung = &rung[0];
+    assert_eq!(rung[0], (None, true, 1), "this user's ring");
+    if let Some(other) = rung.get(1) {
+        assert_eq!(*other, (Some(65534), false, 0), "another user's ring");
+    }
 }

@@ -1,6 +1,7 @@
 //! Sleeping and waking: the counters a rank records when it finds nothing, what it checks
 //! after raising its `sleeping` flag, and the wait itself (spin, then the doorbell).
 
+use std::io::Read;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -8,10 +9,9 @@ use super::{ShmTransport, HEAP_CAP, WAKE_CHECK};
 use crate::error::TransportError;
 use crate::transport::Transport;
 
-/// Rings taken off the doorbell per wait, at most: a peer rings once per sleep it ends, and
-/// one ring is enough to know the wait was rung (the kernel queues 10 datagrams by default,
-/// `net.unix.max_dgram_qlen`, so a quiet bell is emptied).
-pub(super) const BELL_DRAIN: usize = 8;
+/// Rings (bytes) taken off the doorbell per wait, at most, in one read: a peer rings once
+/// per sleep it ends, and one ring is enough to know the wait was rung.
+pub(super) const BELL_DRAIN: usize = 64;
 
 /// Looks at the rings per clock read while a wait spins.
 const CLOCK_EVERY: u32 = 16;
@@ -150,17 +150,10 @@ impl ShmTransport {
         self.sleeps += 1;
         let r = self.inner.wait(until);
         self.mine.sleeping().store(0, Ordering::Relaxed);
-        // At most BELL_DRAIN rings are taken per wait: the bell is an abstract socket any
-        // local process can send to, and a flood must cost a bounded look, never keep the
-        // wait here (what is left wakes the next wait at once, which looks at the rings).
-        let mut sink = [0u8; 64];
-        let mut rung = false;
-        for _ in 0..BELL_DRAIN {
-            if self.bell.recv(&mut sink).is_err() {
-                break;
-            }
-            rung = true;
-        }
+        // One read of at most BELL_DRAIN rings: a flood costs a bounded look, never keeps
+        // the wait here (what is left wakes the next wait at once, which looks at the rings).
+        let mut sink = [0u8; BELL_DRAIN];
+        let rung = matches!((&self.bell).read(&mut sink), Ok(1..));
         if self.bell_watched
             && !rung
             && until < deadline
