@@ -41,18 +41,6 @@ pub struct Payload {
     end: usize,
     /// Where the storage goes if the payload is dropped (lent by a transport).
     home: Option<Returns>,
-    /// The message's bytes when they live elsewhere (a shared-memory slot): `bytes` is
-    /// then empty and `head..end` indexes these.
-    foreign: Option<Box<dyn Foreign>>,
-}
-
-/// Message bytes that a payload does not own: a slot of a shared-memory ring, given back
-/// to its sender when dropped.
-pub(crate) trait Foreign: Send + std::fmt::Debug {
-    /// The message.
-    fn bytes(&self) -> &[u8];
-    /// The message, to write (reduce into).
-    fn bytes_mut(&mut self) -> &mut [u8];
 }
 
 /// A transport's queue of lent storage that came back by being dropped.
@@ -82,33 +70,13 @@ impl Payload {
             head: 0,
             end: len,
             home: None,
-            foreign: None,
         }
-    }
-
-    /// A payload whose bytes are `foreign`'s.
-    pub(crate) fn foreign(foreign: Box<dyn Foreign>) -> Payload {
-        Payload {
-            bytes: Vec::new(),
-            head: 0,
-            end: foreign.bytes().len(),
-            home: None,
-            foreign: Some(foreign),
-        }
-    }
-
-    /// Whether the bytes live outside the payload (see [`Payload::foreign`]).
-    pub(crate) fn is_foreign(&self) -> bool {
-        self.foreign.is_some()
     }
 
     /// Whether this is plain heap memory of at most `capacity` bytes that no transport
-    /// wants back (not lent, no header, not foreign): any transport may keep it.
+    /// wants back (not lent, no header): any transport may keep it.
     pub(crate) fn is_plain_within(&self, capacity: usize) -> bool {
-        self.foreign.is_none()
-            && self.home.is_none()
-            && self.head == 0
-            && self.bytes.capacity() <= capacity
+        self.home.is_none() && self.head == 0 && self.bytes.capacity() <= capacity
     }
 
     /// A payload of `len` bytes after `head` bytes of transport header, in `storage`.
@@ -121,7 +89,6 @@ impl Payload {
             head,
             end: head + len,
             home: None,
-            foreign: None,
         }
     }
 
@@ -135,16 +102,12 @@ impl Payload {
             head: head.min(end),
             end,
             home: Some(home.clone()),
-            foreign: None,
         }
     }
 
     /// Header room and message together (see [`Payload::with_head`]).
     pub(crate) fn framed_mut(&mut self) -> &mut [u8] {
-        match &mut self.foreign {
-            Some(f) => f.bytes_mut(),
-            None => &mut self.bytes[..self.end],
-        }
+        &mut self.bytes[..self.end]
     }
 
     /// The header room in front of the message.
@@ -164,26 +127,17 @@ impl Payload {
 
     /// The message bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        match &self.foreign {
-            Some(f) => f.bytes(),
-            None => &self.bytes[self.head..self.end],
-        }
+        &self.bytes[self.head..self.end]
     }
 
     /// The message bytes, to fill or to reduce into in place.
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
-        match &mut self.foreign {
-            Some(f) => f.bytes_mut(),
-            None => &mut self.bytes[self.head..self.end],
-        }
+        &mut self.bytes[self.head..self.end]
     }
 
     /// The allocation (header room included), for a transport's pool; a copy of the
     /// message if its bytes live elsewhere (which go back where they came from).
     pub fn into_storage(mut self) -> Vec<u8> {
-        if let Some(f) = self.foreign.take() {
-            return f.bytes().to_vec();
-        }
         self.home = None;
         std::mem::take(&mut self.bytes)
     }

@@ -38,6 +38,7 @@ impl ShmTransport {
                     // memory is handed back unread, as they drop.
                     match msg {
                         Msg::Here(p) => self.dispose(p),
+                        Msg::Slot(lease) => drop(lease),
                         Msg::There(remote) => drop(remote),
                     }
                 }

@@ -82,7 +82,7 @@ use std::time::{Duration, Instant};
 use crate::error::TransportError;
 use crate::hosts::HostMap;
 use crate::transport::{
-    stale_in, Foreign, Offered, Payload, Registered, Registration, SendState, Transport,
+    stale_in, Offered, Payload, Registered, Registration, SendState, Transport,
 };
 use crate::types::{Rank, Tag};
 use segment::{InRing, Lease, OutRing, Remote, Segment, Withdrawal};
@@ -152,21 +152,13 @@ struct Link {
     read_by: bool,
 }
 
-impl Foreign for Lease {
-    fn bytes(&self) -> &[u8] {
-        Lease::bytes(self)
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        Lease::bytes_mut(self)
-    }
-}
-
 /// A message that arrived from a local peer.
 #[derive(Debug)]
 enum Msg {
-    /// Its bytes are here (a lent slot, or copied out).
+    /// Its bytes are here, copied out of the ring (inline, or to free the slot).
     Here(Payload),
+    /// Its bytes are in a slot of this rank's segment, lent until copied out.
+    Slot(Lease),
     /// Its bytes are still in the sender's memory.
     There(Remote),
 }
@@ -175,6 +167,7 @@ impl Msg {
     fn len(&self) -> usize {
         match self {
             Msg::Here(p) => p.len(),
+            Msg::Slot(l) => l.len(),
             Msg::There(r) => r.len,
         }
     }
@@ -301,14 +294,9 @@ impl ShmTransport {
         Ok(())
     }
 
-    /// Sends `len` bytes filled by `fill` to local peer `p`; `false` if its ring is full.
-    fn send_local(
-        &mut self,
-        peer: Rank,
-        tag: Tag,
-        len: usize,
-        fill: &dyn Fn(&mut [u8]),
-    ) -> Result<bool, TransportError> {
+    /// Sends `data` to local `peer`; `false` if its ring is full.
+    fn send_local(&mut self, peer: Rank, tag: Tag, data: &[u8]) -> Result<bool, TransportError> {
+        let len = data.len();
         self.check()?;
         if len > self.slot_bytes {
             return Err(TransportError::MessageTooLarge {
@@ -326,7 +314,7 @@ impl ShmTransport {
                     nranks: self.nranks,
                 });
             };
-            if link.outbox.send(tag_words(tag), len, fill) {
+            if link.outbox.send(tag_words(tag), data) {
                 (link.wake)();
                 return Ok(true);
             }
@@ -346,9 +334,7 @@ impl ShmTransport {
 
     /// Disposes of a payload this transport is done with.
     fn dispose(&mut self, payload: Payload) {
-        if payload.is_foreign() {
-            drop(payload);
-        } else if payload.is_plain_within(SMALL_BYTES) && self.small.len() < SMALL_POOL {
+        if payload.is_plain_within(SMALL_BYTES) && self.small.len() < SMALL_POOL {
             // An inline message's buffer (or a plain one like it; never one the transport
             // beneath lent, which must go back there): the next one's.
             self.small.push(payload.into_storage());
@@ -392,7 +378,7 @@ impl Transport for ShmTransport {
             return self.inner.try_send(peer, tag, payload);
         }
         let bytes = payload.as_bytes();
-        if self.send_local(peer, tag, bytes.len(), &|dst| dst.copy_from_slice(bytes))? {
+        if self.send_local(peer, tag, bytes)? {
             self.dispose(payload);
             Ok(None)
         } else {
@@ -410,7 +396,7 @@ impl Transport for ShmTransport {
             self.check()?;
             return self.inner.try_send_slice(peer, tag, data);
         }
-        self.send_local(peer, tag, data.len(), &|dst| dst.copy_from_slice(data))
+        self.send_local(peer, tag, data)
     }
 
     fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
@@ -681,6 +667,10 @@ impl Transport for ShmTransport {
             Some(Msg::Here(payload)) => {
                 dst.copy_from_slice(payload.as_bytes());
                 self.dispose(payload);
+                Ok(true)
+            }
+            Some(Msg::Slot(lease)) => {
+                lease.read_into(dst);
                 Ok(true)
             }
             Some(Msg::There(remote)) => self.read_remote(peer, remote, dst),

@@ -10,7 +10,7 @@ use crate::types::{Rank, Tag};
 
 impl ShmTransport {
     /// Takes every published message off every ring into the arrival map, each one's
-    /// slot lent to its payload (the engine reads it in place). Slots a full ring holds
+    /// slot lent to it until it is copied out (into the destination, or a payload). Slots a full ring holds
     /// for messages nobody asked for yet are freed by [`ShmTransport::unpin`] when this
     /// rank is about to block.
     pub(super) fn drain(&mut self) -> Result<(), TransportError> {
@@ -124,7 +124,7 @@ impl ShmTransport {
             return Err(self.fail(e));
         };
         Ok(Some(match body {
-            Body::Lent(lease) => (tag, (Msg::Here(Payload::foreign(Box::new(lease))), 0)),
+            Body::Lent(lease) => (tag, (Msg::Slot(lease), 0)),
             Body::Inline(bytes, len) => {
                 let mut buf = self.small.pop().unwrap_or_default();
                 buf.clear();
@@ -152,15 +152,17 @@ impl ShmTransport {
             let peer = Rank::from(p);
             let mut copied = 0;
             for ((from, _), (_, (msg, charge))) in self.arrived.iter_mut() {
-                let Msg::Here(payload) = msg else {
+                let Msg::Slot(lease) = msg else {
                     continue;
                 };
-                if *from != peer || !payload.is_foreign() {
+                if *from != peer {
                     continue;
                 }
-                let len = payload.len();
+                let len = lease.len();
+                let mut copy = vec![0; len];
+                lease.read_into(&mut copy);
                 // The slot goes back as the lease drops.
-                *payload = Payload::reuse(payload.as_bytes().to_vec(), len);
+                *msg = Msg::Here(Payload::reuse(copy, len));
                 *charge = len;
                 copied += len;
                 if copied >= HEAP_CAP {
@@ -228,12 +230,17 @@ impl ShmTransport {
         }
     }
 
-    /// A message's bytes as a payload: read into a buffer of this transport's if they
-    /// are still in the sender's memory.
+    /// A message's bytes as a payload: copied into a buffer of this transport's if they
+    /// are in a slot or still in the sender's memory.
     /// `None` if the sender withdrew it (see [`Self::read_remote`]).
     pub(super) fn here(&mut self, peer: Rank, msg: Msg) -> Result<Option<Payload>, TransportError> {
         match msg {
             Msg::Here(p) => Ok(Some(p)),
+            Msg::Slot(lease) => {
+                let mut p = Payload::reuse(self.large.pop().unwrap_or_default(), lease.len());
+                lease.read_into(p.as_bytes_mut());
+                Ok(Some(p))
+            }
             Msg::There(remote) => {
                 let mut p = Payload::reuse(self.large.pop().unwrap_or_default(), remote.len);
                 if !self.read_remote(peer, remote, p.as_bytes_mut())? {

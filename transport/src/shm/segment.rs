@@ -664,8 +664,8 @@ impl InRing {
     }
 }
 
-/// A message's bytes in a shared slot, lent to the engine: reading and writing them is
-/// safe; dropping the lease gives the slot back to its sender.
+/// A message's bytes in a shared slot, lent to this rank until the lease drops (which
+/// gives the slot back to its sender); read by copying them out.
 pub struct Lease {
     seg: Arc<Segment>,
     lent: Arc<Lent>,
@@ -686,18 +686,32 @@ impl std::fmt::Debug for Lease {
 }
 
 impl Lease {
-    /// The message's bytes.
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: the slot is lent to this lease alone (`Lent` refuses a second lease of
-        // it) and its sender does not reuse it until the lease drops (it is FULL); the
-        // mapping lives while `seg` does; `len` was checked against the slot's size.
-        unsafe { std::slice::from_raw_parts(self.seg.data_ptr(self.ring, self.slot), self.len) }
+    /// The message's length.
+    pub fn len(&self) -> usize {
+        self.len
     }
 
-    /// The message's bytes, to reduce into.
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`; `&mut self` makes this the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.seg.data_ptr(self.ring, self.slot), self.len) }
+    /// Copies the message into `dst` (exactly its length). The slot is copied through raw
+    /// pointers, never borrowed as a slice: its sender's process can write it, and a
+    /// reference to memory written from elsewhere is undefined behaviour however it is
+    /// checked. A sender that breaks the protocol (writes a lent slot) makes the copied
+    /// bytes meaningless, never this process's memory unsound.
+    pub fn read_into(&self, dst: &mut [u8]) {
+        assert_eq!(
+            dst.len(),
+            self.len,
+            "a lease read into a destination of another length"
+        );
+        // SAFETY: the slot is `len` bytes inside the mapping (`len` was checked against
+        // the slot's size when taken), which lives while `seg` does; `dst` is this
+        // process's own memory, which the mapping cannot overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.seg.data_ptr(self.ring, self.slot),
+                dst.as_mut_ptr(),
+                self.len,
+            );
+        }
     }
 }
 
@@ -761,7 +775,7 @@ pub fn hostile_descriptors(data: &[u8]) {
         }
         match got.expect("a published descriptor") {
             Ok((header, Body::Lent(lease))) => {
-                assert!(lease.bytes().len() == header.len && header.len <= SHAPE.slot_bytes);
+                assert!(lease.len() == header.len && header.len <= SHAPE.slot_bytes);
                 assert!(held.iter().all(|l| l.slot != lease.slot), "slot lent twice");
                 held.push(lease);
             }

@@ -185,12 +185,8 @@ impl Pool {
         v
     }
 
-    /// Keeps `payload`'s buffer for reuse if it is this transport's own (never one lent
-    /// by shared memory, which goes back to its sender as it drops) and the pool has room.
+    /// Keeps `payload`'s buffer for reuse if the pool has room.
     pub(crate) fn give(&mut self, payload: Payload) {
-        if payload.is_foreign() {
-            return;
-        }
         let v = payload.into_storage();
         if self.buffers.len() < POOL_BUFFERS && self.bytes + v.capacity() <= POOL_BYTES {
             self.bytes += v.capacity();

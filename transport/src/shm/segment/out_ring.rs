@@ -175,10 +175,10 @@ impl OutRing {
             && (len <= INLINE || self.claim().is_some())
     }
 
-    /// Writes a message of `len` bytes (at most [`OutRing::slot_bytes`]) with tag words
-    /// `tag`, its bytes filled by `fill`, and publishes it; `false` (nothing written) if
-    /// there is no room.
-    pub fn send(&mut self, tag: [u64; 3], len: usize, fill: impl FnOnce(&mut [u8])) -> bool {
+    /// Writes `data` (at most [`OutRing::slot_bytes`]) as a message with tag words `tag`
+    /// and publishes it; `false` (nothing written) if there is no room.
+    pub fn send(&mut self, tag: [u64; 3], data: &[u8]) -> bool {
+        let len = data.len();
         assert!(len <= self.slot_bytes(), "message larger than a slot");
         if !self.desc_free() {
             return false;
@@ -186,7 +186,7 @@ impl OutRing {
         let ring = self.ring;
         let slot = if len <= INLINE {
             let mut bytes = [0u8; INLINE];
-            fill(&mut bytes[..len]);
+            bytes[..len].copy_from_slice(data);
             let d = self.seg.desc_at(self.descs, self.at);
             for (k, chunk) in bytes.chunks_exact(8).enumerate() {
                 let w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
@@ -198,14 +198,15 @@ impl OutRing {
                 return false;
             };
             self.cursor = (slot + 1) % self.seg.shape.slots;
-            let data = self.seg.data_ptr(ring, slot);
             // SAFETY: the slot is FREE: the receiver gave it back (acquire above: its reads
             // of it are done) and will not touch it until a descriptor naming it is
             // published below; no other sender writes this ring (one ring per sending rank,
             // this one), and this `&mut self` is the only writer in this process. `len` is
-            // within the slot.
-            let bytes = unsafe { std::slice::from_raw_parts_mut(data, len) };
-            fill(bytes);
+            // within the slot, inside the mapping; `data` is this process's own memory. A
+            // raw copy, never a slice: the receiver's process can write the slot too.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), self.seg.data_ptr(ring, slot), len);
+            }
             self.seg.state(ring, slot).store(FULL, Ordering::Relaxed);
             slot as u64
         };
