@@ -95,9 +95,8 @@ impl Compared {
     }
 
     /// Auto's time over that of the algorithm it chose, run forced in the same rounds: one
-    /// schedule timed in two columns (unless a probe of `RCOLL_AUTOTUNE` ran contenders in
-    /// auto's), so its distance from 1 is the noise of this machine at this size, which
-    /// no choice can beat. `None` as for [`Compared::choice_regret`].
+    /// schedule timed in two columns, so its distance from 1 is the noise of this machine
+    /// at this size, which no choice can beat. `None` as for [`Compared::choice_regret`].
     pub fn auto_over_choice(&self, variants: &[Option<Algorithm>]) -> Option<f64> {
         let auto = self.times_us.first().copied().flatten()?;
         let chosen = self.chosen_time(variants)?;
@@ -130,9 +129,8 @@ impl Spread {
     pub fn line(&self) -> Option<String> {
         let (lo, hi) = self.range?;
         Some(format!(
-            "# auto's time over its choice forced (one schedule in two columns unless a probe \
-             ran: the noise here): {lo:.2}-{hi:.2}, beyond {REGRET_LIMIT:.2} either way at {} of \
-             {} sizes\n",
+            "# auto's time over its choice forced (one schedule in two columns: the noise \
+             here): {lo:.2}-{hi:.2}, beyond {REGRET_LIMIT:.2} either way at {} of {} sizes\n",
             self.beyond, self.sizes
         ))
     }

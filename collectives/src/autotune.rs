@@ -43,24 +43,6 @@
 //!   cheapest wins, or an earlier one in the model's order within [`TIE_TOLERANCE`] of it
 //!   (closer than that, the trials cannot tell them apart).
 //!
-//! A choice that other candidates came close to in the trials (within
-//! [`CONTEND_SPREAD`]: a tie the trials could not tell apart) is watched afterwards: its
-//! calls are timed in windows ([`WINDOW_BURSTS`] bursts after the trials, each next one
-//! twice as long up to about [`WINDOW_US`]), the ranks agree on each window's time (one
-//! all_reduce of 8 bytes), and a window slower than the choice's agreed time by more
-//! than [`DRIFT`] means the machine's state moved since the trials (the host moved the
-//! CPUs apart, another job started) and a contender may be faster now: a probe runs the
-//! choice and its contenders in [`PROBE_ROUNDS`] rounds of shorter windows, each round
-//! in the reverse order of the one before (A B C, C B A, A B C, C B A: a machine that
-//! slows or speeds up steadily during the probe moves every finalist's median alike; a
-//! contender slower than the choice by more than [`CONTEND_SPREAD`] in a round leaves
-//! it), and the fastest contender by median window replaces the choice if it beat the
-//! choice's median by more than [`TIE_TOLERANCE`] (STAR-MPI's monitoring of its chosen
-//! routine, Faraj, Yuan and Lowenthal, ICS 2006, does the like). The choice's time is
-//! then what the probe measured, so that a job whose calls are slower than the trials'
-//! (other work between them) probes once; each probe doubles the count of windows before the next may start
-//! ([`MAX_GAP`]).
-//!
 //! Every rank makes the same calls in the same order (a collective's contract), so every
 //! rank counts the same trials and windows and agrees at the same calls without a word
 //! more than the barrier before each burst (the communicator's own: barriers are not
@@ -76,11 +58,6 @@ use std::collections::HashMap;
 
 use crate::algorithm::Algorithm;
 use crate::schedule::Collective;
-
-mod watch;
-
-pub use watch::Probe;
-use watch::Watch;
 
 /// Candidates priced by the model at more than this many times the cheapest are not
 /// tried. Measured on 4 ranks and 2 CPUs: the tree, fastest at 256 KiB over loopback TCP
@@ -125,62 +102,6 @@ pub const TIE_TOLERANCE: f64 = 0.05;
 /// The most trials per candidate `RCOLL_AUTOTUNE` accepts.
 pub const MAX_TRIALS: u32 = 100;
 
-/// Candidates whose agreed time was within this many times the choice's stay its
-/// contenders: the settled bucket's calls are timed in windows, and probes try them
-/// when the choice's calls slow down ([`Tuner::check`]). The choices the regret figure
-/// found slower than the best by more than 1.10 had been timed within 1.05 of it in the
-/// trials (on 4 shared-memory ranks at 8 MiB, the tree 6,288 us against the naive ring
-/// 6,389; in the rounds after them 8,091 against 11,254). A contender whose window in a
-/// probe's round is slower than the choice's by more leaves the probe (`watch::ProbeRun`).
-pub const CONTEND_SPREAD: f64 = 1.25;
-
-/// The most contenders a probe tries (the fastest in the trials).
-pub const MAX_CONTENDERS: usize = 2;
-
-/// A watched bucket's windows grow to about this long (their calls counted from the
-/// choice's agreed time), so that agreeing on them (one all_reduce of 8 bytes) costs a
-/// fraction of a percent in the long run.
-pub const WINDOW_US: f64 = 50_000.0;
-
-/// The first window after the trials or a probe holds this many bursts, each next one
-/// twice as many (up to [`WINDOW_US`]): a change is caught within a few hundred calls of
-/// the trials (a benchmark's rounds; 32-byte all_reduces on 3 TCP ranks took 45 us in the
-/// trials and 64 in the 200 calls after them), and the agreement's cost, a few percent of
-/// the first window of small calls over TCP, halves with each window.
-pub const WINDOW_BURSTS: usize = 8;
-
-/// The most calls in a window.
-const MAX_WINDOW_CALLS: usize = 1 << 16;
-
-/// Choices faster than this are not watched: timing each call would cost more than a
-/// fraction of a percent.
-pub const WATCH_MIN_US: f64 = 10.0;
-
-/// A window slower than the choice's agreed time by more than this fraction starts a
-/// probe of its contenders: the machine's state changed since, and one may be faster
-/// now. Measured in the regret figure's rounds after the trials, the choices found
-/// slower than the best by 1.29 and 1.44 had slowed by 1.32 and 1.76.
-pub const DRIFT: f64 = 0.2;
-
-/// The most windows of the choice between two probes.
-pub const MAX_GAP: usize = 1 << 12;
-
-/// A probe's rounds: each runs a window of every finalist, in the reverse order of the
-/// round before. One window each, one after another, let the machine's state change
-/// between them decide: in the regret figure a probe switched 4 TCP ranks' 1 MiB
-/// all_reduce from the ring to the single root because the ring's window, last, took
-/// 2,819 us against 1,907 for the window that started the probe; forced in the rounds
-/// after it, the single root was 1.22 times slower. An even count balances a steady drift.
-pub const PROBE_ROUNDS: usize = 4;
-
-/// The fewest bursts in a probe's window. With the first window after the trials (8
-/// bursts) as the one that starts it, each finalist runs as many calls in the probe as
-/// that window ran: a probe of 3 finalists ends within 24 bursts, well inside a
-/// benchmark's 40 rounds of 5 calls (with 3 bursts a window, 36, and in the regret
-/// figure no probe ended within the rounds: they ran contenders to the end, 1.37 times
-/// the choice's time at 16 KiB on 3 shared-memory ranks).
-pub const PROBE_BURSTS: usize = 2;
-
 /// One size bucket's identity: what every rank of a call agrees on (not whether it is in
 /// place, which ranks of one call may differ in through the C API).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -207,12 +128,8 @@ enum Entry {
         calls: usize,
         first_passes_agreed: bool,
     },
-    /// Agreed on `algorithm`; its calls are timed (`watch`) when other candidates came
-    /// close to it.
-    Settled {
-        algorithm: Algorithm,
-        watch: Option<Watch>,
-    },
+    /// Agreed on `algorithm`.
+    Settled { algorithm: Algorithm },
 }
 
 /// What the ranks agree on after a trial call (an all_reduce of the maximum), per
@@ -278,8 +195,8 @@ impl Tuner {
     }
 
     /// A count that moves whenever a settled bucket's calls may run another algorithm
-    /// than before (a probe's step, a bucket forgotten to make room): what a caller kept
-    /// of a settled call is stale once it moved. (A bucket's trials going on or settling
+    /// than before (a bucket forgotten to make room): what a caller kept of a settled call
+    /// is stale once it moved. (A bucket's trials going on or settling
     /// are told by [`Tuner::upcoming`].)
     pub fn generation(&self) -> u64 {
         self.generation
@@ -364,8 +281,7 @@ impl Tuner {
         }
     }
 
-    /// The agreed algorithm of `key`, if its trials are over (also while a probe runs a
-    /// contender).
+    /// The agreed algorithm of `key`, if its trials are over.
     pub fn settled(&self, key: &Key) -> Option<Algorithm> {
         match self.entries.get(key) {
             Some(Entry::Settled { algorithm, .. }) => Some(*algorithm),
@@ -373,22 +289,11 @@ impl Tuner {
         }
     }
 
-    /// Whether the calls of settled `key` are timed and agreed on in windows
-    /// ([`Tuner::watched`]).
-    pub fn watching(&self, key: &Key) -> bool {
-        matches!(
-            self.entries.get(key),
-            Some(Entry::Settled { watch: Some(_), .. })
-        )
-    }
-
     /// What the next call of `key` would run, without counting it; `None` for a bucket
     /// not seen yet.
     pub fn upcoming(&self, key: &Key) -> Option<Next> {
         match self.entries.get(key)? {
-            Entry::Settled { algorithm, watch } => Some(Next::Settled(
-                watch.as_ref().map_or(*algorithm, Watch::running),
-            )),
+            Entry::Settled { algorithm } => Some(Next::Settled(*algorithm)),
             Entry::Trying {
                 candidates,
                 plan,
@@ -439,7 +344,6 @@ impl Tuner {
             let entry = match candidates.len() {
                 0 | 1 => Entry::Settled {
                     algorithm: candidates.first().copied().unwrap_or(fallback),
-                    watch: None,
                 },
                 n => Entry::Trying {
                     candidates,
@@ -540,9 +444,6 @@ impl Tuner {
     /// rank's time per candidate), or on an earlier candidate within [`TIE_TOLERANCE`] of
     /// it; on the model's first candidate if `agreed` does not fit them or holds no finite
     /// time. Returns the choice and the candidates, or `None` if `key` was not being tried.
-    ///
-    /// The choice is watched (`Watch`) when up to [`MAX_CONTENDERS`] candidates came
-    /// within [`CONTEND_SPREAD`] of it and its calls take [`WATCH_MIN_US`] or more.
     pub fn settle(&mut self, key: &Key, agreed: &[f64]) -> Option<(Algorithm, Vec<Algorithm>)> {
         let Some(Entry::Trying { candidates, .. }) = self.entries.get(key) else {
             return None;
@@ -553,17 +454,8 @@ impl Tuner {
             false => 0,
         };
         let (chosen, tried) = (candidates[best], candidates.clone());
-        let watch = agreed
-            .get(best)
-            .filter(|t| fits && t.is_finite() && **t >= WATCH_MIN_US)
-            .and_then(|time| Watch::after_trials(key, chosen, &tried, agreed, *time));
-        self.entries.insert(
-            *key,
-            Entry::Settled {
-                algorithm: chosen,
-                watch,
-            },
-        );
+        self.entries
+            .insert(*key, Entry::Settled { algorithm: chosen });
         Some((chosen, tried))
     }
 }

@@ -115,7 +115,6 @@ fn rank_main() {
         "shrink_loop" => shrink::shrink_loop(comm),
         "autotune" => autotune::autotune(&mut comm),
         "autotune_mismatch" => autotune::mismatch(&mut comm),
-        "autotune_drift" => autotune::drift(&mut comm),
         "auto" => {
             // Calls left to auto, small to large; every rank prints its choice.
             for count in [1usize, 1000, 100_000] {

@@ -52,9 +52,6 @@ pub(super) struct Prepared {
     /// The size bucket this call is a trial of (selection by trial, [`crate::autotune`]):
     /// such a call is timed, and reused for the next only within its block.
     trial: Option<autotune::Key>,
-    /// The settled size bucket whose calls this one is timed for (a choice watched
-    /// against its contenders, [`autotune::Tuner::watched`]).
-    watch: Option<autotune::Key>,
     plan: Arc<Plan>,
     /// The description the fingerprint is made of: algorithm, levels, segment length.
     call: Call,
@@ -384,8 +381,7 @@ impl Communicator {
             output,
             scratch: &mut scratch[..scratch_len],
         };
-        let timed = prepared.trial.or(prepared.watch);
-        let started = timed.map(|k| (k, std::time::Instant::now()));
+        let started = prepared.trial.map(|k| (k, std::time::Instant::now()));
         let result = self.run_plan(
             &prepared.plan,
             seq,
@@ -401,12 +397,11 @@ impl Communicator {
             }
         }
         self.scratch = scratch_words;
-        let (algorithm, trial) = (prepared.algorithm, prepared.trial.is_some());
+        let algorithm = prepared.algorithm;
         self.prepared.truncate(PREPARED_CALLS - 1);
         self.prepared.insert(0, prepared);
         match (result, took) {
-            (Ok(()), Some((key, us))) if trial => self.after_trial(key, algorithm, us),
-            (Ok(()), Some((key, us))) => self.after_watched(key, us),
+            (Ok(()), Some((key, us))) => self.after_trial(key, algorithm, us),
             (result, _) => result,
         }
     }
@@ -426,13 +421,12 @@ impl Communicator {
     fn prepare<T: Element>(&mut self, req: &Request<'_, T>, key: CallKey) -> Result<Box<Prepared>> {
         let (layout, expect) = self.validate(req)?;
         let elem = std::mem::size_of::<T>();
-        let (algorithm, trial, watch) = match self.tune_key(&layout, elem, key.forced) {
+        let (algorithm, trial) = match self.tune_key(&layout, elem, key.forced) {
             Some(k) => {
                 let (a, trial) = self.choose_by_trial(k, &layout, elem)?;
-                let watched = !trial && self.tuner.as_ref().is_some_and(|t| t.watching(&k));
-                (a, trial.then_some(k), watched.then_some(k))
+                (a, trial.then_some(k))
             }
-            None => (self.choose(&layout, elem, key.forced)?, None, None),
+            None => (self.choose(&layout, elem, key.forced)?, None),
         };
         let levels = match algorithm {
             Algorithm::Hierarchical => self.levels_for(&layout, elem),
@@ -465,7 +459,6 @@ impl Communicator {
             generation: self.tuner.as_ref().map_or(0, |t| t.generation()),
             algorithm,
             trial,
-            watch,
             plan,
             expect,
             call,

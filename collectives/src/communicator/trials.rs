@@ -2,7 +2,7 @@
 //! it decides, the candidates, the trial calls' reuse, and the agreement after them.
 
 use crate::algorithm::Algorithm;
-use crate::autotune::{self, Next, Probe};
+use crate::autotune::{self, Next};
 use crate::error::Result;
 use crate::op::ReduceOp;
 use crate::schedule::{Collective, Layout};
@@ -42,7 +42,7 @@ impl Communicator {
         elem_size: usize,
     ) -> Result<(Algorithm, bool)> {
         // A settled bucket is one lookup: a call prepares anew when none of the last few
-        // had its arguments (`execute::PREPARED_CALLS`), or once a probe moved on. (At
+        // had its arguments (`execute::PREPARED_CALLS`). (At
         // 8 B on 2 shared-memory ranks, auto over its choice forced in the same rounds of
         // `--algo all`, when each block's first call prepared anew: 1.02-1.10 this way,
         // 1.06-1.17 through the four lookups and the model's choice below, over 4
@@ -174,53 +174,6 @@ impl Communicator {
                 tried = %times.join(", "),
                 "autotune"
             );
-        }
-        Ok(())
-    }
-
-    /// After a call of settled `key` whose choice is watched, which took `us` here: when
-    /// it ends a window, the ranks agree on the window's time on the slowest rank (one
-    /// all_reduce), which may start a probe of the choice's contenders, go on to the next,
-    /// or end it ([`autotune::Tuner::check`]).
-    pub(super) fn after_watched(&mut self, key: autotune::Key, us: f64) -> Result<()> {
-        let Some(time) = self.tuner.as_mut().and_then(|t| t.watched(&key, us)) else {
-            return Ok(());
-        };
-        let mut agreed = [time];
-        self.next_algorithm = Some(Algorithm::RecursiveDoubling);
-        self.all_reduce_in_place(&mut agreed, ReduceOp::Max)?;
-        let Some(tuner) = self.tuner.as_mut() else {
-            return Ok(());
-        };
-        let Some(probe) = tuner.check(&key, agreed[0]) else {
-            return Ok(());
-        };
-        // The next call of the bucket prepares anew, for the algorithm it runs now (the
-        // tuner's generation moved).
-        match probe {
-            Probe::Runs(runs) => tracing::info!(
-                rank = self.rank.0,
-                collective = %key.collective,
-                bytes = key.bucket_bytes,
-                window_us = agreed[0],
-                runs = %runs,
-                "autotune: probe"
-            ),
-            Probe::Ended { medians, chosen } => {
-                let medians: Vec<String> = medians
-                    .iter()
-                    .map(|(a, t)| format!("{a} {t:.1} us"))
-                    .collect();
-                tracing::info!(
-                    rank = self.rank.0,
-                    collective = %key.collective,
-                    bytes = key.bucket_bytes,
-                    window_us = agreed[0],
-                    medians = %medians.join(", "),
-                    chosen = %chosen,
-                    "autotune: probed"
-                );
-            }
         }
         Ok(())
     }
