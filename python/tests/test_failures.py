@@ -23,5 +23,9 @@ def test_a_silent_rank_times_out_naming_it():
     run(2, "failures", "silent", timeout_s=2)
 
 
+def test_abort_from_another_thread_ends_the_blocked_call_and_the_peers():
+    run(2, "abort", timeout_s=20)
+
+
 def test_blocking_calls_release_the_gil():
     run(2, "gil", timeout_s=10)
