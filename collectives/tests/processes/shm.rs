@@ -669,3 +669,69 @@ pub(super) fn whole(comm: &mut Communicator) {
     assert!(wrong.is_empty(), "rank {me}: {}", wrong.join("; "));
     println!("ZERO-COPY {me} {}", comm.zero_copy_sends() - before);
 }
+
+/// `cmd` run in a process namespace of its own, with a `/proc` of its own (`unshare`, root):
+/// as a container that shares the host's network and a segment directory but not `/proc`.
+fn in_own_process_namespace(cmd: &std::process::Command) -> std::process::Command {
+    let mut c = std::process::Command::new("unshare");
+    c.args(["--pid", "--fork", "--mount-proc", "--kill-child", "--"])
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
+}
+
+/// Ranks in process namespaces of their own (containers that share the network and a
+/// directory but not `/proc`; `unshare`, root). Without `RCOLL_SHM_DIR` a peer's
+/// `/proc/<pid>/fd/<fd>` names another process here, this rank itself among them: every
+/// rank fails saying to set it (it took its own segment for its peer's). With it, segments
+/// and doorbells are files in that directory, the ranks share memory and run every
+/// collective, and the directory is empty after.
+#[test]
+fn ranks_in_process_namespaces_of_their_own_share_memory_through_a_directory() {
+    const NAME: &str = "ranks_in_process_namespaces_of_their_own_share_memory_through_a_directory";
+    if !is_root() {
+        cannot_run(NAME, "process namespaces (unshare --pid) need root");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rcoll-pidns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a segment directory");
+    let run = |scenario: &str, extra: &[(&str, String)]| {
+        let root = super::free_root();
+        let secret = rcoll::process::format_unique_id(
+            rcoll::process::random_unique_id().expect("a job secret"),
+        );
+        let children = (0..2)
+            .map(|r| {
+                let cmd =
+                    super::rank_command("rcoll", scenario, (r, 2), &root, &secret, extra, None);
+                in_own_process_namespace(&cmd).spawn().expect("unshare")
+            })
+            .collect();
+        finish(children, Duration::from_secs(120))
+    };
+    let shm = ("RCOLL_TRANSPORT", "shm".to_string());
+    for (r, (ok, out)) in run("hello", std::slice::from_ref(&shm)).iter().enumerate() {
+        assert!(
+            !ok && out.contains("RCOLL_SHM_DIR"),
+            "rank {r} without RCOLL_SHM_DIR:\n{out}"
+        );
+    }
+    let in_dir = [shm, ("RCOLL_SHM_DIR", dir.display().to_string())];
+    all_succeed(
+        "a segment directory across process namespaces",
+        &run("sweep", &in_dir),
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir(&dir);
+    assert!(left.is_empty(), "left in {}: {left:?}", dir.display());
+}

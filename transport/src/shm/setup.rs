@@ -273,10 +273,18 @@ pub fn prepare(
         return Ok(prepared);
     }
     // This rank's segment and doorbell, or why not (told to the peers in their place).
-    let made = make_segment(opts.dir.as_deref(), shape).and_then(|(file, path, seg)| {
-        let (bell, bell_path) = make_bell()?;
-        Ok((file, path, seg, bell, bell_path))
-    });
+    let made =
+        make_segment(opts.dir.as_deref(), shape).and_then(|(file, path, seg)| {
+            match make_bell(opts.dir.as_deref()) {
+                Ok((bell, bell_path)) => Ok((file, path, seg, bell, bell_path)),
+                Err(e) => {
+                    if let Some(p) = &path.file {
+                        let _ = std::fs::remove_file(p);
+                    }
+                    Err(e)
+                }
+            }
+        });
     // The value peers read to check they may (kept here until every peer answered).
     let mut random = [0u8; 16];
     let readable = opts.single_copy.is_some() && getrandom::fill(&mut random).is_ok();
@@ -284,8 +292,9 @@ pub fn prepare(
     let (announce, ours) = match made {
         Ok((file, path, seg, bell, bell_path)) => (
             Ok(format!(
-                "{}\n{bell_path}\n{}\n{}\n{}\n{}",
+                "{}\n{}\n{}\n{}\n{}\n{}",
                 path.announced,
+                bell_path.announced,
                 shape.rings,
                 shape.slots,
                 shape.slot_bytes,
@@ -300,7 +309,7 @@ pub fn prepare(
                     "unreadable".into()
                 }
             )),
-            Some((file, path, seg, bell)),
+            Some((file, [path.file, bell_path.file], seg, bell)),
         ),
         Err(e) => (Err(e.to_string()), None),
     };
@@ -309,7 +318,19 @@ pub fn prepare(
         Err(e) => format!("error\n{e}"),
     };
     // From here on this rank's file (if it has one) must go whatever happens.
-    let unlink = Unlink(ours.as_ref().and_then(|(_, path, _, _)| path.file.clone()));
+    let unlink = Unlink(
+        ours.as_ref()
+            .map(|(_, files, _, _)| files.iter().flatten().cloned().collect())
+            .unwrap_or_default(),
+    );
+    // What this rank made, which a peer's announcement must not turn out to be (a
+    // `/proc/<pid>/fd` path of a process namespace of its own can name this process).
+    let own: Vec<(u64, u64)> = ours
+        .iter()
+        .flat_map(|(file, _, _, bell)| [file.metadata(), bell.metadata()])
+        .flatten()
+        .map(|m| (m.dev(), m.ino()))
+        .collect();
     let theirs =
         tcp.exchange_control(&local, Exchange::ShmSegment, message.as_bytes(), deadline)?;
     // Map each peer's segment: this rank's ring there is its index among the peer's local
@@ -319,7 +340,7 @@ pub fn prepare(
         let ring_there = hosts.neighbours(p).position(|r| r == me).unwrap_or(0);
         let ring_here = local.iter().position(|&r| r == p).unwrap_or(0);
         mapped.push(
-            open_peer(opts.dir.as_deref(), &bytes, ring_there)
+            open_peer(opts.dir.as_deref(), &bytes, ring_there, &own)
                 .map(|(seg, bell, theirs)| {
                     // Whether this rank may read the peer's memory (single copy).
                     let read_from = match (opts.single_copy, theirs) {
@@ -412,18 +433,18 @@ pub fn prepare(
 }
 
 /// Removes a segment's file when dropped.
-struct Unlink(Option<PathBuf>);
+struct Unlink(Vec<PathBuf>);
 
 impl Drop for Unlink {
     fn drop(&mut self) {
-        if let Some(p) = &self.0 {
+        for p in &self.0 {
             let _ = std::fs::remove_file(p);
         }
     }
 }
 
-/// Where a segment is: the path peers open, and the file to unlink once they have (none
-/// for an anonymous memory file).
+/// Where a segment or a bell is: the path peers open, and the file to unlink once they
+/// have (none for an anonymous one).
 struct SegmentPath {
     announced: String,
     file: Option<PathBuf>,
@@ -449,13 +470,7 @@ fn make_segment(
             )
         }
         Some(dir) => {
-            let mut random = [0u8; 8];
-            getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
-            let path = dir.join(format!(
-                "{PREFIX}{}-{:016x}",
-                std::process::id(),
-                u64::from_le_bytes(random)
-            ));
+            let path = unique_path(dir, "")?;
             let file = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -498,35 +513,114 @@ fn make_segment(
 /// a peer checks before mapping it.
 const MEMFD_NAME: &str = "rcoll-segment";
 
-fn make_bell() -> std::io::Result<(File, String)> {
-    let (r, _w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    // Opened again read-write: the bell is then its own writer (never at end of file while
-    // peers come and go) and non-blocking (a wait only takes what is there).
-    let bell = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(format!("/proc/self/fd/{}", r.as_raw_fd()))?;
-    let path = format!("/proc/{}/fd/{}", std::process::id(), bell.as_raw_fd());
-    Ok((bell, path))
+/// This rank's doorbell: a pipe its peers open through `/proc/<pid>/fd`, as they open an
+/// anonymous segment; with a segment directory, a FIFO there (mode 0600), as the segment
+/// is a file there. Opened read-write: the bell is then its own writer (never at end of
+/// file while peers come and go) and non-blocking (a wait only takes what is there).
+fn make_bell(dir: Option<&Path>) -> std::io::Result<(File, SegmentPath)> {
+    let open = |path: &Path, flags: i32| {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | flags)
+            .open(path)
+    };
+    let Some(dir) = dir else {
+        let (r, _w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let bell = open(Path::new(&format!("/proc/self/fd/{}", r.as_raw_fd())), 0)?;
+        let announced = format!("/proc/{}/fd/{}", std::process::id(), bell.as_raw_fd());
+        return Ok((
+            bell,
+            SegmentPath {
+                announced,
+                file: None,
+            },
+        ));
+    };
+    let path = unique_path(dir, "bell-")?;
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .map_err(|e| std::io::Error::other(format!("creating {}: {e}", path.display())))?;
+    match open(&path, libc::O_NOFOLLOW) {
+        Ok(bell) => Ok((
+            bell,
+            SegmentPath {
+                announced: path.display().to_string(),
+                file: Some(path),
+            },
+        )),
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            Err(e)
+        }
+    }
 }
 
-/// Opens the bell a peer announced (`/proc/<pid>/fd/<fd>`), which must be a pipe.
-/// Read-write, as the peer opened it: a ring to a peer that has died finds a reader still
-/// (this rank) and fills the pipe instead of raising SIGPIPE, which would end a C program
-/// that keeps the default action.
-pub(super) fn open_bell(announced: &str) -> Result<File, String> {
-    let (bell, path) = open_peer_fd(
-        announced,
-        "a bell",
-        |target| target.to_string_lossy().starts_with("pipe:["),
-        libc::O_NONBLOCK,
-    )?;
+/// A new name in `dir` for a file of this rank's (`kind` after the job's prefix).
+fn unique_path(dir: &Path, kind: &str) -> std::io::Result<PathBuf> {
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(dir.join(format!(
+        "{PREFIX}{kind}{}-{:016x}",
+        std::process::id(),
+        u64::from_le_bytes(random)
+    )))
+}
+
+/// Opens the bell a peer announced: a pipe as `/proc/<pid>/fd/<fd>`, or with a segment
+/// directory a FIFO of this user there. Read-write, as the peer opened it: a ring to a
+/// peer that has died finds a reader still (this rank) and fills the pipe instead of
+/// raising SIGPIPE, which would end a C program that keeps the default action.
+pub(super) fn open_bell(dir: Option<&Path>, announced: &str) -> Result<File, String> {
+    let (bell, path) = match dir {
+        None => open_peer_fd(
+            announced,
+            "a bell",
+            |target| target.to_string_lossy().starts_with("pipe:["),
+            libc::O_NONBLOCK,
+        )?,
+        Some(dir) => open_in_dir(dir, announced, "a bell", libc::O_NONBLOCK)?,
+    };
     // The descriptor's number may have been reused between the look and the open.
     match bell.metadata() {
-        Ok(m) if m.file_type().is_fifo() => Ok(bell),
-        _ => Err(format!("{} is not a bell", path.display())),
+        Ok(m) if m.file_type().is_fifo() && m.uid() == own_uid(m.uid()) => Ok(bell),
+        _ => Err(format!("{} is not a bell of this user", path.display())),
     }
+}
+
+/// This process's user (`or` if `/proc/self` cannot say).
+fn own_uid(or: u32) -> u32 {
+    std::fs::metadata("/proc/self").map_or(or, |m| m.uid())
+}
+
+/// Opens, read-write and never through a link, a file a peer announced in `dir`, the
+/// directory where this rank makes its own: a name of this job's kind there, never a path
+/// elsewhere.
+fn open_in_dir(
+    dir: &Path,
+    announced: &str,
+    kind: &str,
+    flags: i32,
+) -> Result<(File, PathBuf), String> {
+    let path = PathBuf::from(announced);
+    let named_ok = path.parent() == Some(dir)
+        && path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(PREFIX) && !n.contains('/'));
+    if !named_ok {
+        return Err(format!(
+            "{} is not {kind} in {}",
+            path.display(),
+            dir.display()
+        ));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | flags)
+        .open(&path)
+        .map_err(|e| format!("opening {}: {e}", path.display()))?;
+    Ok((file, path))
 }
 
 /// Opens, read-write, a peer's descriptor announced as `/proc/<pid>/fd/<fd>` (numbers
@@ -577,7 +671,19 @@ fn open_peer(
     dir: Option<&Path>,
     announced: &[u8],
     ring: usize,
+    own: &[(u64, u64)],
 ) -> Result<(Arc<Segment>, File, Option<Readable>), String> {
+    let hint = |e: String| match dir {
+        None => format!(
+            "{e} (ranks in process namespaces of their own, as containers are, cannot open \
+             each other's /proc: give them a directory they share in RCOLL_SHM_DIR)"
+        ),
+        Some(_) => e,
+    };
+    let theirs = |f: &File| {
+        f.metadata()
+            .is_ok_and(|m| !own.contains(&(m.dev(), m.ino())))
+    };
     let Announcement {
         path,
         bell,
@@ -588,12 +694,16 @@ fn open_peer(
         return Err(format!("an impossible shape {shape:?}"));
     }
     let bytes = shape.bytes().ok_or("a shape past the address space")?;
-    let (file, path) = open_announced(dir, &path)?;
+    let (file, path) = open_announced(dir, &path).map_err(hint)?;
+    if !theirs(&file) {
+        return Err(hint(format!(
+            "{} is this rank's own segment",
+            path.display()
+        )));
+    }
     let meta = file.metadata().map_err(|e| e.to_string())?;
-    // SAFETY-free check of ownership: a file of another user is not this job's.
-    let uid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .unwrap_or(meta.uid());
+    // A file of another user is not this job's.
+    let uid = own_uid(meta.uid());
     if !meta.file_type().is_file() || meta.uid() != uid || meta.len() != bytes as u64 {
         return Err(format!(
             "{} is not a segment of this user of {bytes} bytes",
@@ -601,7 +711,11 @@ fn open_peer(
         ));
     }
     let seg = Segment::open(&file, shape).map_err(|e| format!("{}: {e}", path.display()))?;
-    let bell = open_bell(&bell).map_err(|e| format!("its bell: {e}"))?;
+    let bell_at = bell;
+    let bell = open_bell(dir, &bell_at).map_err(|e| hint(format!("its bell: {e}")))?;
+    if !theirs(&bell) {
+        return Err(hint(format!("its bell {bell_at} is this rank's own")));
+    }
     Ok((Arc::new(seg), bell, readable))
 }
 
@@ -621,26 +735,7 @@ fn open_announced(dir: Option<&Path>, announced: &str) -> Result<(File, PathBuf)
             0,
         );
     };
-    let path = PathBuf::from(announced);
-    let named_ok = path.parent() == Some(dir)
-        && path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with(PREFIX) && !n.contains('/'));
-    if !named_ok {
-        return Err(format!(
-            "{} is not a segment in {}",
-            path.display(),
-            dir.display()
-        ));
-    }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .map_err(|e| format!("opening {}: {e}", path.display()))?;
-    Ok((file, path))
+    open_in_dir(dir, announced, "a segment", 0)
 }
 
 /// A peer's announcement of its segment, as read (not yet checked against anything).
