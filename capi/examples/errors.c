@@ -17,7 +17,12 @@
  *   errors abort   rank 0's all_reduce blocks (no other rank joins it) and a second thread
  *                  aborts the communicator; the all_reduce returns at once with an error,
  *                  not after RCOLL_TIMEOUT, and the other ranks' blocked receives fail
- *                  naming rank 0 ("ABORT-SEEN <code> <ms> <message>"). */
+ *                  naming rank 0 ("ABORT-SEEN <code> <ms> <message>").
+ *   errors nonblocking
+ *                  queued all-reduces, an all-gather, a broadcast and a reduce-scatter
+ *                  issued by the main thread and completed by a second one (rcollTest
+ *                  until done, the last with rcollWait) while the first computes; every
+ *                  result checked ("ERRORS-NONBLOCKING-OK"). */
 #include <pthread.h>
 #include <rcoll.h>
 #include <signal.h>
@@ -269,9 +274,72 @@ static int timeout_seen(void) {
   return 0;
 }
 
+#define NB_COUNT 4096
+#define NB_SUMS 4
+static float nb_sum[NB_SUMS][NB_COUNT];
+static float nb_mine[NB_COUNT], nb_gathered[64 * NB_COUNT], nb_bcast[NB_COUNT];
+static float nb_blocks[64 * NB_COUNT], nb_block[NB_COUNT];
+static rcollRequest_t nb_req[NB_SUMS + 3];
+
+/* Completes every request the main thread issued (handed over by pthread_create). */
+static void *completer(void *unused) {
+  (void)unused;
+  int done[NB_SUMS + 3] = {0}, left = NB_SUMS + 2;
+  while (left > 0) {
+    for (int i = 0; i < NB_SUMS + 2; i++) {
+      if (done[i]) continue;
+      CHECK(rcollTest(nb_req[i], &done[i]));
+      left -= done[i];
+    }
+  }
+  CHECK(rcollWait(nb_req[NB_SUMS + 2]));
+  return NULL;
+}
+
+static int nonblocking(void) {
+  if (nranks > 64) return 2;
+  for (int k = 0; k < NB_SUMS; k++)
+    for (int i = 0; i < NB_COUNT; i++) nb_sum[k][i] = (float)(rank + k + i % 7);
+  for (int i = 0; i < NB_COUNT; i++) {
+    nb_mine[i] = (float)(rank * 1000 + i % 100);
+    nb_bcast[i] = rank == 0 ? (float)(i % 31) : -1.0f;
+  }
+  for (int i = 0; i < nranks * NB_COUNT; i++) nb_blocks[i] = (float)(rank + i % 5);
+  for (int k = 0; k < NB_SUMS; k++)
+    CHECK(rcollIAllReduce(nb_sum[k], nb_sum[k], NB_COUNT, rcollFloat32, rcollSum, comm,
+                          &nb_req[k]));
+  CHECK(rcollIAllGather(nb_mine, nb_gathered, NB_COUNT, rcollFloat32, comm, &nb_req[NB_SUMS]));
+  CHECK(rcollIBroadcast(nb_bcast, nb_bcast, NB_COUNT, rcollFloat32, 0, comm,
+                        &nb_req[NB_SUMS + 1]));
+  CHECK(rcollIReduceScatter(nb_blocks, nb_block, NB_COUNT, rcollFloat32, rcollSum, comm,
+                            &nb_req[NB_SUMS + 2]));
+  pthread_t t;
+  if (pthread_create(&t, NULL, completer, NULL)) return 1;
+  /* Work of this thread's own meanwhile. */
+  volatile double x = 0;
+  for (int i = 0; i < 1000000; i++) x += i * 0.5;
+  pthread_join(t, NULL);
+  int n = nranks, bad = 0;
+  for (int k = 0; k < NB_SUMS; k++)
+    for (int i = 0; i < NB_COUNT; i++)
+      bad += nb_sum[k][i] != (float)(n * (n - 1) / 2 + n * (k + i % 7));
+  for (int r = 0; r < n; r++)
+    for (int i = 0; i < NB_COUNT; i++) bad += nb_gathered[r * NB_COUNT + i] != (float)(r * 1000 + i % 100);
+  for (int i = 0; i < NB_COUNT; i++) bad += nb_bcast[i] != (float)(i % 31);
+  for (int i = 0; i < NB_COUNT; i++)
+    bad += nb_block[i] != (float)(n * (n - 1) / 2 + n * ((rank * NB_COUNT + i) % 5));
+  if (bad) {
+    fprintf(stderr, "rank %d: %d wrong values after the nonblocking calls\n", rank, bad);
+    return 1;
+  }
+  CHECK(rcollCommDestroy(comm));
+  printf("ERRORS-NONBLOCKING-OK %d\n", rank);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: errors args|killed|handles|abort|timeout\n");
+    fprintf(stderr, "usage: errors args|killed|handles|abort|timeout|nonblocking\n");
     return 2;
   }
   CHECK(rcollCommInitFromEnv(&comm));
@@ -282,5 +350,6 @@ int main(int argc, char **argv) {
   if (!strcmp(argv[1], "handles")) return handles();
   if (!strcmp(argv[1], "abort")) return abort_blocked();
   if (!strcmp(argv[1], "timeout")) return timeout_seen();
+  if (!strcmp(argv[1], "nonblocking")) return nonblocking();
   return 2;
 }

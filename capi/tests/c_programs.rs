@@ -52,7 +52,8 @@ fn compile(compiler: &str, example: &str, out: &str, flags: &[String]) -> PathBu
     bin
 }
 
-fn shared_flags() -> Vec<String> {
+/// Against the shared library, without sanitizers (the ThreadSanitizer tests add theirs).
+fn plain_flags() -> Vec<String> {
     let lib = lib_dir().display().to_string();
     vec![
         format!("-I{}", repo().join("capi/include").display()),
@@ -60,6 +61,15 @@ fn shared_flags() -> Vec<String> {
         "-lrcoll".into(),
         format!("-Wl,-rpath,{lib}"),
     ]
+}
+
+/// Against the shared library, under AddressSanitizer and UndefinedBehaviorSanitizer: every
+/// C and C++ program of these tests but the ThreadSanitizer ones, so that a use after free,
+/// a double free or an overflow in what the library hands the program fails its test.
+fn shared_flags() -> Vec<String> {
+    let mut flags = plain_flags();
+    flags.extend(sanitizer_flags("address,undefined"));
+    flags
 }
 
 /// `n` copies of `bin args`, ranks of one group by the environment launcher.
@@ -78,6 +88,7 @@ fn env_ranks(bin: &Path, args: &[&str], n: usize) -> Vec<Command> {
                 .env("RCOLL_ROOT_ADDR", format!("127.0.0.1:{port}"))
                 .env("RCOLL_UNIQUE_ID", &secret)
                 .env("RCOLL_TIMEOUT", "20");
+            sanitize(&mut c);
             c
         })
         .collect()
@@ -122,6 +133,7 @@ fn pkg_config_after_install_and_static_linking_both_work() {
     let mut flags = pc(&["--cflags", "--libs"]);
     assert!(flags.iter().any(|f| f == "-lrcoll"), "{flags:?}");
     flags.push(format!("-Wl,-rpath,{}", prefix.join("lib").display()));
+    flags.extend(sanitizer_flags("address,undefined"));
     let bin = compile("cc", "hello.c", "hello_pc", &flags);
     all_print(
         &run_all(env_ranks(&bin, &[], 3), Duration::from_secs(120)),
@@ -135,6 +147,7 @@ fn pkg_config_after_install_and_static_linking_both_work() {
             .into_iter()
             .filter(|f| f != "-lrcoll"),
     );
+    flags.extend(sanitizer_flags("address,undefined"));
     let bin = compile("cc", "hello.c", "hello_static", &flags);
     let ldd = Command::new("ldd").arg(&bin).output().expect("ldd");
     assert!(
@@ -161,6 +174,9 @@ fn the_cpp_example_runs_on_4_ranks() {
 fn mpirun(bin: &Path, n: usize, rcoll_env: &[(&str, String)]) -> (Option<i32>, String) {
     let mut mpirun = programs::open_mpi_run("mpirun", n);
     mpirun.env("RCOLL_SOCKET_IFNAME", "lo");
+    for (k, v) in SANITIZER_ENV {
+        mpirun.env(k, v).args(["-x", k]);
+    }
     for (k, v) in rcoll_env {
         mpirun.env(k, v).args(["-x", k]);
     }
@@ -225,10 +241,8 @@ fn bad_arguments_are_refused_and_the_communicator_stays_usable() {
 /// or double free in the library's handling of them fails the test too.
 #[test]
 fn stale_and_foreign_handles_are_refused_under_asan_and_ubsan() {
-    let mut flags = shared_flags();
-    flags.extend(sanitizer_flags("address,undefined"));
-    let bin = compile("cc", "errors.c", "errors-asan", &flags);
-    let cmds = sanitized(env_ranks(&bin, &["handles"], 3));
+    let bin = compile("cc", "errors.c", "errors-asan", &shared_flags());
+    let cmds = env_ranks(&bin, &["handles"], 3);
     let results = run_all(cmds, Duration::from_secs(120));
     all_print(&results, "ERRORS-HANDLES-OK");
     for (r, (_, out)) in results.iter().enumerate() {
@@ -239,20 +253,21 @@ fn stale_and_foreign_handles_are_refused_under_asan_and_ubsan() {
     }
 }
 
-/// The sanitizers' settings for `cmds`: a report ends the program with status 66.
-fn sanitized(cmds: Vec<Command>) -> Vec<Command> {
-    cmds.into_iter()
-        .map(|mut c| {
-            // Rust's allocations go through the intercepted malloc; leaks are not the
-            // question here (the progress threads' stacks are reclaimed at exit).
-            c.env(
-                "ASAN_OPTIONS",
-                "detect_leaks=0:abort_on_error=0:exitcode=66",
-            )
-            .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1");
-            c
-        })
-        .collect()
+/// The sanitizers' settings: a report ends the program with status 66.
+const SANITIZER_ENV: [(&str, &str); 2] = [
+    // Rust's allocations go through the intercepted malloc; leaks are not the question
+    // here (the progress threads' stacks are reclaimed at exit).
+    (
+        "ASAN_OPTIONS",
+        "detect_leaks=0:abort_on_error=0:exitcode=66",
+    ),
+    ("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1"),
+];
+
+fn sanitize(c: &mut Command) {
+    for (k, v) in SANITIZER_ENV {
+        c.env(k, v);
+    }
 }
 
 /// `-fsanitize=...` if the compiler has that sanitizer's runtime (Debian's gcc does);
@@ -266,6 +281,42 @@ fn sanitizer_flags(which: &str) -> Vec<String> {
     ]
 }
 
+/// `errors <mode>` on `n` ranks, built and run under ThreadSanitizer. The library itself
+/// is not instrumented (stable Rust has no -Zsanitizer), so its synchronisation is
+/// invisible to ThreadSanitizer: the accesses its interceptors see from inside
+/// librcoll.so are left out, and what is checked is the program's side — its threads
+/// calling into the API at once, as a C program does.
+fn under_tsan(mode: &str, n: usize) -> Vec<Command> {
+    let mut flags = plain_flags();
+    flags.extend(sanitizer_flags("thread"));
+    let bin = compile("cc", "errors.c", &format!("errors-tsan-{mode}"), &flags);
+    let suppressions = scratch().join("tsan-uninstrumented-librcoll.supp");
+    std::fs::write(&suppressions, "called_from_lib:librcoll.so\n").expect("suppressions");
+    let options = format!(
+        "halt_on_error=1:exitcode=66:suppressions={}",
+        suppressions.display()
+    );
+    env_ranks(&bin, &[mode], n)
+        .into_iter()
+        .map(|mut c| {
+            c.env("TSAN_OPTIONS", &options);
+            c
+        })
+        .collect()
+}
+
+/// Nonblocking calls crossing threads (`errors nonblocking`, under ThreadSanitizer, 2 and
+/// 3 ranks): four all-reduces, an all-gather, a broadcast and a reduce-scatter issued by
+/// the main thread, completed by a second one with rcollTest and rcollWait while the first
+/// computes; every result checked.
+#[test]
+fn nonblocking_calls_completed_from_another_thread_under_tsan() {
+    for n in [2, 3] {
+        let results = run_all(under_tsan("nonblocking", n), Duration::from_secs(120));
+        all_print(&results, "ERRORS-NONBLOCKING-OK");
+    }
+}
+
 /// rcollCommAbort from a second thread while the first is blocked in rcollAllReduce (no
 /// other rank joins it; RCOLL_TIMEOUT is 20 s): the call returns with an error saying it
 /// was aborted (the time from the abort is printed), the handle is no longer live, and the
@@ -273,27 +324,7 @@ fn sanitizer_flags(which: &str) -> Vec<String> {
 /// the abort crosses threads.
 #[test]
 fn an_abort_from_another_thread_ends_a_blocked_call_at_once() {
-    let mut flags = shared_flags();
-    flags.extend(sanitizer_flags("thread"));
-    let bin = compile("cc", "errors.c", "errors-tsan", &flags);
-    // The library itself is not instrumented (stable Rust has no -Zsanitizer), so its
-    // synchronisation is invisible to ThreadSanitizer: the accesses its interceptors see
-    // from inside librcoll.so are left out, and what is checked is the program's side —
-    // its threads calling into the API at once, as a C program does.
-    let suppressions = scratch().join("tsan-uninstrumented-librcoll.supp");
-    std::fs::write(&suppressions, "called_from_lib:librcoll.so\n").expect("suppressions");
-    let options = format!(
-        "halt_on_error=1:exitcode=66:suppressions={}",
-        suppressions.display()
-    );
-    let cmds = env_ranks(&bin, &["abort"], 3)
-        .into_iter()
-        .map(|mut c| {
-            c.env("TSAN_OPTIONS", &options);
-            c
-        })
-        .collect();
-    let results = run_all(cmds, Duration::from_secs(120));
+    let results = run_all(under_tsan("abort", 3), Duration::from_secs(120));
     for (r, (code, out)) in results.iter().enumerate() {
         let seen = out
             .lines()
@@ -411,10 +442,8 @@ fn survivors_shrink_after_a_killed_rank() {
 /// On this host the transport has no device: the verbs suite's zero-copy test covers that.
 #[test]
 fn registered_memory_alloc_register_use_deregister_free() {
-    let mut flags = shared_flags();
-    flags.extend(sanitizer_flags("address,undefined"));
-    let bin = compile("cc", "memory.c", "memory-asan", &flags);
-    let cmds = sanitized(env_ranks(&bin, &[], 3));
+    let bin = compile("cc", "memory.c", "memory-asan", &shared_flags());
+    let cmds = env_ranks(&bin, &[], 3);
     let results = run_all(cmds, Duration::from_secs(180));
     all_print(&results, "MEMORY-OK");
     for (r, (_, out)) in results.iter().enumerate() {
