@@ -23,6 +23,11 @@ def test_a_silent_rank_times_out_naming_it():
     run(2, "failures", "silent", timeout_s=2)
 
 
+@pytest.mark.parametrize("weak", ["0", "1", "+1", "abc", "0" * 32, "f" * 31, "f" * 33])
+def test_weak_secrets_are_refused_naming_the_variable(weak):
+    run(1, "weak_ids", weak)
+
+
 def test_abort_from_another_thread_ends_the_blocked_call_and_the_peers():
     run(2, "abort", timeout_s=20)
 
