@@ -19,6 +19,41 @@ use crate::algorithm::Algorithm;
 use crate::schedule::cost::{cost_levels, Cost, CostModel, Levels};
 use crate::schedule::{Collective, Layout, Schedule};
 
+/// What may name a call's algorithm besides the cost model, each `None` where it says
+/// nothing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Sources {
+    /// Named for this call (`Communicator::all_reduce_with` and the like).
+    pub forced: Option<Algorithm>,
+    /// Configured for every call (`RCOLL_ALGO`, the builder's).
+    pub configured: Option<Algorithm>,
+    /// Settled by selection by trial (`RCOLL_AUTOTUNE`) for the call's size.
+    pub tried: Option<Algorithm>,
+    /// The tuning file's rule for the call's transport, ranks and size.
+    pub rule: Option<Algorithm>,
+}
+
+/// The one precedence of a call's algorithm: forced, then configured, then settled by
+/// trial, then the tuning file's rule, then `model` (the cost model, asked only when none
+/// of those answers). A configured algorithm or a rule that does not serve `collective`
+/// is passed over; a forced one is an error (`Err` with it): the caller asked for it.
+pub fn choose(
+    collective: Collective,
+    sources: &Sources,
+    model: impl FnOnce() -> Algorithm,
+) -> Result<Algorithm, Algorithm> {
+    let serves = |a: &Algorithm| a.serves(collective);
+    if let Some(a) = sources.forced {
+        return if serves(&a) { Ok(a) } else { Err(a) };
+    }
+    Ok(sources
+        .configured
+        .filter(serves)
+        .or(sources.tried)
+        .or(sources.rule.filter(serves))
+        .unwrap_or_else(model))
+}
+
 /// Beyond this many ranks the quadratic algorithms are not even priced.
 pub const QUADRATIC_LIMIT: usize = 64;
 
@@ -299,6 +334,58 @@ pub fn choose_levels(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each source in turn, the ones before it absent: forced beats everything (and is an
+    /// error where it does not serve), then configured, tried, the rule, the model; a
+    /// configured algorithm or a rule that does not serve the collective is passed over.
+    #[test]
+    fn sources_take_precedence_in_one_order() {
+        use Algorithm::{Mesh, Ring, SingleRoot, Tree};
+        let all = Sources {
+            forced: Some(Ring),
+            configured: Some(Tree),
+            tried: Some(Mesh),
+            rule: Some(SingleRoot),
+        };
+        let model = || Algorithm::HalvingDoubling;
+        let c = Collective::AllReduce;
+        assert_eq!(choose(c, &all, model), Ok(Ring));
+        let s = Sources {
+            forced: None,
+            ..all
+        };
+        assert_eq!(choose(c, &s, model), Ok(Tree));
+        let s = Sources {
+            configured: None,
+            ..s
+        };
+        assert_eq!(choose(c, &s, model), Ok(Mesh));
+        let s = Sources { tried: None, ..s };
+        assert_eq!(choose(c, &s, model), Ok(SingleRoot));
+        let s = Sources { rule: None, ..s };
+        assert_eq!(choose(c, &s, model), Ok(Algorithm::HalvingDoubling));
+        // The tree does not serve all_to_all: forced, an error; configured or a rule,
+        // passed over for what comes next.
+        let tree = Some(Tree);
+        let c = Collective::AllToAll;
+        assert!(!Tree.serves(c) && Mesh.serves(c));
+        let forced = Sources {
+            forced: tree,
+            ..Sources::default()
+        };
+        assert_eq!(choose(c, &forced, || Mesh), Err(Tree));
+        let configured = Sources {
+            configured: tree,
+            rule: Some(Mesh),
+            ..Sources::default()
+        };
+        assert_eq!(choose(c, &configured, || Ring), Ok(Mesh));
+        let rule = Sources {
+            rule: tree,
+            ..Sources::default()
+        };
+        assert_eq!(choose(c, &rule, || Mesh), Ok(Mesh));
+    }
 
     fn layout(collective: Collective, nranks: usize, count: usize) -> Layout {
         Layout {

@@ -18,6 +18,7 @@ use crate::fingerprint::{explain, Call};
 use crate::op::ReduceOp;
 use crate::schedule::plan::Plan;
 use crate::schedule::{BufferLayout, Collective, Extent, Layout, Primitive, Schedule, Slice};
+use crate::select;
 
 use super::{Buffers, Communicator, Request, P2P_BIT, RECENT_CALLS};
 
@@ -118,47 +119,35 @@ impl Communicator {
         err
     }
 
+    /// The algorithm of a call of `layout`: [`select::choose`]'s precedence over what this
+    /// communicator knows (the call's forced algorithm, its configuration, its trials, its
+    /// tuning file, its cost model).
     pub(super) fn choose(
         &mut self,
         layout: &Layout,
         elem_size: usize,
         forced: Option<Algorithm>,
     ) -> Result<Algorithm> {
-        if let Some(a) = forced {
-            if !a.serves(layout.collective) {
-                return Err(Error::UnsupportedAlgorithm {
-                    rank: self.rank.0,
-                    algorithm: a,
-                    collective: layout.collective,
-                });
-            }
-            return Ok(a);
-        }
-        match self.config.algorithm {
-            Some(a) if a.serves(layout.collective) => Ok(a),
-            _ => {
-                let settled = self.tune_key(layout, elem_size, None).and_then(|k| {
-                    let tuner = self.tuner.as_ref()?;
-                    tuner.settled(&k)
-                });
-                if let Some(a) = settled {
-                    return Ok(a);
-                }
-                let bytes = layout.count.saturating_mul(elem_size);
-                let measured = (self.config.tuning.as_ref())
-                    .and_then(|t| t.rule(self.tuning_key, layout.collective, self.nranks, bytes));
-                if let Some(a) = measured.filter(|a| a.serves(layout.collective)) {
-                    return Ok(a);
-                }
-                let levels = self.hosts.as_deref().map(|hosts| self.levels_on(hosts));
-                Ok(self.selector.choose(
-                    layout,
-                    elem_size,
-                    &self.config.cost_model,
-                    levels.as_ref(),
-                ))
-            }
-        }
+        let bytes = layout.count.saturating_mul(elem_size);
+        let sources = select::Sources {
+            forced,
+            configured: self.config.algorithm,
+            tried: self
+                .tune_key(layout, elem_size, None)
+                .and_then(|k| self.tuner.as_ref()?.settled(&k)),
+            rule: (self.config.tuning.as_ref())
+                .and_then(|t| t.rule(self.tuning_key, layout.collective, self.nranks, bytes)),
+        };
+        let levels = self.hosts.as_deref().map(|hosts| self.levels_on(hosts));
+        let (selector, model) = (&mut self.selector, &self.config.cost_model);
+        select::choose(layout.collective, &sources, || {
+            selector.choose(layout, elem_size, model, levels.as_ref())
+        })
+        .map_err(|algorithm| Error::UnsupportedAlgorithm {
+            rank: self.rank.0,
+            algorithm,
+            collective: layout.collective,
+        })
     }
 
     /// Checks `req` against this group; its layout and this rank's buffers in it.
