@@ -4,9 +4,9 @@
 //!
 //! The cost model ranks algorithms from their schedules; where the machine does what the
 //! model does not price (a VM whose CPUs the host moves nearer or farther, a tree that
-//! pipelines better than its unpipelined bound), the model's choice can be 1.1-1.6 times
-//! slower than the fastest (the regret figures). Trials measure instead, as Intel MPI's
-//! run-time autotuner (`I_MPI_TUNING_MODE=auto`) does.
+//! pipelines better than its unpipelined bound), the model's choice can be slower than the
+//! fastest (the regret figures, `docs/src/algorithms.md`). Trials measure instead, as Intel
+//! MPI's run-time autotuner (`I_MPI_TUNING_MODE=auto`) does.
 //!
 //! Per size bucket (a collective, its bytes rounded up to a power of two, the element
 //! size; every root alike, so that a job that takes turns at the root tries once; empty
@@ -18,8 +18,8 @@
 //!   call's time on a rank includes waiting for the slowest rank to arrive, which the
 //!   call before decides, so a candidate is timed in a burst of its own, as applications
 //!   call it (a data-parallel step all_reduces its gradients' buckets one after
-//!   another). Run in turn (A B C, A B C), the mesh's 8-byte all_reduce on 3 ranks and 2
-//!   CPUs timed 5.7-8.1 us; in a loop it took 2.2-2.3;
+//!   another); run in turn (A B C, A B C), a small call is timed with its neighbours'
+//!   stragglers;
 //! - a block is a warm-up call, then `trials` bursts of calls, each started on every rank
 //!   at once (a barrier): bursts of [`BURST_CALLS`] up to [`SMALL_CALL_BYTES`], single
 //!   calls above, and more bursts for small calls (`Tuner::timed`). That is how the
@@ -27,8 +27,8 @@
 //!   grouping decides the winner. The warm-up follows another algorithm, and a plan's
 //!   first run pays its allocations and cold caches: it is not counted. A rank's time for
 //!   a candidate in a pass is the median of its bursts' mean call times (one call alone
-//!   swings with the calls around it: 0.2-8 us at 8 B; a burst that waits on a rank the
-//!   host descheduled is an outlier, which the figure's median over rounds leaves out too);
+//!   swings with the calls around it; a burst that waits on a rank the host descheduled is
+//!   an outlier, which the figure's median over rounds leaves out too);
 //! - above [`SMALL_CALL_BYTES`], calls are single ones from a barrier, and long enough for
 //!   the machine's state to change between blocks: there the candidates take turns (A B
 //!   C, A B C) after one warm-up pass, each pass a single call of each, `trials` times as
@@ -44,7 +44,7 @@
 //!   (closer than that, the trials cannot tell them apart).
 //!
 //! Every rank makes the same calls in the same order (a collective's contract), so every
-//! rank counts the same trials and windows and agrees at the same calls without a word
+//! rank counts the same trials and agrees at the same calls without a word
 //! more than the barrier before each burst (the communicator's own: barriers are not
 //! tried) and the all_reduces (forced to recursive doubling). Each call's fingerprint
 //! carries its algorithm: ranks configured differently (one with `RCOLL_AUTOTUNE`, one
@@ -60,9 +60,8 @@ use crate::algorithm::Algorithm;
 use crate::schedule::Collective;
 
 /// Candidates priced by the model at more than this many times the cheapest are not
-/// tried. Measured on 4 ranks and 2 CPUs: the tree, fastest at 256 KiB over loopback TCP
-/// and within 1.12 of the fastest at 4-64 MiB over shared memory, was priced at 1.6 times
-/// the model's choice.
+/// tried: wide, because the model misprices pipelined trees and crowded hosts by more than
+/// its own noise (how far, `docs/src/algorithms.md`).
 pub const CANDIDATE_SPREAD: f64 = 4.0;
 
 /// Bursts of calls timed per candidate and pass when `RCOLL_AUTOTUNE` is `on` (a burst is
@@ -72,31 +71,24 @@ pub const DEFAULT_TRIALS: u32 = 2;
 
 /// Passes over the candidates: each candidate's time is its median pass's, so that a
 /// moment the machine did something else moves one pass of the candidate it fell on,
-/// either way, and not the choice. With two passes and the faster one, 4 ranks over
-/// shared memory took the naive ring at 2 KiB (6.9 us against the mesh's 4.9) in a run
-/// during which the host moved the CPUs apart.
+/// either way, and not the choice (the fewest passes with a median that is not the mean
+/// of two).
 pub const PASSES: usize = 3;
 
 /// Passes over every candidate before the ranks agree on which to drop (by each
-/// candidate's faster pass). After one, a moment in which the machine did something else
-/// dropped 7 of 9 candidates on 4 shared-memory ranks at 32 KiB, the fastest (9.1 us)
-/// among them, for the ring (13.6 us).
+/// candidate's faster pass): with one, a moment in which the machine did something else
+/// can drop the fastest.
 pub const PRUNE_AFTER: usize = 2;
 
 /// After the first passes, the ranks agree on their times and drop every candidate that
-/// took more than this many times the fastest: the other passes try the rest. On 3 ranks over
-/// loopback TCP, 8 of 9 candidates took 1.1-2.7 times the fastest at 512 KiB-1 MiB; over
-/// shared memory on 4 ranks, the mesh took 2-4 times the others from 1 MiB.
+/// took more than this many times the fastest: the other passes try the rest, which the
+/// first passes could not yet tell apart.
 pub const PRUNE_RATIO: f64 = 1.5;
 
 /// A candidate must take less than the model's earlier candidates by more than this
 /// fraction to be chosen over them: closer than that, the trials cannot tell them apart,
-/// and the model's order decides. On 2 shared-memory ranks at 2 MiB, the trials timed the
-/// tree at 90.2 us and the ring, the model's first, at 90.8, while the host held the two
-/// CPUs apart; the rounds after them, with the CPUs near again, took 90.9 and 79.0. Over
-/// one regret run (6 configurations, 24 sizes each, the trials' times logged), the
-/// choices' regret was above 1.10 at 5 sizes when choosing the fastest, at 3 with a
-/// tolerance of 0.04, 2 with 0.05-0.06 and 5 again with 0.08.
+/// and the model's order decides (the value that left the fewest regretted choices over a
+/// regret run: `docs/src/algorithms.md`).
 pub const TIE_TOLERANCE: f64 = 0.05;
 
 /// The most trials per candidate `RCOLL_AUTOTUNE` accepts.
