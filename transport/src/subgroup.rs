@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::TransportError;
 use crate::hosts::HostMap;
-use crate::transport::{Offered, Payload, Registered, SendState, Transport};
+use crate::transport::{Link, Offered, Payload, Registered, SendState, Transport};
 use crate::types::{Rank, Tag};
 
 /// Members of a group as a group of their own (see the [module](self)).
@@ -387,26 +387,13 @@ impl Transport for Subgroup {
             .map_err(|e| self.up(e))
     }
 
-    fn places_directly(&self, peer: Rank) -> bool {
-        self.below(peer)
-            .is_ok_and(|p| self.inner.places_directly(p))
-    }
-
-    fn offers_follow_sends(&self, peer: Rank) -> bool {
-        self.below(peer)
-            .is_ok_and(|p| self.inner.offers_follow_sends(p))
-    }
-
     fn placed_receives(&self) -> u64 {
         self.inner.placed_receives()
     }
 
-    fn reads_directly(&self, peer: Rank) -> bool {
-        self.below(peer).is_ok_and(|p| self.inner.reads_directly(p))
-    }
-
-    fn moves_whole(&self, peer: Rank) -> bool {
-        self.below(peer).is_ok_and(|p| self.inner.moves_whole(p))
+    fn link(&self, peer: Rank) -> Link {
+        self.below(peer)
+            .map_or(Link::default(), |p| self.inner.link(p))
     }
 
     fn recycle(&mut self, payload: Payload) {

@@ -43,6 +43,33 @@ pub struct Payload {
     home: Option<Returns>,
 }
 
+/// What a link to one peer does, stated by the backend per peer ([`Transport::link`]):
+/// the engine's choices of how to take and forward messages follow it. All false by
+/// default (a link that only carries tagged messages).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Link {
+    /// [`Transport::offer`] may place messages from the peer (take them with
+    /// [`Transport::try_recv_into`] then).
+    pub places_directly: bool,
+    /// An offer to the peer reaches it only behind everything this rank already sent it,
+    /// on one ordered channel whose messages the peer has received before it can use the
+    /// offer. Then memory that a send to the peer alone still reads may be offered to it
+    /// at once: its device has put the send's bytes on the wire before the peer can write
+    /// there. (An in-place all_reduce on 2 ranks offers the half it sends in the
+    /// reduce-scatter for the peer's half of the all-gather: waiting for the send's
+    /// completion first, the peer's write comes before the offer.)
+    pub offers_follow_sends: bool,
+    /// Messages from the peer are best taken with [`Transport::try_recv_into`] (and
+    /// forwarded from where they landed with [`Transport::try_send_borrowed`]) than as a
+    /// payload: the backend reads them from the sender's memory, once.
+    pub reads_directly: bool,
+    /// A message of any length up to [`WHOLE_MAX`] bytes moves between this rank and the
+    /// peer, both ways, in one piece and with one copy (each reads the other's memory): a
+    /// call whose every message is to or from the peer then gains nothing by cutting them
+    /// into segments, and loses a read per segment. Both ranks of the pair answer alike.
+    pub moves_whole: bool,
+}
+
 /// A transport's queue of lent storage that came back by being dropped.
 pub(crate) type Returns = Arc<crossbeam_queue::SegQueue<Vec<u8>>>;
 
@@ -71,6 +98,11 @@ impl Payload {
             end: len,
             home: None,
         }
+    }
+
+    /// The bytes its storage holds without growing.
+    pub(crate) fn capacity(&self) -> usize {
+        self.bytes.capacity()
     }
 
     /// Whether this is plain heap memory of at most `capacity` bytes that no transport
@@ -374,7 +406,7 @@ pub trait Transport: Send {
 
     /// [`Transport::try_send_borrowed`] for bytes the receiver only copies (never reduces
     /// into): a backend whose receivers can read the sender's memory may leave them there
-    /// for that ([`Transport::reads_directly`]), which saves the sender its copy but makes
+    /// for that ([`Link::reads_directly`]), which saves the sender its copy but makes
     /// the receiver's read a system call, a loss where the receiver would then reduce out
     /// of a buffer of its own. The default is `try_send_borrowed`.
     fn try_send_borrowed_for_copy(
@@ -490,7 +522,7 @@ pub trait Transport: Send {
     /// checked as [`Transport::try_recv`] checks), if it has arrived: `Ok(false)` if not.
     /// The default copies out of [`Transport::try_recv`]'s payload; a backend that can
     /// read the message from where its sender left it saves that copy (see
-    /// [`Transport::reads_directly`]).
+    /// [`Link::reads_directly`]).
     ///
     /// A backend may begin writing a large message into `dst` before it is whole (TCP
     /// reads it from the socket as it comes) and answer `Ok(false)` meanwhile: the caller
@@ -536,7 +568,7 @@ pub trait Transport: Send {
     /// As [`Transport::offer`], for memory that this rank's message `with` to `peer`, not
     /// yet sent, will read: the offer goes to the peer with that message or behind it,
     /// never before it, so that the peer can write `dst` only once it has that message
-    /// (where [`Transport::offers_follow_sends`]; [`Offered::Later`] elsewhere, and then
+    /// (where [`Link::offers_follow_sends`]; [`Offered::Later`] elsewhere, and then
     /// the caller offers `dst` once the send no longer reads it). Made with the message,
     /// the offer is there when the peer learns the data its own message to this rank may
     /// depend on.
@@ -550,43 +582,15 @@ pub trait Transport: Send {
         Ok(Offered::Later)
     }
 
-    /// Whether [`Transport::offer`] may place messages from `peer` (take them with
-    /// [`Transport::try_recv_into`] then).
-    fn places_directly(&self, _peer: Rank) -> bool {
-        false
-    }
-
-    /// Whether an offer to `peer` reaches it only behind everything this rank already sent
-    /// it, on one ordered channel whose messages the peer has received before it can use
-    /// the offer. Then memory that a send to `peer` alone still reads may be offered to
-    /// `peer` at once: its device has put the send's bytes on the wire before the peer can
-    /// write there. (An in-place all_reduce on 2 ranks offers the half it sends in the
-    /// reduce-scatter for the peer's half of the all-gather: waiting for the send's
-    /// completion first, the peer's write comes before the offer.)
-    fn offers_follow_sends(&self, _peer: Rank) -> bool {
-        false
+    /// What the link to `peer` does, which the engine's choices follow ([`Link`]).
+    fn link(&self, _peer: Rank) -> Link {
+        Link::default()
     }
 
     /// Messages written straight into offered destinations so far (for tests and
     /// diagnostics).
     fn placed_receives(&self) -> u64 {
         0
-    }
-
-    /// Whether messages from `peer` are best taken with [`Transport::try_recv_into`] (and
-    /// forwarded from where they landed with [`Transport::try_send_borrowed`]) than as a
-    /// payload: the backend reads them from the sender's memory, once.
-    fn reads_directly(&self, _peer: Rank) -> bool {
-        false
-    }
-
-    /// Whether a message of any length up to [`WHOLE_MAX`] bytes moves between this rank
-    /// and `peer`, both ways, in one piece and with one copy (each reads the other's
-    /// memory): a call whose every message is to or from `peer` then gains nothing by
-    /// cutting them into segments, and loses a read per segment. Both ranks of the pair
-    /// answer alike.
-    fn moves_whole(&self, _peer: Rank) -> bool {
-        false
     }
 
     /// Returns a payload that is no longer needed.
@@ -650,7 +654,7 @@ pub enum Offered {
     No,
 }
 
-/// The longest message [`Transport::moves_whole`] promises to move in one piece: lengths
+/// The longest message [`Link::moves_whole`] promises to move in one piece: lengths
 /// travel as 32 bits.
 pub const WHOLE_MAX: usize = 1 << 31;
 

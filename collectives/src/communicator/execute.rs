@@ -609,7 +609,7 @@ impl Communicator {
         pure_movement
             && self.nranks == 2
             && !self.config.segment_bytes_set
-            && self.transport.moves_whole(Rank(1 - self.rank.0))
+            && self.transport.link(Rank(1 - self.rank.0)).moves_whole
     }
 
     /// Sets `call`'s segment length (elements of `T`) and gives its fingerprint; an

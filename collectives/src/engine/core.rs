@@ -383,8 +383,8 @@ impl<'p> Execution<'p> {
                 let offered = self.channels[c].offered[j];
                 let placed = !small
                     && (offered & NO_MORE_OFFERS == 0 || k < offered & !NO_MORE_OFFERS)
-                    && io.places_directly(from);
-                (small || placed || io.reads_directly(from), placed)
+                    && io.link(from).places_directly;
+                (small || placed || io.link(from).reads_directly, placed)
             }
             _ => (false, false),
         };

@@ -82,7 +82,8 @@ use std::time::{Duration, Instant};
 use crate::error::TransportError;
 use crate::hosts::HostMap;
 use crate::transport::{
-    stale_in, Offered, Payload, Registered, Registration, SendState, Transport,
+    stale_in, Link as TransportLink, Offered, Payload, Registered, Registration, SendState,
+    Transport,
 };
 use crate::types::{Rank, Tag};
 use segment::{InRing, Lease, OutRing, Remote, Segment, Withdrawal};
@@ -338,12 +339,13 @@ impl ShmTransport {
             // An inline message's buffer (or a plain one like it; never one the transport
             // beneath lent, which must go back there): the next one's.
             self.small.push(payload.into_storage());
-        } else if payload.len() > SMALL_BYTES
-            && payload.is_plain_within(self.slot_bytes)
-            && self.large.len() < self.mine.shape().slots
+        } else if payload.is_plain_within(self.slot_bytes) && payload.capacity() >= self.slot_bytes
         {
-            // A single-copy message's buffer, or one like it.
-            self.large.push(payload.into_storage());
+            // One of the pool's buffers (`pooled`), each a slot's size: kept while the
+            // pool has room, else freed (never left to another pool to keep).
+            if self.large.len() < self.mine.shape().slots {
+                self.large.push(payload.into_storage());
+            }
         } else {
             self.inner.recycle(payload);
         }
@@ -364,7 +366,12 @@ impl Transport for ShmTransport {
     }
 
     fn alloc(&mut self, len: usize) -> Payload {
-        self.inner.alloc(len)
+        // From the pool of slot-sized buffers: a payload of this layer goes back to it,
+        // whatever its length (a pool of buffers grown to each length would creep).
+        match len <= self.slot_bytes {
+            true => self.pooled(len),
+            false => self.inner.alloc(len),
+        }
     }
 
     fn try_send(
@@ -678,13 +685,6 @@ impl Transport for ShmTransport {
         }
     }
 
-    fn reads_directly(&self, peer: Rank) -> bool {
-        if !self.shares_memory_with(peer) {
-            return self.inner.reads_directly(peer);
-        }
-        matches!(self.links.get(peer.index()), Some(Some(l)) if l.read_from.is_some())
-    }
-
     fn offer(&mut self, peer: Rank, tag: Tag, dst: &mut [u8]) -> Result<Offered, TransportError> {
         if self.shares_memory_with(peer) {
             return Ok(Offered::No);
@@ -707,20 +707,21 @@ impl Transport for ShmTransport {
         self.inner.offer_with(peer, tag, dst, with)
     }
 
-    fn places_directly(&self, peer: Rank) -> bool {
-        !self.shares_memory_with(peer) && self.inner.places_directly(peer)
-    }
-
-    fn offers_follow_sends(&self, peer: Rank) -> bool {
-        !self.shares_memory_with(peer) && self.inner.offers_follow_sends(peer)
+    fn link(&self, peer: Rank) -> TransportLink {
+        match self.links.get(peer.index()) {
+            // Shared memory: no offers (a peer reads or copies), read from the sender's
+            // memory where this rank may.
+            Some(Some(l)) => TransportLink {
+                reads_directly: l.read_from.is_some(),
+                moves_whole: l.read_from.is_some() && l.read_by,
+                ..TransportLink::default()
+            },
+            _ => self.inner.link(peer),
+        }
     }
 
     fn placed_receives(&self) -> u64 {
         self.inner.placed_receives()
-    }
-
-    fn moves_whole(&self, peer: Rank) -> bool {
-        matches!(self.links.get(peer.index()), Some(Some(l)) if l.read_from.is_some() && l.read_by)
     }
 
     fn recycle(&mut self, payload: Payload) {

@@ -159,10 +159,10 @@ impl ShmTransport {
                     continue;
                 }
                 let len = lease.len();
-                let mut copy = vec![0; len];
-                lease.read_into(&mut copy);
+                let mut copy = pooled(&mut self.large, self.slot_bytes, len);
+                lease.read_into(copy.as_bytes_mut());
                 // The slot goes back as the lease drops.
-                *msg = Msg::Here(Payload::reuse(copy, len));
+                *msg = Msg::Here(copy);
                 *charge = len;
                 copied += len;
                 if copied >= HEAP_CAP {
@@ -230,6 +230,15 @@ impl ShmTransport {
         }
     }
 
+    /// A payload of `len` bytes for a message copied out of a slot or read from its
+    /// sender's memory: a buffer of the pool, which holds buffers of a slot's size only
+    /// (up to one per slot), so that what it keeps is the same whatever lengths came
+    /// before (buffers grown to each new length would creep up over a run). Longer
+    /// messages get a buffer of their own, freed after.
+    pub(super) fn pooled(&mut self, len: usize) -> Payload {
+        pooled(&mut self.large, self.slot_bytes, len)
+    }
+
     /// A message's bytes as a payload: copied into a buffer of this transport's if they
     /// are in a slot or still in the sender's memory.
     /// `None` if the sender withdrew it (see [`Self::read_remote`]).
@@ -237,12 +246,12 @@ impl ShmTransport {
         match msg {
             Msg::Here(p) => Ok(Some(p)),
             Msg::Slot(lease) => {
-                let mut p = Payload::reuse(self.large.pop().unwrap_or_default(), lease.len());
+                let mut p = self.pooled(lease.len());
                 lease.read_into(p.as_bytes_mut());
                 Ok(Some(p))
             }
             Msg::There(remote) => {
-                let mut p = Payload::reuse(self.large.pop().unwrap_or_default(), remote.len);
+                let mut p = self.pooled(remote.len);
                 if !self.read_remote(peer, remote, p.as_bytes_mut())? {
                     return Ok(None);
                 }
@@ -346,4 +355,12 @@ impl ShmTransport {
             }
         }
     }
+}
+
+/// [`ShmTransport::pooled`], from `large`, a pool of buffers of `slot_bytes`.
+fn pooled(large: &mut Vec<Vec<u8>>, slot_bytes: usize, len: usize) -> Payload {
+    let buf = large
+        .pop()
+        .unwrap_or_else(|| Vec::with_capacity(slot_bytes.max(len)));
+    Payload::reuse(buf, len)
 }

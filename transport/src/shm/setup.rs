@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use super::segment::{self, InRing, OutRing, Segment, Shape};
 use super::{
     cma, Link, ShmTransport, DEFAULT_SEGMENT_BUDGET, DEFAULT_SINGLE_COPY, DEFAULT_SLOTS,
-    DEFAULT_SPIN, PREFIX,
+    DEFAULT_SPIN, PREFIX, SMALL_BYTES, SMALL_POOL,
 };
 use crate::error::TransportError;
 use crate::hosts::HostMap;
@@ -179,6 +179,7 @@ impl Prepared {
             (true, "verbs") => "shm+verbs",
             (true, _) => "shm+tcp",
         };
+        let slots = mine.shape().slots;
         Ok(ShmTransport {
             rank: me,
             nranks: links.len(),
@@ -200,8 +201,15 @@ impl Prepared {
             seen_taken: 0,
             marked: false,
             quick_misses: 0,
-            small: Vec::new(),
-            large: Vec::new(),
+            // Both pools filled now, to what they keep at most: what they hold is then the
+            // same from the first call on, whatever the calls' timing (a pool filled as
+            // buffers come back grows at the rare moments many are out at once).
+            small: (0..SMALL_POOL)
+                .map(|_| Vec::with_capacity(SMALL_BYTES))
+                .collect(),
+            large: (0..slots)
+                .map(|_| Vec::with_capacity(self.opts.slot_bytes))
+                .collect(),
             outstanding: Vec::new(),
             withdrawn: Vec::new(),
             next_token: 0,

@@ -31,7 +31,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::error::TransportError;
-use crate::transport::{check_arrival, Payload, Transport};
+use crate::transport::{check_arrival, Link, Payload, Transport};
 use crate::types::{Rank, Tag};
 use frame::{Decoder, Frame, Header, Kind, HEADER_LEN};
 
@@ -643,8 +643,12 @@ impl Transport for TcpTransport {
         Ok(false)
     }
 
-    fn reads_directly(&self, _peer: Rank) -> bool {
-        true
+    fn link(&self, _peer: Rank) -> Link {
+        // A message is read from the socket straight into the destination it is asked into.
+        Link {
+            reads_directly: true,
+            ..Link::default()
+        }
     }
 
     fn placed_receives(&self) -> u64 {

@@ -12,7 +12,7 @@ use super::wire::{encode_header, wr, Credit, HEADER, WR_DATA, WR_INLINE, WR_WIND
 use super::{Peer, VerbsTransport, ZERO_COPY_MIN};
 use crate::error::TransportError;
 use crate::transport::{
-    check_arrival, is_stale, Offered, Payload, Registered, Registration, SendState, Transport,
+    check_arrival, is_stale, Link, Offered, Payload, Registered, Registration, SendState, Transport,
 };
 use crate::types::{Rank, Tag};
 
@@ -442,18 +442,20 @@ impl Transport for VerbsTransport {
         self.make_offer(peer, tag, dst, Some(with))
     }
 
-    fn places_directly(&self, peer: Rank) -> bool {
-        self.direct && matches!(self.peers.get(peer.index()), Some(Some(_)))
-    }
-
-    fn offers_follow_sends(&self, peer: Rank) -> bool {
-        // One queue pair per peer carries sends and the credit messages (or messages) that
-        // carry offers, in the order posted, and its responder executes them in that order.
-        // A retransmission that reads the memory again is a duplicate there, which rxe
-        // acknowledges without writing; a device that wrote it again would write the slot
-        // that message landed in, followed by everything sent after it, as for any slot.
-        // (Scoped offers wait for nothing but binds in flight anyway.)
-        !self.scoped && self.places_directly(peer)
+    fn link(&self, peer: Rank) -> Link {
+        let places_directly = self.direct && matches!(self.peers.get(peer.index()), Some(Some(_)));
+        Link {
+            places_directly,
+            // One queue pair per peer carries sends and the credit messages (or messages)
+            // that carry offers, in the order posted, and its responder executes them in
+            // that order. A retransmission that reads the memory again is a duplicate
+            // there, which rxe acknowledges without writing; a device that wrote it again
+            // would write the slot that message landed in, followed by everything sent
+            // after it, as for any slot. (Scoped offers wait for nothing but binds in
+            // flight anyway.)
+            offers_follow_sends: !self.scoped && places_directly,
+            ..Link::default()
+        }
     }
 
     fn placed_receives(&self) -> u64 {

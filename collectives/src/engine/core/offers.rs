@@ -28,7 +28,8 @@ impl Execution<'_> {
                 continue;
             };
             let bytes = p.prim.len().min(self.segment_elems) * std::mem::size_of::<T>();
-            if bytes > SMALL_SEGMENT && self.ready(c, 0, &p.waits) && io.places_directly(from) {
+            if bytes > SMALL_SEGMENT && self.ready(c, 0, &p.waits) && io.link(from).places_directly
+            {
                 self.offer_ahead(c, j, p, 0, from, t, mem, io, None)?;
             }
         }
@@ -96,7 +97,7 @@ impl Execution<'_> {
         let end = state.segments[j].min(k + OFFER_AHEAD);
         let mut next = state.offered[j].max(k);
         let at = || position(c, p);
-        let ordered = with.is_some() || io.offers_follow_sends(from);
+        let ordered = with.is_some() || io.link(from).offers_follow_sends;
         while next < end && self.may_offer(c, next, p, from, ordered, with.map(|w| w.0)) {
             let lo = next * self.segment_elems;
             let mut l = dst;
@@ -146,7 +147,8 @@ impl Execution<'_> {
         mem: &mut Memory<'_, T>,
         io: &mut dyn Transport,
     ) -> Result<(), ExecError> {
-        if p.offers_with.is_empty() || !io.places_directly(to) || !io.offers_follow_sends(to) {
+        let link = io.link(to);
+        if p.offers_with.is_empty() || !link.places_directly || !link.offers_follow_sends {
             return Ok(());
         }
         let plan = self.plan;
