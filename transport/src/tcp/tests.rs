@@ -269,6 +269,20 @@ fn a_trickling_peer_cannot_stretch_the_setup_deadline() {
 /// Until every byte the socket to `peer` sent is acknowledged (`ss` shows no
 /// `unacked:` count for the connection; at most 10 s): from then on only the peer reading
 /// makes the socket writable again.
+/// Waits (up to 10 s) until `bytes` bytes from `peer` wait in `t`'s socket, unread.
+fn until_arrived(t: &TcpTransport, peer: Rank, bytes: usize) {
+    let stream = &t.peers[peer.index()].as_ref().expect("a peer").stream;
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut buf = vec![0u8; bytes];
+    while stream.peek(&mut buf).map_or(0, |n| n) < bytes {
+        assert!(
+            Instant::now() < until,
+            "{bytes} bytes from {peer} never arrived"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn until_acked(t: &TcpTransport, peer: Rank) {
     let stream = &t.peers[peer.index()].as_ref().expect("a peer").stream;
     let (here, there) = (
@@ -825,7 +839,7 @@ fn a_peer_found_gone_by_a_wait_ends_it_at_once() {
     // More than a header's 32 bytes: the decoder judges a whole header.
     raw.write_all(b"GET / HTTP/1.1\r\nHost: rcoll\r\n\r\n-----")
         .unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    until_arrived(&t, Rank(1), 36);
     let start = Instant::now();
     let e = t.wait(start + Duration::from_secs(20));
     let slept = start.elapsed();
