@@ -366,8 +366,16 @@ impl Transport for ShmTransport {
     }
 
     fn alloc(&mut self, len: usize) -> Payload {
-        // From the pool of slot-sized buffers: a payload of this layer goes back to it,
-        // whatever its length (a pool of buffers grown to each length would creep).
+        // From this layer's pools (small buffers, or slot-sized ones): a payload goes back
+        // to the pool it came from, whatever its length (a pool of buffers grown to each
+        // length would creep), and a small one never takes a slot-sized buffer.
+        if len <= SMALL_BYTES {
+            let buf = self
+                .small
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(SMALL_BYTES));
+            return Payload::reuse(buf, len);
+        }
         match len <= self.slot_bytes {
             true => self.pooled(len),
             false => self.inner.alloc(len),
