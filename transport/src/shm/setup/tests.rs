@@ -1,4 +1,5 @@
 use super::*;
+use crate::shm::PREFIX;
 
 const CHILD: &str = "RCOLL_TEST_SEGMENT_CHILD";
 
