@@ -335,10 +335,13 @@ impl ShmTransport {
 
     /// Disposes of a payload this transport is done with.
     fn dispose(&mut self, payload: Payload) {
-        if payload.is_plain_within(SMALL_BYTES) && self.small.len() < SMALL_POOL {
+        if payload.is_plain_within(SMALL_BYTES) {
             // An inline message's buffer (or a plain one like it; never one the transport
-            // beneath lent, which must go back there): the next one's.
-            self.small.push(payload.into_storage());
+            // beneath lent, which must go back there): the next one's while the pool has
+            // room, else freed, as the slot-sized ones below.
+            if self.small.len() < SMALL_POOL {
+                self.small.push(payload.into_storage());
+            }
         } else if payload.is_plain_within(self.slot_bytes) && payload.capacity() >= self.slot_bytes
         {
             // One of the pool's buffers (`pooled`), each a slot's size: kept while the

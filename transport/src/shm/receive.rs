@@ -10,9 +10,9 @@ use crate::types::{Rank, Tag};
 
 impl ShmTransport {
     /// Takes every published message off every ring into the arrival map, each one's
-    /// slot lent to it until it is copied out (into the destination, or a payload). Slots a full ring holds
-    /// for messages nobody asked for yet are freed by [`ShmTransport::unpin`] when this
-    /// rank is about to block.
+    /// slot lent to it until it is copied out (into the destination, or a payload). Slots
+    /// a full ring holds for messages nobody asked for yet are freed by
+    /// [`ShmTransport::unpin`] when this rank is about to block.
     pub(super) fn drain(&mut self) -> Result<(), TransportError> {
         let slots = self.mine.shape().slots;
         for p in 0..self.links.len() {
