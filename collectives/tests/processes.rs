@@ -107,7 +107,7 @@ fn rank_main() {
         // 64 MiB each: on two ranks over shared memory, one read of the root's memory.
         "killed_broadcast" => common::broadcast_until_a_rank_dies(&mut comm, 16 << 20, 10_000),
         "mismatch" => mismatch(&mut comm),
-        "soak" => common::soak(&mut comm, &MAIN_ALGORITHMS),
+        "soak" => common::soak(&mut comm, &MAIN_ALGORITHMS, true),
         "fanout" => shm::fanout(&mut comm),
         "whole" => shm::whole(&mut comm),
         "split" => split::split(&mut comm),

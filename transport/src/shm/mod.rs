@@ -232,6 +232,9 @@ pub struct ShmTransport {
     /// a spinning rank yields between polls, else it only pauses ([`Transport::relax`]).
     crowded: bool,
     name: &'static str,
+    /// Some peers are reached through the transport beneath (other hosts): payloads are
+    /// then that transport's (registered memory that verbs sends without a copy).
+    remote: bool,
 }
 
 /// A tag in a descriptor's three words: collective and transfer, segment and schedule,
@@ -369,9 +372,14 @@ impl Transport for ShmTransport {
     }
 
     fn alloc(&mut self, len: usize) -> Payload {
-        // From this layer's pools (small buffers, or slot-sized ones): a payload goes back
-        // to the pool it came from, whatever its length (a pool of buffers grown to each
-        // length would creep), and a small one never takes a slot-sized buffer.
+        // With peers beyond this host, the transport beneath's: a payload may go to one of
+        // them (and verbs sends its own registered buffers without a copy).
+        if self.remote {
+            return self.inner.alloc(len);
+        }
+        // Else from this layer's pools (small buffers, or slot-sized ones): a payload goes
+        // back to the pool it came from, whatever its length (a pool of buffers grown to
+        // each length would creep), and a small one never takes a slot-sized buffer.
         if len <= SMALL_BYTES {
             let buf = self
                 .small

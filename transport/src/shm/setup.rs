@@ -221,6 +221,7 @@ impl Prepared {
             broken: None,
             last_control: Instant::now(),
             name,
+            remote,
             inner,
         })
     }
