@@ -307,25 +307,15 @@ impl Communicator {
             .map_err(|source| Error::Registration { bytes, source })
     }
 
-    /// How many segments this communicator's transport sent zero-copy from the caller's
-    /// memory so far: from registered memory ([`Communicator::alloc`]) over verbs; read
-    /// by the receiving rank over shared memory (single copy).
-    pub fn zero_copy_sends(&self) -> u64 {
-        self.transport.zero_copy_sends()
-    }
-
-    /// How many segments peers' devices wrote straight into this rank's registered
-    /// destinations so far (over verbs, offered by the receiver: no copy out of a slot).
-    pub fn placed_receives(&self) -> u64 {
-        self.transport.placed_receives()
-    }
-
-    /// Sends from this communicator's registered buffers that a device may still be
-    /// reading, and ranges of them offered to a peer's device to write: 0 whenever no call
-    /// is running (a call returns, successfully or not, only once no device touches the
-    /// caller's memory any more).
-    pub fn borrowed_in_flight(&self) -> usize {
-        self.transport.borrowed_in_flight()
+    /// What this communicator's transport has done and holds
+    /// ([`rcoll_transport::Statistics`]): segments sent zero-copy from the caller's memory
+    /// (registered memory, [`Communicator::alloc`], over verbs; read by the receiving rank
+    /// over shared memory), segments peers' devices wrote straight into this rank's
+    /// registered destinations, caller memory a device may still touch (0 whenever no
+    /// call is running: a call returns, successfully or not, only once no device touches
+    /// it any more), and the transport's buffer pool.
+    pub fn statistics(&self) -> rcoll_transport::Statistics {
+        self.transport.statistics()
     }
 
     /// The configuration in force.

@@ -107,7 +107,7 @@ fn rank_main() {
         // 64 MiB each: on two ranks over shared memory, one read of the root's memory.
         "killed_broadcast" => common::broadcast_until_a_rank_dies(&mut comm, 16 << 20, 10_000),
         "mismatch" => mismatch(&mut comm),
-        "soak" => common::soak(&mut comm, &MAIN_ALGORITHMS, true),
+        "soak" => common::soak(&mut comm, &MAIN_ALGORITHMS),
         "fanout" => shm::fanout(&mut comm),
         "whole" => shm::whole(&mut comm),
         "split" => split::split(&mut comm),
@@ -218,7 +218,11 @@ fn large(comm: &mut Communicator) {
         comm.rank(),
         failures.join("\n")
     );
-    println!("PLACED {} {}", comm.rank(), comm.placed_receives());
+    println!(
+        "PLACED {} {}",
+        comm.rank(),
+        comm.statistics().placed_receives
+    );
 }
 
 /// Loops over a large all_reduce until the group fails (one rank is killed); prints the

@@ -230,7 +230,7 @@ pub fn world_zero_copy_sends() -> u64 {
     let mut sends = 0;
     if let Some(ready) = world.as_ref().and_then(|w| w.ready()) {
         let _ = ready.run(|c| {
-            sends = c.zero_copy_sends();
+            sends = c.statistics().zero_copy_sends;
             Ok(())
         });
     }

@@ -292,8 +292,8 @@ impl Transport for Subgroup {
         self.inner.send_complete(token).map_err(|e| self.up(e))
     }
 
-    fn zero_copy_sends(&self) -> u64 {
-        self.inner.zero_copy_sends()
+    fn statistics(&self) -> crate::Statistics {
+        self.inner.statistics()
     }
 
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
@@ -343,10 +343,6 @@ impl Transport for Subgroup {
         self.hosts.clone()
     }
 
-    fn borrowed_in_flight(&self) -> usize {
-        self.inner.borrowed_in_flight()
-    }
-
     fn try_recv(
         &mut self,
         peer: Rank,
@@ -385,10 +381,6 @@ impl Transport for Subgroup {
         self.inner
             .offer_with(p, tag, dst, with)
             .map_err(|e| self.up(e))
-    }
-
-    fn placed_receives(&self) -> u64 {
-        self.inner.placed_receives()
     }
 
     fn link(&self, peer: Rank) -> Link {

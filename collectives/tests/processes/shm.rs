@@ -584,7 +584,7 @@ pub(super) fn fanout(comm: &mut Communicator) {
     let (n, me) = (comm.size(), comm.rank());
     let count = 64 << 10; // 256 KiB of f32 per block
     let block: Vec<f32> = (0..count).map(|i| (me * count + i) as f32).collect();
-    let before = comm.zero_copy_sends();
+    let before = comm.statistics().zero_copy_sends;
     for round in 0..3 {
         let mut all = vec![-1f32; n * count];
         comm.with_algorithm(Algorithm::Mesh)
@@ -607,7 +607,10 @@ pub(super) fn fanout(comm: &mut Communicator) {
             "rank {me}: broadcast from {root}"
         );
     }
-    println!("ZERO-COPY {me} {}", comm.zero_copy_sends() - before);
+    println!(
+        "ZERO-COPY {me} {}",
+        comm.statistics().zero_copy_sends - before
+    );
 }
 
 /// On two ranks, the collectives that only move data, each of 4 MiB and 3 elements more,
@@ -620,7 +623,7 @@ pub(super) fn whole(comm: &mut Communicator) {
     let count = (1 << 20) + 3;
     let value = |rank: usize, i: usize| (rank * count + i) as f32;
     let mine: Vec<f32> = (0..count).map(|i| value(me, i)).collect();
-    let before = comm.zero_copy_sends();
+    let before = comm.statistics().zero_copy_sends;
     let mut wrong = Vec::new();
     let mut check = |what: &str, got: &[f32], want: &dyn Fn(usize) -> f32| {
         let bad = (0..got.len()).filter(|&i| got[i] != want(i)).count();
@@ -667,7 +670,10 @@ pub(super) fn whole(comm: &mut Communicator) {
     comm.scatter(&blocks, &mut part, 0).expect("scatter");
     check("scatter from 0", &part, &|i| value(0, me * count + i));
     assert!(wrong.is_empty(), "rank {me}: {}", wrong.join("; "));
-    println!("ZERO-COPY {me} {}", comm.zero_copy_sends() - before);
+    println!(
+        "ZERO-COPY {me} {}",
+        comm.statistics().zero_copy_sends - before
+    );
 }
 
 /// `cmd` run in a process namespace of its own, with a `/proc` of its own (`unshare`, root):

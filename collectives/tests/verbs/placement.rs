@@ -15,7 +15,7 @@ pub fn in_place_the_all_gather_half_lands_in_place(comm: &mut Communicator) {
     let half = (count / 2 * std::mem::size_of::<f32>()) as u64;
     let segments = half.div_ceil(comm.config().segment_bytes as u64);
     let calls = 3;
-    let before = comm.placed_receives();
+    let before = comm.statistics().placed_receives;
     for _ in 0..calls {
         buf.iter_mut()
             .enumerate()
@@ -26,7 +26,7 @@ pub fn in_place_the_all_gather_half_lands_in_place(comm: &mut Communicator) {
         let bad = (0..count).find(|&i| buf[i] != (3 * (i % 1000)) as f32);
         assert_eq!(bad, None, "ring all_reduce in place on 2 ranks");
     }
-    let placed = comm.placed_receives() - before;
+    let placed = comm.statistics().placed_receives - before;
     println!("rank {r}: in place, {placed} of {calls} x {segments} segments written in place");
     let var = |k: &str| std::env::var(k).unwrap_or_default();
     // Windows are bound only behind nothing but binds, so offers wait for the sends there.
@@ -54,11 +54,11 @@ pub fn ring_sends_what_it_reduced_from_the_output(comm: &mut Communicator) {
         .for_each(|(i, x)| *x = ((r + 1) * (i % 1000)) as f32);
     let half = (count / 2 * std::mem::size_of::<f32>()) as u64;
     let segments = half.div_ceil(comm.config().segment_bytes as u64);
-    let before = comm.zero_copy_sends();
+    let before = comm.statistics().zero_copy_sends;
     comm.with_algorithm(Algorithm::Ring)
         .all_reduce(&src, &mut dst, ReduceOp::Sum)
         .expect("ring all_reduce");
-    let sent = comm.zero_copy_sends() - before;
+    let sent = comm.statistics().zero_copy_sends - before;
     let bad = (0..count).find(|&i| dst[i] != (3 * (i % 1000)) as f32);
     assert_eq!(bad, None, "ring all_reduce on 2 ranks");
     println!(

@@ -152,7 +152,7 @@ pub fn zero_copy(comm: &mut Communicator) {
     );
     // Point-to-point receives are never offered: their tags are never stale, so an offer a
     // sender did not use would wait for the tag to come round again.
-    let before = comm.placed_receives();
+    let before = comm.statistics().placed_receives;
     let mut from_left = comm.alloc::<f32>(1 << 20).expect("alloc");
     let mut to_right = comm.alloc::<f32>(1 << 20).expect("alloc");
     to_right
@@ -168,19 +168,22 @@ pub fn zero_copy(comm: &mut Communicator) {
         "send_recv"
     );
     assert_eq!(
-        comm.placed_receives(),
+        comm.statistics().placed_receives,
         before,
         "a point-to-point receive was offered"
     );
-    assert!(comm.zero_copy_sends() > 0, "no send went zero-copy");
+    assert!(
+        comm.statistics().zero_copy_sends > 0,
+        "no send went zero-copy"
+    );
     if n == 2 {
         placement::ring_sends_what_it_reduced_from_the_output(comm);
         placement::in_place_the_all_gather_half_lands_in_place(comm);
     }
-    let placed = comm.placed_receives();
+    let placed = comm.statistics().placed_receives;
     println!(
         "rank {r}: {} zero-copy sends, {placed} receives written in place",
-        comm.zero_copy_sends()
+        comm.statistics().zero_copy_sends
     );
     if !offering() {
         assert_eq!(placed, 0, "offers are off (RCOLL_IB_DIRECT, RCOLL_IB_SCOPED), yet {placed} receives landed in place");
@@ -189,7 +192,11 @@ pub fn zero_copy(comm: &mut Communicator) {
         // they receive: some of it lands in place.
         assert!(placed > 0, "no receive landed in its destination");
     }
-    assert_eq!(comm.borrowed_in_flight(), 0, "an offer outlived its call");
+    assert_eq!(
+        comm.statistics().borrowed_in_flight,
+        0,
+        "an offer outlived its call"
+    );
 }
 
 /// Zero-copy broadcasts from every root, and all_reduces, on registered buffers: a root's
@@ -240,15 +247,18 @@ pub fn wake_ups(comm: &mut Communicator) {
             "rank {r}: all_reduce, call {call}"
         );
     }
-    assert!(comm.zero_copy_sends() > 0, "no send went zero-copy");
     assert!(
-        comm.placed_receives() > 0,
+        comm.statistics().zero_copy_sends > 0,
+        "no send went zero-copy"
+    );
+    assert!(
+        comm.statistics().placed_receives > 0,
         "no receive landed in its destination"
     );
     println!(
         "rank {r}: {} zero-copy sends, {} receives written in place",
-        comm.zero_copy_sends(),
-        comm.placed_receives()
+        comm.statistics().zero_copy_sends,
+        comm.statistics().placed_receives
     );
 }
 
@@ -274,7 +284,7 @@ pub fn killed_zero_copy(comm: &mut Communicator) {
             .with_algorithm(Algorithm::Ring)
             .all_reduce_in_place(&mut buf, ReduceOp::Sum);
         if let Err(e) = result {
-            let left = comm.borrowed_in_flight();
+            let left = comm.statistics().borrowed_in_flight;
             println!("RANK-ERROR {e}");
             println!("BORROWED-IN-FLIGHT {left}");
             assert_eq!(left, 0, "a device may still read the returned buffer");

@@ -45,7 +45,7 @@ pub fn shrink(comm: Communicator) {
                 alive = s.parent_ranks.iter().map(|&p| alive[p]).collect();
                 println!("SHRUNK excluded {:?} members {alive:?}", s.excluded);
                 comm = new;
-                zero_copy_at_shrink = Some(comm.zero_copy_sends());
+                zero_copy_at_shrink = Some(comm.statistics().zero_copy_sends);
                 let mut next = [step as u64];
                 comm.all_reduce_in_place(&mut next, ReduceOp::Min)
                     .expect("the first call after the shrink");
@@ -65,12 +65,16 @@ pub fn shrink(comm: Communicator) {
     assert_eq!(bad, None, "rank {me}: the fresh buffer");
     let before = zero_copy_at_shrink.expect("a shrink happened");
     assert!(
-        comm.zero_copy_sends() > before,
+        comm.statistics().zero_copy_sends > before,
         "rank {me}: no send went zero-copy after the shrink ({before} before)"
     );
-    assert_eq!(comm.borrowed_in_flight(), 0, "rank {me}: memory still lent");
+    assert_eq!(
+        comm.statistics().borrowed_in_flight,
+        0,
+        "rank {me}: memory still lent"
+    );
     println!(
         "SURVIVORS {alive:?}, zero-copy sends {before} at the shrink, {} at the end",
-        comm.zero_copy_sends()
+        comm.statistics().zero_copy_sends
     );
 }

@@ -515,10 +515,15 @@ impl Transport for ShmTransport {
         }
     }
 
-    /// The inner transport's, and the sends a peer read from this rank's memory (one
-    /// token each).
-    fn zero_copy_sends(&self) -> u64 {
-        self.next_token + self.inner.zero_copy_sends()
+    /// The inner transport's, with the sends a peer read from this rank's memory (one
+    /// token each) and those a peer has yet to finish reading.
+    fn statistics(&self) -> crate::Statistics {
+        self.inner.statistics()
+            + crate::Statistics {
+                zero_copy_sends: self.next_token,
+                borrowed_in_flight: self.outstanding.len(),
+                ..Default::default()
+            }
     }
 
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
@@ -635,10 +640,6 @@ impl Transport for ShmTransport {
         parts.join("; ")
     }
 
-    fn borrowed_in_flight(&self) -> usize {
-        self.outstanding.len() + self.inner.borrowed_in_flight()
-    }
-
     fn control_check(&mut self, peer: Option<Rank>) -> Result<(), TransportError> {
         self.check()?;
         self.inner.control_check(peer)
@@ -737,10 +738,6 @@ impl Transport for ShmTransport {
             },
             _ => self.inner.link(peer),
         }
-    }
-
-    fn placed_receives(&self) -> u64 {
-        self.inner.placed_receives()
     }
 
     fn recycle(&mut self, payload: Payload) {

@@ -335,7 +335,7 @@ fn a_large_send_is_read_from_the_senders_memory_when_taken() {
             else {
                 panic!("a {len}-byte send was copied");
             };
-            assert_eq!(t.borrowed_in_flight(), 1);
+            assert_eq!(t.statistics().borrowed_in_flight, 1);
             assert!(
                 !t.send_complete(token).expect("send"),
                 "complete before the read"
@@ -344,7 +344,7 @@ fn a_large_send_is_read_from_the_senders_memory_when_taken() {
             buf[0] = 0xee;
             sent.store(true, std::sync::atomic::Ordering::SeqCst);
             complete(&mut t, token, deadline);
-            assert_eq!(t.borrowed_in_flight(), 0);
+            assert_eq!(t.statistics().borrowed_in_flight, 0);
             // A small one still goes through the ring, and so does a large one the
             // receiver may reduce into.
             assert_eq!(
@@ -508,7 +508,7 @@ fn a_withdrawn_send_is_never_delivered_and_the_senders_failure_reaches_the_recei
                 SendState::InFlight(_)
             ));
             t.reap_borrowed();
-            assert_eq!(t.borrowed_in_flight(), 0);
+            assert_eq!(t.statistics().borrowed_in_flight, 0);
             withdrawn.store(true, std::sync::atomic::Ordering::SeqCst);
             // Alive until the receiver has looked (then it goes, as a failed rank does).
             until(&looked, "looked");

@@ -651,8 +651,11 @@ impl Transport for TcpTransport {
         }
     }
 
-    fn placed_receives(&self) -> u64 {
-        self.placed
+    fn statistics(&self) -> crate::Statistics {
+        crate::Statistics {
+            placed_receives: self.placed,
+            ..Default::default()
+        }
     }
 
     fn recycle(&mut self, payload: Payload) {

@@ -637,7 +637,7 @@ fn large_messages_asked_for_land_straight_in_their_destinations() {
             let done = t.alloc(0);
             send_blocking(&mut t, Rank(1), tag(9, 9), done)?;
         }
-        Ok(t.placed_receives())
+        Ok(t.statistics().placed_receives)
     });
     let placed = results.into_iter().map(Result::unwrap).collect::<Vec<_>>();
     assert_eq!(placed[0], u64::from(segments), "read straight into place");

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use super::ffi::{Access, MemoryRegion, Sge, VerbsError};
 use super::registry::Remote;
-use super::wire::{encode_header, wr, Credit, HEADER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE};
+use super::wire::{
+    encode_header, wr, Credit, HEADER, TRAILER, WR_DATA, WR_INLINE, WR_WINDOW_WRITE,
+};
 use super::{Peer, VerbsTransport, ZERO_COPY_MIN};
 use crate::error::TransportError;
 use crate::transport::{
@@ -310,8 +312,26 @@ impl Transport for VerbsTransport {
         Ok(SendState::InFlight(wr_id))
     }
 
-    fn zero_copy_sends(&self) -> u64 {
-        self.zero_copy
+    fn statistics(&self) -> crate::Statistics {
+        let advertised: usize = self
+            .peers
+            .iter()
+            .flatten()
+            .map(|p| p.advertised.len())
+            .sum();
+        crate::Statistics {
+            zero_copy_sends: self.zero_copy,
+            placed_receives: self.placed_count,
+            borrowed_in_flight: self.borrowed.len() + self.offers.len() + self.withdrawing.len(),
+            pool_buffers: self.bufs.len(),
+            pool_bytes: self.bufs.len() * (HEADER + self.slot_bytes + TRAILER),
+            pool_accounted: self.free.len()
+                + advertised
+                + self.inflight.len()
+                + self.arrived.len()
+                // Lent to the caller, and (until taken back) on their way home if dropped.
+                + self.lent.len(),
+        }
     }
 
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
@@ -412,10 +432,6 @@ impl Transport for VerbsTransport {
         self.tcp.unresponsive(within)
     }
 
-    fn borrowed_in_flight(&self) -> usize {
-        self.borrowed.len() + self.offers.len() + self.withdrawing.len()
-    }
-
     fn send_complete(&mut self, token: u64) -> Result<bool, TransportError> {
         // A zero-copy write into an offer has no slot buffer in flight: only its region's
         // count.
@@ -456,10 +472,6 @@ impl Transport for VerbsTransport {
             offers_follow_sends: !self.scoped && places_directly,
             ..Link::default()
         }
-    }
-
-    fn placed_receives(&self) -> u64 {
-        self.placed_count
     }
 
     fn try_recv_into(
