@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -220,14 +221,36 @@ static double now_ms(void) {
 }
 
 static float abort_buf[1 << 16];
-static atomic_int call_started;
+static atomic_int caller_tid;
 static double aborted_at;
+
+/* Whether thread `tid` of this process sleeps in the kernel (state S in its stat, which
+   follows the command's closing parenthesis): blocked in its call's wait. */
+static int asleep(int tid) {
+  char path[64], stat[512];
+  snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(stat, 1, sizeof stat - 1, f);
+  fclose(f);
+  stat[n] = 0;
+  char *end = strrchr(stat, ')');
+  return end && end[1] == ' ' && end[2] == 'S';
+}
 
 static void *aborter(void *unused) {
   (void)unused;
-  while (!atomic_load(&call_started)) usleep(1000);
-  /* The call is entered (or about to be): either way it must end with an error. */
-  usleep(200 * 1000);
+  while (!atomic_load(&caller_tid)) usleep(1000);
+  /* The gate: the call is in its wait, so the abort must interrupt it (one before the call
+     would make it refuse a handle already gone instead). */
+  double give_up = now_ms() + 10000;
+  while (!asleep(atomic_load(&caller_tid))) {
+    if (now_ms() > give_up) {
+      fprintf(stderr, "rank 0: the call never blocked\n");
+      exit(1);
+    }
+    usleep(1000);
+  }
   aborted_at = now_ms();
   rcollResult_t r = rcollCommAbort(comm);
   if (r != rcollSuccess) {
@@ -243,7 +266,7 @@ static int abort_blocked(void) {
   if (rank == 0) {
     pthread_t t;
     if (pthread_create(&t, NULL, aborter, NULL)) return 1;
-    atomic_store(&call_started, 1);
+    atomic_store(&caller_tid, (int)syscall(SYS_gettid));
     rcollResult_t r = rcollAllReduce(abort_buf, abort_buf, 1 << 16, rcollFloat32, rcollSum, comm);
     double ended = now_ms();
     pthread_join(t, NULL);

@@ -3,7 +3,6 @@
 //! an error saying this rank aborted it — not the timeout it would otherwise reach — and
 //! the other ranks' calls fail naming the aborting rank.
 
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rcoll::process::{Builder, TransportKind, UniqueId};
@@ -47,9 +46,33 @@ fn aborted_by(e: &Error, by: u32) -> bool {
             source: TransportError::Aborted { by: b, .. },
             ..
         } => b.0 == by,
-        // The abort landed before the call started: the call refuses, saying why.
-        Error::Poisoned { first, .. } => first.contains("aborted"),
         _ => shown.contains(&format!("aborted by {}", rcoll::Rank(by))),
+    }
+}
+
+/// Waits until this process's thread named `name` (at most 15 bytes, the kernel's limit)
+/// sleeps in the kernel (state `S` in
+/// `/proc/self/task/<tid>/stat`): blocked in its wait, past the spin that precedes it.
+fn until_asleep(name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let asleep = std::fs::read_dir("/proc/self/task")
+            .expect("/proc/self/task")
+            .flatten()
+            .any(|task| {
+                let read =
+                    |f: &str| std::fs::read_to_string(task.path().join(f)).unwrap_or_default();
+                // The state follows the command's closing parenthesis.
+                read("comm").trim() == name
+                    && read("stat")
+                        .rsplit_once(") ")
+                        .is_some_and(|(_, rest)| rest.starts_with('S'))
+            });
+        if asleep {
+            return;
+        }
+        assert!(Instant::now() < deadline, "thread {name} never blocked");
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -66,18 +89,20 @@ fn abort_interrupts(mut comms: Vec<Communicator>, what: &str) {
         a.join().expect("rank 0").expect("rank 0's barrier");
     });
     let handle = zero.abort_handle();
-    let (entering, entered) = mpsc::channel();
     let (r0, since_abort) = std::thread::scope(|s| {
-        let blocked = s.spawn(move || {
-            let mut buf = vec![1.0f32; 1 << 16];
-            entering.send(()).expect("main thread");
-            let r = zero.all_reduce_in_place(&mut buf, ReduceOp::Sum);
-            (r, Instant::now(), zero)
-        });
-        entered.recv().expect("rank 0 started");
-        // Only to make the interrupted path the likely one: had the abort come first, the
-        // call would still fail with it (Poisoned "aborted"), which the check accepts.
-        std::thread::sleep(Duration::from_millis(100));
+        // Named for this test alone: the tests of this file run at once, in one process.
+        let name = format!("r0-{what}");
+        let blocked = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn_scoped(s, move || {
+                let mut buf = vec![1.0f32; 1 << 16];
+                let r = zero.all_reduce_in_place(&mut buf, ReduceOp::Sum);
+                (r, Instant::now(), zero)
+            })
+            .expect("rank 0's thread");
+        // The gate: rank 0's call is in its wait, so the abort must interrupt it (an abort
+        // before the call would make it refuse to start instead, a different path).
+        until_asleep(&name);
         let at = Instant::now();
         handle.abort("test: abort from another thread");
         let (r, ended, zero) = blocked.join().expect("rank 0's thread");
