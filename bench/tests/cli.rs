@@ -295,6 +295,24 @@ fn rdma_devices() -> Vec<String> {
     names
 }
 
+/// The GIDs in use on port 1 of RDMA device `device`, from sysfs (an unused entry reads as
+/// zeros).
+fn gids_of(device: &str) -> Vec<std::net::Ipv6Addr> {
+    let dir = format!("/sys/class/infiniband/{device}/ports/1/gids");
+    let mut gids: Vec<std::net::Ipv6Addr> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+                .filter_map(|t| t.trim().parse().ok())
+                .filter(|g: &std::net::Ipv6Addr| !g.is_unspecified())
+                .collect()
+        })
+        .unwrap_or_default();
+    gids.sort();
+    gids.dedup();
+    gids
+}
+
 /// The network interface under port 1 of RDMA device `device` (RoCE), from its GID table.
 fn netdev_of(device: &str) -> Option<String> {
     let dir = format!("/sys/class/infiniband/{device}/ports/1/gid_attrs/ndevs");
@@ -375,8 +393,17 @@ fn doctor_explains_what_rdma_needs_or_lists_the_devices() {
         assert_success(&out);
         for device in &devices {
             assert!(stdout.contains(&format!("{device} port 1")), "{stdout}");
+            // Its GID table as the kernel lists it (sysfs, not the verbs the probe asks):
+            // every entry in use must be in doctor's table.
+            let gids = gids_of(device);
+            assert!(!gids.is_empty(), "{device}: no GID in sysfs");
+            for gid in gids {
+                assert!(
+                    stdout.contains(&gid.to_string()),
+                    "{device}: GID {gid} missing from doctor's table:\n{stdout}"
+                );
+            }
         }
-        assert!(stdout.contains("GID table"), "{stdout}");
         assert!(stdout.contains("rcoll would use"), "{stdout}");
         if devices.len() >= 2 {
             assert!(stdout.contains("all_reduce over verbs"), "{stdout}");
