@@ -46,8 +46,9 @@ pub struct Ready {
     slot: Mutex<Slot>,
     /// The first rcoll error (rcoll's communicators are unusable after one), returned
     /// again by every later call. Apart from `slot`: a queued call that fails records it
-    /// from the progress thread while a blocking caller may hold `slot`.
-    failed: Mutex<Option<String>>,
+    /// from the progress thread while a blocking caller may hold `slot`. Set once, and
+    /// read by every call: a load, not a lock.
+    failed: OnceLock<String>,
 }
 
 enum Slot {
@@ -61,18 +62,18 @@ impl Ready {
     fn new(comm: Communicator) -> Ready {
         Ready {
             slot: Mutex::new(Slot::Plain(Box::new(comm))),
-            failed: Mutex::new(None),
+            failed: OnceLock::new(),
         }
     }
 
     /// The error an earlier call left, if any.
-    pub fn failed(&self) -> Option<String> {
-        lock(&self.failed).clone()
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.get().map(String::as_str)
     }
 
     /// Records a call's error (the first one stays).
     pub fn fail(&self, message: &str) {
-        lock(&self.failed).get_or_insert_with(|| message.to_string());
+        let _ = self.failed.set(message.to_string());
     }
 
     /// Runs `f` on the communicator on this thread, after every queued call.
