@@ -375,6 +375,16 @@ fn verbs_is_accepted_and_runs_where_rdma_exists() {
 
 #[test]
 fn doctor_explains_what_rdma_needs_or_lists_the_devices() {
+    // Each device's GIDs before doctor runs, kept where they are still there after it: an
+    // address that comes or goes meanwhile (a link-local one finishing its duplicate
+    // address detection) is not doctor's to have listed.
+    let gids_before: Vec<(String, Vec<std::net::Ipv6Addr>)> = rdma_devices()
+        .into_iter()
+        .map(|d| {
+            let g = gids_of(&d);
+            (d, g)
+        })
+        .collect();
     let out = output(bench_clean().args(["doctor", "--timeout", "120"]));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -394,8 +404,14 @@ fn doctor_explains_what_rdma_needs_or_lists_the_devices() {
         for device in &devices {
             assert!(stdout.contains(&format!("{device} port 1")), "{stdout}");
             // Its GID table as the kernel lists it (sysfs, not the verbs the probe asks):
-            // every entry in use must be in doctor's table.
-            let gids = gids_of(device);
+            // every entry in use before and after doctor must be in doctor's table.
+            let after = gids_of(device);
+            let gids: Vec<std::net::Ipv6Addr> = gids_before
+                .iter()
+                .filter(|(d, _)| d == device)
+                .flat_map(|(_, g)| g.iter().copied())
+                .filter(|g| after.contains(g))
+                .collect();
             assert!(!gids.is_empty(), "{device}: no GID in sysfs");
             for gid in gids {
                 assert!(

@@ -3,6 +3,7 @@
 //! an error saying this rank aborted it — not the timeout it would otherwise reach — and
 //! the other ranks' calls fail naming the aborting rank.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rcoll::process::{Builder, TransportKind, UniqueId};
@@ -50,24 +51,27 @@ fn aborted_by(e: &Error, by: u32) -> bool {
     }
 }
 
-/// Waits until this process's thread named `name` (at most 15 bytes, the kernel's limit)
-/// sleeps in the kernel (state `S` in
-/// `/proc/self/task/<tid>/stat`): blocked in its wait, past the spin that precedes it.
-fn until_asleep(name: &str) {
+/// Waits until `entering` is set and then this process's thread named `name` (at most 15
+/// bytes, the kernel's limit) sleeps in the kernel (state `S` in
+/// `/proc/self/task/<tid>/stat`): blocked in its call's wait, past the spin that precedes
+/// it. The flag is set right before the call, so that a sleep before it (a contended
+/// allocator lock as the thread starts) does not open the gate.
+fn until_asleep(entering: &AtomicBool, name: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let asleep = std::fs::read_dir("/proc/self/task")
-            .expect("/proc/self/task")
-            .flatten()
-            .any(|task| {
-                let read =
-                    |f: &str| std::fs::read_to_string(task.path().join(f)).unwrap_or_default();
-                // The state follows the command's closing parenthesis.
-                read("comm").trim() == name
-                    && read("stat")
-                        .rsplit_once(") ")
-                        .is_some_and(|(_, rest)| rest.starts_with('S'))
-            });
+        let asleep = entering.load(Ordering::Acquire)
+            && std::fs::read_dir("/proc/self/task")
+                .expect("/proc/self/task")
+                .flatten()
+                .any(|task| {
+                    let read =
+                        |f: &str| std::fs::read_to_string(task.path().join(f)).unwrap_or_default();
+                    // The state follows the command's closing parenthesis.
+                    read("comm").trim() == name
+                        && read("stat")
+                            .rsplit_once(") ")
+                            .is_some_and(|(_, rest)| rest.starts_with('S'))
+                });
         if asleep {
             return;
         }
@@ -89,20 +93,23 @@ fn abort_interrupts(mut comms: Vec<Communicator>, what: &str) {
         a.join().expect("rank 0").expect("rank 0's barrier");
     });
     let handle = zero.abort_handle();
+    let entering = AtomicBool::new(false);
     let (r0, since_abort) = std::thread::scope(|s| {
         // Named for this test alone: the tests of this file run at once, in one process.
         let name = format!("r0-{what}");
+        let entering = &entering;
         let blocked = std::thread::Builder::new()
             .name(name.clone())
             .spawn_scoped(s, move || {
                 let mut buf = vec![1.0f32; 1 << 16];
+                entering.store(true, Ordering::Release);
                 let r = zero.all_reduce_in_place(&mut buf, ReduceOp::Sum);
                 (r, Instant::now(), zero)
             })
             .expect("rank 0's thread");
         // The gate: rank 0's call is in its wait, so the abort must interrupt it (an abort
         // before the call would make it refuse to start instead, a different path).
-        until_asleep(&name);
+        until_asleep(entering, &name);
         let at = Instant::now();
         handle.abort("test: abort from another thread");
         let (r, ended, zero) = blocked.join().expect("rank 0's thread");

@@ -211,9 +211,9 @@ fn the_matrix_over_rxe_and_shared_memory_with_verbs_across() {
 /// after the first. Then 2 x 500 on 2 emulated hosts x 2 ranks placed cyclically (shared
 /// memory inside, verbs across, the hierarchical algorithm among the four): where a stall
 /// was once seen in CI, which would end a call at its timeout and fail the soak. The heap
-/// is judged there too: the verbs pool keeps a fixed number of free buffers (filled at
-/// setup) and frees what a burst took beyond them, so a rank's registered memory does not
-/// follow the timing of the run.
+/// is judged there too, net of the verbs pool: the pool grows with the timing of the run
+/// (the most messages in flight and waiting at once) and never shrinks, and its buffers
+/// are judged on their own, every one where the transport keeps it after every call.
 /// `RCOLL_TEST_SOAK` sets the calls of both runs (a longer soak by hand).
 #[test]
 #[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]

@@ -21,7 +21,7 @@ impl VerbsTransport {
             Access::RemoteWrite
         };
         // SAFETY: every registered slot is owned by this transport (in `free`, a peer's
-        // `advertised`, or `inflight`) or lent to the caller as a payload that comes back
+        // `advertised`, `inflight` or `arrived`) or lent to the caller as a payload that comes back
         // even when dropped (`returns`), so it is never freed while registered; the
         // transport's `Drop` destroys the queue pairs, then deregisters, then frees. While
         // the device may access a buffer, it is in `advertised` or `inflight`, where no
