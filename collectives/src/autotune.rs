@@ -205,16 +205,12 @@ impl Tuner {
     /// The calls timed per candidate of `key` (after its block's warm-up call): `trials`
     /// bursts, times as many as [`SMALL_CALL_BYTES`] holds calls of the bucket's size, up
     /// to [`SMALL_CALL_SCALE`] times. A small call takes a few microseconds, as long as a
-    /// rank that waits on a crowded host takes to get its CPU back: three of them timed the
-    /// mesh at 8.2 us on 3 ranks and 2 CPUs, which took 2.2 in a loop.
+    /// rank that waits on a crowded host takes to get its CPU back, so one call alone says
+    /// little.
     ///
-    /// How calls are grouped decides which algorithm is fastest on a crowded host: on 4
-    /// TCP ranks and 2 CPUs, in bursts of 2 from a common start, the tree took 246-256 us
-    /// a call at 256 KiB, in bursts of 5 187-190 (the fastest of all); in bursts of 32 at
-    /// 32-128 B, recursive doubling beat the single root, which was 1.15-1.22 times
-    /// faster in bursts of 5; at 2-8 MiB on 3 ranks, bursts of 2 took the naive ring,
-    /// calls one at a time halving-doubling, 1.2-1.4 times faster. Trials time calls the
-    /// way the regret figure does, so that auto is chosen for what it is measured on.
+    /// How calls are grouped decides which algorithm is fastest on a crowded host, so
+    /// trials time calls the way the regret figure does, and auto is chosen for what it is
+    /// measured on (measured: docs/src/algorithms.md, "How the trials' numbers were set").
     fn timed(&self, key: &Key) -> usize {
         let scale = (SMALL_CALL_BYTES / key.bucket_bytes.max(1)).clamp(1, SMALL_CALL_SCALE);
         self.trials as usize * scale * Self::burst(key)
@@ -223,11 +219,10 @@ impl Tuner {
     /// Whether `key`'s calls are single ones, taken in turn ([`SMALL_CALL_BYTES`]): one
     /// call of each candidate after another (A B C, A B C), each from a barrier, after one
     /// warm-up pass. A call above 1 MiB lasts long enough for the host's state to change
-    /// between blocks: on 2 TCP ranks at 64 MiB, in blocks, the candidates timed in one
-    /// second took 14.4-16.0 ms and those of the next 21.1-23.8, and 5 of 9 were dropped,
-    /// the ring among them, which the rounds then timed among the fastest (all nine within
-    /// 1.1 of each other). Taken in turn, each pass times every candidate in the same
-    /// state; the barrier before each call leaves no skew from the call before.
+    /// between blocks, which would drop candidates for when they ran rather than what they
+    /// cost (measured: docs/src/algorithms.md, "How the trials' numbers were set"). Taken
+    /// in turn, each pass times every candidate in the same state; the barrier before each
+    /// call leaves no skew from the call before.
     fn in_turn(key: &Key) -> bool {
         key.bucket_bytes > SMALL_CALL_BYTES
     }

@@ -14,17 +14,16 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 /// must fit 32 bits with room for headers.
 pub const MAX_SEGMENT_BYTES: usize = 1 << 30;
 
-/// Segment size over TCP alone for 2 ranks, unless one is set: measured on loopback, 2
-/// cores, all_reduce 1 to 64 MiB, 256 KiB moved 2-15% more than 128 KiB on 4 ranks (fewer
-/// system calls and wake-ups per byte), and more than 512 KiB on 2. More ranks take
-/// [`TCP_SEGMENT_BYTES_MANY`].
+/// Segment size over TCP alone for 2 ranks, unless one is set: larger segments mean fewer
+/// system calls and wake-ups per byte, up to where the pipeline has too few segments to
+/// overlap; 256 KiB moved the most on 2 ranks (measured: docs/src/algorithms.md, "How the
+/// model's constants were set"). More ranks take [`TCP_SEGMENT_BYTES_MANY`].
 pub const TCP_SEGMENT_BYTES: usize = 256 * 1024;
 
-/// Segment size over TCP alone for more than 2 ranks, unless one is set. On loopback, 2
-/// cores, all_reduce interleaved with 256 KiB over 4 rounds: on 4 ranks 512 KiB took
-/// 2.6-3.2 ms at 4 MiB (256 KiB: 3.2-3.5), 66.3-68.8 ms at 64 MiB (67.4-70.7), the same at
-/// 1 MiB; on 3 ranks 10.2-10.8 ms at 16 MiB (12.0-12.6). On 2 ranks 256 KiB stays faster
-/// (0.64-1.2 ms at 4 MiB against 0.57-1.3, mostly above 1 ms).
+/// Segment size over TCP alone for more than 2 ranks, unless one is set: with more ranks
+/// sharing the CPUs, fewer and larger segments cost less (faster than 256 KiB on 3 and 4
+/// ranks, slower on 2) (measured: docs/src/algorithms.md, "How the model's constants were
+/// set").
 pub const TCP_SEGMENT_BYTES_MANY: usize = 512 * 1024;
 
 /// The segment size over TCP alone for a group of `nranks`, unless one is set.

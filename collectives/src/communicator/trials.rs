@@ -71,8 +71,8 @@ impl Communicator {
     /// bucket, if any): it was no trial, or the next trial of its bucket runs the same
     /// algorithm (a block of trials; the call is then counted). Reused, a trial costs what
     /// the calls of a settled bucket do; prepared anew each time (and run in turn with the
-    /// others), the mesh's 8-byte all_reduce on 3 ranks timed 5.7-8.1 us in trials against
-    /// 2.2-2.3 in a loop.
+    /// others), a small call's trials would time the preparing, several times the call
+    /// itself (measured: docs/src/algorithms.md, "How the trials' numbers were set").
     pub(super) fn trial_goes_on(
         &mut self,
         trial: Option<autotune::Key>,

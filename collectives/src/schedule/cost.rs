@@ -74,9 +74,9 @@ pub struct Levels<'a> {
 impl CostModel {
     /// A default for ranks of one host that share memory: a round costs about what the
     /// engine's bookkeeping does; each end of a transfer copies (or reduces) at 25 GB/s,
-    /// half of beta, about memcpy's rate out of cache (23-24 GB/s for 64 MiB on the 2-core
-    /// VM; 50 Gbit/s, as it was, priced each end at half that); a call whose vector stays
-    /// in cache copies and reduces [`CACHE_SPEEDUP`] times as fast.
+    /// half of beta, about memcpy's rate out of cache; a call whose vector stays in cache
+    /// copies and reduces [`CACHE_SPEEDUP`] times as fast (measured:
+    /// docs/src/algorithms.md, "How the model's constants were set").
     pub fn shared_memory() -> CostModel {
         CostModel {
             alpha_us: 1.0,
@@ -169,41 +169,36 @@ fn polls_by_default() -> bool {
 }
 
 /// The largest vector (a call's count times its element size) that
-/// [`CostModel::cache_speedup`] prices at cache speed: the 2-core VM's per-core L2 (1 MiB),
-/// well inside its shared L3 (32 MiB), where memcpy still ran at 62-69 GB/s (1 and 4 MiB).
+/// [`CostModel::cache_speedup`] prices at cache speed: a per-core L2 of 1 MiB, well inside
+/// a shared L3, where copies still run at cache speed (measured: docs/src/algorithms.md,
+/// "How the model's constants were set").
 pub const CACHED_VECTOR: u64 = 1 << 20;
 
 /// How many times as fast copies and reductions between ranks that share memory run in
-/// cache as out of it. Measured on the 2-core VM: memcpy 62-69 GB/s at 1-4 MiB against
-/// 23-24 at 64 MiB (2.8x); the f32 sum in place 49-52 GiB/s at 16-256 KiB against 19 at
-/// 64 MiB (2.7x), into a third buffer 44 against 11.7 (3.8x). 3 (within them) still
-/// priced halving-doubling's 4 rounds below the single root's 2 on 4 ranks and 2 CPUs at
-/// 32 KiB (12.2-12.3 us against 9.0, in two runs); 4 does not.
+/// cache as out of it: the top of what copies and sums were measured to gain, where a
+/// smaller factor let more rounds of smaller messages price below fewer rounds that ran
+/// faster (measured: docs/src/algorithms.md, "How the model's constants were set").
 pub const CACHE_SPEEDUP: f64 = 4.0;
 
-/// What a rank that waits on a socket costs a crowded host per message end: it sleeps
-/// in the kernel and is woken again (a context switch and a wake-up, as a 2-CPU VM takes
-/// them; a few microseconds on bare metal). The TCP models' `switch_us`. On 4 ranks and
-/// 2 CPUs over loopback, an 8-byte all_reduce took 3.3-3.8 us per message end on the
-/// busiest CPU, whatever the algorithm: 28.2 us for the single root's 8 ends, 31.8 for
-/// recursive doubling's 8, 57.6 for halving-doubling's 16, 91.1 for the ring's 24, 39.4
-/// for the mesh's 12. With `o` (0.5) and `SPREAD_SHARE`, 4 scored best against three
-/// measured tables of every algorithm at every size (5 was the unscored first guess).
+/// What a rank that waits on a socket costs a crowded host per message end: it sleeps in
+/// the kernel and is woken again (a context switch and a wake-up, as a 2-CPU VM takes them;
+/// a few microseconds on bare metal). The TCP models' `switch_us`: an 8-byte call's time on
+/// the busiest CPU follows its message ends, whatever the algorithm, and this value scored
+/// best against measured tables of every algorithm at every size (measured:
+/// docs/src/algorithms.md, "How the model's constants were set").
 pub const SWITCH_US: f64 = 4.0;
 
 /// How many times as fast loopback TCP copies a vector that stays in cache
-/// ([`CACHED_VECTOR`]): on 4 ranks and 2 CPUs, a 64 KiB all_reduce took 3.3-4.0 us more
-/// per 64 KiB that the busiest CPU copied in or out than an 8-byte one did (single root,
-/// tree, ring, recursive doubling, mesh), against 10.5 at the out-of-cache rate.
+/// ([`CACHED_VECTOR`]): what a 64 KiB call costs beyond an 8-byte one, per byte the busiest
+/// CPU copies, against the out-of-cache rate (measured: docs/src/algorithms.md, "How the
+/// model's constants were set").
 pub const LOOPBACK_CACHE_SPEEDUP: f64 = 3.0;
 
-/// The share of a crowded host's work that falls on its CPUs evenly, whichever rank it
-/// is for: loopback TCP processes a message's receipt on the sender's CPU and wakes
-/// ranks across CPUs. The rest falls on the CPU of the rank it is for. With none, the
-/// single root on 4 ranks and 2 CPUs (4 message ends per round on its root's CPU, 2 on
-/// the other) priced even with recursive doubling (4 and 4); it ran 13-25% faster at
-/// 8 B-256 B in three runs. A quarter scored best against those tables, and changed
-/// nothing over shared memory.
+/// The share of a crowded host's work that falls on its CPUs evenly, whichever rank it is
+/// for: loopback TCP processes a message's receipt on the sender's CPU and wakes ranks
+/// across CPUs. The rest falls on the CPU of the rank it is for. With none, a schedule that
+/// loads one CPU more than the other priced even with one that loads both alike, and ran
+/// faster (measured: docs/src/algorithms.md, "How the model's constants were set").
 const SPREAD_SHARE: f64 = 0.25;
 
 impl Default for CostModel {
@@ -469,27 +464,21 @@ pub fn cost_levels(
 }
 
 /// What a copy costs, in halves of `beta`, when loopback TCP runs both ends of a transfer
-/// on one CPU, against each end on a CPU of its own: 2 ranks on one CPU took 3.7 times as
-/// long as on two for a 4 MiB all_reduce (3,071 us against 833) and 3.6 times for 16 MiB,
-/// 1.8 times the CPU time per byte, where shared memory took 2.5 and 1.6 times (1.25 and
-/// 0.8 per byte). Smaller transfers do not pay it (below).
+/// on one CPU, against each end on a CPU of its own: the CPU time per byte of 2 ranks on
+/// one CPU against two, for large transfers (measured: docs/src/algorithms.md, "How the
+/// model's constants were set"). Smaller transfers do not pay it (below).
 const SAME_CPU_COPY: f64 = 1.8;
 
 /// The least bytes of a message that pay [`SAME_CPU_COPY`]: smaller ones stay in the CPU's
-/// caches. 2 ranks on one CPU against two, per byte: 0.6-0.8 for 128 KiB-512 KiB in all
-/// (messages of 64-256 KiB), 0.9-1.1 at 1 MiB, 1.2 at 2 MiB, 1.8 from 4 MiB. On 4 ranks,
-/// halving-doubling's first exchange of 256 KiB on one CPU (a 512 KiB all_reduce) already
-/// ran 1.3-1.5 times slower than the ring; at 32 KiB, the single root, whose root shares
-/// its CPU with a sender, ran fastest (41 us against the double binary tree's 72).
+/// caches, and the cost per byte on one CPU grows with the message up to it (measured:
+/// docs/src/algorithms.md, "How the model's constants were set").
 const SAME_CPU_MIN: u64 = 256 << 10;
 
 /// What a copy costs, in halves of `beta`, when loopback TCP runs both ends of a transfer
-/// smaller than [`SAME_CPU_MIN`] on one CPU: the receiver reads what that CPU's caches
-/// took from the sender a moment before. 2 ranks on one CPU against two, per byte: 0.6-0.8
-/// for messages of 64-256 KiB (above). On 4 ranks and 2 CPUs, it makes the tree (whose
-/// messages are mostly between ranks of one CPU) the choice at 64-128 KiB, where it was
-/// the fastest or within 1.02 of it in five runs (61.6-110.6 us, against the single
-/// root's 64.6-118.7 and the naive ring's 61.5-154.5).
+/// smaller than [`SAME_CPU_MIN`] on one CPU: the receiver reads what that CPU's caches took
+/// from the sender a moment before, cheaper than across CPUs; it makes a schedule whose
+/// messages stay between ranks of one CPU the choice where it ran fastest (measured:
+/// docs/src/algorithms.md, "How the model's constants were set").
 const SAME_CPU_CACHED: f64 = 0.7;
 
 /// What the ranks a CPU holds (or one rank) do in one round.
