@@ -14,13 +14,12 @@
 //!
 //! # Single copy
 //!
-//! Off by default (`RCOLL_SHM_SINGLE_COPY` turns it on). Measured on a 2-core VM, the
-//! kernel's copy between processes ran at 8-9 GB/s against memcpy's 23, and the copy
-//! through the ring has the sender and the receiver each copy at memcpy's rate, pipelined
-//! segment by segment on two cores: broadcast and all_gather of 1 to 64 MiB took about
-//! half the time through the ring, on 2 ranks and on 4 (on 2 cores), and all_reduce was
-//! no slower. Where the kernel copies as fast as user space and ranks contend for memory
-//! bandwidth, one copy can win again: measure with the variable set.
+//! Off by default (`RCOLL_SHM_SINGLE_COPY` turns it on): the kernel's copy between
+//! processes can run well below memcpy's rate, while the copy through the ring has the
+//! sender and the receiver each copy at memcpy's rate, pipelined segment by segment
+//! (measured: docs/src/design.md, "Measurements behind the transports' choices"). Where
+//! the kernel copies as fast as user space and ranks contend for memory bandwidth, one
+//! copy can win again: measure with the variable set.
 //!
 //! A large send from the caller's memory of bytes the receiver only copies
 //! ([`Transport::try_send_borrowed_for_copy`], at least [`Options::single_copy`] bytes:

@@ -13,16 +13,13 @@
 //!   take them in turn), `none` leaves it; `auto` (the default) is `core` when the node
 //!   has cores, else `numa`. A PU that no core holds (hwloc knows no cores on the machine)
 //!   counts as a core of its own. Ranks that spin for each other's messages must not share a
-//!   core: left to the scheduler on one node, two ranks of a 2-core host sometimes started
-//!   on one core and stayed there long enough to make a 64 KiB all_reduce 18 times slower
-//!   (8.4 µs, or 154 µs). Where they must share (more ranks than cores), an even split
-//!   that stays put is reproducible where the scheduler's is not: with 4 ranks on 2 cores
-//!   left to it, which ranks shared a core changed from run to run, and the fastest
-//!   algorithm with it (a tree at 1 MiB over shared memory took 125 µs or 165 µs by run,
-//!   the binomial tree the reverse), so a choice measured in one run did not hold in the
-//!   next; pinned, the order held (tree 123-131 µs, binomial tree 171-174 µs). The price:
-//!   ranks busy at the same time may sit on one core while another idles (the binomial
-//!   tree's ranks 0 and 2 there); `numa` lets them float.
+//!   core: the scheduler may leave two of them on one core long enough to slow a call many
+//!   times over. Where they must share (more ranks than cores), an even split that stays
+//!   put is reproducible where the scheduler's is not: which ranks share a core, and so
+//!   the fastest algorithm, would change from run to run, and a choice measured in one run
+//!   would not hold in the next (measured: docs/src/topology.md, "Why ranks are bound").
+//!   The price: ranks busy at the same time may sit on one core while another idles;
+//!   `numa` lets them float.
 //! - Memory is preferred (`set_mempolicy(MPOL_PREFERRED)`, when bound) on the rank's node,
 //!   or on a memory-only node of fast memory near it where there is one (KNL's MCDRAM in
 //!   flat or hybrid mode, HBM in flat mode: the bandwidth a collective's copies and

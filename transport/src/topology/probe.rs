@@ -2,12 +2,10 @@
 //! threads bound to them, as a rank's flag or ring head makes it when it hands a message to
 //! a rank on the other CPU.
 //!
-//! It is no constant of the machine. On the 2-vCPU VM this project is measured on, it was
-//! 43-58 ns in some minutes and 310-379 ns in others (the host running the two vCPUs on
-//! cores that share less, presumably). In the second state, a 64 KiB all_reduce over shared
-//! memory on 3 ranks took 19.6-20.4 us by recursive doubling and halving-doubling, which
-//! cross CPUs at every step, against 10.3-10.5 in the first; the binomial tree took 11.9
-//! against 9.5. `rcoll-bench topo` prints it, and the regret figure beside each table.
+//! It is no constant of the machine: on a VM it can change several times over from one
+//! minute to the next (the host moving the vCPUs), and with it the cost of algorithms that
+//! cross CPUs at every step (measured: docs/src/topology.md, "Why ranks are bound").
+//! `rcoll-bench topo` prints it, and the regret figure beside each table.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

@@ -74,8 +74,8 @@
 //!   (zero copy on forward). A receive into the engine's memory (`try_recv_into`, every
 //!   small call's) copies the message out of its slot and lends the slot again at once,
 //!   and a send from the engine's memory (`try_send_slice`) copies into a registered
-//!   buffer and posts it: no payload is lent and taken back on the way (8-byte all_reduce
-//!   on 2 Soft-RoCE ranks: 44.4-48.4 us against 47.4-57.2 with payloads, interleaved).
+//!   buffer and posts it: no payload is lent and taken back on the way, which a small
+//!   call would otherwise pay for on each message (measured: docs/src/design.md).
 //!   Messages that fit inline go inline.
 //! - Receivers replenish on arrival, not on consumption: like the TCP backend, this rank
 //!   accepts every message a peer sends whatever tag it waits for (the trait's contract),
