@@ -15,15 +15,14 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 pub const MAX_SEGMENT_BYTES: usize = 1 << 30;
 
 /// Segment size over TCP alone for 2 ranks, unless one is set: larger segments mean fewer
-/// system calls and wake-ups per byte, up to where the pipeline has too few segments to
-/// overlap; 256 KiB moved the most on 2 ranks (measured: docs/src/algorithms.md, "How the
-/// model's constants were set"). More ranks take [`TCP_SEGMENT_BYTES_MANY`].
+/// system calls and wake-ups per byte; 256 KiB moved more than 128 KiB on 4 ranks and more
+/// than 512 KiB on 2 (measured: docs/src/algorithms.md, "How the model's constants were
+/// set"). More ranks take [`TCP_SEGMENT_BYTES_MANY`].
 pub const TCP_SEGMENT_BYTES: usize = 256 * 1024;
 
-/// Segment size over TCP alone for more than 2 ranks, unless one is set: with more ranks
-/// sharing the CPUs, fewer and larger segments cost less (faster than 256 KiB on 3 and 4
-/// ranks, slower on 2) (measured: docs/src/algorithms.md, "How the model's constants were
-/// set").
+/// Segment size over TCP alone for more than 2 ranks, unless one is set: 512 KiB ran faster
+/// than 256 KiB on 3 and 4 ranks at some sizes and no slower at the others, and slower on 2
+/// (measured: docs/src/algorithms.md, "How the model's constants were set").
 pub const TCP_SEGMENT_BYTES_MANY: usize = 512 * 1024;
 
 /// The segment size over TCP alone for a group of `nranks`, unless one is set.

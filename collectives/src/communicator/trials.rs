@@ -71,8 +71,8 @@ impl Communicator {
     /// bucket, if any): it was no trial, or the next trial of its bucket runs the same
     /// algorithm (a block of trials; the call is then counted). Reused, a trial costs what
     /// the calls of a settled bucket do; prepared anew each time (and run in turn with the
-    /// others), a small call's trials would time the preparing, several times the call
-    /// itself (measured: docs/src/algorithms.md, "How the trials' numbers were set").
+    /// others), a small call's trials timed several times what it takes in a loop
+    /// (measured: docs/src/algorithms.md, "How the trials' numbers were set").
     pub(super) fn trial_goes_on(
         &mut self,
         trial: Option<autotune::Key>,

@@ -175,9 +175,9 @@ fn polls_by_default() -> bool {
 pub const CACHED_VECTOR: u64 = 1 << 20;
 
 /// How many times as fast copies and reductions between ranks that share memory run in
-/// cache as out of it: the top of what copies and sums were measured to gain, where a
-/// smaller factor let more rounds of smaller messages price below fewer rounds that ran
-/// faster (measured: docs/src/algorithms.md, "How the model's constants were set").
+/// cache as out of it: just above the largest gain measured (2.7-3.8x), where a smaller
+/// factor let more rounds of smaller messages price below fewer rounds that ran faster
+/// (measured: docs/src/algorithms.md, "How the model's constants were set").
 pub const CACHE_SPEEDUP: f64 = 4.0;
 
 /// What a rank that waits on a socket costs a crowded host per message end: it sleeps in
@@ -197,8 +197,9 @@ pub const LOOPBACK_CACHE_SPEEDUP: f64 = 3.0;
 /// The share of a crowded host's work that falls on its CPUs evenly, whichever rank it is
 /// for: loopback TCP processes a message's receipt on the sender's CPU and wakes ranks
 /// across CPUs. The rest falls on the CPU of the rank it is for. With none, a schedule that
-/// loads one CPU more than the other priced even with one that loads both alike, and ran
-/// faster (measured: docs/src/algorithms.md, "How the model's constants were set").
+/// loads one CPU more than the other priced even with one that loads both alike, though the
+/// uneven one ran faster (measured: docs/src/algorithms.md, "How the model's constants were
+/// set").
 const SPREAD_SHARE: f64 = 0.25;
 
 impl Default for CostModel {
@@ -470,15 +471,16 @@ pub fn cost_levels(
 const SAME_CPU_COPY: f64 = 1.8;
 
 /// The least bytes of a message that pay [`SAME_CPU_COPY`]: smaller ones stay in the CPU's
-/// caches, and the cost per byte on one CPU grows with the message up to it (measured:
-/// docs/src/algorithms.md, "How the model's constants were set").
+/// caches and cost less per byte on one CPU; above it the cost per byte rises to
+/// [`SAME_CPU_COPY`] (measured: docs/src/algorithms.md, "How the model's constants were
+/// set").
 const SAME_CPU_MIN: u64 = 256 << 10;
 
 /// What a copy costs, in halves of `beta`, when loopback TCP runs both ends of a transfer
 /// smaller than [`SAME_CPU_MIN`] on one CPU: the receiver reads what that CPU's caches took
 /// from the sender a moment before, cheaper than across CPUs; it makes a schedule whose
-/// messages stay between ranks of one CPU the choice where it ran fastest (measured:
-/// docs/src/algorithms.md, "How the model's constants were set").
+/// messages stay between ranks of one CPU the choice where it ran fastest or within 1.02 of
+/// it (measured: docs/src/algorithms.md, "How the model's constants were set").
 const SAME_CPU_CACHED: f64 = 0.7;
 
 /// What the ranks a CPU holds (or one rank) do in one round.

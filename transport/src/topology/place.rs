@@ -17,9 +17,9 @@
 //!   times over. Where they must share (more ranks than cores), an even split that stays
 //!   put is reproducible where the scheduler's is not: which ranks share a core, and so
 //!   the fastest algorithm, would change from run to run, and a choice measured in one run
-//!   would not hold in the next (measured: docs/src/topology.md, "Why ranks are bound").
-//!   The price: ranks busy at the same time may sit on one core while another idles;
-//!   `numa` lets them float.
+//!   would not hold in the next (measured: docs/src/topology.md, "Why ranks are bound,
+//!   measured"). The price: ranks busy at the same time may sit on one core while
+//!   another idles; `numa` lets them float.
 //! - Memory is preferred (`set_mempolicy(MPOL_PREFERRED)`, when bound) on the rank's node,
 //!   or on a memory-only node of fast memory near it where there is one (KNL's MCDRAM in
 //!   flat or hybrid mode, HBM in flat mode: the bandwidth a collective's copies and

@@ -4,7 +4,8 @@
 //!
 //! It is no constant of the machine: on a VM it can change several times over from one
 //! minute to the next (the host moving the vCPUs), and with it the cost of algorithms that
-//! cross CPUs at every step (measured: docs/src/topology.md, "Why ranks are bound").
+//! cross CPUs at every step (measured: docs/src/topology.md, "Why ranks are bound,
+//! measured").
 //! `rcoll-bench topo` prints it, and the regret figure beside each table.
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -75,8 +75,8 @@
 //!   small call's) copies the message out of its slot and lends the slot again at once,
 //!   and a send from the engine's memory (`try_send_slice`) copies into a registered
 //!   buffer and posts it: no payload is lent and taken back on the way, which a small
-//!   call would otherwise pay for on each message (measured: docs/src/design.md).
-//!   Messages that fit inline go inline.
+//!   call would otherwise pay for on each message (measured: docs/src/design.md,
+//!   "Measurements behind the transports' choices"). Messages that fit inline go inline.
 //! - Receivers replenish on arrival, not on consumption: like the TCP backend, this rank
 //!   accepts every message a peer sends whatever tag it waits for (the trait's contract),
 //!   up to a per-peer hold limit past which the peer waits for slots until this rank
