@@ -5,7 +5,10 @@
 //! [`Request`] at once; the progress thread runs the queue in issue order, so computation on
 //! the calling thread overlaps communication. Blocking calls ([`Background::run`]) wait for
 //! the queue to empty and then run on the calling thread itself, so they cost no thread
-//! switch and keep the issue order too.
+//! switch and keep the issue order too. So does [`Request::wait`] on a call still queued:
+//! the waiting thread runs the queue's calls, in order, up to its own, rather than sleep
+//! while the progress thread wakes to run them (a call issued and waited for at once, as
+//! torch's synchronous collectives are, then costs what a blocking call does).
 //!
 //! ```
 //! use rcoll::{local, Background, ReduceOp};
@@ -90,6 +93,8 @@ pub struct Background {
 #[must_use = "a request's result says whether the collective succeeded"]
 pub struct Request<R> {
     done: Arc<Completion<R>>,
+    /// The queue its call waits in, so that a waiter can run it (see [`Request::wait`]).
+    shared: Arc<Shared>,
 }
 
 struct Completion<R> {
@@ -105,8 +110,10 @@ impl<R> Request<R> {
 
     /// Blocks until the call has finished and returns its result. Every collective ends
     /// within the communicator's timeout of its last progress, so this returns once the
-    /// calls queued before it have too.
+    /// calls queued before it have too. While the communicator is free and the call still
+    /// queued, the calling thread runs the queue itself, in issue order, up to this call.
     pub fn wait(self) -> Result<R> {
+        while lock(&self.done.result).is_none() && run_next(&self.shared) {}
         let mut slot = lock(&self.done.result);
         loop {
             if let Some(r) = slot.take() {
@@ -189,7 +196,10 @@ impl Background {
         if wake {
             self.shared.work.notify_one();
         }
-        Request { done }
+        Request {
+            done,
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     /// Runs `f` on the calling thread once every queued call has finished (a blocking
@@ -337,28 +347,39 @@ fn with_comm<R>(
 fn progress(shared: &Shared) {
     loop {
         let mut st = lock(&shared.state);
-        let job = loop {
-            if !st.busy {
-                if let Some(job) = st.queue.pop_front() {
-                    break job;
-                }
-                if st.closing {
-                    return;
-                }
+        while st.busy || st.queue.is_empty() {
+            if st.closing && !st.busy && st.queue.is_empty() {
+                return;
             }
             st.worker_waiting = true;
             st = shared.work.wait(st).unwrap_or_else(|p| p.into_inner());
             st.worker_waiting = false;
-        };
-        st.busy = true;
-        let abort = st.abort.take();
+        }
         drop(st);
-        let _ = with_comm(shared, abort, |c| {
-            job(c);
-            Ok(())
-        });
-        release(shared);
+        run_next(shared);
     }
+}
+
+/// Runs the queue's first call on this thread if the communicator is free; false if it
+/// is busy or nothing is queued. The progress thread and a waiting [`Request`] both run
+/// calls this way, so they keep the issue order between them.
+fn run_next(shared: &Shared) -> bool {
+    let mut st = lock(&shared.state);
+    if st.busy {
+        return false;
+    }
+    let Some(job) = st.queue.pop_front() else {
+        return false;
+    };
+    st.busy = true;
+    let abort = st.abort.take();
+    drop(st);
+    let _ = with_comm(shared, abort, |c| {
+        job(c);
+        Ok(())
+    });
+    release(shared);
+    true
 }
 
 /// Frees the communicator, waking whoever waits for it.

@@ -244,3 +244,42 @@ fn dropping_a_background_runs_its_pending_calls_to_the_end() {
         held.wait().expect("the held job");
     });
 }
+
+/// Four threads per rank wait, each in its own scrambled order, on a share of 48 queued
+/// all_reduces of different lengths: whichever thread runs a call (the progress thread
+/// or a waiter running the queue up to its own), the calls run in issue order on every
+/// rank (out of order, the lengths would disagree across ranks and the calls fail) and
+/// each result is the sum of what every rank gave.
+#[test]
+fn threads_waiting_at_once_run_the_queue_in_issue_order() {
+    let n = 3;
+    let calls = 48usize;
+    on_backgrounds(n, |bg| {
+        let r = bg.rank();
+        let mut shares: Vec<Vec<_>> = (0..4).map(|_| Vec::new()).collect();
+        for k in 0..calls {
+            let len = 1 + 37 * k;
+            let request = bg.all_reduce(vec![(r * 1000 + k) as u64; len], ReduceOp::Sum);
+            shares[k % 4].push((k, request));
+        }
+        std::thread::scope(|s| {
+            for (t, mut share) in shares.into_iter().enumerate() {
+                s.spawn(move || {
+                    // Thread t waits from the middle of its share outwards.
+                    let len = share.len();
+                    share.rotate_left((t * 5) % len);
+                    for (k, request) in share {
+                        let v = request
+                            .wait()
+                            .unwrap_or_else(|e| panic!("rank {r}: all_reduce {k}: {e}"));
+                        let want: u64 = (0..n).map(|q| (q * 1000 + k) as u64).sum();
+                        assert!(
+                            v.len() == 1 + 37 * k && v.iter().all(|&x| x == want),
+                            "rank {r}: all_reduce {k} wrong"
+                        );
+                    }
+                });
+            }
+        });
+    });
+}

@@ -8,7 +8,7 @@ orders when it matters)::
       torchrun --nproc-per-node 2 --master-addr 127.0.0.1 --master-port 29600 \\
       python/bench/torch_bench.py allreduce gloo rcoll
 
-    ... torch_bench.py ddp gloo rcoll       # DDP median step time, 8.4 M parameters
+    ... torch_bench.py ddp gloo rcoll none  # DDP median step time, 8.4 M parameters
     ... torch_bench.py layer rcoll          # dist.all_reduce against rcoll's own call
     python python/bench/torch_bench.py single   # the same model's step on one process
 
@@ -16,7 +16,9 @@ orders when it matters)::
 size the median and best of batches of calls (rank 0's clock, a barrier before each batch).
 ``ddp``: an MLP of 8.4 M parameters (two 25 MB buckets), batch 32 (``BATCH=``), SGD; the median
 step (forward, backward with DDP's overlapped all-reduces, optimizer) over 30 steps after
-5 warm-up steps.
+5 warm-up steps. The backend ``none`` is the bound no backend can pass on this machine: the
+same DDP step, every rank computing at once, with a comm hook that hands each bucket back
+untouched (gloo sets the group up; nothing moves during the steps).
 """
 
 import os
@@ -65,18 +67,25 @@ def allreduce(backend):
 def layer(backend):
     """What torch's layer costs: ``dist.all_reduce(t)`` against the same communicator's
     ``Allreduce`` on the same memory through the numpy API (rcoll's blocking call on the
-    caller's thread, as rcoll-bench makes it), batches of each interleaved so that the
-    machine's load falls on both alike."""
+    caller's thread, as rcoll-bench makes it), and between them the backend's own
+    ``allreduce`` called directly and waited for (what rcoll's Python backend costs, apart
+    from torch's dispatch to it). Batches of each are interleaved so that the machine's
+    load falls on all alike. ``torch's share`` is the direct call's time taken from
+    ``dist.all_reduce``'s: no backend of torch's Python API could cost less; ``bound`` is
+    the ratio rcoll/torch would reach if rcoll's backend cost nothing."""
     import rcoll
 
     assert backend == "rcoll", "layer compares rcoll through torch with rcoll itself"
-    comm = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))._comm
+    be = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    comm = be._comm
+    opts = dist.AllreduceOptions()
     for size in SIZES:
         t = torch.ones(size // 4, dtype=torch.float32)
         a = t.numpy()
         calls = max(3, min(2000, (64 << 20) // max(size, 1) // 8 or 3))
         ways = {
             "torch": lambda: dist.all_reduce(t),
+            "backend": lambda: be.allreduce([t], opts).wait(),
             "rcoll": lambda: comm.Allreduce(rcoll.IN_PLACE, a),
         }
         times = {k: [] for k in ways}
@@ -91,13 +100,13 @@ def layer(backend):
                 times[k].append((time.perf_counter() - t0) / calls)
         if dist.get_rank() == 0:
             med = {k: statistics.median(v) for k, v in times.items()}
-            best = {k: min(v) for k, v in times.items()}
+            share = med["torch"] - med["backend"]
             print(
-                f"layer {dist.get_world_size()} ranks {fmt_bytes(size):>7s}: through torch median "
-                f"{med['torch'] * 1e6:9.1f} us best {best['torch'] * 1e6:9.1f} us; rcoll's "
-                f"Allreduce median {med['rcoll'] * 1e6:9.1f} us best {best['rcoll'] * 1e6:9.1f} us; "
-                f"rcoll/torch (speed of torch's path relative to rcoll's) median "
-                f"{med['rcoll'] / med['torch']:.2f}, best {best['rcoll'] / best['torch']:.2f}",
+                f"layer {dist.get_world_size()} ranks {fmt_bytes(size):>7s}: medians: through "
+                f"torch {med['torch'] * 1e6:9.1f} us, backend called directly "
+                f"{med['backend'] * 1e6:9.1f} us, rcoll's Allreduce {med['rcoll'] * 1e6:9.1f} us; "
+                f"rcoll/torch {med['rcoll'] / med['torch']:.2f} (torch's share "
+                f"{share * 1e6:.1f} us: bound {med['rcoll'] / (med['rcoll'] + max(share, 0)):.2f})",
                 flush=True,
             )
 
@@ -129,6 +138,8 @@ def steps(net, params, n=30, warm=5):
 def ddp(backend):
     net = model()
     d = nn.parallel.DistributedDataParallel(net)
+    if backend == "none":
+        d.register_comm_hook(None, _no_communication)
     dist.barrier()
     times = steps(d, d.parameters())
     # Every rank's median, so that the slowest rank shows.
@@ -146,6 +157,12 @@ def ddp(backend):
         )
 
 
+def _no_communication(state, bucket):
+    done = torch.futures.Future()
+    done.set_result(bucket.buffer())
+    return done
+
+
 def single():
     net = model()
     times = steps(net, net.parameters())
@@ -159,7 +176,7 @@ def main():
         single()
         return
     for backend in backends:
-        dist.init_process_group(backend)
+        dist.init_process_group("gloo" if backend == "none" else backend)
         {"allreduce": allreduce, "ddp": ddp, "layer": layer}[mode](backend)
         dist.barrier()
         dist.destroy_process_group()

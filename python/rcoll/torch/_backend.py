@@ -142,7 +142,10 @@ def _seconds(timeout):
 
 class Work(_private.Work):
     """One backend call: its rcoll requests, the outputs its future carries, and what runs
-    once the requests are over (copies back to non-contiguous outputs, unpacking)."""
+    once the requests are over (copies back to non-contiguous outputs, unpacking).
+
+    The future and the event a second waiter sleeps on are made only when asked for: a
+    synchronous collective, issued and waited for at once on one thread, needs neither."""
 
     def __init__(self, backend, what, requests, outputs, after=None):
         super().__init__()
@@ -151,11 +154,15 @@ class Work(_private.Work):
         self._requests = requests
         self._outputs = outputs
         self._after = after
-        self._future = torch.futures.Future()
         self._lock = threading.Lock()
         self._ran = False
         self._queued = False
-        self._settled = threading.Event()
+        # Set under _lock once the outcome is known and the future (if any) is about to
+        # be completed; from then on, a future asked for is completed by the asker.
+        self._known = False
+        self._future = None
+        self._settled = None  # a threading.Event, made by the first thread that must wait
+        self._done = False  # the future completed: waiters may return
         self._error = None
 
     def _settle(self):
@@ -173,15 +180,35 @@ class Work(_private.Work):
                     self._error = e
                 self._requests = []
                 self._ran = True
+                self._known = True
+                future = self._future
         if not first:
-            self._settled.wait()
+            self._wait_done(None)
             return
         # Outside the lock: callbacks chained on the future run here and may wait on it.
+        if future is not None:
+            self._complete(future)
+        with self._lock:
+            self._done = True
+            settled = self._settled
+        if settled is not None:
+            settled.set()
+
+    def _complete(self, future):
         if self._error is not None:
-            self._future.set_exception(self._error)
+            future.set_exception(self._error)
         else:
-            self._future.set_result(self._outputs)
-        self._settled.set()
+            future.set_result(self._outputs)
+
+    def _wait_done(self, seconds):
+        """Waits until the Work is settled (at most `seconds`, None for no limit); whether it is."""
+        with self._lock:
+            if self._done:
+                return True
+            if self._settled is None:
+                self._settled = threading.Event()
+            settled = self._settled
+        return settled.wait(seconds)
 
     def wait(self, timeout=None):
         seconds = _seconds(timeout)
@@ -189,7 +216,7 @@ class Work(_private.Work):
             self._settle()
             return self._raise_or_true()
         self._to_completer()
-        if not self._settled.wait(seconds):
+        if not self._wait_done(seconds):
             reason = (
                 f"rcoll backend: {self._what} on rank {self._backend._comm.rank} did not finish "
                 f"within Work.wait's timeout of {seconds:g} s; the group is aborted"
@@ -204,10 +231,10 @@ class Work(_private.Work):
         return True
 
     def is_completed(self):
-        return self._settled.is_set()
+        return self._done
 
     def is_success(self):
-        return self._settled.is_set() and self._error is None
+        return self._done and self._error is None
 
     def exception(self):
         return self._error
@@ -217,8 +244,19 @@ class Work(_private.Work):
         return self._outputs
 
     def get_future(self):
-        self._to_completer()
-        return self._future
+        with self._lock:
+            if self._future is None:
+                self._future = torch.futures.Future()
+                complete = self._known
+            else:
+                complete = False
+            future = self._future
+        if complete:
+            # Settled before anyone asked for the future: it completes here.
+            self._complete(future)
+        else:
+            self._to_completer()
+        return future
 
     def _to_completer(self):
         """Has the completion thread settle this Work. Only a Work whose future someone
