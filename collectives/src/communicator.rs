@@ -276,8 +276,7 @@ impl Communicator {
             .ok_or(Error::Config(format!(
                 "{len} elements overflow the address space"
             )))?;
-        self.transport
-            .alloc_registered(bytes)
+        rcoll_transport::Registered::alloc(self.transport.as_mut(), bytes)
             .map(Buffer::new)
             .map_err(|source| Error::Registration { bytes, source })
     }

@@ -24,7 +24,7 @@
 use std::time::{Duration, Instant};
 
 use rcoll_transport::subgroup::{Detached, Subgroup};
-use rcoll_transport::{deadline_after, Rank, Tag, TransportError};
+use rcoll_transport::{deadline_after, Lend, Rank, SendState, Tag, TransportError};
 
 use crate::abort::ABORT_POLL;
 use crate::agree::{wire_len, Agreement, Message, Refusal};
@@ -249,10 +249,10 @@ impl Communicator {
             for (to, kind, bytes) in unsent.drain(..) {
                 match self
                     .transport
-                    .try_send_slice(Rank::from(to), tag(kind), &bytes)
+                    .try_send_from(Rank::from(to), tag(kind), &bytes, Lend::No)
                 {
-                    Ok(true) => {}
-                    Ok(false) => still.push((to, kind, bytes)),
+                    Ok(SendState::NoRoom) => still.push((to, kind, bytes)),
+                    Ok(_) => {}
                     Err(e) => {
                         self.aborted_during(&e, agreement)?;
                         tracing::debug!(rank = me, peer = to, error = %e, "shrink: suspects");

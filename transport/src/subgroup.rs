@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::TransportError;
 use crate::hosts::HostMap;
-use crate::transport::{Link, Offered, Payload, Registered, SendState, Transport};
+use crate::transport::{Lend, Link, Offered, Payload, SendState, Transport};
 use crate::types::{Rank, Tag};
 
 /// Members of a group as a group of their own (see the [module](self)).
@@ -248,43 +248,16 @@ impl Transport for Subgroup {
         self.inner.try_send(p, tag, payload).map_err(|e| self.up(e))
     }
 
-    fn try_send_slice(
+    fn try_send_from(
         &mut self,
         peer: Rank,
         tag: Tag,
         data: &[u8],
-    ) -> Result<bool, TransportError> {
-        let p = self.below(peer)?;
-        self.inner
-            .try_send_slice(p, tag, data)
-            .map_err(|e| self.up(e))
-    }
-
-    fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
-        self.inner.alloc_registered(bytes).map_err(|e| self.up(e))
-    }
-
-    fn try_send_borrowed(
-        &mut self,
-        peer: Rank,
-        tag: Tag,
-        data: &[u8],
+        lend: Lend,
     ) -> Result<SendState, TransportError> {
         let p = self.below(peer)?;
         self.inner
-            .try_send_borrowed(p, tag, data)
-            .map_err(|e| self.up(e))
-    }
-
-    fn try_send_borrowed_for_copy(
-        &mut self,
-        peer: Rank,
-        tag: Tag,
-        data: &[u8],
-    ) -> Result<SendState, TransportError> {
-        let p = self.below(peer)?;
-        self.inner
-            .try_send_borrowed_for_copy(p, tag, data)
+            .try_send_from(p, tag, data, lend)
             .map_err(|e| self.up(e))
     }
 
@@ -365,22 +338,15 @@ impl Transport for Subgroup {
             .map_err(|e| self.up(e))
     }
 
-    fn offer(&mut self, peer: Rank, tag: Tag, dst: &mut [u8]) -> Result<Offered, TransportError> {
-        let p = self.below(peer)?;
-        self.inner.offer(p, tag, dst).map_err(|e| self.up(e))
-    }
-
-    fn offer_with(
+    fn offer(
         &mut self,
         peer: Rank,
         tag: Tag,
         dst: &mut [u8],
-        with: Tag,
+        with: Option<Tag>,
     ) -> Result<Offered, TransportError> {
         let p = self.below(peer)?;
-        self.inner
-            .offer_with(p, tag, dst, with)
-            .map_err(|e| self.up(e))
+        self.inner.offer(p, tag, dst, with).map_err(|e| self.up(e))
     }
 
     fn link(&self, peer: Rank) -> Link {

@@ -101,7 +101,7 @@ pub struct Link {
     /// completion first, the peer's write comes before the offer.)
     pub offers_follow_sends: bool,
     /// Messages from the peer are best taken with [`Transport::try_recv_into`] (and
-    /// forwarded from where they landed with [`Transport::try_send_borrowed`]) than as a
+    /// forwarded from where they landed with [`Transport::try_send_from`]) than as a
     /// payload: the backend reads them from the sender's memory, once.
     pub reads_directly: bool,
     /// A message of any length up to [`WHOLE_MAX`] bytes moves between this rank and the
@@ -216,7 +216,7 @@ impl Payload {
     }
 }
 
-/// Memory allocated through a transport ([`Transport::alloc_registered`]): registered with
+/// Memory allocated through a transport ([`Registered::alloc`]): registered with
 /// the device where the backend has one, so that sends from it go zero-copy; plain heap
 /// memory otherwise. 8-byte aligned.
 pub struct Registered {
@@ -284,17 +284,21 @@ impl Registered {
         Ok(v)
     }
 
-    /// Memory whose registration is `registration`; see [`Registered::words_mut`].
-    pub(crate) fn with_registration(
-        words: Vec<u64>,
-        len: usize,
-        registration: Box<dyn Registration>,
-    ) -> Registered {
-        Registered {
-            registration: Some(registration),
+    /// `bytes` of zeroed memory registered with `t`'s device ([`Transport::register`]),
+    /// so that sends from it go zero-copy; plain memory where `t` registers nothing.
+    pub fn alloc<T: Transport + ?Sized>(
+        t: &mut T,
+        bytes: usize,
+    ) -> Result<Registered, TransportError> {
+        let mut words = Registered::zeroed_words(t.rank(), bytes, "a registered buffer")?;
+        // The registration covers the whole words; moving the Vec into `Registered` does
+        // not move its heap memory.
+        let registration = t.register(bytemuck::cast_slice_mut(&mut words))?;
+        Ok(Registered {
+            registration,
             words,
-            len,
-        }
+            len: bytes,
+        })
     }
 
     /// Whether a device knows this memory (sends from it are zero-copy).
@@ -332,7 +336,7 @@ impl std::fmt::Debug for Registered {
     }
 }
 
-/// What became of a send from the caller's memory ([`Transport::try_send_borrowed`]).
+/// What became of a send from the caller's memory ([`Transport::try_send_from`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SendState {
     /// Sent (or copied): the memory may be reused.
@@ -353,6 +357,25 @@ impl SendState {
             SendState::NoRoom
         }
     }
+}
+
+/// How long a send may keep reading the caller's memory after
+/// [`Transport::try_send_from`] returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lend {
+    /// Not at all: the bytes are sent or copied before the call returns.
+    No,
+    /// Until [`Transport::send_complete`] reports the send's token
+    /// ([`SendState::InFlight`]): a device may read registered memory in place (or, over
+    /// shared memory, a large message may wait there for the receiver). The caller keeps
+    /// the memory borrowed and unmodified until then.
+    UntilComplete,
+    /// As `UntilComplete`, for bytes the receiver only copies (never reduces into): a
+    /// backend whose receivers can read the sender's memory may leave them there for that
+    /// ([`Link::reads_directly`]), which saves the sender its copy but makes the receiver's
+    /// read a system call, a loss where the receiver would then reduce out of a buffer of
+    /// its own.
+    ForCopy,
 }
 
 /// A connected group endpoint: this rank's view of the channels to every peer.
@@ -384,34 +407,26 @@ pub trait Transport: Send {
     ) -> Result<Option<Payload>, TransportError>;
 
     /// Sends `data` as one message straight from the caller's memory where the backend can
-    /// (TCP writes it with the header in one vectored write when nothing is queued ahead),
-    /// copying only what it cannot send at once. Returns `Ok(false)` when there is no room
-    /// yet: call again after [`Transport::wait`].
+    /// (TCP writes it with the header in one vectored write when nothing is queued ahead;
+    /// verbs, with `lend` allowing it, has the device read registered memory in place),
+    /// copying only what it cannot send at once. `lend` says how long the backend may
+    /// keep reading `data` after the call ([`Lend`]); [`SendState::InFlight`] only where it
+    /// allows that. [`SendState::NoRoom`]: call again after [`Transport::wait`].
     ///
     /// The default copies `data` into a payload and calls [`Transport::try_send`].
-    fn try_send_slice(
+    fn try_send_from(
         &mut self,
         peer: Rank,
         tag: Tag,
         data: &[u8],
-    ) -> Result<bool, TransportError> {
-        copy_and_send(self, peer, tag, data)
-    }
-
-    /// `bytes` of memory registered with this transport's device, so that sends from it
-    /// can go zero-copy ([`Transport::try_send_borrowed`]). The default (and every backend
-    /// without a device) gives plain memory: registration is a no-op.
-    fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
-        let words = Registered::zeroed_words(self.rank(), bytes, "a buffer")?;
-        Ok(Registered {
-            registration: None,
-            words,
-            len: bytes,
-        })
+        lend: Lend,
+    ) -> Result<SendState, TransportError> {
+        let _ = lend;
+        copy_and_send(self, peer, tag, data).map(SendState::sent)
     }
 
     /// Registers `memory`, which the caller owns, with this transport's device, so that
-    /// sends from it go zero-copy as from [`Transport::alloc_registered`] memory (the
+    /// sends from it go zero-copy as from [`Registered::alloc`] memory (the
     /// backend finds a send's range by its address). `None` where there is nothing to
     /// register: a backend without a device (the default), an empty range, a range inside
     /// one already registered (sends from it are zero-copy already), or one overlapping a
@@ -428,35 +443,6 @@ pub trait Transport: Send {
     ) -> Result<Option<Box<dyn Registration>>, TransportError> {
         let _ = memory;
         Ok(None)
-    }
-
-    /// Like [`Transport::try_send_slice`], but a backend may leave the device reading
-    /// `data` after the call ([`SendState::InFlight`]) when it lies in registered memory
-    /// (or, over shared memory, leave a large message for the receiver to read there):
-    /// the caller then keeps `data` borrowed and unmodified until
-    /// [`Transport::send_complete`] reports the token complete. The default sends as
-    /// `try_send_slice` does.
-    fn try_send_borrowed(
-        &mut self,
-        peer: Rank,
-        tag: Tag,
-        data: &[u8],
-    ) -> Result<SendState, TransportError> {
-        self.try_send_slice(peer, tag, data).map(SendState::sent)
-    }
-
-    /// [`Transport::try_send_borrowed`] for bytes the receiver only copies (never reduces
-    /// into): a backend whose receivers can read the sender's memory may leave them there
-    /// for that ([`Link::reads_directly`]), which saves the sender its copy but makes
-    /// the receiver's read a system call, a loss where the receiver would then reduce out
-    /// of a buffer of its own. The default is `try_send_borrowed`.
-    fn try_send_borrowed_for_copy(
-        &mut self,
-        peer: Rank,
-        tag: Tag,
-        data: &[u8],
-    ) -> Result<SendState, TransportError> {
-        self.try_send_borrowed(peer, tag, data)
     }
 
     /// Whether the send of `token` ([`SendState::InFlight`]) has completed: the device
@@ -491,7 +477,7 @@ pub trait Transport: Send {
         std::thread::yield_now();
     }
 
-    /// Makes sure no device reads caller memory lent by [`Transport::try_send_borrowed`],
+    /// Makes sure no device reads caller memory lent by [`Transport::try_send_from`],
     /// or writes caller memory offered by [`Transport::offer`], any more, before the engine
     /// hands the caller its buffer back after a failure: waits briefly for those sends,
     /// then stops the queues that still have them or an offer, and reaps what they flush. The transport may be unusable afterwards (it failed anyway). Backends
@@ -580,10 +566,18 @@ pub trait Transport: Send {
     /// Offers `dst`, memory of a [`Registered`] from this transport, as the place where
     /// `peer`'s message `tag` (exactly `dst.len()` bytes) may land: the peer's device then
     /// writes it there, and [`Transport::try_recv_into`] finds it in place rather than
-    /// copying it out of a slot. `Ok(false)`: not offered (the backend cannot, the memory is
-    /// not registered for it, the message is too small, or enough offers are out); the
-    /// message arrives as usual either way. [`Offered::Later`]: not now (enough offers are
-    /// out), ask again; [`Offered::No`]: this destination cannot be offered at all.
+    /// copying it out of a slot. [`Offered::Later`]: not now (enough offers are out), ask
+    /// again; [`Offered::No`]: this destination cannot be offered at all (the backend
+    /// cannot, the memory is not registered for it, the message is too small). The
+    /// message arrives as usual either way.
+    ///
+    /// `with`: memory that this rank's message `with` to `peer`, not yet sent, will read.
+    /// The offer then goes to the peer with that message or behind it, never before it, so
+    /// that the peer can write `dst` only once it has that message (where
+    /// [`Link::offers_follow_sends`]; [`Offered::Later`] elsewhere, and then the caller
+    /// offers `dst` without `with` once the send no longer reads it). Made with the
+    /// message, the offer is there when the peer learns the data its own message to this
+    /// rank may depend on.
     ///
     /// After an offer the caller leaves `dst` alone (neither reads nor writes it) until
     /// `try_recv_into` with the same `peer`, `tag` and `dst` returned `true`, however the
@@ -594,25 +588,12 @@ pub trait Transport: Send {
         _peer: Rank,
         _tag: Tag,
         _dst: &mut [u8],
+        with: Option<Tag>,
     ) -> Result<Offered, TransportError> {
-        Ok(Offered::No)
-    }
-
-    /// As [`Transport::offer`], for memory that this rank's message `with` to `peer`, not
-    /// yet sent, will read: the offer goes to the peer with that message or behind it,
-    /// never before it, so that the peer can write `dst` only once it has that message
-    /// (where [`Link::offers_follow_sends`]; [`Offered::Later`] elsewhere, and then
-    /// the caller offers `dst` once the send no longer reads it). Made with the message,
-    /// the offer is there when the peer learns the data its own message to this rank may
-    /// depend on.
-    fn offer_with(
-        &mut self,
-        _peer: Rank,
-        _tag: Tag,
-        _dst: &mut [u8],
-        _with: Tag,
-    ) -> Result<Offered, TransportError> {
-        Ok(Offered::Later)
+        Ok(match with {
+            Some(_) => Offered::Later,
+            None => Offered::No,
+        })
     }
 
     /// What the link to `peer` does, which the engine's choices follow ([`Link`]).
@@ -758,7 +739,7 @@ pub fn check_tag(
     Ok(())
 }
 
-/// Sends `data` by copying it into a payload: [`Transport::try_send_slice`] for backends
+/// Sends `data` by copying it into a payload: [`Transport::try_send_from`] for backends
 /// that cannot send from the caller's memory. `Ok(false)`: no room yet.
 pub fn copy_and_send<T: Transport + ?Sized>(
     t: &mut T,

@@ -17,7 +17,7 @@ mod offers;
 use std::borrow::Cow;
 use std::collections::VecDeque;
 
-use rcoll_transport::{Payload, Rank, SendState, Tag, Transport, TransportError};
+use rcoll_transport::{Lend, Payload, Rank, SendState, Tag, Transport, TransportError};
 
 use super::memory::{Memory, OutOfRange, SrcDst};
 use crate::element::Element;
@@ -443,7 +443,7 @@ impl<'p> Execution<'p> {
                         j,
                         p,
                         bytemuck::cast_slice(data),
-                        true,
+                        Lend::ForCopy,
                         false,
                         &mut None,
                         &tag,
@@ -459,10 +459,10 @@ impl<'p> Execution<'p> {
                     self.offer_with_send(c, j, p, *to, tag(t), mem, io)?;
                 }
                 let data = mem.read(src).map_err(mem_err)?;
-                let for_copy = !self.plan.reduces;
+                let lend = lend_for(self.plan);
                 let bytes = bytemuck::cast_slice(data);
                 match self
-                    .send_borrowed(c, j, p, bytes, for_copy, true, &mut None, &tag, io)
+                    .send_borrowed(c, j, p, bytes, lend, true, &mut None, &tag, io)
                     .map_err(|e| ExecError::Transport(at(), e))?
                 {
                     Some(t) => tokens = t,
@@ -533,7 +533,7 @@ impl<'p> Execution<'p> {
                         j,
                         p,
                         bytemuck::cast_slice(data),
-                        false,
+                        Lend::UntilComplete,
                         false,
                         &mut spare,
                         &tag,
@@ -573,8 +573,8 @@ impl<'p> Execution<'p> {
     }
 
     /// Sends `data`, the caller's memory, to every destination of `p`: from that memory
-    /// where the transport can (`for_copy`: the receivers only copy it, so they may read
-    /// it there), else copied. Returns the tokens of the sends that still read it; `None`
+    /// where the transport can (as long as `lend` allows: [`Lend::ForCopy`] where the
+    /// receivers only copy it, so they may read it there), else copied. Returns the tokens of the sends that still read it; `None`
     /// when the first destination has no room yet and `may_wait` (nothing was sent: run
     /// the segment again later). A destination refused after others were sent, or the
     /// first one when the segment cannot wait, gets a copy that waits with the refused:
@@ -586,7 +586,7 @@ impl<'p> Execution<'p> {
         j: usize,
         p: &PlannedPrimitive,
         data: &[u8],
-        for_copy: bool,
+        lend: Lend,
         may_wait: bool,
         spare: &mut Option<Payload>,
         tag: &dyn Fn(u32) -> Tag,
@@ -595,11 +595,7 @@ impl<'p> Execution<'p> {
         let to = p.prim.send_to();
         let mut tokens = Tokens::default();
         for (i, (&peer, &t)) in to.iter().zip(&p.send_transfers).enumerate() {
-            let sent = if for_copy {
-                io.try_send_borrowed_for_copy(peer, tag(t), data)?
-            } else {
-                io.try_send_borrowed(peer, tag(t), data)?
-            };
+            let sent = io.try_send_from(peer, tag(t), data, lend)?;
             match sent {
                 SendState::Done => {}
                 SendState::InFlight(token) if tokens.first.is_none() => tokens.first = Some(token),
@@ -665,6 +661,17 @@ impl<'p> Execution<'p> {
 
 /// The primitives that move no message: a copy (`op` `None`) or a reduction of `src` into
 /// `dst`; `at` names the primitive in errors.
+/// How long a send straight from the caller's memory may leave the transport reading it:
+/// until the send completes, and where the plan only moves data (its receivers copy, never
+/// reduce), in a way the receiver reads itself ([`Lend::ForCopy`]).
+pub(super) fn lend_for(plan: &Plan) -> Lend {
+    if plan.reduces {
+        Lend::UntilComplete
+    } else {
+        Lend::ForCopy
+    }
+}
+
 pub(super) fn copy_or_reduce<T: Element>(
     op: Option<ReduceOp>,
     mem: &mut Memory<'_, T>,

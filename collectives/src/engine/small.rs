@@ -13,10 +13,11 @@
 //! Like [`super::core::Execution::poll`], [`SmallExecution::poll`] never waits and never
 //! reads the clock.
 
-use rcoll_transport::{Payload, Rank, SendState, Tag, Transport, TransportError};
+use rcoll_transport::{Lend, Payload, Rank, SendState, Tag, Transport, TransportError};
 
 use super::core::{
-    copy_or_reduce, position, typed, with_typed_mut, ExecError, Position, Progress, SMALL_SEGMENT,
+    copy_or_reduce, lend_for, position, typed, with_typed_mut, ExecError, Position, Progress,
+    SMALL_SEGMENT,
 };
 use super::memory::{Memory, OutOfRange, SrcDst};
 use crate::element::Element;
@@ -328,10 +329,10 @@ impl<'p, 's> SmallExecution<'p, 's> {
     ) -> Result<(), Failure> {
         let to = p.prim.send_to();
         // From the caller's memory: what a Send sends, what a RecvCopySend received.
-        let (from_memory, for_copy) = match &p.prim {
-            Primitive::Send { .. } => (p.src, !self.plan.reduces),
-            Primitive::RecvCopySend { .. } => (p.dst, true),
-            _ => (None, false),
+        let (from_memory, lend) = match &p.prim {
+            Primitive::Send { .. } => (p.src, lend_for(self.plan)),
+            Primitive::RecvCopySend { .. } => (p.dst, Lend::ForCopy),
+            _ => (None, Lend::UntilComplete),
         };
         while let Some((&peer, &t)) = {
             let i = usize::from(self.state.next[j]);
@@ -340,11 +341,7 @@ impl<'p, 's> SmallExecution<'p, 's> {
             let tag = self.tag(t);
             if let Some(loc) = from_memory {
                 let data: &[u8] = bytemuck::cast_slice(mem.read(loc).map_err(Failure::Memory)?);
-                let sent = if for_copy {
-                    io.try_send_borrowed_for_copy(peer, tag, data)
-                } else {
-                    io.try_send_borrowed(peer, tag, data)
-                };
+                let sent = io.try_send_from(peer, tag, data, lend);
                 match sent.map_err(Failure::Transport)? {
                     SendState::Done => {}
                     SendState::InFlight(token) => {

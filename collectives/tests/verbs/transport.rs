@@ -123,6 +123,7 @@ pub fn held_back() {
 /// posted and the grants that went behind its messages (`VerbsTransport::credit_flow`).
 pub fn lockstep() {
     use rcoll::transport::verbs::VerbsTransport;
+    use rcoll::transport::{Lend, SendState};
     use std::time::Instant;
     const N: u64 = 400;
     let (mut t, other) = verbs_pair();
@@ -158,7 +159,11 @@ pub fn lockstep() {
             t.recycle(p);
             got
         } else {
-            while !t.try_send_slice(other, tag(i), &mine).expect("send") {
+            while t
+                .try_send_from(other, tag(i), &mine, Lend::No)
+                .expect("send")
+                == SendState::NoRoom
+            {
                 stalled(&mut t, i);
             }
             let mut into = [0u8; 8];
@@ -386,8 +391,11 @@ pub fn faulty() {
         println!("RANK-ERROR {e}");
     } else if fault == "immediate_into_offer" {
         // Message 0 offered into registered memory (a window over it), then ready.
-        let mut dst = t.alloc_registered(64 << 10).expect("registered memory");
-        while t.offer(other, tag(0), dst.as_bytes_mut()).expect("offer")
+        let mut dst =
+            rcoll::transport::Registered::alloc(t.as_mut(), 64 << 10).expect("registered memory");
+        while t
+            .offer(other, tag(0), dst.as_bytes_mut(), None)
+            .expect("offer")
             != rcoll::transport::Offered::Yes
         {
             t.wait(Instant::now() + Duration::from_millis(20))

@@ -22,7 +22,7 @@
 //! copy can win again: measure with the variable set.
 //!
 //! A large send from the caller's memory of bytes the receiver only copies
-//! ([`Transport::try_send_borrowed_for_copy`], at least [`Options::single_copy`] bytes:
+//! ([`Lend::ForCopy`], at least [`Options::single_copy`] bytes:
 //! broadcast, gathers, the all-gather half of all_reduce) is not copied at all on the
 //! sending side: its
 //! descriptor names the caller's memory, and the receiver copies it from there straight
@@ -81,8 +81,7 @@ use std::time::{Duration, Instant};
 use crate::error::TransportError;
 use crate::hosts::HostMap;
 use crate::transport::{
-    stale_in, Link as TransportLink, Offered, Payload, Registered, Registration, SendState,
-    Transport,
+    stale_in, Lend, Link as TransportLink, Offered, Payload, Registration, SendState, Transport,
 };
 use crate::types::{Rank, Tag};
 use segment::{InRing, Lease, OutRing, Remote, Segment, Withdrawal};
@@ -411,23 +410,6 @@ impl Transport for ShmTransport {
         }
     }
 
-    fn try_send_slice(
-        &mut self,
-        peer: Rank,
-        tag: Tag,
-        data: &[u8],
-    ) -> Result<bool, TransportError> {
-        if !self.shares_memory_with(peer) {
-            self.check()?;
-            return self.inner.try_send_slice(peer, tag, data);
-        }
-        self.send_local(peer, tag, data)
-    }
-
-    fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
-        self.inner.alloc_registered(bytes)
-    }
-
     fn register(
         &mut self,
         memory: &mut [u8],
@@ -436,57 +418,48 @@ impl Transport for ShmTransport {
         self.inner.register(memory)
     }
 
-    fn try_send_borrowed(
+    fn try_send_from(
         &mut self,
         peer: Rank,
         tag: Tag,
         data: &[u8],
+        lend: Lend,
     ) -> Result<SendState, TransportError> {
         if !self.shares_memory_with(peer) {
             self.check()?;
-            let sent = self.inner.try_send_borrowed(peer, tag, data);
+            let sent = self.inner.try_send_from(peer, tag, data, lend);
             debug_assert!(
                 !matches!(sent, Ok(SendState::InFlight(t)) if t & SINGLE_COPY_TOKEN != 0),
                 "a token of the transport beneath with the single-copy bit"
             );
             return sent;
         }
-        self.try_send_slice(peer, tag, data).map(SendState::sent)
-    }
-
-    fn try_send_borrowed_for_copy(
-        &mut self,
-        peer: Rank,
-        tag: Tag,
-        data: &[u8],
-    ) -> Result<SendState, TransportError> {
-        if data.len() < self.single_copy || !self.shares_memory_with(peer) {
-            return self.try_send_borrowed(peer, tag, data);
-        }
-        self.check()?;
-        let slot_bytes = self.slot_bytes;
-        if let Some(Some(link)) = self.links.get_mut(peer.index()) {
-            let sent = link.read_by.then(|| {
-                link.outbox
-                    .send_remote(tag_words(tag), data.as_ptr() as u64, data.len())
-            });
-            if let Some(Some((ticket, generation))) = sent {
-                (link.wake)();
-                self.next_token += 1;
-                let token = SINGLE_COPY_TOKEN | self.next_token;
-                self.outstanding.push((token, peer, ticket, generation));
-                return Ok(SendState::InFlight(token));
+        if lend == Lend::ForCopy && data.len() >= self.single_copy {
+            self.check()?;
+            let slot_bytes = self.slot_bytes;
+            if let Some(Some(link)) = self.links.get_mut(peer.index()) {
+                let sent = link.read_by.then(|| {
+                    link.outbox
+                        .send_remote(tag_words(tag), data.as_ptr() as u64, data.len())
+                });
+                if let Some(Some((ticket, generation))) = sent {
+                    (link.wake)();
+                    self.next_token += 1;
+                    let token = SINGLE_COPY_TOKEN | self.next_token;
+                    self.outstanding.push((token, peer, ticket, generation));
+                    return Ok(SendState::InFlight(token));
+                }
+                if link.read_by && data.len() > slot_bytes {
+                    // Longer than a slot: only the peer's read moves it, once a ticket frees.
+                    self.mark_seen();
+                    self.send_blocked = true;
+                    return Ok(SendState::NoRoom);
+                }
+                // No ticket free (or no descriptor: then the copy below finds none either):
+                // through the ring.
             }
-            if link.read_by && data.len() > slot_bytes {
-                // Longer than a slot: only the peer's read moves it, once a ticket frees.
-                self.mark_seen();
-                self.send_blocked = true;
-                return Ok(SendState::NoRoom);
-            }
-            // No ticket free (or no descriptor: then the copy below finds none either):
-            // through the ring.
         }
-        self.try_send_slice(peer, tag, data).map(SendState::sent)
+        self.send_local(peer, tag, data).map(SendState::sent)
     }
 
     fn send_complete(&mut self, token: u64) -> Result<bool, TransportError> {
@@ -704,26 +677,22 @@ impl Transport for ShmTransport {
         }
     }
 
-    fn offer(&mut self, peer: Rank, tag: Tag, dst: &mut [u8]) -> Result<Offered, TransportError> {
-        if self.shares_memory_with(peer) {
-            return Ok(Offered::No);
-        }
-        self.check()?;
-        self.inner.offer(peer, tag, dst)
-    }
-
-    fn offer_with(
+    fn offer(
         &mut self,
         peer: Rank,
         tag: Tag,
         dst: &mut [u8],
-        with: Tag,
+        with: Option<Tag>,
     ) -> Result<Offered, TransportError> {
         if self.shares_memory_with(peer) {
-            return Ok(Offered::Later);
+            // Nothing to offer: the receiver copies out of the ring (or reads the sender).
+            return Ok(match with {
+                Some(_) => Offered::Later,
+                None => Offered::No,
+            });
         }
         self.check()?;
-        self.inner.offer_with(peer, tag, dst, with)
+        self.inner.offer(peer, tag, dst, with)
     }
 
     fn link(&self, peer: Rank) -> TransportLink {

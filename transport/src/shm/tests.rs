@@ -94,7 +94,11 @@ fn a_sender_out_of_descriptors_is_woken_when_they_are_read() {
         let deadline = Instant::now() + Duration::from_secs(20);
         let peer = Rank::from(1 - t.rank().index());
         let send = |t: &mut ShmTransport, tag: Tag, bytes: &[u8]| {
-            while t.try_send_borrowed(peer, tag, bytes).expect("send") == SendState::NoRoom {
+            while t
+                .try_send_from(peer, tag, bytes, Lend::UntilComplete)
+                .expect("send")
+                == SendState::NoRoom
+            {
                 t.wait(deadline).expect("wait");
             }
         };
@@ -172,7 +176,12 @@ fn sleeps_after_another_receive_took_it(other: impl Fn(&mut ShmTransport) + Sync
                 if r == 1 {
                     until(&send_now, "told to send");
                     let state = t
-                        .try_send_borrowed(Rank::from(0), tag(1), &7u64.to_le_bytes())
+                        .try_send_from(
+                            Rank::from(0),
+                            tag(1),
+                            &7u64.to_le_bytes(),
+                            Lend::UntilComplete,
+                        )
                         .expect("send");
                     assert_eq!(state, SendState::Done, "an 8-byte send goes out at once");
                     sent.store(true, SeqCst);
@@ -230,7 +239,10 @@ fn a_flood_of_small_unasked_messages_is_held_to_the_budget() {
             // As many as the budget and a thousand more, unless the peer stops reading.
             let (mut sent, mut refused) = (0u32, 0);
             while sent < (cap + 1000) as u32 && refused < 20 {
-                match t.try_send_borrowed(peer, tag(sent), &[7; 8]).expect("send") {
+                match t
+                    .try_send_from(peer, tag(sent), &[7; 8], Lend::UntilComplete)
+                    .expect("send")
+                {
                     SendState::NoRoom => {
                         refused += 1;
                         t.wait(Instant::now() + Duration::from_millis(5))
@@ -330,7 +342,7 @@ fn a_large_send_is_read_from_the_senders_memory_when_taken() {
         if t.rank().index() == 0 {
             let mut buf: Vec<u8> = (0..len).map(|i| i as u8).collect();
             let SendState::InFlight(token) = t
-                .try_send_borrowed_for_copy(peer, tag(1), &buf)
+                .try_send_from(peer, tag(1), &buf, Lend::ForCopy)
                 .expect("send")
             else {
                 panic!("a {len}-byte send was copied");
@@ -348,12 +360,13 @@ fn a_large_send_is_read_from_the_senders_memory_when_taken() {
             // A small one still goes through the ring, and so does a large one the
             // receiver may reduce into.
             assert_eq!(
-                t.try_send_borrowed_for_copy(peer, tag(2), &buf[..100])
+                t.try_send_from(peer, tag(2), &buf[..100], Lend::ForCopy)
                     .expect("send"),
                 SendState::Done
             );
             assert_eq!(
-                t.try_send_borrowed(peer, tag(3), &buf).expect("send"),
+                t.try_send_from(peer, tag(3), &buf, Lend::UntilComplete)
+                    .expect("send"),
                 SendState::Done
             );
             Vec::new()
@@ -401,7 +414,7 @@ fn a_message_longer_than_a_slot_is_read_whole_and_waits_for_a_ticket() {
             for (m, buf) in bufs.iter().enumerate() {
                 loop {
                     assert!(Instant::now() < deadline, "message {m} never went");
-                    match t.try_send_borrowed_for_copy(peer, tag(m as u32), buf) {
+                    match t.try_send_from(peer, tag(m as u32), buf, Lend::ForCopy) {
                         Ok(SendState::InFlight(token)) => break tokens.push_back(token),
                         Ok(SendState::NoRoom) => {
                             waited += 1;
@@ -445,7 +458,7 @@ fn a_message_longer_than_a_slot_is_read_whole_and_waits_for_a_ticket() {
             );
             if t.rank().index() == 0 {
                 let buf = vec![7u8; len];
-                let refused = t.try_send_borrowed_for_copy(peer, tag(1), &buf);
+                let refused = t.try_send_from(peer, tag(1), &buf, Lend::ForCopy);
                 assert!(
                     matches!(refused, Err(TransportError::MessageTooLarge { .. })),
                     "{refused:?}"
@@ -467,7 +480,7 @@ fn a_message_left_in_memory_that_nobody_asks_for_is_read_before_the_receiver_blo
         if t.rank().index() == 0 {
             let mut buf = vec![5u8; len];
             let SendState::InFlight(token) = t
-                .try_send_borrowed_for_copy(peer, tag(1), &buf)
+                .try_send_from(peer, tag(1), &buf, Lend::ForCopy)
                 .expect("send")
             else {
                 panic!("copied");
@@ -476,7 +489,8 @@ fn a_message_left_in_memory_that_nobody_asks_for_is_read_before_the_receiver_blo
             // The memory is the caller's again: the receiver must hold its own copy.
             buf.fill(6);
             assert_eq!(
-                t.try_send_borrowed(peer, tag(2), &[1]).expect("send"),
+                t.try_send_from(peer, tag(2), &[1], Lend::UntilComplete)
+                    .expect("send"),
                 SendState::Done
             );
             Vec::new()
@@ -503,7 +517,7 @@ fn a_withdrawn_send_is_never_delivered_and_the_senders_failure_reaches_the_recei
         if t.rank().index() == 0 {
             let buf = vec![1u8; 2048];
             assert!(matches!(
-                t.try_send_borrowed_for_copy(peer, tag(1), &buf)
+                t.try_send_from(peer, tag(1), &buf, Lend::ForCopy)
                     .expect("send"),
                 SendState::InFlight(_)
             ));
@@ -562,7 +576,7 @@ fn single_copy_off_on_one_side_copies_through_the_ring_both_ways() {
             );
             let buf = vec![t.rank().index() as u8 + 1; len];
             assert_eq!(
-                t.try_send_borrowed_for_copy(peer, tag(1), &buf)
+                t.try_send_from(peer, tag(1), &buf, Lend::ForCopy)
                     .expect("send"),
                 SendState::Done,
                 "{} left its message in memory",

@@ -74,7 +74,7 @@ impl TcpTransport {
             _ => None,
         };
         let data = sealed.as_deref().unwrap_or(data);
-        while !self.try_send_slice(peer, tag, data)? {
+        while !self.send_slice(peer, tag, data)? {
             if Instant::now() >= deadline {
                 return Err(TransportError::Timeout {
                     rank: self.rank(),

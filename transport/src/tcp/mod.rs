@@ -31,7 +31,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::error::TransportError;
-use crate::transport::{check_arrival, Link, Payload, Transport};
+use crate::transport::{check_arrival, Lend, Link, Payload, SendState, Transport};
 use crate::types::{Rank, Tag};
 use frame::{Decoder, Frame, Header, Kind, HEADER_LEN};
 
@@ -147,7 +147,7 @@ pub struct TcpTransport {
     /// Socket reads tried by [`TcpTransport::progress`] (what a quiet peer saves).
     #[cfg(test)]
     reads: u64,
-    /// Bytes of caller memory that `try_send_slice` copied into its queue.
+    /// Bytes of caller memory that `send_slice` copied into its queue.
     #[cfg(test)]
     copied: u64,
 }
@@ -423,9 +423,103 @@ impl TcpTransport {
             .find_map(|p| p.stream.local_addr().ok())
             .map(|a| a.ip())
     }
+
+    /// Writes header and `data` with one vectored write when nothing is queued to the peer:
+    /// no copy if the socket takes it all; otherwise the rest of the message is queued
+    /// (copied). Behind a queued message, it tries to write that out first and refuses
+    /// (`false`, no room yet) while it stays: the caller's memory waits, and no copy is
+    /// made of a message the socket cannot take anyway (at 64 MiB on 4 ranks, a third of
+    /// the bytes sent were copied so).
+    pub(crate) fn send_slice(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        data: &[u8],
+    ) -> Result<bool, TransportError> {
+        self.check_usable()?;
+        let r = self.peer_index(peer)?;
+        let queued = |t: &mut Self| match t.peers.get(r) {
+            Some(Some(p)) if p.gone.is_none() => Ok(!p.queue.is_empty()),
+            _ => Err(t.closed(peer)),
+        };
+        if queued(self)? {
+            // Keep the stream in order: what is queued goes first.
+            self.flush(r);
+            if queued(self)? {
+                return Ok(false);
+            }
+        }
+        let header = Header {
+            kind: Kind::Data,
+            tag,
+            len: data.len() as u64,
+        }
+        .encode();
+        let total = HEADER_LEN + data.len();
+        let mut written = 0;
+        if let Some(Some(p)) = self.peers.get_mut(r) {
+            while written < total {
+                let (h, d) = if written < HEADER_LEN {
+                    (&header[written..], data)
+                } else {
+                    (&[][..], &data[written - HEADER_LEN..])
+                };
+                match p.stream.write_vectored(&[IoSlice::new(h), IoSlice::new(d)]) {
+                    Ok(0) => {
+                        p.gone = Some("connection closed while writing".into());
+                        break;
+                    }
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        p.gone = Some(format!("write failed: {e}"));
+                        break;
+                    }
+                }
+            }
+        }
+        if self.gone(r) {
+            return Err(self.closed(peer));
+        }
+        if written < total {
+            // Only what the socket did not take: once the header is out, the queued
+            // message holds the rest of the data alone, as if its header had been all.
+            let (rest, written) = match written.checked_sub(HEADER_LEN) {
+                Some(sent) => (&data[sent..], HEADER_LEN),
+                None => (data, written),
+            };
+            let mut payload = self.alloc(rest.len());
+            payload.as_bytes_mut().copy_from_slice(rest);
+            #[cfg(test)]
+            {
+                self.copied += rest.len() as u64;
+            }
+            if let Some(Some(p)) = self.peers.get_mut(r) {
+                p.queue.push_back(Outgoing {
+                    header,
+                    payload,
+                    written,
+                });
+            }
+        }
+        Ok(true)
+    }
 }
 
 impl Transport for TcpTransport {
+    /// TCP never keeps reading the caller's memory after the call (`lend` is moot): see
+    /// `TcpTransport::send_slice`.
+    fn try_send_from(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        data: &[u8],
+        _lend: Lend,
+    ) -> Result<SendState, TransportError> {
+        self.send_slice(peer, tag, data).map(SendState::sent)
+    }
+
     fn name(&self) -> &'static str {
         "tcp"
     }
@@ -507,88 +601,6 @@ impl Transport for TcpTransport {
         }
         self.flush(r);
         Ok(None)
-    }
-
-    /// Writes header and `data` with one vectored write when nothing is queued to the peer:
-    /// no copy if the socket takes it all; otherwise the rest of the message is queued
-    /// (copied). Behind a queued message, it tries to write that out first and refuses
-    /// (`false`, no room yet) while it stays: the caller's memory waits, and no copy is
-    /// made of a message the socket cannot take anyway (at 64 MiB on 4 ranks, a third of
-    /// the bytes sent were copied so).
-    fn try_send_slice(
-        &mut self,
-        peer: Rank,
-        tag: Tag,
-        data: &[u8],
-    ) -> Result<bool, TransportError> {
-        self.check_usable()?;
-        let r = self.peer_index(peer)?;
-        let queued = |t: &mut Self| match t.peers.get(r) {
-            Some(Some(p)) if p.gone.is_none() => Ok(!p.queue.is_empty()),
-            _ => Err(t.closed(peer)),
-        };
-        if queued(self)? {
-            // Keep the stream in order: what is queued goes first.
-            self.flush(r);
-            if queued(self)? {
-                return Ok(false);
-            }
-        }
-        let header = Header {
-            kind: Kind::Data,
-            tag,
-            len: data.len() as u64,
-        }
-        .encode();
-        let total = HEADER_LEN + data.len();
-        let mut written = 0;
-        if let Some(Some(p)) = self.peers.get_mut(r) {
-            while written < total {
-                let (h, d) = if written < HEADER_LEN {
-                    (&header[written..], data)
-                } else {
-                    (&[][..], &data[written - HEADER_LEN..])
-                };
-                match p.stream.write_vectored(&[IoSlice::new(h), IoSlice::new(d)]) {
-                    Ok(0) => {
-                        p.gone = Some("connection closed while writing".into());
-                        break;
-                    }
-                    Ok(n) => written += n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        p.gone = Some(format!("write failed: {e}"));
-                        break;
-                    }
-                }
-            }
-        }
-        if self.gone(r) {
-            return Err(self.closed(peer));
-        }
-        if written < total {
-            // Only what the socket did not take: once the header is out, the queued
-            // message holds the rest of the data alone, as if its header had been all.
-            let (rest, written) = match written.checked_sub(HEADER_LEN) {
-                Some(sent) => (&data[sent..], HEADER_LEN),
-                None => (data, written),
-            };
-            let mut payload = self.alloc(rest.len());
-            payload.as_bytes_mut().copy_from_slice(rest);
-            #[cfg(test)]
-            {
-                self.copied += rest.len() as u64;
-            }
-            if let Some(Some(p)) = self.peers.get_mut(r) {
-                p.queue.push_back(Outgoing {
-                    header,
-                    payload,
-                    written,
-                });
-            }
-        }
-        Ok(true)
     }
 
     fn try_recv(

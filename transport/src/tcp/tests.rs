@@ -83,7 +83,7 @@ fn send_slice_blocking(
     data: &[u8],
 ) -> Result<(), TransportError> {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !t.try_send_slice(peer, tag, data)? {
+    while t.try_send_from(peer, tag, data, Lend::No)? == SendState::NoRoom {
         t.wait(deadline)?;
     }
     Ok(())
@@ -168,7 +168,10 @@ fn a_send_behind_a_queued_message_waits_for_it_and_only_the_rest_is_copied() {
     let results = group(2, |mut t| -> Result<(), TransportError> {
         if t.rank() == Rank(0) {
             // More than the sockets hold: part written, the rest queued.
-            assert!(t.try_send_slice(Rank(1), tag(0, 0), &big)?);
+            assert_eq!(
+                t.try_send_from(Rank(1), tag(0, 0), &big, Lend::No)?,
+                SendState::Done
+            );
             assert!(t.copied > 0, "the socket took all of 24 MiB at once");
             assert!(
                 t.copied < big.len() as u64,
@@ -177,7 +180,7 @@ fn a_send_behind_a_queued_message_waits_for_it_and_only_the_rest_is_copied() {
             );
             let copied = t.copied;
             assert!(
-                !t.try_send_slice(Rank(1), tag(1, 0), &second)?,
+                t.try_send_from(Rank(1), tag(1, 0), &second, Lend::No)? == SendState::NoRoom,
                 "a send behind a queued message was taken (copied) instead of waiting"
             );
             assert_eq!(t.copied, copied, "the refused send copied");
@@ -616,7 +619,7 @@ fn large_messages_asked_for_land_straight_in_their_destinations() {
             for k in 0..segments {
                 let data = pattern(k as usize, len);
                 let deadline = Instant::now() + Duration::from_secs(20);
-                while !t.try_send_slice(Rank(0), tag(3, k), &data)? {
+                while t.try_send_from(Rank(0), tag(3, k), &data, Lend::No)? == SendState::NoRoom {
                     t.wait(deadline)?;
                 }
             }
@@ -790,7 +793,10 @@ fn a_frame_read_by_another_receive_ends_the_next_wait_at_once() {
         if t.rank() == Rank(0) {
             until(&sent);
             // The socket to rank 1 full: part written, the rest queued.
-            assert!(t.try_send_slice(Rank(1), tag(0, 0), &big)?);
+            assert_eq!(
+                t.try_send_from(Rank(1), tag(0, 0), &big, Lend::No)?,
+                SendState::Done
+            );
             assert!(t.copied > 0, "the socket took all of 24 MiB at once");
             // The acks of what the socket took land (on loopback, at once): from then on
             // nothing makes it writable until rank 1 reads.
@@ -832,7 +838,10 @@ fn a_peer_found_gone_by_a_wait_ends_it_at_once() {
     use std::io::Write;
     let (mut t, mut raw) = with_raw_peer();
     let big = vec![5u8; 24 << 20];
-    assert!(t.try_send_slice(Rank(1), tag(0, 0), &big).unwrap());
+    assert_eq!(
+        t.try_send_from(Rank(1), tag(0, 0), &big, Lend::No).unwrap(),
+        SendState::Done
+    );
     assert!(t.copied > 0, "the socket took all of 24 MiB at once");
     // The acks of what the socket took land: from then on nothing makes it writable.
     until_acked(&t, Rank(1));

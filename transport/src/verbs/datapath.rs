@@ -14,7 +14,7 @@ use super::wire::{
 use super::{Peer, VerbsTransport, ZERO_COPY_MIN};
 use crate::error::TransportError;
 use crate::transport::{
-    check_arrival, is_stale, Link, Offered, Payload, Registered, Registration, SendState, Transport,
+    check_arrival, is_stale, Lend, Link, Offered, Payload, Registration, SendState, Transport,
 };
 use crate::types::{Rank, Tag};
 
@@ -76,61 +76,6 @@ impl Transport for VerbsTransport {
         self.send_in(p, tag, len, id, v, offer).map(|()| None)
     }
 
-    fn try_send_slice(
-        &mut self,
-        peer: Rank,
-        tag: Tag,
-        data: &[u8],
-    ) -> Result<bool, TransportError> {
-        // Straight into a registered buffer: no payload lent and taken back on the way.
-        let Some((p, offer)) = self.ready_for(peer, tag, data.len())? else {
-            return Ok(false);
-        };
-        let (id, mut v) = self
-            .take_buffer()
-            .map_err(|e| self.verbs_error(Some(p), e))?;
-        v[HEADER..HEADER + data.len()].copy_from_slice(data);
-        self.send_in(p, tag, data.len(), id, v, offer)
-            .map(|()| true)
-    }
-
-    fn alloc_registered(&mut self, bytes: usize) -> Result<Registered, TransportError> {
-        let mut words = Registered::zeroed_words(self.rank, bytes, "a registered buffer")?;
-        let start = words.as_ptr() as usize;
-        // Peers write it only where this rank offers it (and only when it offers at all):
-        // with scoped grants through a window bound over each offer, else under the
-        // region's key.
-        let remote = match (self.direct, self.scoped) {
-            (false, _) => Remote::None,
-            (true, false) => Remote::Region,
-            (true, true) => Remote::Windows,
-        };
-        // SAFETY: the region covers `words`, which the returned `Registered` owns; the
-        // guard holding the region is dropped before `words` (field order of `Registered`),
-        // and neither is dropped while a posted send may read them or an offer of them is
-        // out (the guard counts both; `Registered` leaks both instead). The device reads
-        // the memory for sends posted by `try_send_borrowed`, and writes it for offers
-        // (`offer`): ranges the engine leaves alone until the message is taken, or until
-        // `reap_borrowed` stopped the queue pair after a failure.
-        let mr = unsafe {
-            MemoryRegion::register(
-                &self.pd,
-                words.as_mut_ptr().cast(),
-                words.len() * 8,
-                match remote {
-                    Remote::None => Access::Local,
-                    Remote::Region => Access::RemoteWrite,
-                    Remote::Windows => Access::Windows,
-                },
-            )
-        }
-        .map_err(|e| self.verbs_error(None, e))?;
-        let guard = self
-            .registry
-            .enter(start, start + words.len() * 8, mr, remote);
-        Ok(Registered::with_registration(words, bytes, Box::new(guard)))
-    }
-
     fn register(
         &mut self,
         memory: &mut [u8],
@@ -141,7 +86,9 @@ impl Transport for VerbsTransport {
         if len == 0 || !self.registry.is_free(start, len) {
             return Ok(None);
         }
-        // As for `alloc_registered`: peers write it only where this rank offers it.
+        // Peers write it only where this rank offers it (and only when it offers at all):
+        // with scoped grants through a window bound over each offer, else under the
+        // region's key.
         let remote = match (self.direct, self.scoped) {
             (false, _) => Remote::None,
             (true, false) => Remote::Region,
@@ -178,19 +125,20 @@ impl Transport for VerbsTransport {
         ))))
     }
 
-    fn try_send_borrowed(
+    fn try_send_from(
         &mut self,
         peer: Rank,
         tag: Tag,
         data: &[u8],
+        lend: Lend,
     ) -> Result<SendState, TransportError> {
         let region = match data.len() {
-            _ if !self.zero_copy_on => None,
+            _ if !self.zero_copy_on || lend == Lend::No => None,
             n if n < ZERO_COPY_MIN || n > self.slot_bytes => None,
             n => self.registry.lookup(data.as_ptr() as usize, n),
         };
         let Some(region) = region else {
-            return self.try_send_slice(peer, tag, data).map(SendState::sent);
+            return self.send_copied(peer, tag, data).map(SendState::sent);
         };
         self.check()?;
         let p = self.peer_index(peer)?;
@@ -444,18 +392,14 @@ impl Transport for VerbsTransport {
         Ok(!pending(self))
     }
 
-    fn offer(&mut self, peer: Rank, tag: Tag, dst: &mut [u8]) -> Result<Offered, TransportError> {
-        self.make_offer(peer, tag, dst, None)
-    }
-
-    fn offer_with(
+    fn offer(
         &mut self,
         peer: Rank,
         tag: Tag,
         dst: &mut [u8],
-        with: Tag,
+        with: Option<Tag>,
     ) -> Result<Offered, TransportError> {
-        self.make_offer(peer, tag, dst, Some(with))
+        self.make_offer(peer, tag, dst, with)
     }
 
     fn link(&self, peer: Rank) -> Link {
@@ -659,6 +603,20 @@ impl Drop for VerbsTransport {
 }
 
 impl VerbsTransport {
+    /// Sends `data` copied into a registered buffer of the pool: no payload lent and taken
+    /// back on the way. `false`: no room yet.
+    fn send_copied(&mut self, peer: Rank, tag: Tag, data: &[u8]) -> Result<bool, TransportError> {
+        let Some((p, offer)) = self.ready_for(peer, tag, data.len())? else {
+            return Ok(false);
+        };
+        let (id, mut v) = self
+            .take_buffer()
+            .map_err(|e| self.verbs_error(Some(p), e))?;
+        v[HEADER..HEADER + data.len()].copy_from_slice(data);
+        self.send_in(p, tag, data.len(), id, v, offer)
+            .map(|()| true)
+    }
+
     /// Whether a message of `len` bytes with `tag` can go to `peer` now: its index and the
     /// destination it offered for the tag, if any; `None` when there is no room yet.
     fn ready_for(
@@ -795,7 +753,7 @@ impl VerbsTransport {
     }
 
     /// After this rank's message `tag` to peer `p` was posted with no room for grants:
-    /// the offers that were to go with it ([`Transport::offer_with`]) go now, behind it.
+    /// the offers that were to go with it ([`Transport::offer`] with `with`) go now, behind it.
     fn send_riding(&mut self, p: usize, tag: Tag) {
         if self.peers[p]
             .as_mut()

@@ -50,7 +50,7 @@
 //!   is one message's: a sender without it (yet) uses a slot as before, and the receiver then
 //!   withdraws the offer when the message arrives; the sender forgets offers it never used
 //!   once its call is over (each tag is sent once). Memory that a send to the same peer
-//!   still reads may be offered with that send ([`crate::Transport::offer_with`]): the
+//!   still reads may be offered with that send ([`crate::Transport::offer`] with `with`): the
 //!   offer rides behind the message in the peer's slot (every slot has [`wire::TRAILER`]
 //!   bytes of room for that behind a message of the largest size; a zero-copy send gathers
 //!   header, data and grants from three places), or goes right after it, never before.
@@ -73,10 +73,11 @@
 //!   forward it with `try_send`, which writes it to the next peer straight from that memory
 //!   (zero copy on forward). A receive into the engine's memory (`try_recv_into`, every
 //!   small call's) copies the message out of its slot and lends the slot again at once,
-//!   and a send from the engine's memory (`try_send_slice`) copies into a registered
-//!   buffer and posts it: no payload is lent and taken back on the way, which a small
-//!   call would otherwise pay for on each message (measured: docs/src/design.md,
-//!   "Measurements behind the transports' choices"). Messages that fit inline go inline.
+//!   and a send from the engine's memory (`try_send_from`, where it does not lend
+//!   registered memory) copies into a registered buffer and posts it: no payload is lent
+//!   and taken back on the way, which a small call would otherwise pay for on each
+//!   message (measured: docs/src/design.md, "Measurements behind the transports'
+//!   choices"). Messages that fit inline go inline.
 //! - Receivers replenish on arrival, not on consumption: like the TCP backend, this rank
 //!   accepts every message a peer sends whatever tag it waits for (the trait's contract),
 //!   up to a per-peer hold limit past which the peer waits for slots until this rank
@@ -280,7 +281,7 @@ struct Peer {
     /// Grants encoded behind a message ([`Peer::lend_behind`]), kept for the next one.
     behind: Vec<u8>,
     /// Offers of memory that this rank's message with that tag to the peer will read
-    /// ([`crate::Transport::offer_with`]): owed once that message is posted
+    /// ([`crate::Transport::offer`] with `with`): owed once that message is posted
     /// ([`Peer::release_riding`]), never before.
     riding: Vec<(crate::types::TagKey, Grant)>,
     /// Destinations the peer offered this rank for one message each, by tag (see the module
@@ -376,7 +377,8 @@ pub struct VerbsTransport {
     grants_carried: u64,
     /// Slots advertised to each peer.
     window: usize,
-    /// Caller memory registered by `alloc_registered`: start address -> (end, lkey).
+    /// Memory registered by `register` (and so by `Registered::alloc`): start address ->
+    /// (end, lkey).
     /// Entries leave when their [`Registered`] drops (before its memory is freed).
     registry: Registry,
     /// Sends posted straight from registered caller memory.

@@ -20,7 +20,7 @@ const INVALIDATE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl VerbsTransport {
     /// [`Transport::offer`]: `dst` offered to `peer` for `tag`, if it can be; with `with`,
-    /// [`Transport::offer_with`]: the offer waits to go with this rank's message `with`.
+    /// [`Transport::offer`] with `with`: the offer waits to go with this rank's message `with`.
     pub(super) fn make_offer(
         &mut self,
         peer: Rank,

@@ -41,7 +41,7 @@ impl Execution<'_> {
     /// behind earlier sends (`ordered`), handed to it where they are sends to `from` alone
     /// (a pure send only reads the memory, and `from` can write there only once it has
     /// received them). `sending`: a primitive whose next segment goes now, with the offer
-    /// ([`Transport::offer_with`]), counted as handed over.
+    /// ([`Transport::offer`] with `with`), counted as handed over.
     fn may_offer(
         &self,
         c: usize,
@@ -112,10 +112,7 @@ impl Execution<'_> {
                 schedule: self.schedule,
             };
             let d = bytemuck::cast_slice_mut(d);
-            let offered = match with {
-                Some((_, w)) => io.offer_with(from, tag, d, w),
-                None => io.offer(from, tag, d),
-            };
+            let offered = io.offer(from, tag, d, with.map(|(_, w)| w));
             match offered.map_err(|e| ExecError::Transport(at(), e))? {
                 Offered::Yes => next += 1,
                 // With a send: offered the usual way once it has gone, if it can be then.
@@ -132,7 +129,7 @@ impl Execution<'_> {
     }
 
     /// Before segment `k` of send `i` (`p`, to `to` alone) goes: offers to travel with it
-    /// ([`Transport::offer_with`]) the destinations of later receives from `to` that wait
+    /// ([`Transport::offer`] with `with`) the destinations of later receives from `to` that wait
     /// for that segment (their memory is what it sends, as in an in-place all_reduce on 2
     /// ranks: the half sent in the reduce-scatter is the one the all-gather fills). Offered
     /// only after the send, they would reach the peer after it had already answered it.
