@@ -135,22 +135,27 @@ struct Request<'a, T> {
 impl Communicator {
     /// Wraps a connected transport endpoint.
     pub fn new(transport: Box<dyn Transport>, config: Config) -> Result<Communicator> {
-        let rank = transport.rank();
-        let nranks = transport.nranks();
+        let rank = transport.endpoint().rank;
+        let nranks = transport.endpoint().nranks;
         if nranks == 0 || rank.index() >= nranks {
             return Err(Error::Config(format!(
                 "transport endpoint is rank {} of {nranks}",
                 rank.0
             )));
         }
-        let hosts = match transport.hosts().filter(|h| h.nranks() == nranks) {
+        let hosts = match transport
+            .endpoint()
+            .hosts
+            .clone()
+            .filter(|h| h.nranks() == nranks)
+        {
             Some(h) => Some(Arc::new(with_machine_cpus(config.network(&h)?, rank)?)),
             None => None,
         };
         // Default rates follow the transport of each level, measured ones
         // (`RCOLL_TUNING_FILE`) first (a model set by the caller stays as it is).
         let mut config = config;
-        let name = transport.name();
+        let name = transport.endpoint().name;
         let across = name.rsplit('+').next().unwrap_or(name);
         // What every rank agrees on: on one host, the transport (all ranks' is the same);
         // across hosts, the network's (a rank alone on its host has no shared memory,
@@ -257,13 +262,13 @@ impl Communicator {
 
     /// The transport's name (`"local"`, `"tcp"`, `"verbs"`).
     pub fn transport_name(&self) -> &'static str {
-        self.transport.name()
+        self.transport.endpoint().name
     }
 
     /// What the transport runs on (for verbs: device, port, MTU and how slots are lent;
     /// empty for the others).
     pub fn transport_details(&self) -> String {
-        self.transport.details()
+        self.transport.endpoint().details.clone()
     }
 
     /// `len` zeroed elements of memory registered with the transport (see [`Buffer`]):

@@ -322,7 +322,7 @@ impl Builder {
             Error::Bootstrap { source }
         })?;
         let ip = tcp.local_ip().or(self.bind).unwrap_or(self.root.ip());
-        let hosts = tcp.hosts().unwrap_or_else(|| {
+        let hosts = tcp.endpoint().hosts.clone().unwrap_or_else(|| {
             std::sync::Arc::new(rcoll_transport::hosts::HostMap::single(self.size))
         });
         tracing::info!(rank = self.rank, hosts = %hosts.describe(), "host map");
@@ -338,8 +338,8 @@ impl Builder {
         tracing::info!(
             rank = self.rank,
             size = self.size,
-            transport = transport.name(),
-            details = %transport.details(),
+            transport = transport.endpoint().name,
+            details = %transport.endpoint().details,
             "communicator ready"
         );
         Ok((transport, ip, placement))
@@ -446,7 +446,9 @@ impl Builder {
         let mut vopts = verbs::Options::from_env(segment_bytes).map_err(Error::Config)?;
         // A list in RCOLL_IB_HCA: the local ranks of a host dealt over it.
         let local = tcp
-            .hosts()
+            .endpoint()
+            .hosts
+            .clone()
             .map_or(0, |h| h.local_rank(rcoll_transport::Rank::from(self.rank)));
         vopts.hca = vopts.hca.as_deref().and_then(|l| deal(l, local));
         // The device near this rank (topology) unless RCOLL_IB_HCA names one; if it has no

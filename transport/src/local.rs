@@ -26,7 +26,7 @@ use std::time::Instant;
 use crossbeam_queue::ArrayQueue;
 
 use crate::error::TransportError;
-use crate::transport::{check_arrival, Payload, Transport};
+use crate::transport::{check_arrival, Endpoint, Payload, Transport};
 use crate::types::{Rank, Tag};
 
 /// Messages a sender may have queued to one receiver before it must wait for credits.
@@ -154,7 +154,7 @@ pub fn group(n: usize, window: usize) -> Vec<LocalTransport> {
     (0..n)
         .map(|i| LocalTransport {
             shared: Arc::clone(&shared),
-            rank: Rank::from(i),
+            me: Endpoint::new("local", Rank::from(i), n),
             arrived: Default::default(),
             broken: None,
             seen: 0,
@@ -165,7 +165,7 @@ pub fn group(n: usize, window: usize) -> Vec<LocalTransport> {
 /// One rank's endpoint of an in-process group. See the [module docs](self).
 pub struct LocalTransport {
     shared: Arc<Shared>,
-    rank: Rank,
+    me: Endpoint,
     /// Messages taken off the channels before anyone asked for them.
     arrived: crate::transport::Arrivals<Message>,
     /// A protocol violation seen while draining, reported by the next call.
@@ -189,9 +189,9 @@ impl LocalTransport {
             .unwrap_or_else(PoisonError::into_inner);
         let (by, reason) = guard
             .clone()
-            .unwrap_or_else(|| (self.rank, "unknown".to_owned()));
+            .unwrap_or_else(|| (self.me.rank, "unknown".to_owned()));
         Err(TransportError::Aborted {
-            rank: self.rank,
+            rank: self.me.rank,
             by,
             reason,
         })
@@ -202,7 +202,7 @@ impl LocalTransport {
             Ok(())
         } else {
             Err(TransportError::InvalidPeer {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
                 nranks: self.shared.nranks,
             })
@@ -214,14 +214,14 @@ impl LocalTransport {
     fn drain_incoming(&mut self) {
         for src in 0..self.shared.nranks {
             let src = Rank::from(src);
-            let channel = self.shared.channel(src, self.rank);
+            let channel = self.shared.channel(src, self.me.rank);
             let mut freed = false;
             while let Some(message) = channel.pop() {
                 freed = true;
                 let tag = message.tag;
                 if self.arrived.insert((src, tag.key()), message).is_some() {
                     self.broken.get_or_insert(TransportError::DuplicateTag {
-                        rank: self.rank,
+                        rank: self.me.rank,
                         peer: src,
                         tag,
                     });
@@ -242,22 +242,14 @@ impl LocalTransport {
     ) -> Result<Option<Payload>, TransportError> {
         match self.arrived.remove(&(peer, tag.key())) {
             None => Ok(None),
-            Some(m) => check_arrival(self.rank, peer, tag, m.tag, m.payload, len).map(Some),
+            Some(m) => check_arrival(self.me.rank, peer, tag, m.tag, m.payload, len).map(Some),
         }
     }
 }
 
 impl Transport for LocalTransport {
-    fn name(&self) -> &'static str {
-        "local"
-    }
-
-    fn rank(&self) -> Rank {
-        self.rank
-    }
-
-    fn nranks(&self) -> usize {
-        self.shared.nranks
+    fn endpoint(&self) -> &Endpoint {
+        &self.me
     }
 
     fn alloc(&mut self, len: usize) -> Payload {
@@ -283,13 +275,13 @@ impl Transport for LocalTransport {
         self.check_peer(peer)?;
         if self.shared.closed[peer.index()].load(Ordering::Acquire) {
             return Err(TransportError::PeerClosed {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
             });
         }
         match self
             .shared
-            .channel(self.rank, peer)
+            .channel(self.me.rank, peer)
             .push(Message { tag, payload })
         {
             Ok(()) => {
@@ -318,7 +310,7 @@ impl Transport for LocalTransport {
         match self.take(peer, tag, len)? {
             Some(p) => Ok(Some(p)),
             None if closed => Err(TransportError::PeerClosed {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
             }),
             None => Ok(None),
@@ -338,7 +330,7 @@ impl Transport for LocalTransport {
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
         self.check_usable()?;
         self.drain_incoming();
-        self.shared.doorbells[self.rank.index()].wait(&mut self.seen, deadline);
+        self.shared.doorbells[self.me.rank.index()].wait(&mut self.seen, deadline);
         self.check_usable()
     }
 
@@ -359,7 +351,7 @@ impl Transport for LocalTransport {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             if slot.is_none() {
-                *slot = Some((self.rank, reason.to_owned()));
+                *slot = Some((self.me.rank, reason.to_owned()));
             }
         }
         self.shared.aborted.store(true, Ordering::Release);
@@ -369,7 +361,7 @@ impl Transport for LocalTransport {
 
 impl Drop for LocalTransport {
     fn drop(&mut self) {
-        self.shared.closed[self.rank.index()].store(true, Ordering::Release);
+        self.shared.closed[self.me.rank.index()].store(true, Ordering::Release);
         self.shared.ring_all();
     }
 }

@@ -13,8 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::TransportError;
-use crate::hosts::HostMap;
-use crate::transport::{Lend, Link, Offered, Payload, SendState, Transport};
+use crate::transport::{Endpoint, Lend, Link, Offered, Payload, SendState, Transport};
 use crate::types::{Rank, Tag};
 
 /// Members of a group as a group of their own (see the [module](self)).
@@ -24,8 +23,7 @@ pub struct Subgroup {
     members: Vec<Rank>,
     /// A rank of `inner` -> its member index, if a member.
     index: Vec<Option<Rank>>,
-    rank: Rank,
-    hosts: Option<Arc<HostMap>>,
+    me: Endpoint,
 }
 
 impl Subgroup {
@@ -44,8 +42,8 @@ impl Subgroup {
             let below = std::mem::replace(&mut sub.inner, Box::new(Detached::default()));
             inner = below;
         }
-        let n = inner.nranks();
-        let me = inner.rank();
+        let n = inner.endpoint().nranks;
+        let me = inner.endpoint().rank;
         let mut index = vec![None; n];
         for (i, m) in members.iter().enumerate() {
             match index.get_mut(m.index()) {
@@ -64,16 +62,22 @@ impl Subgroup {
             peer: me,
             nranks: members.len(),
         })?;
-        let hosts = inner
-            .hosts()
+        let below = inner.endpoint();
+        let hosts = below
+            .hosts
+            .as_ref()
             .filter(|h| h.nranks() == n)
             .map(|h| Arc::new(h.subset(&members)));
+        let me = Endpoint {
+            details: below.details.clone(),
+            hosts,
+            ..Endpoint::new(below.name, rank, members.len())
+        };
         Ok(Subgroup {
             inner,
             members,
             index,
-            rank,
-            hosts,
+            me,
         })
     }
 
@@ -87,7 +91,7 @@ impl Subgroup {
             .get(peer.index())
             .copied()
             .ok_or(TransportError::InvalidPeer {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
                 nranks: self.members.len(),
             })
@@ -222,16 +226,8 @@ impl Subgroup {
 }
 
 impl Transport for Subgroup {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn rank(&self) -> Rank {
-        self.rank
-    }
-
-    fn nranks(&self) -> usize {
-        self.members.len()
+    fn endpoint(&self) -> &Endpoint {
+        &self.me
     }
 
     fn alloc(&mut self, len: usize) -> Payload {
@@ -273,10 +269,6 @@ impl Transport for Subgroup {
         Some(self)
     }
 
-    fn details(&self) -> String {
-        self.inner.details()
-    }
-
     fn relax(&self) {
         self.inner.relax()
     }
@@ -310,10 +302,6 @@ impl Transport for Subgroup {
 
     fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
         self.inner.watch_fd(fd)
-    }
-
-    fn hosts(&self) -> Option<Arc<HostMap>> {
-        self.hosts.clone()
     }
 
     fn try_recv(
@@ -394,38 +382,36 @@ impl Transport for Subgroup {
 
 /// The endpoint of a communicator whose endpoint moved on (to its shrunk successor): every
 /// operation fails, saying so.
-#[derive(Default)]
 pub struct Detached {
-    rank: Rank,
-    nranks: usize,
+    me: Endpoint,
+}
+
+impl Default for Detached {
+    fn default() -> Detached {
+        Detached::new(Rank(0), 0)
+    }
 }
 
 impl Detached {
     /// Stands in for an endpoint of rank `rank` of `nranks`.
     pub fn new(rank: Rank, nranks: usize) -> Detached {
-        Detached { rank, nranks }
+        Detached {
+            me: Endpoint::new("detached", rank, nranks),
+        }
     }
 
     fn gone(&self) -> TransportError {
         TransportError::Aborted {
-            rank: self.rank,
-            by: self.rank,
+            rank: self.me.rank,
+            by: self.me.rank,
             reason: "this communicator was shrunk: its connections belong to the new one".into(),
         }
     }
 }
 
 impl Transport for Detached {
-    fn name(&self) -> &'static str {
-        "detached"
-    }
-
-    fn rank(&self) -> Rank {
-        self.rank
-    }
-
-    fn nranks(&self) -> usize {
-        self.nranks
+    fn endpoint(&self) -> &Endpoint {
+        &self.me
     }
 
     fn alloc(&mut self, len: usize) -> Payload {
@@ -477,9 +463,12 @@ mod tests {
         let mut ends = local::group(4, local::DEFAULT_WINDOW);
         let third = ends.remove(3);
         let sub = Subgroup::new(Box::new(third), &[Rank(0), Rank(1), Rank(3)]).unwrap();
-        assert_eq!((sub.rank(), sub.nranks()), (Rank(2), 3));
+        assert_eq!((sub.endpoint().rank, sub.endpoint().nranks), (Rank(2), 3));
         let subsub = Subgroup::new(Box::new(sub), &[Rank(0), Rank(2)]).unwrap();
-        assert_eq!((subsub.rank(), subsub.nranks()), (Rank(1), 2));
+        assert_eq!(
+            (subsub.endpoint().rank, subsub.endpoint().nranks),
+            (Rank(1), 2)
+        );
         assert_eq!(subsub.parent_rank(1), Some(3), "the first group's rank");
         assert_eq!(subsub.parent_rank(0), Some(0));
         // A member's error names members.

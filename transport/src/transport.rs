@@ -290,7 +290,7 @@ impl Registered {
         t: &mut T,
         bytes: usize,
     ) -> Result<Registered, TransportError> {
-        let mut words = Registered::zeroed_words(t.rank(), bytes, "a registered buffer")?;
+        let mut words = Registered::zeroed_words(t.endpoint().rank, bytes, "a registered buffer")?;
         // The registration covers the whole words; moving the Vec into `Registered` does
         // not move its heap memory.
         let registration = t.register(bytemuck::cast_slice_mut(&mut words))?;
@@ -378,19 +378,43 @@ pub enum Lend {
     ForCopy,
 }
 
+/// Who a transport endpoint is in its group: what headers, logs and the layers above read,
+/// fixed when it connected (never asked per message).
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    /// Short backend name, e.g. `"local"`, `"tcp"`, `"verbs"`.
+    pub name: &'static str,
+    /// This endpoint's rank.
+    pub rank: Rank,
+    /// Number of ranks in the group.
+    pub nranks: usize,
+    /// What it runs on, for headers and logs (device, port, how slots are lent); empty
+    /// when the name says it all.
+    pub details: String,
+    /// Where every rank of the group runs, when the bootstrap learnt it.
+    pub hosts: Option<Arc<crate::hosts::HostMap>>,
+}
+
+impl Endpoint {
+    /// An endpoint of `name` with no details and no host map.
+    pub fn new(name: &'static str, rank: Rank, nranks: usize) -> Endpoint {
+        Endpoint {
+            name,
+            rank,
+            nranks,
+            details: String::new(),
+            hosts: None,
+        }
+    }
+}
+
 /// A connected group endpoint: this rank's view of the channels to every peer.
 ///
 /// Implementations are used from one thread at a time (`&mut self`) but may be moved
 /// between threads.
 pub trait Transport: Send {
-    /// Short backend name, e.g. `"local"`, `"tcp"`, `"verbs"`.
-    fn name(&self) -> &'static str;
-
-    /// This endpoint's rank.
-    fn rank(&self) -> Rank;
-
-    /// Number of ranks in the group.
-    fn nranks(&self) -> usize;
+    /// Who this endpoint is in its group ([`Endpoint`]), stated once when it connected.
+    fn endpoint(&self) -> &Endpoint;
 
     /// A buffer of `len` bytes to fill and send. Contents are unspecified.
     fn alloc(&mut self, len: usize) -> Payload;
@@ -463,12 +487,6 @@ pub trait Transport: Send {
         None
     }
 
-    /// What this endpoint runs on, for headers and logs (device, port, how slots are
-    /// lent); empty when the name says it all.
-    fn details(&self) -> String {
-        String::new()
-    }
-
     /// What a rank does between two polls while it spins for a message: give the CPU
     /// away (the default: a peer of this rank may need it), or only pause the pipeline
     /// when every rank of this host has a core of its own, where a system call per poll
@@ -519,11 +537,6 @@ pub trait Transport: Send {
     /// on file descriptors. The fd must stay open while the transport lives.
     fn watch_fd(&mut self, _fd: std::os::fd::RawFd) -> std::io::Result<()> {
         Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
-    }
-
-    /// Where every rank of the group runs, when the bootstrap learnt it.
-    fn hosts(&self) -> Option<Arc<crate::hosts::HostMap>> {
-        None
     }
 
     /// Takes the message `tag` from `peer` if it has arrived.
@@ -625,10 +638,11 @@ pub trait Transport: Send {
     /// per shrink, so their epochs stay equal; returns the new epoch. The default (a
     /// backend that cannot continue): [`TransportError::Unsupported`].
     fn begin_epoch(&mut self) -> Result<u32, TransportError> {
+        let me = self.endpoint();
         Err(TransportError::Unsupported {
-            rank: self.rank(),
+            rank: me.rank,
             what: "continuing after a failure (shrink)",
-            transport: self.name(),
+            transport: me.name,
         })
     }
 

@@ -345,7 +345,7 @@ impl Communicator {
             count = req.count,
             dtype = %T::DTYPE,
             algorithm = %prepared.algorithm,
-            transport = self.transport.name(),
+            transport = self.transport.endpoint().name,
             "call"
         );
         let expect = prepared.expect;

@@ -14,8 +14,8 @@ fn verbs_pair() -> (Box<dyn rcoll::transport::Transport>, Rank) {
     let t = rcoll::process::Builder::from_env()
         .and_then(|b| b.build_transport())
         .expect("transport");
-    assert_eq!(t.name(), "verbs", "the pair must run over verbs");
-    let other = Rank::from(1 - t.rank().index());
+    assert_eq!(t.endpoint().name, "verbs", "the pair must run over verbs");
+    let other = Rank::from(1 - t.endpoint().rank.index());
     (t, other)
 }
 
@@ -41,10 +41,14 @@ pub fn held_back() {
     let tick = |t: &mut Box<dyn Transport>| {
         t.wait((Instant::now() + Duration::from_millis(5)).min(deadline))
             .expect("wait");
-        assert!(Instant::now() < deadline, "rank {} stalled", t.rank());
+        assert!(
+            Instant::now() < deadline,
+            "rank {} stalled",
+            t.endpoint().rank
+        );
     };
     let value = |p: &Payload| u64::from_le_bytes(p.as_bytes().try_into().expect("8 bytes"));
-    let me = t.rank().index();
+    let me = t.endpoint().rank.index();
     if me == 0 {
         // Sends 0..N; takes the echoes back whenever it waits for room.
         let mut echoed = 0;
@@ -132,12 +136,12 @@ pub fn lockstep() {
         assert!(
             Instant::now() < deadline,
             "rank {} stalled at {i}",
-            t.rank()
+            t.endpoint().rank
         );
         t.wait(deadline).expect("wait");
     };
     for i in 0..N {
-        let mine = (i * 2 + t.rank().index() as u64).to_le_bytes();
+        let mine = (i * 2 + t.endpoint().rank.index() as u64).to_le_bytes();
         let got = if i % 2 == 0 {
             let mut m = t.alloc(8);
             m.as_bytes_mut().copy_from_slice(&mine);
@@ -195,7 +199,7 @@ pub fn oversized() {
         .and_then(|b| b.build_transport())
         .expect("transport");
     let deadline = Instant::now() + Duration::from_secs(40);
-    let other = Rank::from(1 - t.rank().index());
+    let other = Rank::from(1 - t.endpoint().rank.index());
     let tag = |i: u32| Tag {
         collective: 1,
         transfer: i,
@@ -205,10 +209,14 @@ pub fn oversized() {
         if let Some(p) = t.try_recv(other, tag(i), 8).expect("recv") {
             return u64::from_le_bytes(p.as_bytes().try_into().expect("8 bytes"));
         }
-        assert!(Instant::now() < deadline, "rank {} stalled", t.rank());
+        assert!(
+            Instant::now() < deadline,
+            "rank {} stalled",
+            t.endpoint().rank
+        );
         t.wait(deadline).expect("wait");
     };
-    if t.rank().index() == 0 {
+    if t.endpoint().rank.index() == 0 {
         for i in 0..40 {
             let mut m = t.alloc(100_000);
             loop {
@@ -271,9 +279,9 @@ pub fn faulty() {
     let mut t = rcoll::process::Builder::from_env()
         .and_then(|b| b.build_transport())
         .expect("transport");
-    println!("RANK-DETAILS {}", t.details());
+    println!("RANK-DETAILS {}", t.endpoint().details);
     let deadline = Instant::now() + Duration::from_secs(30);
-    let other = Rank::from(1 - t.rank().index());
+    let other = Rank::from(1 - t.endpoint().rank.index());
     let tag = |i: u32| Tag {
         collective: 1,
         transfer: i,
@@ -287,7 +295,11 @@ pub fn faulty() {
             if let Some(p) = t.try_recv(other, tag(i), len)? {
                 return Ok(p);
             }
-            assert!(Instant::now() < deadline, "rank {} stalled", t.rank());
+            assert!(
+                Instant::now() < deadline,
+                "rank {} stalled",
+                t.endpoint().rank
+            );
             t.wait(deadline)?;
         }
     };
@@ -312,7 +324,7 @@ pub fn faulty() {
                 assert!(
                     Instant::now() < deadline,
                     "rank {}: the pair never broke",
-                    t.rank()
+                    t.endpoint().rank
                 );
                 let _ = t.wait(Instant::now() + Duration::from_millis(20));
             }
@@ -323,7 +335,7 @@ pub fn faulty() {
         fault.as_str(),
         "garbage" | "oversized" | "grants" | "beyond" | "forged_offer" | "immediate_into_offer"
     );
-    if t.rank().index() == 0 {
+    if t.endpoint().rank.index() == 0 {
         if raw {
             // Rank 1 says it has finished its setup first: a raw write that lands while rank 1
             // still sets up fails its setup instead (named too, but before it can say so here).

@@ -81,7 +81,8 @@ use std::time::{Duration, Instant};
 use crate::error::TransportError;
 use crate::hosts::HostMap;
 use crate::transport::{
-    stale_in, Lend, Link as TransportLink, Offered, Payload, Registration, SendState, Transport,
+    stale_in, Endpoint, Lend, Link as TransportLink, Offered, Payload, Registration, SendState,
+    Transport,
 };
 use crate::types::{Rank, Tag};
 use segment::{InRing, Lease, OutRing, Remote, Segment, Withdrawal};
@@ -179,8 +180,7 @@ type Arrived = (Msg, usize);
 /// One rank's endpoint: shared memory with the ranks of its host, `inner` with the rest.
 /// Built by [`prepare`] and [`Prepared::finish`].
 pub struct ShmTransport {
-    rank: Rank,
-    nranks: usize,
+    me: Endpoint,
     /// The transport beneath: other hosts, and the control plane for every peer.
     inner: Box<dyn Transport>,
     hosts: Arc<HostMap>,
@@ -229,7 +229,6 @@ pub struct ShmTransport {
     /// Whether this host has fewer cores (that this process may run on) than ranks: then
     /// a spinning rank yields between polls, else it only pauses ([`Transport::relax`]).
     crowded: bool,
-    name: &'static str,
     /// Some peers are reached through the transport beneath (other hosts): payloads are
     /// then that transport's (registered memory that verbs sends without a copy).
     remote: bool,
@@ -256,6 +255,53 @@ fn tag_of(words: [u64; 3]) -> Option<Tag> {
 }
 
 impl ShmTransport {
+    /// What this endpoint runs on ([`Endpoint::details`]), once its links are made.
+    fn describe(&self) -> String {
+        let me = self.me.rank;
+        let local = self.hosts.local_size(me);
+        let shape = self.mine.shape();
+        let peers = self.links.iter().flatten().count();
+        let direct = self
+            .links
+            .iter()
+            .flatten()
+            .filter(|l| l.read_from.is_some())
+            .count();
+        let mut d = format!(
+            "{}; shared memory among the {local} ranks of each host ({} slots of {} KiB per \
+             peer; {})",
+            self.hosts.describe(),
+            shape.slots,
+            shape.slot_bytes / 1024,
+            if self.single_copy == usize::MAX {
+                "single copy off".to_owned()
+            } else {
+                format!(
+                    "single copy from {direct} of {peers} peers from {} KiB",
+                    self.single_copy.div_ceil(1024)
+                )
+            }
+        );
+        d.push_str(if self.crowded {
+            "; waits yield (more ranks than CPUs)"
+        } else {
+            "; waits spin"
+        });
+        if self.me.name != "shm" {
+            let inner = &self.inner.endpoint().details;
+            d.push_str(&format!(
+                "; across hosts {}{}",
+                self.inner.endpoint().name,
+                if inner.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({inner})")
+                }
+            ));
+        }
+        d
+    }
+
     /// The transport beneath (other hosts, control plane).
     pub fn inner_mut(&mut self) -> &mut dyn Transport {
         &mut *self.inner
@@ -302,7 +348,7 @@ impl ShmTransport {
         self.check()?;
         if len > self.slot_bytes {
             return Err(TransportError::MessageTooLarge {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
                 len,
                 max: self.slot_bytes,
@@ -311,9 +357,9 @@ impl ShmTransport {
         for attempt in 0..2 {
             let Some(Some(link)) = self.links.get_mut(peer.index()) else {
                 return Err(TransportError::InvalidPeer {
-                    rank: self.rank,
+                    rank: self.me.rank,
                     peer,
-                    nranks: self.nranks,
+                    nranks: self.me.nranks,
                 });
             };
             if link.outbox.send(tag_words(tag), data) {
@@ -357,16 +403,8 @@ impl ShmTransport {
 }
 
 impl Transport for ShmTransport {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn rank(&self) -> Rank {
-        self.rank
-    }
-
-    fn nranks(&self) -> usize {
-        self.nranks
+    fn endpoint(&self) -> &Endpoint {
+        &self.me
     }
 
     fn alloc(&mut self, len: usize) -> Payload {
@@ -502,52 +540,6 @@ impl Transport for ShmTransport {
         Some(self)
     }
 
-    fn details(&self) -> String {
-        let me = self.rank;
-        let local = self.hosts.local_size(me);
-        let shape = self.mine.shape();
-        let peers = self.links.iter().flatten().count();
-        let direct = self
-            .links
-            .iter()
-            .flatten()
-            .filter(|l| l.read_from.is_some())
-            .count();
-        let mut d = format!(
-            "{}; shared memory among the {local} ranks of each host ({} slots of {} KiB per \
-             peer; {})",
-            self.hosts.describe(),
-            shape.slots,
-            shape.slot_bytes / 1024,
-            if self.single_copy == usize::MAX {
-                "single copy off".to_owned()
-            } else {
-                format!(
-                    "single copy from {direct} of {peers} peers from {} KiB",
-                    self.single_copy.div_ceil(1024)
-                )
-            }
-        );
-        d.push_str(if self.crowded {
-            "; waits yield (more ranks than CPUs)"
-        } else {
-            "; waits spin"
-        });
-        if self.name != "shm" {
-            let inner = self.inner.details();
-            d.push_str(&format!(
-                "; across hosts {}{}",
-                self.inner.name(),
-                if inner.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({inner})")
-                }
-            ));
-        }
-        d
-    }
-
     fn reap_borrowed(&mut self) {
         // Withdrawn where the read has not begun; a read under way is waited for a
         // little, then given up (its reader fails rather than use what it read).
@@ -619,10 +611,6 @@ impl Transport for ShmTransport {
 
     fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
         self.inner.watch_fd(fd)
-    }
-
-    fn hosts(&self) -> Option<Arc<HostMap>> {
-        Some(Arc::clone(&self.hosts))
     }
 
     fn try_recv(

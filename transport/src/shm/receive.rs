@@ -54,7 +54,7 @@ impl ShmTransport {
             .is_some()
         {
             let e = TransportError::DuplicateTag {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
                 tag,
             };
@@ -108,7 +108,7 @@ impl ShmTransport {
                     }
                 };
                 let e = TransportError::Protocol {
-                    rank: self.rank,
+                    rank: self.me.rank,
                     peer,
                     reason,
                 };
@@ -117,7 +117,7 @@ impl ShmTransport {
         };
         let Some(tag) = tag_of(header.tag) else {
             let e = TransportError::Protocol {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
                 reason: format!("wrote a malformed tag {:x?}", header.tag),
             };
@@ -197,7 +197,10 @@ impl ShmTransport {
     ) -> Result<bool, TransportError> {
         let protocol = |rank, reason: String| TransportError::Protocol { rank, peer, reason };
         let Some(pid) = self.links[peer.index()].as_ref().and_then(|l| l.read_from) else {
-            return Err(self.fail(protocol(self.rank, "left a message in its memory".into())));
+            return Err(self.fail(protocol(
+                self.me.rank,
+                "left a message in its memory".into(),
+            )));
         };
         // A peer known gone is not read (its process number may be another's by now).
         if let Some(e) = self.inner.known_gone(peer) {
@@ -211,7 +214,7 @@ impl ShmTransport {
             drop(remote);
             self.control(Some(peer), true)?;
             let e = protocol(
-                self.rank,
+                self.me.rank,
                 format!("reading its message from its memory failed: {e}"),
             );
             return Err(self.fail(e));
@@ -311,7 +314,7 @@ impl ShmTransport {
                         (link.wake)();
                     }
                     if sent.key() == tag.key() {
-                        check_tag(self.rank, peer, tag, sent, msg.len(), len)?;
+                        check_tag(self.me.rank, peer, tag, sent, msg.len(), len)?;
                         return Ok(Some(msg));
                     }
                     // Off its ring for another receive, which may be waiting: news for
@@ -346,7 +349,7 @@ impl ShmTransport {
         }
         match found {
             Some((sent, msg)) => {
-                check_tag(self.rank, peer, tag, sent, msg.len(), len)?;
+                check_tag(self.me.rank, peer, tag, sent, msg.len(), len)?;
                 Ok(Some(msg))
             }
             None => {

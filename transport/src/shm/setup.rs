@@ -20,7 +20,7 @@ use crate::error::TransportError;
 use crate::hosts::HostMap;
 use crate::tcp::control::Exchange;
 use crate::tcp::TcpTransport;
-use crate::transport::Transport;
+use crate::transport::{Endpoint, Transport};
 use crate::types::Rank;
 
 /// Tunables of the shared-memory backend.
@@ -174,15 +174,17 @@ impl Prepared {
             }));
         }
         let remote = (0..links.len()).any(|r| r != me.index() && links[r].is_none());
-        let name = match (remote, inner.name()) {
+        let name = match (remote, inner.endpoint().name) {
             (false, _) => "shm",
             (true, "verbs") => "shm+verbs",
             (true, _) => "shm+tcp",
         };
         let slots = mine.shape().slots;
-        Ok(ShmTransport {
-            rank: me,
-            nranks: links.len(),
+        let mut t = ShmTransport {
+            me: Endpoint {
+                hosts: Some(Arc::clone(&self.hosts)),
+                ..Endpoint::new(name, me, links.len())
+            },
             slot_bytes: self.opts.slot_bytes,
             spin: self.opts.spin,
             crowded: self.hosts.crowds_cpus_of(me, self.opts.cpus),
@@ -220,10 +222,11 @@ impl Prepared {
                 .map_or(usize::MAX, |b| b.max(segment::INLINE + 1)),
             broken: None,
             last_control: Instant::now(),
-            name,
             remote,
             inner,
-        })
+        };
+        t.me.details = t.describe();
+        Ok(t)
     }
 }
 
@@ -267,7 +270,7 @@ pub fn prepare(
     opts: &Options,
     deadline: Instant,
 ) -> Result<Prepared, TransportError> {
-    let me = tcp.rank();
+    let me = tcp.endpoint().rank;
     let local: Vec<Rank> = hosts.neighbours(me).collect();
     let shape = opts.shape(local.len());
     let mut prepared = Prepared {

@@ -92,7 +92,7 @@ fn a_sender_out_of_descriptors_is_woken_when_they_are_read() {
     let (slots, messages) = (4, 64u32);
     let results = group(2, slots, |mut t| {
         let deadline = Instant::now() + Duration::from_secs(20);
-        let peer = Rank::from(1 - t.rank().index());
+        let peer = Rank::from(1 - t.endpoint().rank.index());
         let send = |t: &mut ShmTransport, tag: Tag, bytes: &[u8]| {
             while t
                 .try_send_from(peer, tag, bytes, Lend::UntilComplete)
@@ -102,7 +102,7 @@ fn a_sender_out_of_descriptors_is_woken_when_they_are_read() {
                 t.wait(deadline).expect("wait");
             }
         };
-        if t.rank().index() == 0 {
+        if t.endpoint().rank.index() == 0 {
             for i in 0..messages {
                 send(&mut t, tag(i), &i.to_le_bytes());
             }
@@ -154,7 +154,7 @@ fn sleeps_after_another_receive_took_it(other: impl Fn(&mut ShmTransport) + Sync
     let p = Rank::from(1);
     let results = group(3, 4, |mut t| {
         let deadline = Instant::now() + Duration::from_secs(20);
-        match t.rank().index() {
+        match t.endpoint().rank.index() {
             0 => {
                 let _done = Done(&done);
                 // A new transport records nothing and has no misses yet: a quick miss.
@@ -234,8 +234,8 @@ fn a_flood_of_small_unasked_messages_is_held_to_the_budget() {
     let counted = std::sync::atomic::AtomicBool::new(false);
     let held = group(2, slots, |mut t| {
         let deadline = Instant::now() + Duration::from_secs(60);
-        let peer = Rank::from(1 - t.rank().index());
-        if t.rank().index() == 0 {
+        let peer = Rank::from(1 - t.endpoint().rank.index());
+        if t.endpoint().rank.index() == 0 {
             // As many as the budget and a thousand more, unless the peer stops reading.
             let (mut sent, mut refused) = (0u32, 0);
             while sent < (cap + 1000) as u32 && refused < 20 {
@@ -333,13 +333,13 @@ fn a_large_send_is_read_from_the_senders_memory_when_taken() {
     let len = 3000;
     let got = group(2, 4, |mut t| {
         let deadline = Instant::now() + Duration::from_secs(20);
-        let peer = Rank::from(1 - t.rank().index());
+        let peer = Rank::from(1 - t.endpoint().rank.index());
         assert!(
             t.link(peer).reads_directly,
             "{} reads {peer} directly",
-            t.rank()
+            t.endpoint().rank
         );
-        if t.rank().index() == 0 {
+        if t.endpoint().rank.index() == 0 {
             let mut buf: Vec<u8> = (0..len).map(|i| i as u8).collect();
             let SendState::InFlight(token) = t
                 .try_send_from(peer, tag(1), &buf, Lend::ForCopy)
@@ -397,13 +397,13 @@ fn a_message_longer_than_a_slot_is_read_whole_and_waits_for_a_ticket() {
     let len = 3 * 4096 + 5; // slots hold 4096 bytes
     let got = group(2, 4, |mut t| {
         let deadline = Instant::now() + Duration::from_secs(20);
-        let peer = Rank::from(1 - t.rank().index());
+        let peer = Rank::from(1 - t.endpoint().rank.index());
         assert!(
             t.link(peer).moves_whole,
             "{} moves whole with {peer}",
-            t.rank()
+            t.endpoint().rank
         );
-        if t.rank().index() == 0 {
+        if t.endpoint().rank.index() == 0 {
             let bufs: Vec<Vec<u8>> = (0..=segment::TICKETS)
                 .map(|m| (0..len).map(|i| (i + m) as u8).collect())
                 .collect();
@@ -450,13 +450,13 @@ fn a_message_longer_than_a_slot_is_read_whole_and_waits_for_a_ticket() {
         4,
         |r| (r == 1).then_some(SINGLE_COPY),
         |mut t| {
-            let peer = Rank::from(1 - t.rank().index());
+            let peer = Rank::from(1 - t.endpoint().rank.index());
             assert!(
                 !t.link(peer).moves_whole,
                 "{} moves whole with {peer}",
-                t.rank()
+                t.endpoint().rank
             );
-            if t.rank().index() == 0 {
+            if t.endpoint().rank.index() == 0 {
                 let buf = vec![7u8; len];
                 let refused = t.try_send_from(peer, tag(1), &buf, Lend::ForCopy);
                 assert!(
@@ -476,8 +476,8 @@ fn a_message_left_in_memory_that_nobody_asks_for_is_read_before_the_receiver_blo
     let len = 2000;
     let got = group(2, 4, |mut t| {
         let deadline = Instant::now() + Duration::from_secs(10);
-        let peer = Rank::from(1 - t.rank().index());
-        if t.rank().index() == 0 {
+        let peer = Rank::from(1 - t.endpoint().rank.index());
+        if t.endpoint().rank.index() == 0 {
             let mut buf = vec![5u8; len];
             let SendState::InFlight(token) = t
                 .try_send_from(peer, tag(1), &buf, Lend::ForCopy)
@@ -513,8 +513,8 @@ fn a_withdrawn_send_is_never_delivered_and_the_senders_failure_reaches_the_recei
     let withdrawn = std::sync::atomic::AtomicBool::new(false);
     let looked = std::sync::atomic::AtomicBool::new(false);
     let errors = group(2, 4, |mut t| {
-        let peer = Rank::from(1 - t.rank().index());
-        if t.rank().index() == 0 {
+        let peer = Rank::from(1 - t.endpoint().rank.index());
+        if t.endpoint().rank.index() == 0 {
             let buf = vec![1u8; 2048];
             assert!(matches!(
                 t.try_send_from(peer, tag(1), &buf, Lend::ForCopy)
@@ -568,19 +568,19 @@ fn single_copy_off_on_one_side_copies_through_the_ring_both_ways() {
         |r| (r == 0).then_some(SINGLE_COPY),
         |mut t| {
             let deadline = Instant::now() + Duration::from_secs(20);
-            let peer = Rank::from(1 - t.rank().index());
+            let peer = Rank::from(1 - t.endpoint().rank.index());
             assert!(
                 !t.link(peer).reads_directly,
                 "{} reads {peer} directly",
-                t.rank()
+                t.endpoint().rank
             );
-            let buf = vec![t.rank().index() as u8 + 1; len];
+            let buf = vec![t.endpoint().rank.index() as u8 + 1; len];
             assert_eq!(
                 t.try_send_from(peer, tag(1), &buf, Lend::ForCopy)
                     .expect("send"),
                 SendState::Done,
                 "{} left its message in memory",
-                t.rank()
+                t.endpoint().rank
             );
             let mut dst = vec![0u8; len];
             recv_into(&mut t, peer, tag(1), &mut dst, deadline);
@@ -599,7 +599,7 @@ fn a_wait_takes_a_bounded_number_of_rings() {
     use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
     let done = AtomicBool::new(false);
     let counts = group(2, 4, |mut t| {
-        if t.rank().index() == 1 {
+        if t.endpoint().rank.index() == 1 {
             until(&done, "rank 0's wait");
             return (0, 0);
         }
@@ -643,7 +643,7 @@ fn only_a_process_of_this_user_rings_the_bell() {
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::process::CommandExt;
     let rung = group(2, 4, |t| {
-        if t.rank().index() == 1 {
+        if t.endpoint().rank.index() == 1 {
             return Vec::new();
         }
         let path = bell_path(&t);

@@ -59,7 +59,7 @@ impl TcpTransport {
         deadline: Instant,
     ) -> Result<(), TransportError> {
         let tag = control_tag(exchange);
-        let me = self.rank();
+        let me = self.me.rank;
         let sealed = match self.peers.get_mut(peer.index()) {
             Some(Some(p)) => {
                 let n = p.controls_sent[exchange as usize];
@@ -77,7 +77,7 @@ impl TcpTransport {
         while !self.send_slice(peer, tag, data)? {
             if Instant::now() >= deadline {
                 return Err(TransportError::Timeout {
-                    rank: self.rank(),
+                    rank: self.me.rank,
                     peer,
                     what: format!("sending its {exchange:?} message"),
                     waited: Duration::ZERO,
@@ -110,7 +110,7 @@ impl TcpTransport {
             }
             if Instant::now() >= deadline {
                 return Err(TransportError::Timeout {
-                    rank: self.rank(),
+                    rank: self.me.rank,
                     peer,
                     what: format!("its {exchange:?} message"),
                     waited: start.elapsed(),
@@ -147,7 +147,7 @@ impl TcpTransport {
         exchange: Exchange,
         mut message: Vec<u8>,
     ) -> Result<Vec<u8>, TransportError> {
-        let me = self.rank();
+        let me = self.me.rank;
         let Some(Some(p)) = self.peers.get_mut(peer.index()) else {
             return Ok(message);
         };

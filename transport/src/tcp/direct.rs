@@ -170,7 +170,7 @@ impl TcpTransport {
         dst: &mut [u8],
     ) -> Result<bool, TransportError> {
         if let Some((sent, payload)) = self.remove_arrived(peer, tag) {
-            check_tag(self.rank, peer, tag, sent, payload.len(), dst.len())?;
+            check_tag(self.me.rank, peer, tag, sent, payload.len(), dst.len())?;
             let from = self.partial_prefix(r, peer, tag, dst)?;
             dst[from..].copy_from_slice(&payload.as_bytes()[from..]);
             self.recycle(payload);
@@ -237,7 +237,7 @@ impl TcpTransport {
     /// began to land in.
     pub(super) fn moved(&self, peer: Rank, tag: Tag) -> TransportError {
         TransportError::Misuse {
-            rank: self.rank,
+            rank: self.me.rank,
             peer,
             tag,
             reason: "asked with other memory than the destination its message began to land in"
@@ -260,7 +260,7 @@ impl TcpTransport {
         tag: Tag,
         dst: &mut [u8],
     ) -> Result<bool, TransportError> {
-        let rank = self.rank;
+        let rank = self.me.rank;
         let Some(Some(p)) = self.peers.get_mut(r) else {
             return Ok(false);
         };

@@ -31,7 +31,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::error::TransportError;
-use crate::transport::{check_arrival, Lend, Link, Payload, SendState, Transport};
+use crate::transport::{check_arrival, Endpoint, Lend, Link, Payload, SendState, Transport};
 use crate::types::{Rank, Tag};
 use frame::{Decoder, Frame, Header, Kind, HEADER_LEN};
 
@@ -101,8 +101,7 @@ struct Peer {
 
 /// One rank's endpoint of a TCP group. Built by [`bootstrap::connect`].
 pub struct TcpTransport {
-    rank: Rank,
-    nranks: usize,
+    me: Endpoint,
     poll: Poll,
     events: Events,
     peers: Vec<Option<Peer>>,
@@ -135,8 +134,6 @@ pub struct TcpTransport {
     /// Peers that answered this rank's pings.
     ponged: Vec<bool>,
     broken: Option<TransportError>,
-    /// Where every rank runs (see [`crate::hosts::exchange`]), once known.
-    hosts: Option<std::sync::Arc<crate::hosts::HostMap>>,
     /// Messages read straight into their destinations ([`direct`]).
     placed: u64,
     /// Frames filed, messages read into place and queued messages sent in full: what a
@@ -208,7 +205,7 @@ impl TcpTransport {
 
     /// Records where every rank runs.
     pub(crate) fn set_hosts(&mut self, hosts: std::sync::Arc<crate::hosts::HostMap>) {
-        self.hosts = Some(hosts);
+        self.me.hosts = Some(hosts);
     }
 
     /// Wraps connected streams, `streams[r]` for every peer `r` (`None` for this rank).
@@ -258,8 +255,7 @@ impl TcpTransport {
             peer_budget,
             recv_budget: RECV_BUDGET,
             held_total: 0,
-            rank,
-            nranks: peers.len(),
+            me: Endpoint::new("tcp", rank, peers.len()),
             poll,
             events: Events::with_capacity(peers.len().max(16)),
             peers,
@@ -277,7 +273,6 @@ impl TcpTransport {
             draining: false,
             ponged: Vec::new(),
             broken: None,
-            hosts: None,
             placed: 0,
             progressed: 0,
             seen: (0, 0),
@@ -300,7 +295,7 @@ impl TcpTransport {
     fn check_usable(&self) -> Result<(), TransportError> {
         if let Some((by, reason)) = &self.aborted {
             return Err(TransportError::Aborted {
-                rank: self.rank,
+                rank: self.me.rank,
                 by: *by,
                 reason: reason.clone(),
             });
@@ -322,9 +317,9 @@ impl TcpTransport {
         match self.peers.get(peer.index()) {
             Some(Some(_)) => Ok(peer.index()),
             _ => Err(TransportError::InvalidPeer {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
-                nranks: self.nranks,
+                nranks: self.me.nranks,
             }),
         }
     }
@@ -341,7 +336,7 @@ impl TcpTransport {
         match self.remove_arrived(peer, tag) {
             None => Ok(None),
             Some((sent, payload)) => {
-                check_arrival(self.rank, peer, tag, sent, payload, len).map(Some)
+                check_arrival(self.me.rank, peer, tag, sent, payload, len).map(Some)
             }
         }
     }
@@ -375,7 +370,7 @@ impl TcpTransport {
         match self.check_usable() {
             Err(e) => e,
             Ok(()) => TransportError::PeerClosed {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
             },
         }
@@ -520,8 +515,8 @@ impl Transport for TcpTransport {
         self.send_slice(peer, tag, data).map(SendState::sent)
     }
 
-    fn name(&self) -> &'static str {
-        "tcp"
+    fn endpoint(&self) -> &Endpoint {
+        &self.me
     }
 
     fn control_check(&mut self, peer: Option<Rank>) -> Result<(), TransportError> {
@@ -538,18 +533,6 @@ impl Transport for TcpTransport {
 
     fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> io::Result<()> {
         self.register_fd(fd)
-    }
-
-    fn hosts(&self) -> Option<std::sync::Arc<crate::hosts::HostMap>> {
-        self.hosts.clone()
-    }
-
-    fn rank(&self) -> Rank {
-        self.rank
-    }
-
-    fn nranks(&self) -> usize {
-        self.nranks
     }
 
     fn alloc(&mut self, len: usize) -> Payload {
@@ -572,9 +555,9 @@ impl Transport for TcpTransport {
         let window = self.window;
         let Some(Some(p)) = self.peers.get_mut(r) else {
             return Err(TransportError::InvalidPeer {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
-                nranks: self.nranks,
+                nranks: self.me.nranks,
             });
         };
         if p.queue.len() >= window {
@@ -693,8 +676,8 @@ impl Transport for TcpTransport {
             Err(e) => {
                 let reason = format!("poll failed: {e}");
                 self.broken.get_or_insert(TransportError::Aborted {
-                    rank: self.rank,
-                    by: self.rank,
+                    rank: self.me.rank,
+                    by: self.me.rank,
                     reason,
                 });
             }
@@ -792,7 +775,7 @@ impl Transport for TcpTransport {
         }
         self.flush_briefly(Duration::from_millis(200));
         self.aborted
-            .get_or_insert_with(|| (self.rank, reason.to_owned()));
+            .get_or_insert_with(|| (self.me.rank, reason.to_owned()));
     }
 }
 

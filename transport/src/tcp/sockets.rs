@@ -197,7 +197,7 @@ impl TcpTransport {
                 frames.extend(peer.decoder.filled(direct));
             }
             let rest = &self.read_buf[..n - direct];
-            let at = (self.rank, from);
+            let at = (self.me.rank, from);
             feed(
                 peer,
                 rest,
@@ -256,7 +256,7 @@ impl TcpTransport {
             return;
         }
         deliver(
-            self.rank,
+            self.me.rank,
             Rank::from(r),
             frame,
             &mut self.arrived,

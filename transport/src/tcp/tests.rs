@@ -93,7 +93,7 @@ fn send_slice_blocking(
 fn every_pair_exchanges_large_and_empty_messages() {
     let n = 4;
     let results = group(n, |mut t| -> Result<(), TransportError> {
-        let me = t.rank().index();
+        let me = t.endpoint().rank.index();
         // 40 messages per peer through a window of 4: exercises credits and partial writes.
         for k in 0..40u32 {
             for peer in (0..n).filter(|&p| p != me) {
@@ -123,7 +123,7 @@ fn every_pair_exchanges_large_and_empty_messages() {
 fn messages_larger_than_the_socket_buffers_go_straight_from_the_callers_memory() {
     let big: Vec<u8> = (0..24 << 20).map(|i: usize| (i % 251) as u8).collect();
     let results = group(2, |mut t| -> Result<(), TransportError> {
-        if t.rank() == Rank(0) {
+        if t.endpoint().rank == Rank(0) {
             for k in 0..3 {
                 send_slice_blocking(&mut t, Rank(1), tag(k, 0), &big)?;
             }
@@ -166,7 +166,7 @@ fn a_send_behind_a_queued_message_waits_for_it_and_only_the_rest_is_copied() {
     // failed before: its transport is gone then, and rank 1 fails too, never hangs).
     let tried = std::sync::atomic::AtomicBool::new(false);
     let results = group(2, |mut t| -> Result<(), TransportError> {
-        if t.rank() == Rank(0) {
+        if t.endpoint().rank == Rank(0) {
             // More than the sockets hold: part written, the rest queued.
             assert_eq!(
                 t.try_send_from(Rank(1), tag(0, 0), &big, Lend::No)?,
@@ -566,7 +566,7 @@ fn a_rank_that_never_arrives_is_a_bootstrap_timeout() {
 #[test]
 fn a_closed_peer_and_an_abort_are_reported() {
     let results = group(3, |mut t| {
-        match t.rank().index() {
+        match t.endpoint().rank.index() {
             0 => {
                 t.abort("stop now");
                 None
@@ -614,7 +614,7 @@ fn large_messages_asked_for_land_straight_in_their_destinations() {
     let (segments, len) = (12u32, 300_000usize);
     let asked = std::sync::Barrier::new(2);
     let results = group(2, |mut t| -> Result<u64, TransportError> {
-        if t.rank() == Rank(1) {
+        if t.endpoint().rank == Rank(1) {
             asked.wait();
             for k in 0..segments {
                 let data = pattern(k as usize, len);
@@ -736,7 +736,7 @@ fn idle_peers_cost_one_poll_not_a_read_each() {
     let quiet_done = std::sync::Barrier::new(n);
     let received = std::sync::Barrier::new(n);
     let results = group(n, |mut t| {
-        let me = t.rank().index();
+        let me = t.endpoint().rank.index();
         if me == 0 {
             // Everything the peers sent during setup is read; then nothing comes.
             for _ in 0..10 {
@@ -790,7 +790,7 @@ fn a_frame_read_by_another_receive_ends_the_next_wait_at_once() {
         }
     };
     let results = group(2, |mut t| -> Result<Option<Duration>, TransportError> {
-        if t.rank() == Rank(0) {
+        if t.endpoint().rank == Rank(0) {
             until(&sent);
             // The socket to rank 1 full: part written, the rest queued.
             assert_eq!(

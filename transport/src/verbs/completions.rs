@@ -17,7 +17,7 @@ use crate::types::{Rank, Tag};
 impl VerbsTransport {
     pub(super) fn verbs_error(&self, peer: Option<usize>, e: VerbsError) -> TransportError {
         TransportError::Verbs {
-            rank: self.rank,
+            rank: self.me.rank,
             peer: peer.map(Rank::from),
             verb: e.verb,
             errno: e.errno,
@@ -103,7 +103,7 @@ impl VerbsTransport {
                     self.free.push((id, v));
                 }
                 let e = TransportError::Completion {
-                    rank: self.rank,
+                    rank: self.me.rank,
                     peer: Rank::from(p),
                     op,
                     status,
@@ -117,7 +117,7 @@ impl VerbsTransport {
                 let e = self.cause_behind(
                     p,
                     TransportError::Completion {
-                        rank: self.rank,
+                        rank: self.me.rank,
                         peer: Rank::from(p),
                         op,
                         status,
@@ -176,7 +176,7 @@ impl VerbsTransport {
                             "slot"
                         };
                         self.fail(TransportError::Protocol {
-                            rank: self.rank,
+                            rank: self.me.rank,
                             peer: Rank::from(from),
                             reason: format!(
                                 "wrote {what} {:#x} with an immediate instead of invalidating \
@@ -194,7 +194,7 @@ impl VerbsTransport {
                 } else if c.opcode == ffi::WC_RECV {
                     if c.byte_len as usize % CREDIT_BYTES != 0 {
                         self.fail(TransportError::Protocol {
-                            rank: self.rank,
+                            rank: self.me.rank,
                             peer: Rank::from(from),
                             reason: format!(
                                 "sent {} bytes, not credits (flags {:#x}, imm {:#x})",
@@ -218,7 +218,7 @@ impl VerbsTransport {
     /// `rkey`: the message written into the slot it names is complete, and the peer can
     /// no longer write there. The named slot must be lent to that peer under that key.
     pub(super) fn notice(&mut self, from: usize, index: u32, len: usize, rkey: u32) {
-        let me = self.rank;
+        let me = self.me.rank;
         let Some(peer) = self.peers[from].as_ref() else {
             return;
         };
@@ -317,7 +317,7 @@ impl VerbsTransport {
     }
 
     pub(super) fn arrival(&mut self, from: usize, imm: u32) {
-        let me = self.rank;
+        let me = self.me.rank;
         let Some(peer) = self.peers[from].as_mut() else {
             return;
         };
@@ -429,9 +429,9 @@ impl VerbsTransport {
         match self.peers.get(peer.index()) {
             Some(Some(_)) => Ok(peer.index()),
             _ => Err(TransportError::InvalidPeer {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
-                nranks: self.nranks,
+                nranks: self.me.nranks,
             }),
         }
     }

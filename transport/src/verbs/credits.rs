@@ -96,7 +96,7 @@ impl VerbsTransport {
         let fits = |c: &Credit| (c.len as usize).saturating_sub(TRAILER);
         match self.peers[p].as_ref().and_then(|s| s.credits.front()) {
             Some(credit) if total > fits(credit) => Err(TransportError::MessageTooLarge {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer: Rank::from(p),
                 len: total - HEADER,
                 max: fits(credit).saturating_sub(HEADER),
@@ -162,7 +162,7 @@ impl VerbsTransport {
         let msg = unsafe { peer.ctrl.copy_out(at, len.min(CTRL_BYTES)) };
         let Some(grants) = Grant::decode_all(&msg) else {
             return self.fail(TransportError::Protocol {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer: Rank::from(from),
                 reason: format!("sent a credit message that does not decode: {msg:02x?}"),
             });

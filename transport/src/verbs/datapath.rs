@@ -19,16 +19,8 @@ use crate::transport::{
 use crate::types::{Rank, Tag};
 
 impl Transport for VerbsTransport {
-    fn name(&self) -> &'static str {
-        "verbs"
-    }
-
-    fn rank(&self) -> Rank {
-        self.rank
-    }
-
-    fn nranks(&self) -> usize {
-        self.nranks
+    fn endpoint(&self) -> &crate::transport::Endpoint {
+        &self.me
     }
 
     fn alloc(&mut self, len: usize) -> Payload {
@@ -191,9 +183,9 @@ impl Transport for VerbsTransport {
         let Some(state) = self.peers[p].as_mut() else {
             self.free.push((id, head));
             return Err(TransportError::InvalidPeer {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
-                nranks: self.nranks,
+                nranks: self.me.nranks,
             });
         };
         let Some(credit) = state.credits.pop_front() else {
@@ -303,37 +295,6 @@ impl Transport for VerbsTransport {
         self.tcp.register_fd(fd)
     }
 
-    fn hosts(&self) -> Option<std::sync::Arc<crate::hosts::HostMap>> {
-        self.tcp.hosts()
-    }
-
-    fn details(&self) -> String {
-        let s = &self.selection;
-        format!(
-            "{}:{}, MTU {}, queue pairs to {} of {} peers, slots lent as {}; {}",
-            s.device,
-            s.port,
-            super::select::mtu_bytes(s.active_mtu),
-            self.peers.iter().flatten().count(),
-            self.nranks - 1,
-            if self.scoped && self.direct {
-                "memory windows (one peer, one write), and destinations offered through \
-                 windows over registered buffers"
-            } else if self.scoped {
-                "memory windows (one peer, one write)"
-            } else if self.direct {
-                "registered regions, and destinations offered in registered buffers"
-            } else {
-                "registered regions"
-            },
-            if self.crowded {
-                "waits yield (more ranks than CPUs)"
-            } else {
-                "waits spin"
-            }
-        )
-    }
-
     fn stall_report(&self, peer: Option<Rank>) -> String {
         let one = |p: usize| {
             self.peers[p].as_ref().map(|x| {
@@ -357,8 +318,8 @@ impl Transport for VerbsTransport {
         // The peer waited for, then (in small groups) the others: a stall is often a
         // third rank's.
         let mut order: Vec<usize> = peer.map(Rank::index).into_iter().collect();
-        if self.nranks <= 8 || peer.is_none() {
-            order.extend((0..self.nranks).filter(|&p| Some(p) != peer.map(Rank::index)));
+        if self.me.nranks <= 8 || peer.is_none() {
+            order.extend((0..self.me.nranks).filter(|&p| Some(p) != peer.map(Rank::index)));
         }
         let mut parts: Vec<String> = order.into_iter().filter_map(one).collect();
         parts.push(format!(
@@ -436,7 +397,7 @@ impl Transport for VerbsTransport {
         match self.take_arrival(peer, tag)? {
             Some((sent, a)) => {
                 let payload = self.lend(a);
-                check_arrival(self.rank, peer, tag, sent, payload, len).map(Some)
+                check_arrival(self.me.rank, peer, tag, sent, payload, len).map(Some)
             }
             None => Ok(None),
         }
@@ -603,6 +564,35 @@ impl Drop for VerbsTransport {
 }
 
 impl VerbsTransport {
+    /// What this endpoint runs on ([`crate::transport::Endpoint::details`]), once its
+    /// queue pairs are connected.
+    pub(super) fn describe(&self) -> String {
+        let s = &self.selection;
+        format!(
+            "{}:{}, MTU {}, queue pairs to {} of {} peers, slots lent as {}; {}",
+            s.device,
+            s.port,
+            super::select::mtu_bytes(s.active_mtu),
+            self.peers.iter().flatten().count(),
+            self.me.nranks - 1,
+            if self.scoped && self.direct {
+                "memory windows (one peer, one write), and destinations offered through \
+                 windows over registered buffers"
+            } else if self.scoped {
+                "memory windows (one peer, one write)"
+            } else if self.direct {
+                "registered regions, and destinations offered in registered buffers"
+            } else {
+                "registered regions"
+            },
+            if self.crowded {
+                "waits yield (more ranks than CPUs)"
+            } else {
+                "waits spin"
+            }
+        )
+    }
+
     /// Sends `data` copied into a registered buffer of the pool: no payload lent and taken
     /// back on the way. `false`: no room yet.
     fn send_copied(&mut self, peer: Rank, tag: Tag, data: &[u8]) -> Result<bool, TransportError> {
@@ -629,7 +619,7 @@ impl VerbsTransport {
         let p = self.peer_index(peer)?;
         if len > self.slot_bytes {
             return Err(TransportError::MessageTooLarge {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
                 len,
                 max: self.slot_bytes,
@@ -702,9 +692,9 @@ impl VerbsTransport {
             // Registered memory is never freed behind the device's back: back to the pool.
             self.free.push((id, v));
             return Err(TransportError::InvalidPeer {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer: Rank::from(p),
-                nranks: self.nranks,
+                nranks: self.me.nranks,
             });
         };
         let max_inline = peer_state.qp.max_inline as usize;

@@ -28,7 +28,7 @@ impl VerbsTransport {
                 Some(p) => self.fail_peer(p.index(), e),
                 // Pairs this rank stopped after the failure (`reap`): each is its peer's
                 // failure already.
-                None if matches!(e, TransportError::Aborted { by, .. } if by == self.rank) => {}
+                None if matches!(e, TransportError::Aborted { by, .. } if by == self.me.rank) => {}
                 // Not one peer's: the device or the completion queue itself.
                 None => {
                     self.broken = Some(e.clone());
@@ -94,9 +94,9 @@ impl VerbsTransport {
         self.fail_peer(
             r,
             TransportError::InvalidPeer {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
-                nranks: self.nranks,
+                nranks: self.me.nranks,
             },
         );
         self.tcp.forget(peer);

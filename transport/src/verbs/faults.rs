@@ -214,9 +214,9 @@ impl VerbsTransport {
     ) -> Result<(), TransportError> {
         let Some(state) = self.peers[p].as_mut() else {
             return Err(TransportError::InvalidPeer {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer: Rank::from(p),
-                nranks: self.nranks,
+                nranks: self.me.nranks,
             });
         };
         // SAFETY: the caller's contract.

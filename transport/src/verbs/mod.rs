@@ -116,7 +116,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::TransportError;
 use crate::tcp::TcpTransport;
-use crate::types::{Rank, Tag};
+use crate::types::Tag;
 
 pub use device::{
     choose, choose_for, gid_tables, library, prefix_of, probe, PortReport, Selection,
@@ -322,8 +322,7 @@ pub const WAKE_CHECK: Duration = Duration::from_millis(10);
 
 /// One rank's endpoint of a verbs group. Built by [`connect`] or [`upgrade`].
 pub struct VerbsTransport {
-    rank: Rank,
-    nranks: usize,
+    me: crate::transport::Endpoint,
     peers: Vec<Option<Peer>>,
     by_qpn: Map<u32, usize>,
     /// Registered buffers by id; `free` holds the ones nobody uses.

@@ -164,12 +164,13 @@ impl VerbsTransport {
         if self.placed.is_empty() || !self.placed.contains_key(&key) {
             if let Some((sent, a)) = self.take_arrival(peer, tag)? {
                 // Copied out of its slot, which goes back to the peer at once.
-                let taken = check_tag(self.rank, peer, tag, sent, a.len, dst.len()).and_then(
-                    |()| match self.offered.is_empty() {
-                        true => Ok(()),
-                        false => self.withdraw(peer, tag.key()),
-                    },
-                );
+                let taken =
+                    check_tag(self.me.rank, peer, tag, sent, a.len, dst.len()).and_then(|()| {
+                        match self.offered.is_empty() {
+                            true => Ok(()),
+                            false => self.withdraw(peer, tag.key()),
+                        }
+                    });
                 if taken.is_ok() {
                     dst.copy_from_slice(&a.v[HEADER..HEADER + a.len]);
                 }
@@ -183,7 +184,7 @@ impl VerbsTransport {
         match self.placed.remove(&key) {
             Some((addr, len)) if addr == dst.as_ptr() as usize && len == dst.len() => Ok(true),
             Some((addr, len)) => Err(TransportError::Protocol {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer,
                 reason: format!(
                     "its message {tag} was written into the {len} bytes offered at {addr:#x}, \
@@ -301,7 +302,7 @@ impl VerbsTransport {
         };
         if let Some(reason) = reason {
             return self.fail(TransportError::Protocol {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer: Rank::from(from),
                 reason,
             });
@@ -364,9 +365,9 @@ impl VerbsTransport {
     ) -> Result<(), (TransportError, bool)> {
         let Some(peer) = self.peers[p].as_mut() else {
             let e = TransportError::InvalidPeer {
-                rank: self.rank,
+                rank: self.me.rank,
                 peer: Rank::from(p),
-                nranks: self.nranks,
+                nranks: self.me.nranks,
             };
             return Err((e, false));
         };
@@ -414,8 +415,8 @@ impl VerbsTransport {
         }
         let stopped: Vec<String> = stuck.iter().map(|&p| Rank::from(p).to_string()).collect();
         let e = TransportError::Aborted {
-            rank: self.rank,
-            by: self.rank,
+            rank: self.me.rank,
+            by: self.me.rank,
             reason: format!(
                 "queue pairs to {} stopped to reclaim sends from, and offers of, caller \
                  memory after a failure",

@@ -27,8 +27,8 @@ pub fn agree(
     usable: bool,
     deadline: Instant,
 ) -> Result<Vec<Rank>, TransportError> {
-    let me = tcp.rank();
-    let others: Vec<Rank> = (0..tcp.nranks())
+    let me = tcp.endpoint().rank;
+    let others: Vec<Rank> = (0..tcp.endpoint().nranks)
         .map(Rank::from)
         .filter(|&r| r != me)
         .collect();
@@ -94,8 +94,8 @@ pub fn upgrade_for(
     // A rank that fails here tells the others why before it closes (memlock, a device
     // error): they would otherwise see only that it closed.
     let window = opts.window.max(2);
-    let me = tcp.rank();
-    let others: Vec<usize> = (0..tcp.nranks())
+    let me = tcp.endpoint().rank;
+    let others: Vec<usize> = (0..tcp.endpoint().nranks)
         .filter(|&p| p != me.index() && reach(Rank::from(p)))
         .collect();
     let (pd, channel, cq) = match open_device(&mut tcp, &sel, window, others.len()) {
@@ -105,8 +105,8 @@ pub fn upgrade_for(
             return Err(e);
         }
     };
-    let rank = tcp.rank();
-    let nranks = tcp.nranks();
+    let rank = tcp.endpoint().rank;
+    let nranks = tcp.endpoint().nranks;
     let (_, send_depth) = depths(window);
     // Scoped grants need type 2 memory windows: a device without them lends regions.
     let scoped = opts.scoped.unwrap_or(!sel.device.starts_with("rxe"))
@@ -114,7 +114,7 @@ pub fn upgrade_for(
             Ok(_) => true,
             Err(e) => {
                 tracing::info!(
-                    rank = %tcp.rank(),
+                    rank = %tcp.endpoint().rank,
                     error = %e,
                     "no memory windows: peers write this rank's slots as registered regions"
                 );
@@ -124,8 +124,10 @@ pub fn upgrade_for(
     let mut t = VerbsTransport {
         scoped,
         last_credit: None,
-        rank,
-        nranks,
+        me: crate::transport::Endpoint {
+            hosts: tcp.endpoint().hosts.clone(),
+            ..crate::transport::Endpoint::new("verbs", rank, nranks)
+        },
         peers: (0..nranks).map(|_| None).collect(),
         by_qpn: Default::default(),
         bufs: Vec::new(),
@@ -153,7 +155,9 @@ pub fn upgrade_for(
         spin: opts.spin,
         wake_check: opts.wake_check,
         crowded: tcp
-            .hosts()
+            .endpoint()
+            .hosts
+            .as_ref()
             .is_none_or(|h| h.crowds_cpus_of(rank, opts.cpus)),
         taken: 0,
         taken_seen: 0,
@@ -180,7 +184,10 @@ pub fn upgrade_for(
         tcp,
     };
     match connect_peers(&mut t, &sel, opts, &others, deadline) {
-        Ok(()) => Ok(t),
+        Ok(()) => {
+            t.me.details = t.describe();
+            Ok(t)
+        }
         Err(e) => {
             t.tcp.abort(&e.to_string());
             Err(e)
@@ -224,7 +231,7 @@ fn open_device(
     ),
     TransportError,
 > {
-    let rank = tcp.rank();
+    let rank = tcp.endpoint().rank;
     let verr = |peer| verbs_failure(rank, peer);
     let ctx = Context::open(&sel.device).map_err(verr(None))?;
     let pd = ProtectionDomain::new(&ctx).map_err(verr(None))?;
@@ -254,7 +261,7 @@ fn connect_peers(
     others: &[usize],
     deadline: Instant,
 ) -> Result<(), TransportError> {
-    let (rank, nranks, window) = (t.rank, t.nranks, t.window);
+    let (rank, nranks, window) = (t.me.rank, t.me.nranks, t.window);
     let (recv_depth, send_depth) = depths(window);
     let verr = |peer| verbs_failure(rank, peer);
     let psn = |peer: usize| ((rank.index() as u32) << 12 ^ (peer as u32) << 2 ^ 0x5a5a) & 0xff_ffff;
