@@ -48,7 +48,10 @@ use crate::op::ReduceOp;
 type Job = Box<dyn FnOnce(&mut Communicator) + Send>;
 
 struct State {
-    queue: VecDeque<Job>,
+    /// Calls in issue order, each with its number.
+    queue: VecDeque<(u64, Job)>,
+    /// The number the next call gets.
+    issued: u64,
     /// A job (the progress thread's or a blocking caller's) holds the communicator.
     busy: bool,
     closing: bool,
@@ -95,6 +98,8 @@ pub struct Request<R> {
     done: Arc<Completion<R>>,
     /// The queue its call waits in, so that a waiter can run it (see [`Request::wait`]).
     shared: Arc<Shared>,
+    /// Its call's number in the queue: a waiter runs calls up to it, never past it.
+    seq: u64,
 }
 
 struct Completion<R> {
@@ -111,9 +116,18 @@ impl<R> Request<R> {
     /// Blocks until the call has finished and returns its result. Every collective ends
     /// within the communicator's timeout of its last progress, so this returns once the
     /// calls queued before it have too. While the communicator is free and the call still
-    /// queued, the calling thread runs the queue itself, in issue order, up to this call.
+    /// queued, the calling thread runs the queue itself, in issue order, up to this call
+    /// and never past it (the progress thread may finish this call meanwhile; a later call
+    /// run here would hold this thread, and whatever it was to do next, for as long as
+    /// that call takes).
     pub fn wait(self) -> Result<R> {
-        while lock(&self.done.result).is_none() && run_next(&self.shared) {}
+        while lock(&self.done.result).is_none() {
+            #[cfg(test)]
+            tests::between_look_and_queue();
+            if !run_next(&self.shared, self.seq) {
+                break;
+            }
+        }
         let mut slot = lock(&self.done.result);
         loop {
             if let Some(r) = slot.take() {
@@ -137,6 +151,7 @@ impl Background {
             comm: Mutex::new(Some(comm)),
             state: Mutex::new(State {
                 queue: VecDeque::new(),
+                issued: 0,
                 busy: false,
                 closing: false,
                 worker_waiting: false,
@@ -190,7 +205,9 @@ impl Background {
             theirs.ready.notify_all();
         });
         let mut st = lock(&self.shared.state);
-        st.queue.push_back(job);
+        let seq = st.issued;
+        st.issued += 1;
+        st.queue.push_back((seq, job));
         let wake = st.worker_waiting && !st.busy;
         drop(st);
         if wake {
@@ -199,6 +216,7 @@ impl Background {
         Request {
             done,
             shared: Arc::clone(&self.shared),
+            seq,
         }
     }
 
@@ -292,9 +310,12 @@ impl Background {
 }
 
 impl Drop for Background {
-    /// Runs what is queued to its end (every call ends within the timeout), then stops.
+    /// Runs what is queued to its end (every call ends within the timeout), then stops and
+    /// closes the communicator, though requests still refer to its queue: the other ranks
+    /// learn at once that this one left.
     fn drop(&mut self) {
         self.stop();
+        drop(lock(&self.shared.comm).take());
     }
 }
 
@@ -356,19 +377,20 @@ fn progress(shared: &Shared) {
             st.worker_waiting = false;
         }
         drop(st);
-        run_next(shared);
+        run_next(shared, u64::MAX);
     }
 }
 
-/// Runs the queue's first call on this thread if the communicator is free; false if it
-/// is busy or nothing is queued. The progress thread and a waiting [`Request`] both run
-/// calls this way, so they keep the issue order between them.
-fn run_next(shared: &Shared) -> bool {
+/// Runs the queue's first call on this thread if the communicator is free and the call's
+/// number is at most `upto`; false if it is busy, nothing is queued, or the first call
+/// comes later. The progress thread and a waiting [`Request`] both run calls this way, so
+/// they keep the issue order between them.
+fn run_next(shared: &Shared, upto: u64) -> bool {
     let mut st = lock(&shared.state);
-    if st.busy {
+    if st.busy || st.queue.front().is_none_or(|(seq, _)| *seq > upto) {
         return false;
     }
-    let Some(job) = st.queue.pop_front() else {
+    let Some((_, job)) = st.queue.pop_front() else {
         return false;
     };
     st.busy = true;
@@ -394,5 +416,95 @@ fn release(shared: &Shared) {
     }
     if callers {
         shared.idle.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use super::*;
+
+    type Hook = Box<dyn FnMut()>;
+
+    thread_local! {
+        /// Runs on a waiting thread between its look at its call's result and its look at
+        /// the queue: the one interleaving a test cannot otherwise bring about.
+        static BETWEEN: RefCell<Option<Hook>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn between_look_and_queue() {
+        // Taken out while it runs: the hook may itself wait on a request.
+        if let Some(mut hook) = BETWEEN.with(|h| h.borrow_mut().take()) {
+            hook();
+            BETWEEN.with(|h| *h.borrow_mut() = Some(hook));
+        }
+    }
+
+    /// The waiter for call 2 finds it unfinished and, before it looks at the queue, the
+    /// progress thread finishes it and call 3 is issued: the waiter returns without
+    /// running call 3 (the progress thread runs it), in every repetition.
+    #[test]
+    fn a_waiter_whose_call_finished_meanwhile_runs_no_later_call() {
+        let mut comms = crate::local::Builder::new(1).build().expect("group");
+        let bg = Arc::new(Background::new(comms.remove(0)).expect("progress thread"));
+        let waiter = std::thread::current().id();
+        for repetition in 0..200 {
+            let ran = Arc::new(Mutex::new(Vec::new()));
+            let job = |k: usize| {
+                let ran = Arc::clone(&ran);
+                move |_: &mut Communicator| {
+                    ran.lock()
+                        .expect("log")
+                        .push((k, std::thread::current().id()));
+                    Ok(())
+                }
+            };
+            let (open, gate) = mpsc::channel::<()>();
+            let held = bg.submit(move |_| {
+                gate.recv_timeout(Duration::from_secs(60))
+                    .expect("the gate");
+                Ok(())
+            });
+            let first = bg.submit(job(1));
+            let second = bg.submit(job(2));
+            let (bg2, third_job) = (Arc::clone(&bg), job(3));
+            let mut state = Some((open, third_job));
+            let third: Arc<Mutex<Option<Request<()>>>> = Arc::default();
+            let third_slot = Arc::clone(&third);
+            BETWEEN.with(|h| {
+                *h.borrow_mut() = Some(Box::new(move || {
+                    let Some((open, third_job)) = state.take() else {
+                        return;
+                    };
+                    // The progress thread runs the gate, 1 and 2, and goes idle.
+                    open.send(()).expect("the held job");
+                    while lock(&bg2.shared.state).busy || !lock(&bg2.shared.state).queue.is_empty()
+                    {
+                        std::thread::yield_now();
+                    }
+                    *lock(&third_slot) = Some(bg2.submit(third_job));
+                }))
+            });
+            second.wait().expect("call 2");
+            BETWEEN.with(|h| *h.borrow_mut() = None);
+            let ran_here: Vec<usize> = lock(&ran)
+                .iter()
+                .filter(|(_, t)| *t == waiter)
+                .map(|(k, _)| *k)
+                .collect();
+            assert!(
+                ran_here.iter().all(|&k| k <= 2),
+                "repetition {repetition}: the wait for call 2 ran calls {ran_here:?}"
+            );
+            held.wait().expect("the gate");
+            first.wait().expect("call 1");
+            let third = lock(&third).take().expect("call 3 issued");
+            third.wait().expect("call 3");
+            let order: Vec<usize> = lock(&ran).iter().map(|(k, _)| *k).collect();
+            assert_eq!(order, vec![1, 2, 3], "repetition {repetition}: issue order");
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! [`rcoll::Background`] through its public API on in-process groups: ReduceScatter and
 //! `submit` in issue order with every result checked against the independent reference,
 //! `abort` with calls queued behind a running one, and a `Background` dropped with its
-//! requests pending.
+//! requests pending (its calls run to the end, its communicator closes).
 
 mod common;
 
@@ -281,5 +281,53 @@ fn threads_waiting_at_once_run_the_queue_in_issue_order() {
                 });
             }
         });
+    });
+}
+
+/// A `Background` dropped while requests are still held (done, never waited for) lets its
+/// communicator go with it: the other rank's next call fails at once on the closed peer
+/// rather than waiting out its timeout on a communicator the requests kept alive.
+#[test]
+fn dropping_a_background_closes_its_communicator_though_requests_remain() {
+    // Short enough that a failing run ends soon, long against a close seen at once.
+    let timeout = Duration::from_secs(10);
+    let comms = rcoll::local::Builder::new(2)
+        .timeout(timeout)
+        .build()
+        .expect("group");
+    let mut comms = comms.into_iter();
+    let (first, mut second) = (comms.next().expect("rank 0"), comms.next().expect("rank 1"));
+    std::thread::scope(|s| {
+        let (dropped, told) = mpsc::channel::<()>();
+        let (checked, done) = mpsc::channel::<()>();
+        s.spawn(move || {
+            let bg = Background::new(first).expect("progress thread");
+            let kept = bg.all_reduce(vec![1u32; 64], ReduceOp::Sum);
+            while !kept.test() {
+                std::thread::yield_now();
+            }
+            drop(bg);
+            dropped.send(()).expect("rank 1");
+            // The request is held until rank 1 has made its call.
+            done.recv().expect("rank 1 checked");
+            assert_eq!(kept.wait().expect("rank 0's call"), vec![3u32; 64]);
+        });
+        let mut v = vec![2u32; 64];
+        second
+            .all_reduce_in_place(&mut v, ReduceOp::Sum)
+            .expect("rank 1: the first call");
+        assert!(v.iter().all(|&x| x == 3), "rank 1: the first sum");
+        told.recv().expect("rank 0 dropped its background");
+        let start = Instant::now();
+        let e = second
+            .all_reduce_in_place(&mut v, ReduceOp::Sum)
+            .expect_err("rank 1: a call with rank 0 gone");
+        let elapsed = start.elapsed();
+        checked.send(()).expect("rank 0");
+        let text = e.to_string();
+        assert!(
+            elapsed < timeout / 2 && text.contains("closed"),
+            "rank 1: failed after {elapsed:?} with: {text}"
+        );
     });
 }

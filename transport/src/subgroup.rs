@@ -257,6 +257,13 @@ impl Transport for Subgroup {
             .map_err(|e| self.up(e))
     }
 
+    fn register(
+        &mut self,
+        memory: &mut [u8],
+    ) -> Result<Option<Box<dyn crate::transport::Registration>>, TransportError> {
+        self.inner.register(memory).map_err(|e| self.up(e))
+    }
+
     fn send_complete(&mut self, token: u64) -> Result<bool, TransportError> {
         self.inner.send_complete(token).map_err(|e| self.up(e))
     }

@@ -659,8 +659,6 @@ impl<'p> Execution<'p> {
     }
 }
 
-/// The primitives that move no message: a copy (`op` `None`) or a reduction of `src` into
-/// `dst`; `at` names the primitive in errors.
 /// How long a send straight from the caller's memory may leave the transport reading it:
 /// until the send completes, and where the plan only moves data (its receivers copy, never
 /// reduce), in a way the receiver reads itself ([`Lend::ForCopy`]).
@@ -672,6 +670,8 @@ pub(super) fn lend_for(plan: &Plan) -> Lend {
     }
 }
 
+/// The primitives that move no message: a copy (`op` `None`) or a reduction of `src` into
+/// `dst`; `at` names the primitive in errors.
 pub(super) fn copy_or_reduce<T: Element>(
     op: Option<ReduceOp>,
     mem: &mut Memory<'_, T>,

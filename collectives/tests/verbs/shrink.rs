@@ -56,11 +56,20 @@ pub fn shrink(comm: Communicator) {
     assert_eq!(alive, (0..n - 1).collect::<Vec<_>>(), "rank {me}: members");
     // Memory registered after the shrink too.
     let mut fresh = comm.alloc::<i64>(ELEMS).expect("registered memory");
+    assert!(
+        fresh.is_registered(),
+        "rank {me}: memory allocated after the shrink is not registered"
+    );
     for (i, x) in fresh.iter_mut().enumerate() {
         *x = shrink_contribution(me, STEPS, i);
     }
+    let before_fresh = comm.statistics().zero_copy_sends;
     comm.all_reduce_in_place(&mut fresh[..], ReduceOp::Sum)
         .expect("all_reduce after the shrink");
+    assert!(
+        comm.statistics().zero_copy_sends > before_fresh,
+        "rank {me}: no send from the fresh buffer went zero-copy"
+    );
     let bad = (0..ELEMS).find(|&i| fresh[i] != shrink_expected(&alive, STEPS, i));
     assert_eq!(bad, None, "rank {me}: the fresh buffer");
     let before = zero_copy_at_shrink.expect("a shrink happened");
