@@ -23,6 +23,7 @@ SUM and AVG).
 import datetime
 import os
 import queue
+import sys
 import threading
 
 import numpy as np
@@ -96,8 +97,8 @@ def create(opts, backend_options=None):
 
 def _built_aside(build):
     """``build()`` run on a thread of its own. rcoll binds the thread that builds a
-    communicator, and the threads it starts (the progress thread, which runs every call
-    of this backend), to the rank's core (``RCOLL_BIND``, default ``auto``): built on torch's
+    communicator, and the threads it starts (the progress thread, which runs this
+    backend's calls that no waiting caller runs first), to the rank's core (``RCOLL_BIND``, default ``auto``): built on torch's
     main thread, that thread and torch's intra-op pool started after it would share that one
     core. Built aside, the progress thread is placed and the caller's threads keep their
     CPUs."""
@@ -155,7 +156,9 @@ class Work(_private.Work):
         self._outputs = outputs
         self._after = after
         self._lock = threading.Lock()
-        self._ran = False
+        # A thread took the settling on itself (under _lock; it waits outside the lock, so
+        # that another thread's wait keeps its timeout and get_future does not block).
+        self._claimed = False
         self._queued = False
         # Set under _lock once the outcome is known and the future (if any) is about to
         # be completed; from then on, a future asked for is completed by the asker.
@@ -163,47 +166,62 @@ class Work(_private.Work):
         self._future = None
         self._settled = None  # a threading.Event, made by the first thread that must wait
         self._done = False  # the future completed: waiters may return
+        # The thread completing the future: a callback chained on it that waits on this
+        # Work runs there, and finds the outcome known rather than waiting for itself.
+        self._completing = None
         self._error = None
 
     def _settle(self):
         """Waits for the requests (once, whichever thread comes first), completes the future,
         then marks the Work settled: a waiter returning sees the future complete."""
         with self._lock:
-            first = not self._ran
-            if first:
-                try:
-                    for r in self._requests:
-                        r.Wait()
-                    if self._after is not None:
-                        self._after()
-                except BaseException as e:  # noqa: BLE001 - handed to the waiter and the future
-                    self._error = e
-                self._requests = []
-                self._ran = True
-                self._known = True
-                future = self._future
+            first = not self._claimed
+            self._claimed = True
+            requests, self._requests = self._requests, []
         if not first:
             self._wait_done(None)
             return
-        # Outside the lock: callbacks chained on the future run here and may wait on it.
-        if future is not None:
-            self._complete(future)
+        error = None
+        try:
+            for r in requests:
+                r.Wait()
+            if self._after is not None:
+                self._after()
+        except BaseException as e:  # noqa: BLE001 - handed to the waiter and the future
+            error = e
         with self._lock:
-            self._done = True
-            settled = self._settled
-        if settled is not None:
-            settled.set()
+            self._error = error
+            self._known = True
+            self._completing = threading.get_ident()
+            future = self._future
+        try:
+            # Outside the lock: callbacks chained on the future run here and may wait on it.
+            if future is not None:
+                self._complete(future)
+        finally:
+            with self._lock:
+                self._done = True
+                self._completing = None
+                settled = self._settled
+            if settled is not None:
+                settled.set()
 
     def _complete(self, future):
-        if self._error is not None:
-            future.set_exception(self._error)
-        else:
-            future.set_result(self._outputs)
+        try:
+            if self._error is not None:
+                future.set_exception(self._error)
+            else:
+                future.set_result(self._outputs)
+        except RuntimeError:
+            # The caller completed the future itself: theirs stands, and the Work's own
+            # outcome is still what wait() reports.
+            if not future.done():
+                raise
 
     def _wait_done(self, seconds):
         """Waits until the Work is settled (at most `seconds`, None for no limit); whether it is."""
         with self._lock:
-            if self._done:
+            if self._done or self._completing == threading.get_ident():
                 return True
             if self._settled is None:
                 self._settled = threading.Event()
@@ -263,7 +281,7 @@ class Work(_private.Work):
         holds (DDP chains its buckets' callbacks on it) or that is waited for with a
         timeout needs it: a synchronous call settles on its own thread, without a hand-off."""
         with self._lock:
-            queue = not self._queued and not self._ran
+            queue = not self._queued and not self._claimed
             self._queued = True
         if queue:
             self._backend._completer.add(self)
@@ -288,7 +306,10 @@ class _Completer:
             work = self._queue.get()
             if work is None:
                 return
-            work._settle()
+            try:
+                work._settle()
+            except BaseException as e:  # noqa: BLE001 - the thread settles every later Work too
+                print(f"rcoll backend: completing a Work failed: {e!r}", file=sys.stderr, flush=True)
 
     def stop(self):
         self._queue.put(None)
