@@ -10,7 +10,7 @@
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use rcoll::fingerprint::Call;
 use rcoll::{Algorithm, Collective, DataType, ReduceOp};
-use rcoll_transport::Transport;
+use rcoll_transport::Group;
 
 fn overhead(c: &mut Criterion) {
     let call = Call {

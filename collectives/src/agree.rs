@@ -30,7 +30,7 @@
 //! 4. A rank is done once it holds a decision and has heard `DECIDE` from every member of
 //!    the new group (or found it dead since): each such message is the last thing its
 //!    sender sent on the old communicator's epoch, so what arrived before it can be
-//!    dropped then ([`rcoll_transport::Transport::discard_from`]). A rank in the set
+//!    dropped then ([`rcoll_transport::Group::discard_from`]). A rank in the set
 //!    learns that the others left it out.
 //!
 //! Every survivor decides the same set: a coordinator decides only after hearing from

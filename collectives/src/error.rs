@@ -155,7 +155,7 @@ pub enum Error {
         /// the likely cause, when the peer waited for is itself waiting).
         unresponsive: Vec<u32>,
         /// The transport's state toward the peer waited for (credits, queues), when it has
-        /// one to tell ([`rcoll_transport::Transport::stall_report`]).
+        /// one to tell ([`rcoll_transport::Group::stall_report`]).
         transport: String,
     },
     /// An earlier error made this communicator unusable.

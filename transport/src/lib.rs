@@ -91,7 +91,7 @@ pub mod verbs;
 
 pub use error::TransportError;
 pub use transport::{
-    is_stale, Endpoint, Lend, Link, Offered, Payload, Registered, Registration, SendState,
+    is_stale, Endpoint, Group, Lend, Link, Offered, Payload, Registered, Registration, SendState,
     Statistics, Transport, WHOLE_MAX,
 };
 pub use types::{deadline_after, Rank, Tag, TagKey, MAX_RANKS};

@@ -26,7 +26,7 @@ use std::time::Instant;
 use crossbeam_queue::ArrayQueue;
 
 use crate::error::TransportError;
-use crate::transport::{check_arrival, Endpoint, Payload, Transport};
+use crate::transport::{check_arrival, Endpoint, Group, Payload, Transport};
 use crate::types::{Rank, Tag};
 
 /// Messages a sender may have queued to one receiver before it must wait for credits.
@@ -325,6 +325,16 @@ impl Transport for LocalTransport {
             // Over budget or full: let the buffer go.
             self.shared.pooled_bytes.fetch_sub(bytes, Ordering::Relaxed);
         }
+    }
+}
+
+impl Group for LocalTransport {
+    fn begin_epoch(&mut self) -> Result<u32, TransportError> {
+        Err(TransportError::Unsupported {
+            rank: self.me.rank,
+            what: "continuing after a failure (shrink)",
+            transport: self.me.name,
+        })
     }
 
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {

@@ -3,8 +3,8 @@
 //!
 //! A shrink (the survivors of a failure carrying on, as ULFM's `MPIX_Comm_shrink` and
 //! NCCL's `ncclCommShrink` do) keeps each survivor's endpoint: the peers left out were
-//! [excluded](Transport::exclude) from it, the survivors began a new
-//! [epoch](Transport::begin_epoch), and this view gives the survivors ranks `0..k` in the
+//! [excluded](Group::exclude) from it, the survivors began a new
+//! [epoch](Group::begin_epoch), and this view gives the survivors ranks `0..k` in the
 //! order of their ranks in the group (`members[i]` is the group's rank of member `i`).
 //! Every peer, tag and error passes through with its ranks translated; nothing is copied.
 //! A subgroup of a subgroup is one view over the first endpoint ([`Subgroup::new`]).
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::TransportError;
-use crate::transport::{Endpoint, Lend, Link, Offered, Payload, SendState, Transport};
+use crate::transport::{Endpoint, Group, Lend, Link, Offered, Payload, SendState, Transport};
 use crate::types::{Rank, Tag};
 
 /// Members of a group as a group of their own (see the [module](self)).
@@ -268,47 +268,8 @@ impl Transport for Subgroup {
         self.inner.send_complete(token).map_err(|e| self.up(e))
     }
 
-    fn statistics(&self) -> crate::Statistics {
-        self.inner.statistics()
-    }
-
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        Some(self)
-    }
-
-    fn relax(&self) {
-        self.inner.relax()
-    }
-
     fn reap_borrowed(&mut self) {
         self.inner.reap_borrowed()
-    }
-
-    fn unresponsive(&mut self, within: Duration) -> Vec<Rank> {
-        let silent = self.inner.unresponsive(within);
-        silent.into_iter().filter_map(|r| self.above(r)).collect()
-    }
-
-    fn stall_report(&self, peer: Option<Rank>) -> String {
-        let p = peer.and_then(|p| self.members.get(p.index()).copied());
-        self.inner.stall_report(p)
-    }
-
-    fn control_check(&mut self, peer: Option<Rank>) -> Result<(), TransportError> {
-        let p = match peer {
-            Some(p) => Some(self.below(p)?),
-            None => None,
-        };
-        self.inner.control_check(p).map_err(|e| self.up(e))
-    }
-
-    fn known_gone(&mut self, peer: Rank) -> Option<TransportError> {
-        let p = self.below(peer).ok()?;
-        self.inner.known_gone(p).map(|e| self.up(e))
-    }
-
-    fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
-        self.inner.watch_fd(fd)
     }
 
     fn try_recv(
@@ -351,6 +312,47 @@ impl Transport for Subgroup {
 
     fn recycle(&mut self, payload: Payload) {
         self.inner.recycle(payload)
+    }
+}
+
+impl Group for Subgroup {
+    fn statistics(&self) -> crate::Statistics {
+        self.inner.statistics()
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn relax(&self) {
+        self.inner.relax()
+    }
+
+    fn unresponsive(&mut self, within: Duration) -> Vec<Rank> {
+        let silent = self.inner.unresponsive(within);
+        silent.into_iter().filter_map(|r| self.above(r)).collect()
+    }
+
+    fn stall_report(&self, peer: Option<Rank>) -> String {
+        let p = peer.and_then(|p| self.members.get(p.index()).copied());
+        self.inner.stall_report(p)
+    }
+
+    fn control_check(&mut self, peer: Option<Rank>) -> Result<(), TransportError> {
+        let p = match peer {
+            Some(p) => Some(self.below(p)?),
+            None => None,
+        };
+        self.inner.control_check(p).map_err(|e| self.up(e))
+    }
+
+    fn known_gone(&mut self, peer: Rank) -> Option<TransportError> {
+        let p = self.below(peer).ok()?;
+        self.inner.known_gone(p).map(|e| self.up(e))
+    }
+
+    fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        self.inner.watch_fd(fd)
     }
 
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {
@@ -444,6 +446,12 @@ impl Transport for Detached {
     }
 
     fn recycle(&mut self, _payload: Payload) {}
+}
+
+impl Group for Detached {
+    fn begin_epoch(&mut self) -> Result<u32, TransportError> {
+        Err(self.gone())
+    }
 
     fn wait(&mut self, _deadline: Instant) -> Result<(), TransportError> {
         Err(self.gone())

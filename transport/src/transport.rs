@@ -1,4 +1,8 @@
-//! The transport trait: the one seam every backend (in-process, TCP, verbs) plugs into.
+//! The transport traits: the one seam every backend (in-process, TCP, verbs, shared
+//! memory) plugs into. [`Transport`] is what a schedule's steps do peer by peer (send,
+//! receive, offer a destination, register memory); its supertrait [`Group`] is the group
+//! as one object (waiting, abort, liveness, epochs after a shrink, statistics), which the
+//! driver of a call and the layers above ask.
 //!
 //! The model follows NCCL's net plugin and gloo's pairs, reduced to what a schedule engine
 //! needs: tagged, non-blocking, point-to-point messages between ranks, with the buffers
@@ -6,11 +10,11 @@
 //!
 //! - A sender asks the transport for a [`Payload`] ([`Transport::alloc`]), fills it and hands
 //!   it back with [`Transport::try_send`]. The transport may refuse for now (no credits); the
-//!   payload then comes back and the caller retries after [`Transport::wait`].
+//!   payload then comes back and the caller retries after [`Group::wait`].
 //! - A receiver takes a message by `(peer, tag)` with [`Transport::try_recv`] once it has
 //!   arrived, consumes the bytes in place (copy or reduce), and either forwards the same
 //!   payload with `try_send` or returns it with [`Transport::recycle`].
-//! - [`Transport::wait`] blocks until something may have changed or a deadline passes; the
+//! - [`Group::wait`] blocks until something may have changed or a deadline passes; the
 //!   caller owns every deadline.
 //!
 //! Messages on one `(sender, receiver)` channel may be matched in any order: receivers
@@ -44,7 +48,7 @@ pub struct Payload {
 }
 
 /// What a transport has done and holds, for diagnostics and tests
-/// ([`Transport::statistics`]); a layered transport adds its own to the one beneath's.
+/// ([`Group::statistics`]); a layered transport adds its own to the one beneath's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Statistics {
     /// Sends that went zero-copy from the caller's memory so far: from registered memory
@@ -341,7 +345,7 @@ impl std::fmt::Debug for Registered {
 pub enum SendState {
     /// Sent (or copied): the memory may be reused.
     Done,
-    /// No room yet: call again after [`Transport::wait`].
+    /// No room yet: call again after [`Group::wait`].
     NoRoom,
     /// The device is still reading the memory: it must stay unmodified until
     /// [`Transport::send_complete`] says this token is complete.
@@ -412,7 +416,7 @@ impl Endpoint {
 ///
 /// Implementations are used from one thread at a time (`&mut self`) but may be moved
 /// between threads.
-pub trait Transport: Send {
+pub trait Transport: Group {
     /// Who this endpoint is in its group ([`Endpoint`]), stated once when it connected.
     fn endpoint(&self) -> &Endpoint;
 
@@ -422,7 +426,7 @@ pub trait Transport: Send {
     /// Hands a message to the transport.
     ///
     /// Returns `Ok(None)` when accepted, or `Ok(Some(payload))` when there is no room on the
-    /// channel yet: call again after [`Transport::wait`].
+    /// channel yet: call again after [`Group::wait`].
     fn try_send(
         &mut self,
         peer: Rank,
@@ -435,7 +439,7 @@ pub trait Transport: Send {
     /// verbs, with `lend` allowing it, has the device read registered memory in place),
     /// copying only what it cannot send at once. `lend` says how long the backend may
     /// keep reading `data` after the call ([`Lend`]); [`SendState::InFlight`] only where it
-    /// allows that. [`SendState::NoRoom`]: call again after [`Transport::wait`].
+    /// allows that. [`SendState::NoRoom`]: call again after [`Group::wait`].
     ///
     /// The default copies `data` into a payload and calls [`Transport::try_send`].
     fn try_send_from(
@@ -477,67 +481,12 @@ pub trait Transport: Send {
         Ok(true)
     }
 
-    /// What this transport has done and holds ([`Statistics`]).
-    fn statistics(&self) -> Statistics {
-        Statistics::default()
-    }
-
-    /// The concrete transport, for calls particular to one backend (downcast it).
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        None
-    }
-
-    /// What a rank does between two polls while it spins for a message: give the CPU
-    /// away (the default: a peer of this rank may need it), or only pause the pipeline
-    /// when every rank of this host has a core of its own, where a system call per poll
-    /// would only delay the answer.
-    fn relax(&self) {
-        std::thread::yield_now();
-    }
-
     /// Makes sure no device reads caller memory lent by [`Transport::try_send_from`],
     /// or writes caller memory offered by [`Transport::offer`], any more, before the engine
     /// hands the caller its buffer back after a failure: waits briefly for those sends,
     /// then stops the queues that still have them or an offer, and reaps what they flush. The transport may be unusable afterwards (it failed anyway). Backends
     /// that never leave a device reading caller memory have nothing to do.
     fn reap_borrowed(&mut self) {}
-
-    /// The peers that do not answer a liveness probe within `within` (their process is
-    /// stopped, hung, or gone): asked when a call stalls, so that its error names the cause
-    /// rather than the neighbour that waits on it. Backends without a probe answer none.
-    fn unresponsive(&mut self, _within: std::time::Duration) -> Vec<Rank> {
-        Vec::new()
-    }
-
-    /// What this endpoint knows of its exchange with `peer` (or with every peer), in one
-    /// line, for the error of a call that stalled: credits, queued work, what it owes.
-    /// Empty when there is nothing beyond what the error already says.
-    fn stall_report(&self, _peer: Option<Rank>) -> String {
-        String::new()
-    }
-
-    /// The group's state as the control plane knows it, without blocking: an error if the
-    /// group was aborted or this endpoint failed, or if `peer` (when given) is gone (its
-    /// process died or closed). A layer that carries some peers itself (shared memory,
-    /// over TCP or verbs) asks the transport beneath it. Backends without a control plane
-    /// answer `Ok`.
-    fn control_check(&mut self, _peer: Option<Rank>) -> Result<(), TransportError> {
-        Ok(())
-    }
-
-    /// Whether `peer` is known to be gone (its connection closed or broke) from what this
-    /// endpoint has already read: no I/O, so a layer above may ask on every miss, between
-    /// its rate-limited [`Transport::control_check`]s. `None` where nothing says so.
-    fn known_gone(&mut self, _peer: Rank) -> Option<TransportError> {
-        None
-    }
-
-    /// Makes [`Transport::wait`] also return when `fd` becomes readable (a layer above
-    /// waits for its own events this way). `Unsupported` where the backend does not block
-    /// on file descriptors. The fd must stay open while the transport lives.
-    fn watch_fd(&mut self, _fd: std::os::fd::RawFd) -> std::io::Result<()> {
-        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
-    }
 
     /// Takes the message `tag` from `peer` if it has arrived.
     ///
@@ -616,10 +565,34 @@ pub trait Transport: Send {
 
     /// Returns a payload that is no longer needed.
     fn recycle(&mut self, payload: Payload);
+}
 
+/// The group an endpoint belongs to, as one object: waiting, abort, liveness, epochs and
+/// statistics — what the driver of a call and the layers above ask of the group as a
+/// whole, where [`Transport`] is what a schedule's steps do peer by peer.
+pub trait Group: Send {
     /// Blocks until a message may have arrived or send room may have opened, or until
     /// `deadline`. Spurious wake-ups are allowed; the caller re-checks and owns the deadline.
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError>;
+
+    /// What a rank does between two polls while it spins for a message: give the CPU
+    /// away (the default: a peer of this rank may need it), or only pause the pipeline
+    /// when every rank of this host has a core of its own, where a system call per poll
+    /// would only delay the answer.
+    fn relax(&self) {
+        std::thread::yield_now();
+    }
+
+    /// Makes [`Group::wait`] also return when `fd` becomes readable (a layer above
+    /// waits for its own events this way). `Unsupported` where the backend does not block
+    /// on file descriptors. The fd must stay open while the transport lives.
+    fn watch_fd(&mut self, _fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+    }
+
+    /// Fails every pending and future operation of every rank in the group with
+    /// [`TransportError::Aborted`], waking all waiters.
+    fn abort(&mut self, reason: &str);
 
     /// An arrived message that nobody asked for although its collective — number
     /// `current` or an earlier one — is over on this rank: a peer ran a different call
@@ -627,26 +600,50 @@ pub trait Transport: Send {
     /// point-to-point messages (high bit set) are not stale.
     fn stale(&mut self, current: u32) -> Option<(Rank, Tag)>;
 
-    /// Fails every pending and future operation of every rank in the group with
-    /// [`TransportError::Aborted`], waking all waiters.
-    fn abort(&mut self, reason: &str);
+    /// What this transport has done and holds ([`Statistics`]).
+    fn statistics(&self) -> Statistics {
+        Statistics::default()
+    }
+
+    /// What this endpoint knows of its exchange with `peer` (or with every peer), in one
+    /// line, for the error of a call that stalled: credits, queued work, what it owes.
+    /// Empty when there is nothing beyond what the error already says.
+    fn stall_report(&self, _peer: Option<Rank>) -> String {
+        String::new()
+    }
+
+    /// The peers that do not answer a liveness probe within `within` (their process is
+    /// stopped, hung, or gone): asked when a call stalls, so that its error names the cause
+    /// rather than the neighbour that waits on it. Backends without a probe answer none.
+    fn unresponsive(&mut self, _within: std::time::Duration) -> Vec<Rank> {
+        Vec::new()
+    }
+
+    /// The group's state as the control plane knows it, without blocking: an error if the
+    /// group was aborted or this endpoint failed, or if `peer` (when given) is gone (its
+    /// process died or closed). A layer that carries some peers itself (shared memory,
+    /// over TCP or verbs) asks the transport beneath it. Backends without a control plane
+    /// answer `Ok`.
+    fn control_check(&mut self, _peer: Option<Rank>) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    /// Whether `peer` is known to be gone (its connection closed or broke) from what this
+    /// endpoint has already read: no I/O, so a layer above may ask on every miss, between
+    /// its rate-limited [`Group::control_check`]s. `None` where nothing says so.
+    fn known_gone(&mut self, _peer: Rank) -> Option<TransportError> {
+        None
+    }
 
     /// Starts the group's next epoch, so that its survivors can carry on after a failure
     /// or an abort (a shrink, see [`crate::subgroup`]): clears this endpoint's abort, and
     /// ignores from now on the aborts of earlier epochs that are still on their way (a
     /// peer that aborted before it too began the new epoch). Every survivor calls it once
-    /// per shrink, so their epochs stay equal; returns the new epoch. The default (a
-    /// backend that cannot continue): [`TransportError::Unsupported`].
-    fn begin_epoch(&mut self) -> Result<u32, TransportError> {
-        let me = self.endpoint();
-        Err(TransportError::Unsupported {
-            rank: me.rank,
-            what: "continuing after a failure (shrink)",
-            transport: me.name,
-        })
-    }
+    /// per shrink, so their epochs stay equal; returns the new epoch. A backend that
+    /// cannot continue: [`TransportError::Unsupported`].
+    fn begin_epoch(&mut self) -> Result<u32, TransportError>;
 
-    /// Ends the survivors' agreement that [`Transport::begin_epoch`] began: an abort of the
+    /// Ends the survivors' agreement that [`Group::begin_epoch`] began: an abort of the
     /// new epoch that arrived meanwhile (a survivor done agreeing whose first call in the
     /// new group failed) takes effect now, failing the new group's calls, where during the
     /// agreement it would have cut off the messages that still had to be read before it.
@@ -663,6 +660,11 @@ pub trait Transport: Send {
     /// messages. Nothing it sends later is read, and it can no longer write this rank's
     /// memory; an operation toward it is [`TransportError::InvalidPeer`].
     fn exclude(&mut self, _peer: Rank) {}
+
+    /// The concrete transport, for calls particular to one backend (downcast it).
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }
 
 /// What [`Transport::offer`] did with a destination.
@@ -695,7 +697,7 @@ pub(crate) const P2P: u32 = 1 << 31;
 pub type Arrivals<V> =
     std::collections::HashMap<(Rank, crate::types::TagKey), V, foldhash::fast::RandomState>;
 
-/// The first stale message in a backend's arrival map: [`Transport::stale`] for backends
+/// The first stale message in a backend's arrival map: [`Group::stale`] for backends
 /// that keep arrived messages by `(peer, tag)`.
 pub fn stale_in<V>(arrived: &Arrivals<(Tag, V)>, current: u32) -> Option<(Rank, Tag)> {
     // Checked after every call: an empty map that once held many entries would otherwise

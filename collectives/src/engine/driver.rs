@@ -1,5 +1,5 @@
 //! The driver: pumps an [`Execution`] against a transport until it finishes, sleeping in
-//! [`Transport::wait`] when nothing can move, and failing with a timeout when nothing has
+//! [`Group::wait`](rcoll_transport::Group::wait) when nothing can move, and failing with a timeout when nothing has
 //! moved for the configured time.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,7 +37,7 @@ pub enum RunError {
         /// The peers that did not answer a liveness probe then (stopped or hung: the
         /// likely cause, when the rank waited on is only waiting too).
         unresponsive: Vec<rcoll_transport::Rank>,
-        /// The transport's own account of that peer ([`Transport::stall_report`]).
+        /// The transport's own account of that peer ([`Group::stall_report`](rcoll_transport::Group::stall_report)).
         transport: String,
     },
     /// Waiting itself failed (the group was aborted or a peer closed); with what this rank

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use rcoll::transport::Group;
 use rcoll::Rank;
 
 use super::common::{finish, skipped};

@@ -1,5 +1,5 @@
-//! Carrying on after a failure (see [`Transport::begin_epoch`](crate::Transport::begin_epoch),
-//! [`Transport::discard_from`](crate::Transport::discard_from) and [`Transport::exclude`](crate::Transport::exclude)): shared memory holds no
+//! Carrying on after a failure (see [`Group::begin_epoch`](crate::Group::begin_epoch),
+//! [`Group::discard_from`](crate::Group::discard_from) and [`Group::exclude`](crate::Group::exclude)): shared memory holds no
 //! epoch of its own (aborts travel on the transport beneath), only messages and rings.
 
 use super::{Msg, ShmTransport};
@@ -7,7 +7,7 @@ use crate::error::TransportError;
 use crate::types::{Rank, Tag};
 
 impl ShmTransport {
-    /// See [`Transport::begin_epoch`](crate::Transport::begin_epoch). A ring that broke the protocol broke this rank's
+    /// See [`Group::begin_epoch`](crate::Group::begin_epoch). A ring that broke the protocol broke this rank's
     /// transport whoever wrote it: the survivors' rings are checked afresh as they are
     /// read, and a peer left out is never read again.
     pub(super) fn next_epoch(&mut self) -> Result<u32, TransportError> {
@@ -17,7 +17,7 @@ impl ShmTransport {
         Ok(epoch)
     }
 
-    /// See [`Transport::discard_from`](crate::Transport::discard_from): what its ring holds goes too, once read off it.
+    /// See [`Group::discard_from`](crate::Group::discard_from): what its ring holds goes too, once read off it.
     pub(super) fn discard(&mut self, peer: Rank, old: &dyn Fn(&Tag) -> bool) {
         if self.shares_memory_with(peer) {
             // Off the ring first (in order: what the peer sent before the message that
@@ -47,7 +47,7 @@ impl ShmTransport {
         self.inner.discard_from(peer, old);
     }
 
-    /// See [`Transport::exclude`](crate::Transport::exclude): its ring here is never read again and its segment is
+    /// See [`Group::exclude`](crate::Group::exclude): its ring here is never read again and its segment is
     /// unmapped once nothing of it is held; its rings' memory in this rank's segment stays
     /// this rank's, which it reads no more.
     pub(super) fn forget(&mut self, peer: Rank) {

@@ -59,8 +59,8 @@
 //!
 //! Liveness is the control plane's: a local peer that dies closes its connection, and a
 //! rank that finds nothing from it (or no room toward it) asks the transport beneath
-//! ([`Transport::control_check`]), at most every millisecond. A stopped peer is found by
-//! the liveness probe when a call stalls ([`Transport::unresponsive`]). A peer that
+//! ([`Group::control_check`]), at most every millisecond. A stopped peer is found by
+//! the liveness probe when a call stalls ([`Group::unresponsive`]). A peer that
 //! writes nonsense into its ring (a slot out of range or lent twice, a length past the
 //! slot) is a protocol error naming it.
 
@@ -81,8 +81,8 @@ use std::time::{Duration, Instant};
 use crate::error::TransportError;
 use crate::hosts::HostMap;
 use crate::transport::{
-    stale_in, Endpoint, Lend, Link as TransportLink, Offered, Payload, Registration, SendState,
-    Transport,
+    stale_in, Endpoint, Group, Lend, Link as TransportLink, Offered, Payload, Registration,
+    SendState, Transport,
 };
 use crate::types::{Rank, Tag};
 use segment::{InRing, Lease, OutRing, Remote, Segment, Withdrawal};
@@ -227,7 +227,7 @@ pub struct ShmTransport {
     slot_bytes: usize,
     spin: Duration,
     /// Whether this host has fewer cores (that this process may run on) than ranks: then
-    /// a spinning rank yields between polls, else it only pauses ([`Transport::relax`]).
+    /// a spinning rank yields between polls, else it only pauses ([`Group::relax`]).
     crowded: bool,
     /// Some peers are reached through the transport beneath (other hosts): payloads are
     /// then that transport's (registered memory that verbs sends without a copy).
@@ -525,21 +525,6 @@ impl Transport for ShmTransport {
         }
     }
 
-    /// The inner transport's, with the sends a peer read from this rank's memory (one
-    /// token each) and those a peer has yet to finish reading.
-    fn statistics(&self) -> crate::Statistics {
-        self.inner.statistics()
-            + crate::Statistics {
-                zero_copy_sends: self.next_token,
-                borrowed_in_flight: self.outstanding.len(),
-                ..Default::default()
-            }
-    }
-
-    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
-        Some(self)
-    }
-
     fn reap_borrowed(&mut self) {
         // Withdrawn where the read has not begun; a read under way is waited for a
         // little, then given up (its reader fails rather than use what it read).
@@ -555,62 +540,6 @@ impl Transport for ShmTransport {
             std::thread::yield_now();
         }
         self.inner.reap_borrowed();
-    }
-
-    fn unresponsive(&mut self, within: Duration) -> Vec<Rank> {
-        self.inner.unresponsive(within)
-    }
-
-    fn stall_report(&self, peer: Option<Rank>) -> String {
-        let one = |p: usize| {
-            self.links[p].as_ref().map(|l| {
-                format!(
-                    "{} (shared memory): {} of its messages waiting, {} of its slots held \
-                     here, {} bytes of its copied out; its ring for this rank {}",
-                    Rank::from(p),
-                    if l.inbox.pending() { "some" } else { "none" },
-                    l.inbox.lent(),
-                    l.copied,
-                    if l.outbox_room() {
-                        "has room"
-                    } else {
-                        "is full"
-                    }
-                )
-            })
-        };
-        let mut parts: Vec<String> = match peer {
-            Some(p) if self.shares_memory_with(p) => one(p.index()).into_iter().collect(),
-            Some(_) => Vec::new(),
-            None => (0..self.links.len()).filter_map(one).collect(),
-        };
-        parts.push(format!(
-            "sleeps (shared memory) {}, late wake-ups {}; single-copy sends not yet read {}",
-            self.sleeps,
-            self.late_wakeups,
-            self.outstanding.len()
-        ));
-        if !self.withdrawn.is_empty() {
-            let who: Vec<String> = self.withdrawn.iter().map(Rank::to_string).collect();
-            parts.push(format!(
-                "withdrew a message before it was read (they failed): {}",
-                who.join(", ")
-            ));
-        }
-        let below = self.inner.stall_report(peer);
-        if !below.is_empty() && peer.is_none_or(|p| !self.shares_memory_with(p)) {
-            parts.push(below);
-        }
-        parts.join("; ")
-    }
-
-    fn control_check(&mut self, peer: Option<Rank>) -> Result<(), TransportError> {
-        self.check()?;
-        self.inner.control_check(peer)
-    }
-
-    fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
-        self.inner.watch_fd(fd)
     }
 
     fn try_recv(
@@ -698,6 +627,79 @@ impl Transport for ShmTransport {
 
     fn recycle(&mut self, payload: Payload) {
         self.dispose(payload);
+    }
+}
+
+impl Group for ShmTransport {
+    /// The inner transport's, with the sends a peer read from this rank's memory (one
+    /// token each) and those a peer has yet to finish reading.
+    fn statistics(&self) -> crate::Statistics {
+        self.inner.statistics()
+            + crate::Statistics {
+                zero_copy_sends: self.next_token,
+                borrowed_in_flight: self.outstanding.len(),
+                ..Default::default()
+            }
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn unresponsive(&mut self, within: Duration) -> Vec<Rank> {
+        self.inner.unresponsive(within)
+    }
+
+    fn stall_report(&self, peer: Option<Rank>) -> String {
+        let one = |p: usize| {
+            self.links[p].as_ref().map(|l| {
+                format!(
+                    "{} (shared memory): {} of its messages waiting, {} of its slots held \
+                     here, {} bytes of its copied out; its ring for this rank {}",
+                    Rank::from(p),
+                    if l.inbox.pending() { "some" } else { "none" },
+                    l.inbox.lent(),
+                    l.copied,
+                    if l.outbox_room() {
+                        "has room"
+                    } else {
+                        "is full"
+                    }
+                )
+            })
+        };
+        let mut parts: Vec<String> = match peer {
+            Some(p) if self.shares_memory_with(p) => one(p.index()).into_iter().collect(),
+            Some(_) => Vec::new(),
+            None => (0..self.links.len()).filter_map(one).collect(),
+        };
+        parts.push(format!(
+            "sleeps (shared memory) {}, late wake-ups {}; single-copy sends not yet read {}",
+            self.sleeps,
+            self.late_wakeups,
+            self.outstanding.len()
+        ));
+        if !self.withdrawn.is_empty() {
+            let who: Vec<String> = self.withdrawn.iter().map(Rank::to_string).collect();
+            parts.push(format!(
+                "withdrew a message before it was read (they failed): {}",
+                who.join(", ")
+            ));
+        }
+        let below = self.inner.stall_report(peer);
+        if !below.is_empty() && peer.is_none_or(|p| !self.shares_memory_with(p)) {
+            parts.push(below);
+        }
+        parts.join("; ")
+    }
+
+    fn control_check(&mut self, peer: Option<Rank>) -> Result<(), TransportError> {
+        self.check()?;
+        self.inner.control_check(peer)
+    }
+
+    fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        self.inner.watch_fd(fd)
     }
 
     fn relax(&self) {

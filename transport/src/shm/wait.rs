@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::{ShmTransport, HEAP_CAP, WAKE_CHECK};
 use crate::error::TransportError;
-use crate::transport::Transport;
+use crate::transport::Group;
 
 /// Rings (bytes) taken off the doorbell per wait, at most, in one read: a peer rings once
 /// per sleep it ends, and one ring is enough to know the wait was rung.
@@ -101,7 +101,7 @@ impl ShmTransport {
         }
     }
 
-    /// [`Transport::wait`]: until a ring moves, the deadline, or the transport beneath
+    /// [`Group::wait`]: until a ring moves, the deadline, or the transport beneath
     /// has news.
     pub(super) fn wait_rings(&mut self, deadline: Instant) -> Result<(), TransportError> {
         self.check()?;

@@ -15,7 +15,8 @@ use super::bootstrap::auth;
 use super::bootstrap::wire::MAC;
 use super::TcpTransport;
 use crate::error::TransportError;
-use crate::transport::{Payload, Transport};
+use crate::transport::Group;
+use crate::transport::Payload;
 use crate::types::{Rank, Tag};
 
 /// The exchanges carried over the control connections, one tag each.

@@ -9,14 +9,14 @@
 //! `true`, and asks with the same memory; other memory is an error, never a silent mix).
 //!
 //! A claimed frame holds up everything behind it on that connection. So a claim whose
-//! receive did not ask between two [`Transport::wait`]s (the engine waits on something
+//! receive did not ask between two [`Group::wait`]s (the engine waits on something
 //! else, which may be queued behind it) is *spilled*: the rest of its payload is read
 //! into a pooled buffer as any frame's, and the receive later copies only that rest (the
 //! bytes it already read stay in its destination). A wait while anything is claimed
 //! sleeps at most [`CLAIMED_WAIT`], so a spill never waits for the call's deadline.
 //!
 //! [`Transport::try_recv_into`]: crate::transport::Transport::try_recv_into
-//! [`Transport::wait`]: crate::transport::Transport::wait
+//! [`Group::wait`]: crate::transport::Group::wait
 
 use std::io::{self, IoSliceMut, Read};
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Carrying on after a failure: epochs, discarding a finished epoch's messages, and
-//! leaving a peer out (see [`Transport::begin_epoch`], [`Transport::discard_from`] and
-//! [`Transport::exclude`]).
+//! leaving a peer out (see [`Group::begin_epoch`], [`Group::discard_from`] and
+//! [`Group::exclude`]).
 //!
 //! An abort frame carries its sender's epoch in its tag: a survivor that already began
 //! the next epoch ignores the aborts of the one that ended (its peers' calls failed after
@@ -15,7 +15,7 @@ use crate::transport::Transport;
 use crate::types::{Rank, Tag};
 
 impl TcpTransport {
-    /// See [`Transport::begin_epoch`].
+    /// See [`Group::begin_epoch`].
     pub(crate) fn next_epoch(&mut self) -> Result<u32, TransportError> {
         // A broken stream (a protocol error) stays broken: only an abort is undone, and a
         // failed poll, which the abort's error stands for too.
@@ -33,7 +33,7 @@ impl TcpTransport {
         Ok(self.epoch)
     }
 
-    /// See [`Transport::commit_epoch`].
+    /// See [`Group::commit_epoch`].
     pub(crate) fn settle_epoch(&mut self) {
         self.agreeing = false;
         if let Some(held) = self.held_abort.take() {
@@ -41,7 +41,7 @@ impl TcpTransport {
         }
     }
 
-    /// See [`Transport::discard_from`].
+    /// See [`Group::discard_from`].
     pub(crate) fn discard(&mut self, peer: Rank, old: &dyn Fn(&Tag) -> bool) {
         let dropped: Vec<_> = self
             .arrived
@@ -64,7 +64,7 @@ impl TcpTransport {
         }
     }
 
-    /// See [`Transport::exclude`].
+    /// See [`Group::exclude`].
     pub(crate) fn forget(&mut self, peer: Rank) {
         let r = peer.index();
         let Some(slot) = self.peers.get_mut(r) else {

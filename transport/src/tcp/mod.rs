@@ -6,7 +6,7 @@
 //! decoding frames ([`frame`]) into the arrival map, so a sender's progress never depends
 //! on which message its receiver is waiting for. A socket read dry is read again once a
 //! single `poll` over all such sockets says it has something (one system call, not one
-//! per idle peer). [`Transport::wait`] sleeps in
+//! per idle peer). [`Group::wait`] sleeps in
 //! `mio::Poll::poll` until a socket is ready or the deadline passes; it does not sleep
 //! when a frame was filed (or a queued message sent, or a peer found gone) since the last
 //! wait, as another call's progress may have read what the engine waits for, leaving no
@@ -31,7 +31,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::error::TransportError;
-use crate::transport::{check_arrival, Endpoint, Lend, Link, Payload, SendState, Transport};
+use crate::transport::{check_arrival, Endpoint, Group, Lend, Link, Payload, SendState, Transport};
 use crate::types::{Rank, Tag};
 use frame::{Decoder, Frame, Header, Kind, HEADER_LEN};
 
@@ -122,8 +122,8 @@ pub struct TcpTransport {
     /// The group's epoch: one more after every shrink ([`epoch`]); aborts of earlier
     /// epochs are ignored.
     epoch: u32,
-    /// Survivors are agreeing on the new epoch ([`Transport::begin_epoch`]): an abort of
-    /// it is held in `held_abort` until [`Transport::commit_epoch`].
+    /// Survivors are agreeing on the new epoch ([`Group::begin_epoch`]): an abort of
+    /// it is held in `held_abort` until [`Group::commit_epoch`].
     agreeing: bool,
     held_abort: Option<(Rank, String)>,
     /// Peers that asked whether this rank runs, to answer (each once).
@@ -400,7 +400,7 @@ impl TcpTransport {
         }
     }
 
-    /// Makes [`Transport::wait`] also wake when `fd` becomes readable (a verbs completion
+    /// Makes [`Group::wait`] also wake when `fd` becomes readable (a verbs completion
     /// channel). The fd must stay open while this transport lives.
     pub(crate) fn register_fd(&mut self, fd: std::os::fd::RawFd) -> io::Result<()> {
         self.poll.registry().register(
@@ -519,22 +519,6 @@ impl Transport for TcpTransport {
         &self.me
     }
 
-    fn control_check(&mut self, peer: Option<Rank>) -> Result<(), TransportError> {
-        self.control()?;
-        match peer.and_then(|p| self.peer_gone(p)) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    fn known_gone(&mut self, peer: Rank) -> Option<TransportError> {
-        self.peer_gone(peer)
-    }
-
-    fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> io::Result<()> {
-        self.register_fd(fd)
-    }
-
     fn alloc(&mut self, len: usize) -> Payload {
         Payload::reuse(self.pool.pop(), len)
     }
@@ -646,15 +630,33 @@ impl Transport for TcpTransport {
         }
     }
 
+    fn recycle(&mut self, payload: Payload) {
+        self.pool.give(payload);
+    }
+}
+
+impl Group for TcpTransport {
+    fn control_check(&mut self, peer: Option<Rank>) -> Result<(), TransportError> {
+        self.control()?;
+        match peer.and_then(|p| self.peer_gone(p)) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn known_gone(&mut self, peer: Rank) -> Option<TransportError> {
+        self.peer_gone(peer)
+    }
+
+    fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> io::Result<()> {
+        self.register_fd(fd)
+    }
+
     fn statistics(&self) -> crate::Statistics {
         crate::Statistics {
             placed_receives: self.placed,
             ..Default::default()
         }
-    }
-
-    fn recycle(&mut self, payload: Payload) {
-        self.pool.give(payload);
     }
 
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {

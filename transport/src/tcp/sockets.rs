@@ -249,7 +249,7 @@ impl TcpTransport {
             return;
         }
         // One of the new epoch while the survivors still agree on it: for the new group,
-        // once it exists (see `Transport::commit_epoch`).
+        // once it exists (see `Group::commit_epoch`).
         if frame.header.kind == Kind::Abort && self.agreeing {
             let reason = String::from_utf8_lossy(&frame.payload).into_owned();
             self.held_abort.get_or_insert((Rank::from(r), reason));

@@ -11,7 +11,8 @@ use super::wire::{
 };
 use super::{Arrival, VerbsTransport, CTRL_BYTES};
 use crate::error::TransportError;
-use crate::transport::{Payload, Transport};
+use crate::transport::Group;
+use crate::transport::Payload;
 use crate::types::{Rank, Tag};
 
 impl VerbsTransport {

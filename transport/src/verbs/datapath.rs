@@ -14,7 +14,8 @@ use super::wire::{
 use super::{Peer, VerbsTransport, ZERO_COPY_MIN};
 use crate::error::TransportError;
 use crate::transport::{
-    check_arrival, is_stale, Lend, Link, Offered, Payload, Registration, SendState, Transport,
+    check_arrival, is_stale, Group, Lend, Link, Offered, Payload, Registration, SendState,
+    Transport,
 };
 use crate::types::{Rank, Tag};
 
@@ -252,6 +253,89 @@ impl Transport for VerbsTransport {
         Ok(SendState::InFlight(wr_id))
     }
 
+    fn reap_borrowed(&mut self) {
+        self.reap();
+    }
+
+    fn send_complete(&mut self, token: u64) -> Result<bool, TransportError> {
+        // A zero-copy write into an offer has no slot buffer in flight: only its region's
+        // count.
+        let pending = |t: &Self| t.inflight.contains_key(&token) || t.borrowed.contains_key(&token);
+        if !pending(self) {
+            return Ok(true);
+        }
+        self.progress();
+        self.check()?;
+        Ok(!pending(self))
+    }
+
+    fn offer(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        dst: &mut [u8],
+        with: Option<Tag>,
+    ) -> Result<Offered, TransportError> {
+        self.make_offer(peer, tag, dst, with)
+    }
+
+    fn link(&self, peer: Rank) -> Link {
+        let places_directly = self.direct && matches!(self.peers.get(peer.index()), Some(Some(_)));
+        Link {
+            places_directly,
+            // One queue pair per peer carries sends and the credit messages (or messages)
+            // that carry offers, in the order posted, and its responder executes them in
+            // that order. A retransmission that reads the memory again is a duplicate
+            // there, which rxe acknowledges without writing; a device that wrote it again
+            // would write the slot that message landed in, followed by everything sent
+            // after it, as for any slot. (Scoped offers wait for nothing but binds in
+            // flight anyway.)
+            offers_follow_sends: !self.scoped && places_directly,
+            ..Link::default()
+        }
+    }
+
+    fn try_recv_into(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        dst: &mut [u8],
+    ) -> Result<bool, TransportError> {
+        self.take_into(peer, tag, dst)
+    }
+
+    fn try_recv(
+        &mut self,
+        peer: Rank,
+        tag: Tag,
+        len: usize,
+    ) -> Result<Option<Payload>, TransportError> {
+        match self.take_arrival(peer, tag)? {
+            Some((sent, a)) => {
+                let payload = self.lend(a);
+                check_arrival(self.me.rank, peer, tag, sent, payload, len).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn recycle(&mut self, mut payload: Payload) {
+        if payload.head() != HEADER {
+            return;
+        }
+        let ptr = payload.framed_mut().as_ptr() as usize;
+        if let Some(id) = self.lent.remove(&ptr) {
+            self.released(id);
+            let v = payload.into_storage();
+            if self.bufs.get(id as usize).is_some_and(|b| b.ptr == ptr) {
+                self.free.push((id, v));
+                self.replenish();
+            }
+        }
+    }
+}
+
+impl Group for VerbsTransport {
     fn statistics(&self) -> crate::Statistics {
         let advertised: usize = self
             .peers
@@ -332,90 +416,9 @@ impl Transport for VerbsTransport {
         parts.join("; ")
     }
 
-    fn reap_borrowed(&mut self) {
-        self.reap();
-    }
-
     fn unresponsive(&mut self, within: Duration) -> Vec<Rank> {
         // The TCP connections are the control plane: the probe travels there.
         self.tcp.unresponsive(within)
-    }
-
-    fn send_complete(&mut self, token: u64) -> Result<bool, TransportError> {
-        // A zero-copy write into an offer has no slot buffer in flight: only its region's
-        // count.
-        let pending = |t: &Self| t.inflight.contains_key(&token) || t.borrowed.contains_key(&token);
-        if !pending(self) {
-            return Ok(true);
-        }
-        self.progress();
-        self.check()?;
-        Ok(!pending(self))
-    }
-
-    fn offer(
-        &mut self,
-        peer: Rank,
-        tag: Tag,
-        dst: &mut [u8],
-        with: Option<Tag>,
-    ) -> Result<Offered, TransportError> {
-        self.make_offer(peer, tag, dst, with)
-    }
-
-    fn link(&self, peer: Rank) -> Link {
-        let places_directly = self.direct && matches!(self.peers.get(peer.index()), Some(Some(_)));
-        Link {
-            places_directly,
-            // One queue pair per peer carries sends and the credit messages (or messages)
-            // that carry offers, in the order posted, and its responder executes them in
-            // that order. A retransmission that reads the memory again is a duplicate
-            // there, which rxe acknowledges without writing; a device that wrote it again
-            // would write the slot that message landed in, followed by everything sent
-            // after it, as for any slot. (Scoped offers wait for nothing but binds in
-            // flight anyway.)
-            offers_follow_sends: !self.scoped && places_directly,
-            ..Link::default()
-        }
-    }
-
-    fn try_recv_into(
-        &mut self,
-        peer: Rank,
-        tag: Tag,
-        dst: &mut [u8],
-    ) -> Result<bool, TransportError> {
-        self.take_into(peer, tag, dst)
-    }
-
-    fn try_recv(
-        &mut self,
-        peer: Rank,
-        tag: Tag,
-        len: usize,
-    ) -> Result<Option<Payload>, TransportError> {
-        match self.take_arrival(peer, tag)? {
-            Some((sent, a)) => {
-                let payload = self.lend(a);
-                check_arrival(self.me.rank, peer, tag, sent, payload, len).map(Some)
-            }
-            None => Ok(None),
-        }
-    }
-
-    fn recycle(&mut self, mut payload: Payload) {
-        if payload.head() != HEADER {
-            return;
-        }
-        let ptr = payload.framed_mut().as_ptr() as usize;
-        if let Some(id) = self.lent.remove(&ptr) {
-            self.released(id);
-            let v = payload.into_storage();
-            if self.bufs.get(id as usize).is_some_and(|b| b.ptr == ptr) {
-                self.free.push((id, v));
-                self.replenish();
-            }
-        }
     }
 
     fn relax(&self) {

@@ -1,6 +1,6 @@
-//! Carrying on after a failure (see [`Transport::begin_epoch`](crate::Transport::begin_epoch),
-//! [`Transport::discard_from`](crate::Transport::discard_from) and
-//! [`Transport::exclude`](crate::Transport::exclude)).
+//! Carrying on after a failure (see [`Group::begin_epoch`](crate::Group::begin_epoch),
+//! [`Group::discard_from`](crate::Group::discard_from) and
+//! [`Group::exclude`](crate::Group::exclude)).
 //!
 //! Until a group first shrinks, a failed completion or post breaks the whole transport
 //! (its calls fail at once, on every rank through the abort). From the first new epoch
@@ -14,7 +14,7 @@ use crate::error::TransportError;
 use crate::types::{Rank, Tag};
 
 impl VerbsTransport {
-    /// See `Transport::begin_epoch`: the failure that broke the transport was a peer's
+    /// See `Group::begin_epoch`: the failure that broke the transport was a peer's
     /// (its queue pair's): from now on errors are kept per peer.
     pub(super) fn next_epoch(&mut self) -> Result<u32, TransportError> {
         let epoch = self.tcp.next_epoch()?;
@@ -50,7 +50,7 @@ impl VerbsTransport {
         }
     }
 
-    /// See `Transport::discard_from`: each such message's slot is lent again.
+    /// See `Group::discard_from`: each such message's slot is lent again.
     pub(super) fn discard(&mut self, peer: Rank, old: &dyn Fn(&Tag) -> bool) {
         self.progress();
         let keys: Vec<_> = self
@@ -67,7 +67,7 @@ impl VerbsTransport {
         self.tcp.discard(peer, old);
     }
 
-    /// See `Transport::exclude`: its queue pair goes to the error state (it can no longer
+    /// See `Group::exclude`: its queue pair goes to the error state (it can no longer
     /// write this rank's slots, and what this rank posted to it is flushed), and the
     /// slots lent to it come back to the pool (registered memory, never freed).
     pub(super) fn forget(&mut self, peer: Rank) {

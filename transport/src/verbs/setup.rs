@@ -17,6 +17,7 @@ use super::{choose, Options, Peer, Selection, VerbsError, VerbsTransport, CTRL_B
 use crate::error::TransportError;
 use crate::tcp::control::Exchange;
 use crate::tcp::{bootstrap, TcpTransport};
+use crate::transport::Group;
 use crate::transport::Transport;
 use crate::types::Rank;
 
