@@ -58,7 +58,7 @@ def test_a_stopped_rank_fails_every_survivor_naming_it():
         procs[victim].wait()
 
 
-@pytest.mark.parametrize("mode", ["timeout", "callback", "completed"])
+@pytest.mark.parametrize("mode", ["timeout", "callback", "completed", "completed-failed"])
 def test_a_work_used_from_two_threads_keeps_its_timeout_and_never_hangs(mode):
     # RCOLL_TIMEOUT far above Work.wait's 1 s: only Work.wait's own timeout ends rank 0's wait.
     spawn_ok(2, "work_threads", mode, env={"RCOLL_TIMEOUT": "20"}, deadline_s=120)

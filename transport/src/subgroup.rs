@@ -450,7 +450,11 @@ impl Transport for Detached {
 
 impl Group for Detached {
     fn begin_epoch(&mut self) -> Result<u32, TransportError> {
-        Err(self.gone())
+        Err(TransportError::Unsupported {
+            rank: self.me.rank,
+            what: "continuing after a failure (shrink)",
+            transport: self.me.name,
+        })
     }
 
     fn wait(&mut self, _deadline: Instant) -> Result<(), TransportError> {

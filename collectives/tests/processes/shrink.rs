@@ -181,6 +181,21 @@ fn shrink_to(comm: &mut Communicator, exclude: &[usize], alive: &mut Vec<usize>)
         let ring: Vec<u32> = h.ring_order().iter().map(|r| r.0).collect();
         println!("HOSTS {hosts:?} RING {ring:?}");
     }
+    // Shared memory's description counts the peers of this rank's host it reads from:
+    // the members left, not those it started with.
+    if std::env::var("RCOLL_SHM_SINGLE_COPY").is_ok_and(|v| v == "on") {
+        let details = new.transport_details();
+        let peers: usize = details
+            .split("single copy from ")
+            .nth(1)
+            .and_then(|rest| rest.split(" of ").nth(1))
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no single-copy peer count in: {details}"));
+        let me = rcoll::Rank(new.rank() as u32);
+        let local = new.hosts().map_or(new.size(), |h| h.local_size(me));
+        assert_eq!(peers, local - 1, "the shrunk group's details: {details}");
+    }
     new
 }
 
@@ -230,6 +245,10 @@ fn spawn_loop(
             ("RCOLL_TEST_KILL_STEP", at.to_string()),
             ("RCOLL_TIMEOUT", "10".to_string()),
         ];
+        if transport == "shm" {
+            // Single copy on, so that the peers it reads from are counted in the details.
+            env.push(("RCOLL_SHM_SINGLE_COPY", "on".to_string()));
+        }
         env.extend(extra.iter().cloned());
         env
     })

@@ -207,16 +207,19 @@ class Work(_private.Work):
                 settled.set()
 
     def _complete(self, future):
-        try:
-            if self._error is not None:
-                future.set_exception(self._error)
-            else:
-                future.set_result(self._outputs)
-        except RuntimeError:
-            # The caller completed the future itself: theirs stands, and the Work's own
-            # outcome is still what wait() reports.
-            if not future.done():
-                raise
+        # A future the caller completed itself keeps what they gave it; the Work's own
+        # outcome is still what wait() reports.
+        if future.done():
+            return
+        error = self._error
+        if error is None:
+            future.set_result(self._outputs)
+        elif isinstance(error, Exception):
+            future.set_exception(error)
+        else:
+            # A future carries only an Exception (a KeyboardInterrupt in the wait, say):
+            # one naming it, so that whoever waits on the future is not left hanging.
+            future.set_exception(RuntimeError(f"rcoll backend: {self._what}: {error!r}"))
 
     def _wait_done(self, seconds):
         """Waits until the Work is settled (at most `seconds`, None for no limit); whether it is."""

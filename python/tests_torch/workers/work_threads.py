@@ -2,7 +2,7 @@
 caller waits with a timeout, a callback on its future that waits on the Work itself, and
 a future the caller completed itself before the backend could.
 
-    work_threads.py timeout|callback|completed
+    work_threads.py timeout|callback|completed|completed-failed
 """
 
 import sys
@@ -48,6 +48,16 @@ def completer_settling():
     return False
 
 
+def leave_once(store, key):
+    """Waits for ``key`` in torch's store, then ends this rank at once (no teardown that
+    would talk to the others)."""
+    import os
+
+    store.wait([key], timedelta(seconds=60))
+    print(f"RCOLL-TORCH-DONE rank {r}", flush=True)
+    os._exit(0)
+
+
 if mode == "timeout":
     # Rank 1 never joins; rank 0 hands its Work to the completion thread (by taking
     # the future) and, once that thread is settling it, waits with a 1 s timeout: the
@@ -55,9 +65,7 @@ if mode == "timeout":
     store = dist.distributed_c10d._get_default_store()
     if r == 1:
         # Alive (its connections open) and silent until rank 0 is done.
-        store.wait(["rank 0 done"], timedelta(seconds=60))
-        print(f"RCOLL-TORCH-DONE rank {r}", flush=True)
-        sys.exit(0)
+        leave_once(store, "rank 0 done")
     w = dist.all_reduce(t, async_op=True)
     future = w.get_future()
     within(30, completer_settling, "the hand-off to the completion thread")
@@ -102,5 +110,31 @@ if mode == "completed":
     f2 = w2.get_future()
     within(30, f2.done, "a later Work's future")
     assert t[0].item() == n * n * n, t[0].item()
+
+if mode == "completed-failed":
+    # As "completed", but the call then fails (rank 1 leaves): the future keeps the
+    # caller's result, and the Work's own wait raises the failure.
+    store = dist.distributed_c10d._get_default_store()
+    if r == 1:
+        leave_once(store, "rank 0 completed its future")
+    w = dist.all_reduce(t, async_op=True)
+    mine = [torch.full((1,), 7.0)]
+    future = w.get_future()
+    future.set_result(mine)
+    store.set("rank 0 completed its future", "1")
+    raised = []
+
+    def wait_for_it():
+        try:
+            w.wait()
+        except rcoll.Error as e:
+            raised.append(e)
+
+    import threading
+
+    threading.Thread(target=wait_for_it, daemon=True).start()
+    within(30, lambda: raised, "the failed call's Work.wait")
+    print(f"rank {r} raised: {raised[0]}", flush=True)
+    assert future.value() is mine and future.wait() is mine, future.value()
 
 print(f"RCOLL-TORCH-DONE rank {r}", flush=True)

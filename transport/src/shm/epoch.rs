@@ -67,5 +67,7 @@ impl ShmTransport {
             *slot = None;
         }
         self.inner.exclude(peer);
+        // The links it counts changed.
+        self.me.details = self.describe();
     }
 }

@@ -227,7 +227,7 @@ impl OutRing {
         self.head += 1;
         self.at = self.seg.next_place(self.at);
         // Sequentially consistent: ordered before the check of the receiver's `sleeping`
-        // flag that follows (see `ShmGroup::wait`).
+        // flag that follows (see `ShmTransport::wait`).
         self.seg.head(self.ring).store(self.head, Ordering::SeqCst);
     }
 }
