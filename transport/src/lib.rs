@@ -20,7 +20,7 @@
 //!
 //! ```
 //! use std::time::{Duration, Instant};
-//! use rcoll_transport::{local, Rank, Tag, Transport};
+//! use rcoll_transport::{local, Group, Rank, Tag, Transport};
 //!
 //! let mut ranks = local::group(2, local::DEFAULT_WINDOW);
 //! let tag = Tag { collective: 0, channel: 0, transfer: 0, segment: 0, schedule: 0 };
