@@ -330,11 +330,7 @@ impl Transport for LocalTransport {
 
 impl Group for LocalTransport {
     fn begin_epoch(&mut self) -> Result<u32, TransportError> {
-        Err(TransportError::Unsupported {
-            rank: self.me.rank,
-            what: "continuing after a failure (shrink)",
-            transport: self.me.name,
-        })
+        Err(self.me.cannot_shrink())
     }
 
     fn wait(&mut self, deadline: Instant) -> Result<(), TransportError> {

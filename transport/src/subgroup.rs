@@ -450,11 +450,7 @@ impl Transport for Detached {
 
 impl Group for Detached {
     fn begin_epoch(&mut self) -> Result<u32, TransportError> {
-        Err(TransportError::Unsupported {
-            rank: self.me.rank,
-            what: "continuing after a failure (shrink)",
-            transport: self.me.name,
-        })
+        Err(self.me.cannot_shrink())
     }
 
     fn wait(&mut self, _deadline: Instant) -> Result<(), TransportError> {

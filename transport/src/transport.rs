@@ -410,6 +410,16 @@ impl Endpoint {
             hosts: None,
         }
     }
+
+    /// The answer of a backend that cannot continue after a failure to
+    /// [`Group::begin_epoch`].
+    pub fn cannot_shrink(&self) -> TransportError {
+        TransportError::Unsupported {
+            rank: self.rank,
+            what: "continuing after a failure (shrink)",
+            transport: self.name,
+        }
+    }
 }
 
 /// A connected group endpoint: this rank's view of the channels to every peer.
