@@ -18,7 +18,11 @@ size the median and best of batches of calls (rank 0's clock, a barrier before e
 step (forward, backward with DDP's overlapped all-reduces, optimizer) over 30 steps after
 5 warm-up steps. The backend ``none`` is the bound no backend can pass on this machine: the
 same DDP step, every rank computing at once, with a comm hook that hands each bucket back
-untouched (gloo sets the group up; nothing moves during the steps).
+untouched (rcoll sets the group up; nothing moves during the steps).
+
+Name gloo once per run: torch 2.15 hangs in DDP's parameter check when a process initializes
+gloo's group a second time (``ddp gloo gloo`` hangs without rcoll in the run), which is why
+``none`` sets its group up with rcoll.
 """
 
 import os
@@ -176,7 +180,7 @@ def main():
         single()
         return
     for backend in backends:
-        dist.init_process_group("gloo" if backend == "none" else backend)
+        dist.init_process_group("rcoll" if backend == "none" else backend)
         {"allreduce": allreduce, "ddp": ddp, "layer": layer}[mode](backend)
         dist.barrier()
         dist.destroy_process_group()

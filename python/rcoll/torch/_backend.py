@@ -85,14 +85,29 @@ def create(opts, backend_options=None):
     to: rank 0 of the group makes a rendezvous (``rcoll.unique_id()``) and hands it to the
     others through the group's store."""
     rank, size = opts.group_rank, opts.group_size
-    store = opts.store
-    if rank == 0:
-        uid = rcoll.unique_id()
-        store.set(_UNIQUE_ID_KEY, bytes(uid))
-    else:
-        uid = store.get(_UNIQUE_ID_KEY)
+    uid = _exchange_unique_id(opts.store, rank, size, lambda: bytes(rcoll.unique_id()))
     comm = _built_aside(lambda: rcoll.init_rank(bytes(uid), rank, size, timeout=_timeout(opts.timeout)))
     return _kept(RcollBackend(comm, opts.timeout))
+
+
+def _exchange_unique_id(store, rank, size, make):
+    """The id this group's ranks meet at: ``make()``'s on rank 0, handed to the others
+    through the group's store.
+
+    A store may outlive its group: torchrun's agent store stays across
+    ``destroy_process_group`` and a new ``init_process_group``, which names the default
+    group alike each time, so an earlier group's id may still be there when a rank asks.
+    Each rank counts the groups it formed on this store (``store.add`` on a key of its
+    own), and every member of a group forms it once, so the k-th group of rank 0 is the
+    k-th of every rank: the id lives under that number, and a rank that asks first waits
+    for it."""
+    k = store.add(f"{_UNIQUE_ID_KEY}/formed/{size}/{rank}", 1)
+    key = f"{_UNIQUE_ID_KEY}/{size}/{k}"
+    if rank == 0:
+        uid = make()
+        store.set(key, uid)
+        return uid
+    return store.get(key)
 
 
 def _built_aside(build):
