@@ -20,9 +20,10 @@ step (forward, backward with DDP's overlapped all-reduces, optimizer) over 30 st
 same DDP step, every rank computing at once, with a comm hook that hands each bucket back
 untouched (rcoll sets the group up; nothing moves during the steps).
 
-Name gloo once per run: torch 2.15 hangs in DDP's parameter check when a process initializes
-gloo's group a second time (``ddp gloo gloo`` hangs without rcoll in the run), which is why
-``none`` sets its group up with rcoll.
+Name gloo once per run: a process that forms gloo's default group a second time hangs in
+DDP's parameter check (``ddp gloo gloo`` hangs with torch 2.15, rcoll not in the run; likely
+the last group's keys left in torchrun's store, which rcoll's backend no longer trips on),
+which is why ``none`` sets its group up with rcoll. ``none`` is for ``ddp`` only.
 """
 
 import os
@@ -175,6 +176,8 @@ def single():
 
 def main():
     mode, backends = sys.argv[1], sys.argv[2:]
+    if "none" in backends and mode != "ddp":
+        raise SystemExit("none is a DDP step without communication: ddp only")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if mode == "single":
         single()

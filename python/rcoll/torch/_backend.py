@@ -100,14 +100,23 @@ def _exchange_unique_id(store, rank, size, make):
     Each rank counts the groups it formed on this store (``store.add`` on a key of its
     own), and every member of a group forms it once, so the k-th group of rank 0 is the
     k-th of every rank: the id lives under that number, and a rank that asks first waits
-    for it."""
+    for it. A member that skipped a formation (it failed before its ``create``) leaves the
+    numbering out of step for this store: the others then wait out the store's timeout
+    here, with an error saying so, or fail to meet at an earlier group's id."""
     k = store.add(f"{_UNIQUE_ID_KEY}/formed/{size}/{rank}", 1)
     key = f"{_UNIQUE_ID_KEY}/{size}/{k}"
     if rank == 0:
         uid = make()
         store.set(key, uid)
         return uid
-    return store.get(key)
+    try:
+        return store.get(key)
+    except Exception as e:  # noqa: BLE001 - torch's store errors have no common base
+        raise RcollError(
+            f"rank {rank} of {size}: rank 0 made no unique id for this group (formation {k} "
+            f"of a group of {size} on this store) within the store's timeout; every member "
+            f"must form every group, or the formations' numbering goes out of step ({e})"
+        ) from e
 
 
 def _built_aside(build):
