@@ -7,9 +7,13 @@
 # as mpi_bench.c of the project's peer benchmarks (MPI_BENCH_SRC; compiled with mpicc).
 #
 # Usage: mpi/bench/vs_open_mpi.sh [ROUNDS]  (default 2; RANKS, SIZES, TRANSPORTS override)
-# Prints one line per round x transport x ranks x size: the three times in us (mean per
-# call of the slowest rank), shim/plain speed-up, shim/rcoll-bench (the shim's own cost),
-# and whether the shim served every MPI_Allreduce and every result was right.
+# Prints one line per round x transport x ranks x size: the times in us (mean per call of
+# the slowest rank) of plain Open MPI, the shim as it comes (which gives MPI the calls under
+# RCOLL_MPI_SHM_MIN bytes inside one host: "to MPI" after its time), the shim serving every
+# size on rcoll (RCOLL_MPI_SHM_MIN=0; over TCP the same run) and rcoll-bench; the shim's
+# speed-up over plain, rcoll's (every size served), rcoll-bench over the shim serving
+# every size (the shim's own cost), and whether every result was right and every
+# MPI_Allreduce served (or, as it comes, given MPI for its size).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${1:-2}
@@ -43,18 +47,30 @@ for round in $(seq "$rounds"); do
           --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo)
         args=(-C allreduce -b "$s" -e "$s" -T 0.5 -c 1)
         read -r plain plain_wrong < <("${run[@]}" "$out/mpi_bench" "${args[@]}" </dev/null 2>&1 | row)
-        "${run[@]}" -x LD_PRELOAD="$shim" -x RCOLL_MPI_STATS=1 -x RCOLL_TRANSPORT="$t" \
-          -x RCOLL_SOCKET_IFNAME=lo "$out/mpi_bench" "${args[@]}" </dev/null >"$out/shim.txt" 2>&1 || true
+        shim_run() {
+          "${run[@]}" -x LD_PRELOAD="$shim" -x RCOLL_MPI_STATS=1 -x RCOLL_TRANSPORT="$t" \
+            -x RCOLL_SOCKET_IFNAME=lo "$@" "$out/mpi_bench" "${args[@]}" </dev/null >"$out/shim.txt" 2>&1 || true
+        }
+        shim_run
         read -r shimmed shim_wrong < <(row <"$out/shim.txt")
-        served=$(grep -c 'rcoll-mpi: MPI_Allreduce: [0-9]* served, 0 forwarded' "$out/shim.txt" || true)
+        # Served, or given MPI for its size (then "to MPI"): nothing else.
+        served=$(grep -cE 'rcoll-mpi: MPI_Allreduce: [0-9]+ served, (0 forwarded|[0-9]+ forwarded \([0-9]+ under [0-9]+ bytes inside one host\))$' "$out/shim.txt" || true)
+        to_mpi=$(grep -q 'MPI_Allreduce: 0 served' "$out/shim.txt" && echo "to MPI" || echo "")
+        all=$shimmed all_wrong=$shim_wrong all_served=1
+        if [ "$t" = shm ]; then
+          shim_run -x RCOLL_MPI_SHM_MIN=0
+          read -r all all_wrong < <(row <"$out/shim.txt")
+          all_served=$(grep -c 'rcoll-mpi: MPI_Allreduce: [0-9]* served, 0 forwarded' "$out/shim.txt" || true)
+        fi
         # About as many calls as mpi_bench's half second makes.
         case $s in 8) iters=5000 ;; 64K) iters=1000 ;; 1M) iters=100 ;; *) iters=20 ;; esac
         own=$(RCOLL_SOCKET_IFNAME=lo "$rb" all_reduce --ranks "$n" --transport "$t" -b "$s" -e "$s" \
           -n "$iters" -c 1 2>&1 | awk '$1 ~ /^[0-9]+$/ { print $6; exit }')
         awk -v r="$round" -v t="$t" -v n="$n" -v s="$s" -v p="$plain" -v m="$shimmed" -v o="$own" \
-          -v ok="$([ "$served" = 1 ] && [ "$plain_wrong$shim_wrong" = 00 ] && echo yes || echo NO)" \
-          'BEGIN { printf "round %s %s n=%s %5s  plain %10.2f  shim %10.2f  rcoll-bench %10.2f us  shim/plain speed-up %5.2fx  rcoll-bench/shim %4.2f  served+right %s\n",
-                   r, t, n, s, p, m, o, p / m, o / m, ok }'
+          -v a="$all" -v w="$to_mpi" \
+          -v ok="$([ "$served$all_served" = 11 ] && [ "$plain_wrong$shim_wrong$all_wrong" = 000 ] && echo yes || echo NO)" \
+          'BEGIN { printf "round %s %s n=%s %5s  plain %9.2f  shim %9.2f %-6s  shim, all on rcoll %9.2f  rcoll-bench %9.2f us  speed-up shim %5.2fx  all on rcoll %5.2fx  rcoll-bench/shim %4.2f  right %s\n",
+                   r, t, n, s, p, m, w, a, o, p / m, p / a, o / a, ok }'
       done
     done
   done

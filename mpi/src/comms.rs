@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void, CString};
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
@@ -49,6 +50,9 @@ pub struct Ready {
     /// from the progress thread while a blocking caller may hold `slot`. Set once, and
     /// read by every call: a load, not a lock.
     failed: OnceLock<String>,
+    /// Every member is on this host (rcoll reaches them all through shared memory); alike
+    /// on every member, as the calls forwarded for their size must be.
+    pub one_host: bool,
 }
 
 enum Slot {
@@ -61,8 +65,21 @@ enum Slot {
 impl Ready {
     fn new(comm: Communicator) -> Ready {
         Ready {
+            // "shm" alone: no peer beyond the host (see `rcoll_transport::shm`), which
+            // every member's host map says alike.
+            one_host: comm.transport_name() == "shm",
             slot: Mutex::new(Slot::Plain(Box::new(comm))),
             failed: OnceLock::new(),
+        }
+    }
+
+    /// Whether a call of `bytes` goes to MPI for its size: fewer than `RCOLL_MPI_SHM_MIN`
+    /// inside one host.
+    pub fn too_small(&self, bytes: usize) -> Result<(), Reason> {
+        let min = control().map_or(0, |c| c.shm_min);
+        match self.one_host && bytes < min {
+            true => Err(Reason::Small(min)),
+            false => Ok(()),
         }
     }
 
@@ -90,6 +107,12 @@ impl Ready {
         }
     }
 
+    /// Drops the communicator (the world's at `MPI_Finalize`, whose entry stays).
+    fn close(&self) {
+        let closed = std::mem::replace(&mut *lock(&self.slot), Slot::Gone);
+        drop(closed);
+    }
+
     /// The communicator with a progress thread (started now if it has none).
     pub fn background(&self) -> Result<Arc<Background>, String> {
         let mut slot = lock(&self.slot);
@@ -105,6 +128,26 @@ impl Ready {
         match &*slot {
             Slot::Queued(bg) => Ok(Arc::clone(bg)),
             _ => Err("its progress thread could not start".into()),
+        }
+    }
+}
+
+/// An entry as a call holds it. The world's is never dropped (its communicator is, at
+/// `MPI_Finalize`), so a call on `MPI_COMM_WORLD` finds it with no lock taken and no
+/// reference counted: each is an atomic read-modify-write on every call.
+#[derive(Clone)]
+pub enum Held {
+    World(&'static Entry),
+    Other(Arc<Entry>),
+}
+
+impl Deref for Held {
+    type Target = Entry;
+
+    fn deref(&self) -> &Entry {
+        match self {
+            Held::World(e) => e,
+            Held::Other(e) => e,
         }
     }
 }
@@ -130,7 +173,6 @@ struct Shim {
     keyval: c_int,
     /// rcoll's MPI error class (-1: MPI gave none).
     error_class: c_int,
-    world: Option<Arc<Entry>>,
     others: HashMap<usize, Arc<Entry>>,
     next: usize,
     /// Entries of freed communicators, oldest first, kept open until `MPI_Finalize` (at
@@ -142,6 +184,10 @@ struct Shim {
 const RETIRED: usize = 64;
 
 static SHIM: RwLock<Option<Shim>> = RwLock::new(None);
+/// `MPI_COMM_WORLD`'s entry, set in `MPI_Init`.
+static WORLD: OnceLock<Entry> = OnceLock::new();
+/// Between the shim's `MPI_Init` and `MPI_Finalize`: [`SHIM`] is set and [`WORLD`] open.
+static LIVE: AtomicBool = AtomicBool::new(false);
 static CONTROL: OnceLock<Control> = OnceLock::new();
 /// MPI was initialized at `MPI_THREAD_MULTIPLE`: rcoll's progress thread may complete
 /// requests.
@@ -207,29 +253,30 @@ pub fn init() {
     }
     let world = world_handle();
     let entry = match comm_info(world) {
-        Ok((rank, size)) => Arc::new(form(world, rank, size, "MPI_COMM_WORLD")),
-        Err(reason) => Arc::new(Entry {
+        Ok((rank, size)) => form(world, rank, size, "MPI_COMM_WORLD"),
+        Err(reason) => Entry {
             rank: 0,
             size: 0,
             state: State::Unavailable(reason),
-        }),
+        },
     };
+    // MPI is initialized once per process: the first entry is the only one.
+    let _ = WORLD.set(entry);
     *write() = Some(Shim {
         keyval,
         error_class,
-        world: Some(entry),
         others: HashMap::new(),
         next: 1,
         retired: VecDeque::new(),
     });
+    LIVE.store(true, Ordering::Release);
 }
 
 /// How many segments the world's rcoll communicator sent zero-copy from the
 /// application's memory (0 without one).
 pub fn world_zero_copy_sends() -> u64 {
-    let world = read().as_ref().and_then(|s| s.world.clone());
     let mut sends = 0;
-    if let Some(ready) = world.as_ref().and_then(|w| w.ready()) {
+    if let Some(ready) = WORLD.get().and_then(|w| w.ready()) {
         let _ = ready.run(|c| {
             sends = c.statistics().zero_copy_sends;
             Ok(())
@@ -241,6 +288,7 @@ pub fn world_zero_copy_sends() -> u64 {
 /// Before `PMPI_Finalize`: drops every rcoll communicator and the attribute key.
 pub fn finalize() {
     let taken = write().take();
+    LIVE.store(false, Ordering::Release);
     if let Some(mut shim) = taken {
         // No rank closes its communicators before every rank has finished its calls on
         // them: a rank whose send of a rooted call (a reduce's contribution) returned may
@@ -249,7 +297,9 @@ pub fn finalize() {
         // MPI_Finalize: 3 of 168 failed so on 8 and 10 ranks).
         // SAFETY: MPI is initialized; every rank calls MPI_Finalize.
         unsafe { ffi::rcoll_mpi_world_barrier() };
-        drop(shim.world.take());
+        if let Some(ready) = WORLD.get().and_then(Entry::ready) {
+            ready.close();
+        }
         drop(std::mem::take(&mut shim.others));
         drop(std::mem::take(&mut shim.retired));
         // SAFETY: the key this shim created; MPI is still initialized.
@@ -272,38 +322,41 @@ pub fn comm_info(comm: Comm) -> Result<(usize, usize), Reason> {
 }
 
 /// The entry of `comm` if it has one (`Err`: MPI was not initialized through the shim).
-pub fn lookup(comm: Comm) -> Result<Option<Arc<Entry>>, Reason> {
+pub fn lookup(comm: Comm) -> Result<Option<Held>, Reason> {
+    if !LIVE.load(Ordering::Acquire) {
+        return Err(Reason::NotInitialized);
+    }
+    if comm == world_handle() {
+        return Ok(WORLD.get().map(Held::World));
+    }
     let guard = read();
     let shim = guard.as_ref().ok_or(Reason::NotInitialized)?;
-    if comm == world_handle() {
-        return Ok(shim.world.clone());
-    }
     let mut value: *mut c_void = std::ptr::null_mut();
     // SAFETY: `value` is writable; a communicator without the attribute says so.
     if unsafe { ffi::rcoll_mpi_attr_get(comm, shim.keyval, &mut value) } == 0 {
         return Ok(None);
     }
-    Ok(shim.others.get(&(value as usize)).cloned())
+    Ok(shim.others.get(&(value as usize)).cloned().map(Held::Other))
 }
 
 /// The entry of `comm` (rank `rank` of `size`), formed now if it has none: a collective
 /// over `comm`, which every member reaches in the same call.
-pub fn entry_or_form(comm: Comm, rank: usize, size: usize) -> Arc<Entry> {
+pub fn entry_or_form(comm: Comm, rank: usize, size: usize) -> Held {
     match lookup(comm) {
         Ok(Some(e)) => return e,
         Ok(None) => {}
         Err(reason) => {
-            return Arc::new(Entry {
+            return Held::Other(Arc::new(Entry {
                 rank,
                 size,
                 state: State::Unavailable(reason),
-            })
+            }))
         }
     }
     let entry = Arc::new(form(comm, rank, size, "a communicator"));
     let mut guard = write();
     let Some(shim) = guard.as_mut() else {
-        return entry;
+        return Held::Other(entry);
     };
     let id = shim.next;
     shim.next += 1;
@@ -311,7 +364,7 @@ pub fn entry_or_form(comm: Comm, rank: usize, size: usize) -> Arc<Entry> {
     if unsafe { ffi::rcoll_mpi_attr_set(comm, shim.keyval, id as *mut c_void) } == 0 {
         shim.others.insert(id, Arc::clone(&entry));
     }
-    entry
+    Held::Other(entry)
 }
 
 /// Forms the rcoll communicator of `comm`, or says why not on every rank alike.

@@ -1,8 +1,16 @@
 //! The environment's say: `RCOLL_MPI=0` forwards everything, `RCOLL_MPI_COLLS` names the
-//! collectives served (the others go to MPI), `RCOLL_MPI_STATS=1` prints what was served
-//! and forwarded at `MPI_Finalize`.
+//! collectives served (the others go to MPI), `RCOLL_MPI_SHM_MIN` the smallest call served
+//! inside one host, `RCOLL_MPI_STATS=1` prints what was served and forwarded at
+//! `MPI_Finalize`.
 
 use crate::decide::Coll;
+
+/// The smallest call (its count times its element's size: a reduction's vector, a
+/// movement's block per rank) served inside one host unless `RCOLL_MPI_SHM_MIN` says
+/// otherwise. Below it the MPI library's own shared memory answers sooner: one copy
+/// through a cell its peer polls, where a call through rcoll is decided, planned and run
+/// by its engine (docs in mpi/README.md give the crossover measured per collective).
+pub const SHM_MIN: usize = 2048;
 
 /// What the environment asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -11,6 +19,9 @@ pub struct Control {
     pub enabled: bool,
     /// `RCOLL_MPI_COLLS`, indexed like [`Coll::ALL`] (all true when unset).
     pub served: [bool; Coll::ALL.len()],
+    /// `RCOLL_MPI_SHM_MIN`: on a communicator inside one host (rcoll's shared memory to
+    /// every member), calls of fewer bytes go to MPI ([`SHM_MIN`] when unset, 0: none).
+    pub shm_min: usize,
     /// `RCOLL_MPI_STATS=1`.
     pub stats: bool,
     /// Problems with the settings, to print once.
@@ -24,12 +35,18 @@ impl Control {
         Control::parse(
             var("RCOLL_MPI").as_deref(),
             var("RCOLL_MPI_COLLS").as_deref(),
+            var("RCOLL_MPI_SHM_MIN").as_deref(),
             var("RCOLL_MPI_STATS").as_deref(),
         )
     }
 
-    /// From the three variables' values.
-    pub fn parse(enabled: Option<&str>, colls: Option<&str>, stats: Option<&str>) -> Control {
+    /// From the four variables' values.
+    pub fn parse(
+        enabled: Option<&str>,
+        colls: Option<&str>,
+        shm_min: Option<&str>,
+        stats: Option<&str>,
+    ) -> Control {
         let mut warnings = Vec::new();
         let mut flag = |name: &str, v: Option<&str>, default: bool| match v.map(str::trim) {
             None | Some("") => default,
@@ -47,6 +64,15 @@ impl Control {
         };
         let enabled = flag("RCOLL_MPI", enabled, true);
         let stats = flag("RCOLL_MPI_STATS", stats, false);
+        let shm_min = match shm_min.map(str::trim) {
+            None | Some("") => SHM_MIN,
+            Some(v) => v.parse().unwrap_or_else(|_| {
+                warnings.push(format!(
+                    "RCOLL_MPI_SHM_MIN={v:?} is not a number of bytes: taken as {SHM_MIN}"
+                ));
+                SHM_MIN
+            }),
+        };
         let mut served = [colls.is_none(); Coll::ALL.len()];
         for word in colls.unwrap_or_default().split(',').map(str::trim) {
             if word.is_empty() {
@@ -70,6 +96,7 @@ impl Control {
         Control {
             enabled,
             served,
+            shm_min,
             stats,
             warnings,
         }
@@ -87,16 +114,17 @@ mod tests {
 
     #[test]
     fn unset_serves_everything_without_stats() {
-        let c = Control::parse(None, None, None);
+        let c = Control::parse(None, None, None, None);
         assert!(c.enabled && !c.stats && c.warnings.is_empty());
+        assert_eq!(c.shm_min, SHM_MIN);
         assert!(Coll::ALL.iter().all(|&k| c.serves(k)));
     }
 
     #[test]
     fn rcoll_mpi_0_forwards_and_stats_1_counts() {
-        let c = Control::parse(Some("0"), None, Some("1"));
+        let c = Control::parse(Some("0"), None, None, Some("1"));
         assert!(!c.enabled && c.stats);
-        let c = Control::parse(Some("maybe"), None, None);
+        let c = Control::parse(Some("maybe"), None, None, None);
         assert!(c.enabled);
         assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
     }
@@ -107,13 +135,30 @@ mod tests {
             None,
             Some("allreduce, MPI_Bcast,reduce_scatter_block,"),
             None,
+            None,
         );
         assert!(c.serves(Coll::Allreduce) && c.serves(Coll::Bcast));
         assert!(c.serves(Coll::ReduceScatterBlock) && !c.serves(Coll::ReduceScatter));
         assert!(!c.serves(Coll::Barrier));
         assert!(c.warnings.is_empty());
-        let c = Control::parse(None, Some("allreduse"), None);
+        let c = Control::parse(None, Some("allreduse"), None, None);
         assert!(!c.serves(Coll::Allreduce));
         assert!(c.warnings[0].contains("\"allreduse\""), "{:?}", c.warnings);
+    }
+
+    #[test]
+    fn shm_min_is_bytes_and_0_serves_every_size() {
+        assert_eq!(Control::parse(None, None, Some("0"), None).shm_min, 0);
+        assert_eq!(
+            Control::parse(None, None, Some(" 65536 "), None).shm_min,
+            65536
+        );
+        let c = Control::parse(None, None, Some("2K"), None);
+        assert_eq!(c.shm_min, SHM_MIN);
+        assert!(
+            c.warnings[0].contains("RCOLL_MPI_SHM_MIN=\"2K\""),
+            "{:?}",
+            c.warnings
+        );
     }
 }

@@ -180,6 +180,8 @@ pub enum Reason {
     SizesDiffer,
     /// An argument MPI reports as an error (forwarded so that MPI reports it as it would).
     InvalidArgument(&'static str),
+    /// Fewer bytes than `RCOLL_MPI_SHM_MIN` (this many) on a communicator inside one host.
+    Small(usize),
 }
 
 impl fmt::Display for Reason {
@@ -199,6 +201,7 @@ impl fmt::Display for Reason {
             Reason::UnequalCounts => f.write_str("unequal recvcounts"),
             Reason::SizesDiffer => f.write_str("send and receive sizes differ"),
             Reason::InvalidArgument(what) => write!(f, "invalid {what}"),
+            Reason::Small(min) => write!(f, "under {min} bytes inside one host"),
         }
     }
 }
@@ -425,6 +428,12 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The call's size in bytes, alike on every rank: its count (a reduction's vector, a
+    /// movement's block per rank) times its element's size.
+    pub fn bytes(&self) -> usize {
+        self.count.saturating_mul(self.dtype.size())
+    }
+
     /// Elements this rank's send and receive buffers hold (0: not used here). In place,
     /// the one buffer is the receive side, except for a scatter's root (the send side).
     pub fn lengths(&self, rank: usize, size: usize) -> (usize, usize) {

@@ -78,17 +78,33 @@ unsafe fn collective<'a>(
 ) -> c_int {
     guarded(coll.mpi_name(), || {
         // SAFETY: the caller's contract, passed on.
-        match unsafe { serve(coll, comm, send, recv, args) } {
-            Ok(code) => {
-                STATS.served(coll);
-                code
-            }
-            Err(reason) => {
-                STATS.forwarded(coll, reason.to_string());
-                forward()
-            }
-        }
+        tally(
+            coll,
+            unsafe { serve(coll, comm, send, recv, args) },
+            forward,
+        )
     })
+}
+
+/// A call's outcome, counted when the stats are printed (`RCOLL_MPI_STATS=1`; otherwise
+/// not: a count is an atomic add on every call): a served call's code, or the forwarded
+/// call's.
+fn tally(coll: Coll, outcome: Result<c_int, Reason>, forward: impl FnOnce() -> c_int) -> c_int {
+    let counting = comms::control().is_some_and(|c| c.stats);
+    match outcome {
+        Ok(code) => {
+            if counting {
+                STATS.served(coll);
+            }
+            code
+        }
+        Err(reason) => {
+            if counting {
+                STATS.forwarded(coll, reason.to_string());
+            }
+            forward()
+        }
+    }
 }
 
 /// A call that passed the decision: its plan, its arguments, and its communicator's
@@ -96,13 +112,13 @@ unsafe fn collective<'a>(
 struct Admitted<'a> {
     plan: Plan,
     args: Args<'a, Datatype>,
-    entry: Option<Arc<comms::Entry>>,
+    entry: Option<comms::Held>,
 }
 
 impl Admitted<'_> {
     /// The entry, formed now if the communicator has none (a collective over it, which
     /// every member reaches in this same call), with its rcoll communicator.
-    fn entry(&mut self, comm: Comm, rank: usize, size: usize) -> Result<Arc<comms::Entry>, Reason> {
+    fn entry(&mut self, comm: Comm, rank: usize, size: usize) -> Result<comms::Held, Reason> {
         let entry = match self.entry.take() {
             Some(e) => e,
             None => comms::entry_or_form(comm, rank, size),
@@ -201,6 +217,7 @@ unsafe fn serve<'a>(
     }
     let entry = admitted.entry(comm, rank, size)?;
     let ready = entry.ready().ok_or(Reason::NoCommunicator)?;
+    ready.too_small(plan.bytes())?;
     if let Some(earlier) = ready.failed() {
         let why = format!("the communicator failed in an earlier call: {earlier}");
         return Ok(failure(coll, comm, &why));
@@ -328,16 +345,11 @@ unsafe fn nonblocking<'a>(
 ) -> c_int {
     guarded(coll.mpi_name(), || {
         // SAFETY: the caller's contract, passed on.
-        match unsafe { queue(coll, comm, (send, recv), request, args) } {
-            Ok(code) => {
-                STATS.served(coll);
-                code
-            }
-            Err(reason) => {
-                STATS.forwarded(coll, reason.to_string());
-                forward()
-            }
-        }
+        tally(
+            coll,
+            unsafe { queue(coll, comm, (send, recv), request, args) },
+            forward,
+        )
     })
 }
 
@@ -361,6 +373,9 @@ unsafe fn queue<'a>(
         Some(admitted.entry(comm, rank, size)?)
     };
     let ready = entry.as_ref().and_then(|e| e.ready());
+    if let Some(r) = ready {
+        r.too_small(plan.bytes())?;
+    }
     let background = match ready.map(|r| (r.failed(), r)) {
         None => None,
         Some((Some(earlier), _)) => {
@@ -456,8 +471,7 @@ fn forwarded(coll: Coll, forward: impl FnOnce() -> c_int) -> c_int {
             Some(c) if !c.enabled => Reason::Disabled,
             _ => Reason::NotServed,
         };
-        STATS.forwarded(coll, reason.to_string());
-        forward()
+        tally(coll, Err(reason), forward)
     })
 }
 

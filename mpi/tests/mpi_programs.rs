@@ -110,8 +110,12 @@ fn launch(
     let _turn = ONE_JOB.lock().unwrap_or_else(|p| p.into_inner());
     let mpi = mpi();
     let shim = shim().to_string_lossy();
+    // Every size served, the smallest included (which the shim gives MPI inside one host
+    // by default): these programs check rcoll's answers. A test of that default names it.
+    let serve_all = ("RCOLL_MPI_SHM_MIN", "0");
     let mut env: Vec<(&str, &str)> = [("LD_PRELOAD", &*shim), ("RCOLL_SOCKET_IFNAME", "lo")]
         .into_iter()
+        .chain((!env.iter().any(|(k, _)| *k == serve_all.0)).then_some(serve_all))
         .chain(env.iter().copied())
         .collect();
     let mut cmd = if mpi.hydra {
@@ -214,6 +218,53 @@ fn every_served_collective_matches_mpi_on_2_3_4_ranks() {
                 .and_then(|c| c.parse::<u64>().ok());
             assert!(count.is_some_and(|c| c > 0), "{n} ranks: {line}");
         }
+    }
+}
+
+/// By default, inside one host, a call of fewer bytes than `RCOLL_MPI_SHM_MIN` (2048) goes
+/// to MPI, whose own shared memory answers such calls sooner, and larger ones are served:
+/// coll_check's counts 1 and 7 (at most 56 bytes) and barriers forwarded with that reason,
+/// its count 1000 of 4 bytes and more, and 4 MiB, served; every result still right. Over
+/// TCP (`RCOLL_TRANSPORT=tcp`, no shared memory) every size is served.
+#[test]
+fn small_calls_inside_one_host_go_to_mpi_by_default() {
+    let bin = compile("coll_check");
+    let default = [("RCOLL_MPI_STATS", "1"), ("RCOLL_MPI_SHM_MIN", "")];
+    let result = mpirun(&bin, &[], 2, &default);
+    completed("coll_check", 2, &result, "COLL-CHECK-OK");
+    let lines = stats(&result.1);
+    assert_eq!(lines.len(), 10, "{lines:#?}");
+    for line in &lines {
+        let (name, counts) = line
+            .strip_prefix("rcoll-mpi: ")
+            .and_then(|l| l.split_once(": "))
+            .unwrap_or_else(|| panic!("{line}"));
+        let (served, rest) = counts.split_once(" served, ").expect(line);
+        let (forwarded, why) = rest.split_once(" forwarded").expect(line);
+        let (served, forwarded): (u64, u64) = (served.parse().unwrap(), forwarded.parse().unwrap());
+        assert!(forwarded > 0, "{line}");
+        assert_eq!(
+            why,
+            format!(" ({forwarded} under 2048 bytes inside one host)"),
+            "{line}"
+        );
+        match name {
+            // No bytes: always MPI's inside one host.
+            "MPI_Barrier" => assert_eq!(served, 0, "{line}"),
+            _ => assert!(served > 0, "{line}"),
+        }
+    }
+    let tcp = [
+        ("RCOLL_MPI_STATS", "1"),
+        ("RCOLL_MPI_SHM_MIN", ""),
+        ("RCOLL_TRANSPORT", "tcp"),
+    ];
+    let result = mpirun(&bin, &[], 2, &tcp);
+    completed("coll_check over TCP", 2, &result, "COLL-CHECK-OK");
+    let lines = stats(&result.1);
+    assert_eq!(lines.len(), 10, "{lines:#?}");
+    for line in lines {
+        assert!(line.ends_with(" served, 0 forwarded"), "over TCP: {line}");
     }
 }
 
