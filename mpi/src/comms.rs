@@ -73,8 +73,8 @@ impl Ready {
         }
     }
 
-    /// Whether a call of `bytes` goes to MPI for its size: fewer than `RCOLL_MPI_SHM_MIN`
-    /// inside one host.
+    /// Whether a blocking call of `bytes` goes to MPI for its size: fewer than
+    /// `RCOLL_MPI_SHM_MIN` inside one host.
     pub fn too_small(&self, bytes: usize) -> Result<(), Reason> {
         let min = control().map_or(0, |c| c.shm_min);
         match self.one_host && bytes < min {

@@ -5,7 +5,7 @@
 
 use crate::decide::Coll;
 
-/// The smallest call (its count times its element's size: a reduction's vector, a
+/// The smallest blocking call (its count times its element's size: a reduction's vector, a
 /// movement's block per rank) served inside one host unless `RCOLL_MPI_SHM_MIN` says
 /// otherwise. Below it the MPI library's own shared memory answers sooner: one copy
 /// through a cell its peer polls, where a call through rcoll is decided, planned and run
@@ -20,7 +20,8 @@ pub struct Control {
     /// `RCOLL_MPI_COLLS`, indexed like [`Coll::ALL`] (all true when unset).
     pub served: [bool; Coll::ALL.len()],
     /// `RCOLL_MPI_SHM_MIN`: on a communicator inside one host (rcoll's shared memory to
-    /// every member), calls of fewer bytes go to MPI ([`SHM_MIN`] when unset, 0: none).
+    /// every member), blocking calls of fewer bytes go to MPI ([`SHM_MIN`] when unset, 0:
+    /// none).
     pub shm_min: usize,
     /// `RCOLL_MPI_STATS=1`.
     pub stats: bool,

@@ -372,10 +372,10 @@ unsafe fn queue<'a>(
     } else {
         Some(admitted.entry(comm, rank, size)?)
     };
+    // Served at every size (not `too_small`): rcoll's progress thread moves the call while
+    // the application computes, which MPI's own nonblocking collectives do only inside
+    // MPI calls (and Open MPI refuses MPI_Request_free on one of those).
     let ready = entry.as_ref().and_then(|e| e.ready());
-    if let Some(r) = ready {
-        r.too_small(plan.bytes())?;
-    }
     let background = match ready.map(|r| (r.failed(), r)) {
         None => None,
         Some((Some(earlier), _)) => {

@@ -221,10 +221,13 @@ fn every_served_collective_matches_mpi_on_2_3_4_ranks() {
     }
 }
 
-/// By default, inside one host, a call of fewer bytes than `RCOLL_MPI_SHM_MIN` (2048) goes
-/// to MPI, whose own shared memory answers such calls sooner, and larger ones are served:
+/// By default, inside one host, a blocking call of fewer bytes than `RCOLL_MPI_SHM_MIN`
+/// (2048) goes to MPI, whose own shared memory answers such calls sooner, and larger ones
+/// are served (nonblocking ones at every size: nb_check frees an MPI_Ibarrier's request,
+/// which Open MPI refuses on its own):
 /// coll_check's counts 1 and 7 (at most 56 bytes) and barriers forwarded with that reason,
-/// its count 1000 of 4 bytes and more, and 4 MiB, served; every result still right. Over
+/// its count 1000 of 4 bytes and more, and 4 MiB, served; every result still right; the
+/// nonblocking and split-communicator programs still right with calls of both kinds. Over
 /// TCP (`RCOLL_TRANSPORT=tcp`, no shared memory) every size is served.
 #[test]
 fn small_calls_inside_one_host_go_to_mpi_by_default() {
@@ -253,6 +256,22 @@ fn small_calls_inside_one_host_go_to_mpi_by_default() {
             "MPI_Barrier" => assert_eq!(served, 0, "{line}"),
             _ => assert!(served > 0, "{line}"),
         }
+    }
+    // Calls given MPI beside calls served, on one communicator and on several: MPI's
+    // requests completed beside the shim's (every completion call, progress thread or
+    // not), split communicators and two threads at MPI_THREAD_MULTIPLE.
+    for (program, args, marker) in [
+        ("nb_check", &[][..], "NB-CHECK-OK"),
+        ("nb_check", &["single"][..], "NB-CHECK-OK"),
+        ("split_check", &[][..], "SPLIT-CHECK-OK"),
+    ] {
+        let result = mpirun(&compile(program), args, 2, &default);
+        completed(program, 2, &result, marker);
+        assert!(
+            result.1.contains(" under 2048 bytes inside one host)"),
+            "{program} {args:?}: nothing given MPI for its size:\n{}",
+            result.1
+        );
     }
     let tcp = [
         ("RCOLL_MPI_STATS", "1"),
