@@ -100,7 +100,7 @@ fn tally(coll: Coll, outcome: Result<c_int, Reason>, forward: impl FnOnce() -> c
         }
         Err(reason) => {
             if counting {
-                STATS.forwarded(coll, reason.to_string());
+                STATS.forwarded(coll, &reason);
             }
             forward()
         }

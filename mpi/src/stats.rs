@@ -6,14 +6,15 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::decide::Coll;
+use crate::decide::{Coll, Reason};
 
 /// The counts of one process.
 pub struct Stats {
     /// Served calls, indexed like [`Coll::ALL`]; only counted (relaxed: read at the end).
     served: [AtomicU64; Coll::ALL.len()],
-    /// Forwarded calls per collective and reason.
-    forwarded: Mutex<BTreeMap<(usize, String), u64>>,
+    /// Forwarded calls per collective and reason, in the order first seen: a few entries,
+    /// found by comparing reasons (a call counted makes no text and allocates nothing).
+    forwarded: Mutex<Vec<(usize, Reason, u64)>>,
 }
 
 impl Stats {
@@ -21,7 +22,7 @@ impl Stats {
     pub const fn new() -> Stats {
         Stats {
             served: [const { AtomicU64::new(0) }; Coll::ALL.len()],
-            forwarded: Mutex::new(BTreeMap::new()),
+            forwarded: Mutex::new(Vec::new()),
         }
     }
 
@@ -31,15 +32,27 @@ impl Stats {
     }
 
     /// One call of `coll` forwarded for `reason`.
-    pub fn forwarded(&self, coll: Coll, reason: String) {
-        let mut map = self.forwarded.lock().unwrap_or_else(|p| p.into_inner());
-        *map.entry((coll.index(), reason)).or_default() += 1;
+    pub fn forwarded(&self, coll: Coll, reason: &Reason) {
+        let i = coll.index();
+        let mut seen = self.forwarded.lock().unwrap_or_else(|p| p.into_inner());
+        match seen.iter_mut().find(|(c, r, _)| *c == i && r == reason) {
+            Some((_, _, n)) => *n += 1,
+            None => seen.push((i, reason.clone(), 1)),
+        }
     }
 
     /// One line per collective called, in [`Coll::ALL`]'s order; reasons by count, most
     /// first (then by name).
     pub fn lines(&self) -> Vec<String> {
-        let map = self.forwarded.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map: BTreeMap<(usize, String), u64> = BTreeMap::new();
+        for (c, r, n) in self
+            .forwarded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            *map.entry((*c, r.to_string())).or_default() += n;
+        }
         let mut lines = Vec::new();
         for coll in Coll::ALL {
             let i = coll.index();
@@ -80,13 +93,13 @@ mod tests {
             s.served(Coll::Allreduce);
         }
         for _ in 0..2 {
-            s.forwarded(Coll::Allreduce, "derived datatype".into());
+            s.forwarded(Coll::Allreduce, &Reason::DerivedDatatype);
         }
         for _ in 0..3 {
-            s.forwarded(Coll::Allreduce, "MPI_MAXLOC".into());
+            s.forwarded(Coll::Allreduce, &Reason::Op("MPI_MAXLOC"));
         }
         s.served(Coll::Barrier);
-        s.forwarded(Coll::Allgatherv, "not served by rcoll".into());
+        s.forwarded(Coll::Allgatherv, &Reason::NotServed);
         assert_eq!(
             s.lines(),
             [
