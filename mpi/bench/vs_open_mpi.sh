@@ -29,8 +29,9 @@ rb=$PWD/target/release/rcoll-bench
 mpicc -O2 -Wall -I "$(dirname "$src")" -o "$out/mpi_bench" "$src" -lm
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# The time (us) and #wrong of mpi_bench's one size row.
-row() { awk '$1 ~ /^[0-9]+$/ { print $5, $8; exit }'; }
+# The time (us) and #wrong of mpi_bench's one size row ("none none" without one: a run
+# that failed shows so in the line, and the script goes on).
+row() { awk '$1 ~ /^[0-9]+$/ { print $5, $8; found = 1; exit } END { if (!found) print "none", "none" }'; }
 
 for round in $(seq "$rounds"); do
   for t in "${transports[@]}"; do
@@ -53,14 +54,19 @@ for round in $(seq "$rounds"); do
         }
         shim_run
         read -r shimmed shim_wrong < <(row <"$out/shim.txt")
-        # Served, or given MPI for its size (then "to MPI"): nothing else.
-        served=$(grep -cE 'rcoll-mpi: MPI_Allreduce: [0-9]+ served, (0 forwarded|[0-9]+ forwarded \([0-9]+ under [0-9]+ bytes inside one host\))$' "$out/shim.txt" || true)
+        # Served, or inside one host given MPI for its size (then "to MPI"): nothing else.
+        served_all='rcoll-mpi: MPI_Allreduce: [0-9]+ served, 0 forwarded$'
+        case $t in
+          shm) pattern='rcoll-mpi: MPI_Allreduce: [0-9]+ served, (0 forwarded|[0-9]+ forwarded \([0-9]+ under [0-9]+ bytes inside one host\))$' ;;
+          *) pattern=$served_all ;;
+        esac
+        served=$(grep -cE "$pattern" "$out/shim.txt" || true)
         to_mpi=$(grep -q 'MPI_Allreduce: 0 served' "$out/shim.txt" && echo "to MPI" || echo "")
         all=$shimmed all_wrong=$shim_wrong all_served=1
         if [ "$t" = shm ]; then
           shim_run -x RCOLL_MPI_SHM_MIN=0
           read -r all all_wrong < <(row <"$out/shim.txt")
-          all_served=$(grep -c 'rcoll-mpi: MPI_Allreduce: [0-9]* served, 0 forwarded' "$out/shim.txt" || true)
+          all_served=$(grep -cE "$served_all" "$out/shim.txt" || true)
         fi
         # About as many calls as mpi_bench's half second makes.
         case $s in 8) iters=5000 ;; 64K) iters=1000 ;; 1M) iters=100 ;; *) iters=20 ;; esac
@@ -69,8 +75,9 @@ for round in $(seq "$rounds"); do
         awk -v r="$round" -v t="$t" -v n="$n" -v s="$s" -v p="$plain" -v m="$shimmed" -v o="$own" \
           -v a="$all" -v w="$to_mpi" \
           -v ok="$([ "$served$all_served" = 11 ] && [ "$plain_wrong$shim_wrong$all_wrong" = 000 ] && echo yes || echo NO)" \
-          'BEGIN { printf "round %s %s n=%s %5s  plain %9.2f  shim %9.2f %-6s  shim, all on rcoll %9.2f  rcoll-bench %9.2f us  speed-up shim %5.2fx  all on rcoll %5.2fx  rcoll-bench/shim %4.2f  right %s\n",
-                   r, t, n, s, p, m, w, a, o, p / m, p / a, o / a, ok }'
+          'function q(x, y) { return y + 0 ? x / y : 0 }
+           BEGIN { printf "round %s %s n=%s %5s  plain %9.2f  shim %9.2f %-6s  shim, all on rcoll %9.2f  rcoll-bench %9.2f us  speed-up shim %5.2fx  all on rcoll %5.2fx  rcoll-bench/all on rcoll %4.2f  right %s\n",
+                   r, t, n, s, p, m, w, a, o, q(p, m), q(p, a), q(o, a), ok }'
       done
     done
   done

@@ -7,7 +7,8 @@
 //! ([`rcoll::process::UniqueId`]), its bytes reach the others by `PMPI_Bcast`, each builds
 //! its rank (transport from `RCOLL_TRANSPORT`, by default shared memory inside a host),
 //! and a `PMPI_Allreduce` of the outcome makes every rank agree: if any failed, none uses
-//! rcoll on that communicator (the failing ones print why), and its calls go to MPI.
+//! rcoll on that communicator (the failing ones print why), and its calls go to MPI. The
+//! same reduction settles which small calls go to MPI there (see [`Ready::too_small`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void, CString};
@@ -50,9 +51,11 @@ pub struct Ready {
     /// from the progress thread while a blocking caller may hold `slot`. Set once, and
     /// read by every call: a load, not a lock.
     failed: OnceLock<String>,
-    /// Every member is on this host (rcoll reaches them all through shared memory); alike
-    /// on every member, as the calls forwarded for their size must be.
-    pub one_host: bool,
+    /// Blocking calls of fewer bytes go to MPI (0: none): `RCOLL_MPI_SHM_MIN` where every
+    /// member reaches every other through rcoll's shared memory alone. Agreed by all
+    /// members when the communicator was formed, as the calls forwarded for their size
+    /// must be.
+    small_below: usize,
 }
 
 enum Slot {
@@ -63,22 +66,20 @@ enum Slot {
 }
 
 impl Ready {
-    fn new(comm: Communicator) -> Ready {
+    fn new(comm: Communicator, small_below: usize) -> Ready {
         Ready {
-            // "shm" alone: no peer beyond the host (see `rcoll_transport::shm`), which
-            // every member's host map says alike.
-            one_host: comm.transport_name() == "shm",
             slot: Mutex::new(Slot::Plain(Box::new(comm))),
             failed: OnceLock::new(),
+            small_below,
         }
     }
 
-    /// Whether a blocking call of `bytes` goes to MPI for its size: fewer than
-    /// `RCOLL_MPI_SHM_MIN` inside one host.
+    /// Whether a blocking call of `bytes` goes to MPI for its size. Asked before whether
+    /// the communicator failed (which one rank may know before another): a fact every rank
+    /// holds alike decides, so no rank waits in MPI for one that raised rcoll's error.
     pub fn too_small(&self, bytes: usize) -> Result<(), Reason> {
-        let min = control().map_or(0, |c| c.shm_min);
-        match self.one_host && bytes < min {
-            true => Err(Reason::Small(min)),
+        match bytes < self.small_below {
+            true => Err(Reason::Small(self.small_below)),
             false => Ok(()),
         }
     }
@@ -403,14 +404,31 @@ fn form(comm: Comm, rank: usize, size: usize, label: &str) -> Entry {
     if let Err(e) = &built {
         say(e);
     }
-    // SAFETY: every member makes this call, with its own outcome.
-    let all = unsafe { ffi::rcoll_mpi_all_agree(c_int::from(built.is_ok()), comm) };
+    // Agreed by all, each the least of the members' values: whether every member built
+    // its rank; whether every one reaches all the others through shared memory alone
+    // (rcoll's "shm": a pair that could not map its peer's segment goes over TCP on those
+    // two ranks only, see `rcoll_transport::shm`); the smallest call served there.
+    let shm_only = built.as_ref().is_ok_and(|c| c.transport_name() == "shm");
+    let shm_min = control().map_or(0, |c| c.shm_min);
+    let mut agreed = [
+        c_int::from(built.is_ok()),
+        c_int::from(shm_only),
+        c_int::try_from(shm_min).unwrap_or(c_int::MAX),
+    ];
+    // SAFETY: `agreed` is writable for its length; every member makes this call.
+    let failed = unsafe { ffi::rcoll_mpi_all_min(agreed.as_mut_ptr(), 3, comm) } != 0;
     match built {
-        Ok(c) if all == 1 => Entry {
-            rank,
-            size,
-            state: State::Ready(Box::new(Ready::new(c))),
-        },
+        Ok(c) if !failed && agreed[0] == 1 => {
+            let small_below = match agreed[1] {
+                1 => usize::try_from(agreed[2]).unwrap_or_default(),
+                _ => 0,
+            };
+            Entry {
+                rank,
+                size,
+                state: State::Ready(Box::new(Ready::new(c, small_below))),
+            }
+        }
         _ => unavailable(Reason::NoCommunicator),
     }
 }

@@ -6,7 +6,7 @@
 use crate::decide::Coll;
 
 /// The smallest blocking call (its count times its element's size: a reduction's vector, a
-/// movement's block per rank) served inside one host unless `RCOLL_MPI_SHM_MIN` says
+/// reduce-scatter's or a movement's block per rank) served inside one host unless `RCOLL_MPI_SHM_MIN` says
 /// otherwise. Below it the MPI library's own shared memory answers sooner: one copy
 /// through a cell its peer polls, where a call through rcoll is decided, planned and run
 /// by its engine (docs in mpi/README.md give the crossover measured per collective).

@@ -429,7 +429,7 @@ pub struct Plan {
 
 impl Plan {
     /// The call's size in bytes, alike on every rank: its count (a reduction's vector, a
-    /// movement's block per rank) times its element's size.
+    /// reduce-scatter's or a movement's block per rank) times its element's size.
     pub fn bytes(&self) -> usize {
         self.count.saturating_mul(self.dtype.size())
     }

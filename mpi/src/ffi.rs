@@ -111,7 +111,7 @@ extern "C" {
     pub fn rcoll_mpi_comm_world() -> Comm;
     pub fn rcoll_mpi_comm_info(c: Comm, rank: *mut c_int, size: *mut c_int) -> c_int;
     pub fn rcoll_mpi_bcast_bytes(buf: *mut c_void, len: c_int, root: c_int, c: Comm) -> c_int;
-    pub fn rcoll_mpi_all_agree(ok: c_int, c: Comm) -> c_int;
+    pub fn rcoll_mpi_all_min(v: *mut c_int, n: c_int, c: Comm) -> c_int;
     pub fn rcoll_mpi_keyval_create(del: DeleteAttr, keyval: *mut c_int) -> c_int;
     pub fn rcoll_mpi_attr_get(c: Comm, keyval: c_int, value: *mut *mut c_void) -> c_int;
     pub fn rcoll_mpi_attr_set(c: Comm, keyval: c_int, value: *mut c_void) -> c_int;

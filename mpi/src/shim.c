@@ -181,11 +181,9 @@ int rcoll_mpi_bcast_bytes(void *buf, int len, int root, MPI_Comm c) {
   return PMPI_Bcast(buf, len, MPI_BYTE, root, c);
 }
 
-/* Whether every member says yes (the minimum of `ok` over `c`), -1 if MPI fails. */
-int rcoll_mpi_all_agree(int ok, MPI_Comm c) {
-  int all = 0;
-  if (PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, c) != MPI_SUCCESS) return -1;
-  return all;
+/* Every member's `n` values replaced by their minimums over `c`: 0, or -1 if MPI fails. */
+int rcoll_mpi_all_min(int *v, int n, MPI_Comm c) {
+  return PMPI_Allreduce(MPI_IN_PLACE, v, n, MPI_INT, MPI_MIN, c) == MPI_SUCCESS ? 0 : -1;
 }
 
 /* The attribute that carries a communicator's rcoll entry: not copied by MPI_Comm_dup (the

@@ -287,6 +287,30 @@ fn small_calls_inside_one_host_go_to_mpi_by_default() {
     }
 }
 
+/// Ranks told different sizes (`RCOLL_MPI_SHM_MIN=0` on rank 0 alone) agree on the least
+/// when the communicator forms: every call served on every rank, and right. Before they
+/// agreed, rank 0 served the small calls rank 1 gave MPI, and both waited.
+#[test]
+fn ranks_agree_on_which_small_calls_go_to_mpi() {
+    let bin = compile("coll_check");
+    let rank = "${OMPI_COMM_WORLD_RANK:-$PMI_RANK}";
+    let script =
+        format!("if [ \"{rank}\" = 0 ]; then export RCOLL_MPI_SHM_MIN=0; fi; exec \"$0\" \"$@\"");
+    let bin = bin.to_string_lossy();
+    let env = [
+        ("RCOLL_MPI_STATS", "1"),
+        ("RCOLL_MPI_SHM_MIN", ""),
+        ("RCOLL_TIMEOUT", "30"),
+    ];
+    let result = mpirun(Path::new("/bin/sh"), &["-c", &script, &bin], 2, &env);
+    completed("coll_check", 2, &result, "COLL-CHECK-OK");
+    let lines = stats(&result.1);
+    assert_eq!(lines.len(), 10, "{lines:#?}");
+    for line in lines {
+        assert!(line.ends_with(" served, 0 forwarded"), "{line}");
+    }
+}
+
 /// What the shim forwards is still right (each result checked) and counted with its
 /// reason, in the exact form of the stats line; a strided datatype in MPI_Bcast is served
 /// (packed), and right.
