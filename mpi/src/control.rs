@@ -6,10 +6,13 @@
 use crate::decide::Coll;
 
 /// The smallest blocking call (its count times its element's size: a reduction's vector, a
-/// reduce-scatter's or a movement's block per rank) served inside one host unless `RCOLL_MPI_SHM_MIN` says
-/// otherwise. Below it the MPI library's own shared memory answers sooner: one copy
+/// reduce-scatter's or a movement's block per rank) served inside one host under Open MPI
+/// unless `RCOLL_MPI_SHM_MIN` says otherwise. Below it the MPI library's own shared memory answers sooner: one copy
 /// through a cell its peer polls, where a call through rcoll is decided, planned and run
-/// by its engine (docs in mpi/README.md give the crossover measured per collective).
+/// by its engine (docs in mpi/README.md give the crossover measured per collective). Under
+/// another MPI library every size is served by default: its crossover was not measured,
+/// and MPICH 4.0.2 as Debian builds it reduces `MPI_UINT8_T` with `MPI_MIN` and `MPI_MAX`
+/// wrongly above 127, which rcoll does not.
 pub const SHM_MIN: usize = 2048;
 
 /// What the environment asks for.
@@ -20,8 +23,8 @@ pub struct Control {
     /// `RCOLL_MPI_COLLS`, indexed like [`Coll::ALL`] (all true when unset).
     pub served: [bool; Coll::ALL.len()],
     /// `RCOLL_MPI_SHM_MIN`: on a communicator inside one host (rcoll's shared memory to
-    /// every member), blocking calls of fewer bytes go to MPI ([`SHM_MIN`] when unset, 0:
-    /// none).
+    /// every member), blocking calls of fewer bytes go to MPI (when unset, [`SHM_MIN`]
+    /// under Open MPI, else 0: none).
     pub shm_min: usize,
     /// `RCOLL_MPI_STATS=1`.
     pub stats: bool,
@@ -30,22 +33,27 @@ pub struct Control {
 }
 
 impl Control {
-    /// From the process environment.
+    /// From the process environment, and the MPI library the shim was built for.
     pub fn from_env() -> Control {
         let var = |k: &str| std::env::var(k).ok();
+        // SAFETY: returns a constant of the build.
+        let open_mpi = unsafe { crate::ffi::rcoll_mpi_is_open_mpi() } != 0;
         Control::parse(
             var("RCOLL_MPI").as_deref(),
             var("RCOLL_MPI_COLLS").as_deref(),
-            var("RCOLL_MPI_SHM_MIN").as_deref(),
+            (
+                var("RCOLL_MPI_SHM_MIN").as_deref(),
+                if open_mpi { SHM_MIN } else { 0 },
+            ),
             var("RCOLL_MPI_STATS").as_deref(),
         )
     }
 
-    /// From the four variables' values.
+    /// From the four variables' values (`RCOLL_MPI_SHM_MIN`'s with its default).
     pub fn parse(
         enabled: Option<&str>,
         colls: Option<&str>,
-        shm_min: Option<&str>,
+        (shm_min, shm_default): (Option<&str>, usize),
         stats: Option<&str>,
     ) -> Control {
         let mut warnings = Vec::new();
@@ -66,12 +74,12 @@ impl Control {
         let enabled = flag("RCOLL_MPI", enabled, true);
         let stats = flag("RCOLL_MPI_STATS", stats, false);
         let shm_min = match shm_min.map(str::trim) {
-            None | Some("") => SHM_MIN,
+            None | Some("") => shm_default,
             Some(v) => v.parse().unwrap_or_else(|_| {
                 warnings.push(format!(
-                    "RCOLL_MPI_SHM_MIN={v:?} is not a number of bytes: taken as {SHM_MIN}"
+                    "RCOLL_MPI_SHM_MIN={v:?} is not a number of bytes: taken as {shm_default}"
                 ));
-                SHM_MIN
+                shm_default
             }),
         };
         let mut served = [colls.is_none(); Coll::ALL.len()];
@@ -115,7 +123,7 @@ mod tests {
 
     #[test]
     fn unset_serves_everything_without_stats() {
-        let c = Control::parse(None, None, None, None);
+        let c = Control::parse(None, None, (None, SHM_MIN), None);
         assert!(c.enabled && !c.stats && c.warnings.is_empty());
         assert_eq!(c.shm_min, SHM_MIN);
         assert!(Coll::ALL.iter().all(|&k| c.serves(k)));
@@ -123,9 +131,9 @@ mod tests {
 
     #[test]
     fn rcoll_mpi_0_forwards_and_stats_1_counts() {
-        let c = Control::parse(Some("0"), None, None, Some("1"));
+        let c = Control::parse(Some("0"), None, (None, SHM_MIN), Some("1"));
         assert!(!c.enabled && c.stats);
-        let c = Control::parse(Some("maybe"), None, None, None);
+        let c = Control::parse(Some("maybe"), None, (None, SHM_MIN), None);
         assert!(c.enabled);
         assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
     }
@@ -135,26 +143,26 @@ mod tests {
         let c = Control::parse(
             None,
             Some("allreduce, MPI_Bcast,reduce_scatter_block,"),
-            None,
+            (None, SHM_MIN),
             None,
         );
         assert!(c.serves(Coll::Allreduce) && c.serves(Coll::Bcast));
         assert!(c.serves(Coll::ReduceScatterBlock) && !c.serves(Coll::ReduceScatter));
         assert!(!c.serves(Coll::Barrier));
         assert!(c.warnings.is_empty());
-        let c = Control::parse(None, Some("allreduse"), None, None);
+        let c = Control::parse(None, Some("allreduse"), (None, SHM_MIN), None);
         assert!(!c.serves(Coll::Allreduce));
         assert!(c.warnings[0].contains("\"allreduse\""), "{:?}", c.warnings);
     }
 
     #[test]
-    fn shm_min_is_bytes_and_0_serves_every_size() {
-        assert_eq!(Control::parse(None, None, Some("0"), None).shm_min, 0);
-        assert_eq!(
-            Control::parse(None, None, Some(" 65536 "), None).shm_min,
-            65536
-        );
-        let c = Control::parse(None, None, Some("2K"), None);
+    fn shm_min_is_bytes_0_serves_every_size_and_unset_is_the_librarys_default() {
+        let shm = |v, default| Control::parse(None, None, (v, default), None);
+        assert_eq!(shm(Some("0"), SHM_MIN).shm_min, 0);
+        assert_eq!(shm(Some(" 65536 "), 0).shm_min, 65536);
+        assert_eq!(shm(Some(""), 0).shm_min, 0);
+        assert_eq!(shm(None, SHM_MIN).shm_min, SHM_MIN);
+        let c = shm(Some("2K"), SHM_MIN);
         assert_eq!(c.shm_min, SHM_MIN);
         assert!(
             c.warnings[0].contains("RCOLL_MPI_SHM_MIN=\"2K\""),

@@ -1,6 +1,8 @@
-//! Served or forwarded, and why: the whole policy of the shim, as pure functions of a
-//! call's arguments (what C says of its datatypes and op, the communicator's rank and
-//! size), so that unit tests reach every rule.
+//! Served or forwarded, and why: the shim's policy, as pure functions of a call's arguments
+//! (what C says of its datatypes and op, the communicator's rank and size), so that unit
+//! tests reach every rule. One rule more is applied once the communicator's rcoll side is
+//! known: small blocking calls inside one host go to MPI (`comms::Ready::too_small`, on
+//! [`Plan::bytes`] and what the members agreed on when the communicator formed).
 //!
 //! Every rank of a communicator must take the same decision for the same call, or one
 //! rank runs rcoll while another runs MPI and both wait forever. So a rule may look only

@@ -125,6 +125,7 @@ extern "C" {
     pub fn rcoll_mpi_grequest_start(state: *mut c_void, request: *mut Request) -> c_int;
     pub fn rcoll_mpi_grequest_complete(request: Request) -> c_int;
     pub fn rcoll_mpi_thread_multiple() -> c_int;
+    pub fn rcoll_mpi_is_open_mpi() -> c_int;
 
     // The MPI library's own entry points (the profiling interface).
     pub fn PMPI_Init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int;

@@ -32,7 +32,8 @@
 //! Everything else goes to MPI unchanged (v-variants, scans, derived datatypes in
 //! reductions, `MPI_MAXLOC`/`MINLOC`, logical ops on floats, user ops,
 //! intercommunicators). The rules, and why a rank may look only at arguments every rank
-//! agrees on, are in `decide.rs`.
+//! agrees on, are in `decide.rs`; the one rule that needs the communicator (small calls
+//! inside one host, from facts its members agreed on when it formed) is in `comms.rs`.
 //!
 //! ## Communicators
 //! `MPI_COMM_WORLD`'s rcoll communicator is formed in `MPI_Init`/`MPI_Init_thread`; any
@@ -43,6 +44,10 @@
 //! ## Control
 //! - `RCOLL_MPI=0`: every call goes to MPI.
 //! - `RCOLL_MPI_COLLS=allreduce,bcast,...`: only these are served.
+//! - `RCOLL_MPI_SHM_MIN=2048` (the default under Open MPI, 0 under another MPI): on a
+//!   communicator inside one host (rcoll's shared memory to every member), blocking calls
+//!   of fewer bytes and `MPI_Barrier` go to MPI, whose own shared memory answers them
+//!   sooner; `0` serves every size.
 //! - `RCOLL_MPI_STATS=1`: at `MPI_Finalize`, world rank 0 prints one line per MPI
 //!   collective it called: `rcoll-mpi: MPI_Allreduce: 1234 served, 5 forwarded (3
 //!   MPI_MAXLOC, 2 derived datatype)`.
