@@ -733,10 +733,12 @@ fn median(mut v: Vec<i64>) -> i64 {
 /// caches' own swings, from one prepared call to another, are within the window's
 /// largest value.
 ///
-/// The transport's own pool (the registered slots of verbs) is the one cache whose size
-/// follows the timing of a run rather than the calls made: it grows to the most messages
-/// in flight and waiting at once, which the protocol bounds, and never shrinks (a burst
-/// would register memory again). Its buffers are taken out of the heap judged here, and
+/// The transport's own pool (the registered slots of verbs, the spare buffers of TCP) is
+/// the one cache whose size follows the timing of a run rather than the calls made: over
+/// verbs it grows to the most messages in flight and waiting at once, which the protocol
+/// bounds, and never shrinks (a burst would register memory again); over TCP it fills
+/// toward its bound in capacity as buffers come back from calls whose timing decides
+/// how many are out at once. Its buffers are taken out of the heap judged here, and
 /// judged on their own: after every call, each of them is where the transport keeps
 /// them (free, lent to a peer, in flight, arrived or lent to the engine), so a buffer
 /// lost on the way fails the soak at once.

@@ -60,11 +60,14 @@ pub struct Statistics {
     /// offered to a peer's device to write ([`Transport::offer`]): 0 after every call
     /// returns.
     pub borrowed_in_flight: usize,
-    /// Buffers of the transport's own pool (registered slots over verbs). The pool grows to
-    /// the most messages in flight and waiting at once, which the protocol bounds
-    /// (credits, the hold limit) and the timing of a run sets; it never shrinks, so that
-    /// a burst does not register memory again (freeing what a burst took beyond a fixed
-    /// number made a 4-rank all_to_all of 4 MiB in place 3x slower on Soft-RoCE).
+    /// Buffers of the transport's own pool: registered slots over verbs, spare payload
+    /// buffers over TCP. Over verbs the pool grows to the most messages in flight and
+    /// waiting at once, which the protocol bounds (credits, the hold limit) and the timing
+    /// of a run sets; it never shrinks, so that a burst does not register memory again
+    /// (freeing what a burst took beyond a fixed number made a 4-rank all_to_all of 4 MiB
+    /// in place 3x slower on Soft-RoCE). Over TCP it keeps the buffers messages were
+    /// received into, up to a count and a total capacity, and how full it is after a call
+    /// is the timing's too.
     pub pool_buffers: usize,
     /// Their bytes.
     pub pool_bytes: usize,

@@ -653,8 +653,13 @@ impl Group for TcpTransport {
     }
 
     fn statistics(&self) -> crate::Statistics {
+        let spare = self.pool.buffers.len();
         crate::Statistics {
             placed_receives: self.placed,
+            // The spare buffers, every one in the pool by construction.
+            pool_buffers: spare,
+            pool_bytes: self.pool.bytes,
+            pool_accounted: spare,
             ..Default::default()
         }
     }
