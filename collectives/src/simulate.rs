@@ -1,19 +1,13 @@
 //! Prices real schedules at scale (thousands to 65,536 ranks) under the two-level
-//! alpha-beta-gamma model of [`cost_levels`](crate::schedule::cost::cost_levels), without holding every rank's schedule.
+//! alpha-beta-gamma model, without holding every rank's schedule: the schedules are made
+//! one rank at a time, as the model's one walk over a job asks for them (the walk that
+//! [`cost_levels`](crate::schedule::cost::cost_levels) runs over schedules in memory), and
+//! the last few are kept (a ring's left neighbour is the rank just priced).
 //!
-//! [`cost_levels`](crate::schedule::cost::cost_levels) takes all `p` schedules at once and keeps per-round tables of `p`
-//! entries: `p^2` primitives and cells for a ring, out of reach at 65,536 ranks. Here the
-//! schedules are generated one rank at a time and folded into per-round maxima:
-//!
-//! - a rank's sends come from its own schedule; what it receives, in the round of the
-//!   primitive that sends it (the model's convention), from the schedules of the peers it
-//!   receives from, kept in a small cache (a ring's left neighbour is the rank just priced);
-//! - a host's link load is summed over its members, so hosts are the unit priced.
-//!
-//! When every host fits in the budget of primitives visited, the price equals
-//! [`cost_levels`](crate::schedule::cost::cost_levels) exactly (tested). Beyond it, a spread sample of whole hosts is priced —
-//! the first, the last, then midpoints of the gaps, until the budget is spent (at least
-//! three) — and totals are scaled to all hosts. The
+//! When every host fits in the budget of primitives visited, the price is
+//! [`cost_levels`](crate::schedule::cost::cost_levels)'s (tested). Beyond it, a spread
+//! sample of whole hosts is priced — the first, the last, then midpoints of the gaps,
+//! until the budget is spent (at least three) — and totals are scaled to all hosts. The
 //! algorithms whose schedules grow with `p` per rank (ring, mesh) are the symmetric ones,
 //! where every host of a uniform map carries the same load up to one element of rounding,
 //! so the sample's maxima are the whole job's (tested at 512 ranks against the exact sum).
@@ -29,7 +23,7 @@ use rcoll_transport::Rank;
 
 use crate::algorithm::hierarchical::{has_levels, LevelAlgorithms};
 use crate::algorithm::{Algorithm, ScheduleError};
-use crate::schedule::cost::{price_rounds, Cost, CostModel, Levels, Round};
+use crate::schedule::cost::{Cost, CostModel, Levels, Walk};
 use crate::schedule::{Layout, Schedule};
 
 /// Primitives (or steps, see `work`) visited per pricing before hosts are sampled: about
@@ -83,114 +77,17 @@ pub fn price(
     let chosen = (algorithm == Algorithm::Hierarchical && has_levels(hosts))
         .then(|| crate::select::level_algorithms(layout, elem_size, model, levels));
     let mut cache = Cache::new(algorithm, *layout, hosts, chosen.unwrap_or_default());
+    let walk = Walk::new(layout, elem_size, model, Some(levels), hosts);
     // Hosts in an order whose every prefix is spread over the job (the ends first, then
     // midpoints); pricing stops once the primitives visited pass the budget.
-    let order = spread_order(hosts.nhosts());
-    let mut visited = 0usize;
-    let mut hosts_priced = 0usize;
-    let mut acc = Accumulator::default();
-    let mut rank_acc = RankLoads::default();
-    let mut host_acc = RankLoads::default();
-    let mut ranks_priced = 0usize;
-    for &h in &order {
-        if hosts_priced >= MIN_HOSTS && visited > budget {
-            break;
-        }
-        hosts_priced += 1;
-        host_acc.clear();
-        for &r in hosts.members(h) {
-            ranks_priced += 1;
-            rank_acc.clear();
-            let own = cache.get(r)?;
-            visited += work(&own);
-            let mut sent_total = 0u64;
-            let mut peers: Vec<Rank> = Vec::new();
-            for (_, s, p) in own.primitives() {
-                let bytes = (p.len() * elem_size) as u64;
-                if p.reduces() {
-                    rank_acc.add(s, Load::Reduced, bytes);
-                }
-                if let Some(from) = p.recv_from() {
-                    if !peers.contains(&from) {
-                        peers.push(from);
-                    }
-                }
-                for &to in p.send_to() {
-                    acc.sends(s);
-                    acc.messages += 1;
-                    acc.total_bytes += bytes;
-                    sent_total += bytes;
-                    if hosts.same_host(r, to) {
-                        rank_acc.add(s, Load::Sent, bytes);
-                        rank_acc.add(s, Load::Messages, 1);
-                    } else {
-                        rank_acc.add(s, Load::GlobalEnds, 1);
-                        host_acc.add(s, Load::Sent, bytes);
-                        host_acc.add(s, Load::Messages, 1);
-                        acc.cross_host_messages += 1;
-                        acc.cross_host_bytes += bytes;
-                    }
-                }
-            }
-            acc.max_sent_per_rank = acc.max_sent_per_rank.max(sent_total);
-            drop(own);
-            for q in peers {
-                let theirs = cache.get(q)?;
-                visited += work(&theirs);
-                let local = hosts.same_host(q, r);
-                for (_, s, p) in theirs.primitives() {
-                    let n = p.send_to().iter().filter(|&&to| to == r).count() as u64;
-                    if n > 0 {
-                        // Its round has a sender, priced or not.
-                        acc.sends(s);
-                        let bytes = n * (p.len() * elem_size) as u64;
-                        if !local {
-                            rank_acc.add(s, Load::GlobalEnds, n);
-                        }
-                        let loads = if local { &mut rank_acc } else { &mut host_acc };
-                        loads.add(s, Load::Received, bytes);
-                        loads.add(s, Load::Messages, n);
-                    }
-                }
-            }
-            rank_acc.fold_into(&mut acc, Level::Local);
-        }
-        host_acc.fold_into(&mut acc, Level::Global);
-    }
-
-    let (model, levels) = crate::schedule::cost::rates_for(layout, elem_size, model, Some(levels));
-    let local = levels.map(|l| l.local);
-    let (predicted_us, max_step) = price_rounds(&acc.rounds, &model, local.as_ref());
-    let scale = |x: u64| -> u64 {
-        if ranks_priced == layout.nranks {
-            x
-        } else {
-            (x as f64 * layout.nranks as f64 / ranks_priced.max(1) as f64).round() as u64
-        }
-    };
+    let enough = |visited: usize, priced: usize| priced >= MIN_HOSTS && visited > budget;
+    let walked = walk.walk(spread_order(hosts.nhosts()), |r| cache.get(r), enough)?;
     Ok(Pricing {
-        cost: Cost {
-            steps: acc.rounds.iter().filter(|r| r.sends).count(),
-            total_bytes: scale(acc.total_bytes),
-            max_step_bytes_per_rank: max_step,
-            max_bytes_sent_per_rank: acc.max_sent_per_rank,
-            messages: scale(acc.messages),
-            cross_host_messages: scale(acc.cross_host_messages),
-            cross_host_bytes: scale(acc.cross_host_bytes),
-            predicted_us,
-        },
-        hosts_priced,
+        cost: walked.cost(&walk, layout.nranks),
+        hosts_priced: walked.hosts_priced,
         hosts: hosts.nhosts(),
         levels: chosen,
     })
-}
-
-/// What visiting `s` costs against the budget: its primitives, or its steps where it has
-/// more of those (a pipelined schedule over many hosts has thousands of steps, most of
-/// them empty for any one rank, and making them is most of its cost).
-fn work(s: &Schedule) -> usize {
-    let steps: usize = s.channels.iter().map(|c| c.steps.len()).sum();
-    s.primitive_count().max(steps)
 }
 
 /// Hosts priced at least, however large their schedules.
@@ -263,99 +160,6 @@ impl<'a> Cache<'a> {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Load {
-    Sent,
-    Received,
-    Reduced,
-    /// Message ends (sent or received): a rank's inside its host, a host's across.
-    Messages,
-    /// A rank's message ends across hosts.
-    GlobalEnds,
-}
-
-#[derive(Clone, Copy)]
-enum Level {
-    /// A rank's traffic with its own host.
-    Local,
-    /// A host's traffic with other hosts.
-    Global,
-}
-
-/// One rank's (or host's) loads per round, sparse: only the rounds it touches are reset.
-#[derive(Default)]
-struct RankLoads {
-    /// `[sent, received, reduced, messages, global ends]` per round.
-    rounds: Vec<[u64; 5]>,
-    touched: Vec<usize>,
-}
-
-impl RankLoads {
-    fn add(&mut self, round: usize, load: Load, bytes: u64) {
-        if self.rounds.len() <= round {
-            self.rounds.resize(round + 1, [0; 5]);
-        }
-        let cell = &mut self.rounds[round];
-        if *cell == [0; 5] {
-            self.touched.push(round);
-        }
-        cell[load as usize] += bytes;
-    }
-
-    fn clear(&mut self) {
-        for &s in &self.touched {
-            self.rounds[s] = [0; 5];
-        }
-        self.touched.clear();
-    }
-
-    /// Raises the job's per-round maxima to this rank's (or host's) loads.
-    fn fold_into(&self, acc: &mut Accumulator, level: Level) {
-        for &s in &self.touched {
-            let [sent, received, reduced, messages, global_ends] = self.rounds[s];
-            let round = acc.round(s);
-            let busiest = sent.max(received);
-            match level {
-                Level::Local => {
-                    round.local = round.local.max(busiest);
-                    round.local_messages |= messages > 0;
-                    round.local_ends = round.local_ends.max(messages);
-                    round.global_ends = round.global_ends.max(global_ends);
-                    round.reduced = round.reduced.max(reduced);
-                }
-                Level::Global => {
-                    round.global = round.global.max(busiest);
-                    round.global_messages |= messages > 0;
-                }
-            }
-        }
-    }
-}
-
-/// The job's per-round maxima and totals over the ranks priced so far.
-#[derive(Default)]
-struct Accumulator {
-    rounds: Vec<Round>,
-    total_bytes: u64,
-    messages: u64,
-    cross_host_messages: u64,
-    cross_host_bytes: u64,
-    max_sent_per_rank: u64,
-}
-
-impl Accumulator {
-    fn round(&mut self, s: usize) -> &mut Round {
-        if self.rounds.len() <= s {
-            self.rounds.resize(s + 1, Round::default());
-        }
-        &mut self.rounds[s]
-    }
-
-    fn sends(&mut self, s: usize) {
-        self.round(s).sends = true;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -381,22 +185,29 @@ mod tests {
         }
     }
 
-    /// Every algorithm, collective and host shape small enough to price the old way: the
-    /// streamed price is the same, field by field.
+    /// Every algorithm, collective and host shape small enough to hold every schedule:
+    /// made a rank at a time, the price is the one of all schedules at once, field by
+    /// field, crowded hosts (more ranks than CPUs) and receivers that read the senders'
+    /// memory included.
     #[test]
     fn streamed_prices_equal_the_whole_job_prices() {
         let model = CostModel::default();
         let maps = [
             HostMap::single(5),
+            HostMap::single(4).with_cpus(vec![2]),
             HostMap::blocks(&[1, 1, 1]),
             HostMap::blocks(&[2, 2]),
-            HostMap::blocks(&[3, 1, 2]),
+            HostMap::blocks(&[3, 1, 2]).with_cpus(vec![2, 1, 1]),
             HostMap::cyclic(8, 2),
+            HostMap::cyclic(8, 2).with_cpus(vec![3, 2]),
             HostMap::blocks(&[4, 4, 4, 4]),
         ];
-        for hosts in &maps {
+        for (hosts, receivers_read) in maps.iter().flat_map(|h| [(h, false), (h, true)]) {
             let n = hosts.nranks();
-            let lv = levels(hosts);
+            let lv = Levels {
+                receivers_read,
+                ..levels(hosts)
+            };
             for a in Algorithm::ALL {
                 for c in Collective::SCHEDULED {
                     if !a.serves(c) {
@@ -413,7 +224,10 @@ mod tests {
                             .expect("the schedules priced");
                         let whole = cost_levels(&all, 4, &model, Some(&lv));
                         assert!(streamed.is_exact());
-                        let what = format!("{a} {c} count {count} on {}", hosts.describe());
+                        let what = format!(
+                            "{a} {c} count {count} on {}, receivers read: {receivers_read}",
+                            hosts.describe()
+                        );
                         assert_eq!(streamed.cost.steps, whole.steps, "{what}");
                         assert_eq!(streamed.cost.total_bytes, whole.total_bytes, "{what}");
                         assert_eq!(streamed.cost.messages, whole.messages, "{what}");

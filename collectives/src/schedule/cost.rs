@@ -49,6 +49,10 @@
 
 use rcoll_transport::hosts::HostMap;
 
+use std::convert::Infallible;
+
+use rcoll_transport::Rank;
+
 use super::Schedule;
 
 /// Two levels of network: pairs on one host go at the `local` model's rates, the rest at
@@ -281,186 +285,401 @@ pub fn cost_levels(
     model: &CostModel,
     levels: Option<&Levels<'_>>,
 ) -> Cost {
-    let levels = levels.filter(|l| l.hosts.nranks() == schedules.len());
-    let (model, levels) = match schedules.first() {
-        Some(s) => rates_for(&s.layout, elem_size, model, levels),
-        None => (*model, levels.copied()),
-    };
-    let (model, levels) = (&model, levels.as_ref());
-    let same_host = |a: usize, b: usize| {
-        levels.is_some_and(|l| {
-            l.hosts.same_host(
-                rcoll_transport::Rank::from(a),
-                rcoll_transport::Rank::from(b),
-            )
-        })
-    };
     let n = schedules.len();
-    let nsteps = schedules
-        .iter()
-        .flat_map(|s| s.channels.iter().map(|c| c.steps.len()))
-        .max()
-        .unwrap_or(0);
-    let mut sent = vec![vec![0u64; n]; nsteps];
-    let mut received = vec![vec![0u64; n]; nsteps];
-    // Message ends (sent or received) per rank, across hosts and inside them.
-    let mut ends = vec![vec![0u64; n]; nsteps];
-    let mut local_ends = vec![vec![0u64; n]; nsteps];
-    // Inside hosts, per rank (only with levels).
-    let mut local_sent = vec![vec![0u64; n]; nsteps];
-    let mut local_received = vec![vec![0u64; n]; nsteps];
-    let mut reduced = vec![vec![0u64; n]; nsteps];
-    // Bytes each rank sent to or received from a rank on its own CPU of a crowded host, in
-    // messages of at least SAME_CPU_MIN bytes and in smaller ones.
-    let mut same_cpu = vec![vec![0u64; n]; nsteps];
-    let mut same_cpu_cached = vec![vec![0u64; n]; nsteps];
-    let mut round = vec![false; nsteps];
-    let mut global_messages = vec![false; nsteps];
-    let mut local_messages = vec![false; nsteps];
-    let mut total_bytes = 0u64;
-    let mut messages = 0u64;
-    let (mut cross_host_messages, mut cross_host_bytes) = (0u64, 0u64);
-    let mut per_rank = vec![0u64; n];
-    // The hosts with more ranks than CPUs, and their CPUs.
-    let crowded: Vec<(usize, u64)> = levels.map_or_else(Vec::new, |l| {
-        (0..l.hosts.nhosts())
-            .filter_map(|h| {
-                let c = l.hosts.cpus(h)?;
-                (l.hosts.members(h).len() > c).then_some((h, c as u64))
-            })
-            .collect()
-    });
-    // The CPU (host, index) of every rank of a crowded host: local rank i on CPU i mod cpus.
-    let mut cpu_of = vec![None; n];
-    if let Some(l) = levels {
-        for &(h, cpus) in &crowded {
-            for (i, r) in l.hosts.members(h).iter().enumerate() {
-                cpu_of[r.index()] = Some((h, i as u64 % cpus));
-            }
+    let levels = levels.filter(|l| l.hosts.nranks() == n);
+    let Some(first) = schedules.first() else {
+        return Walked::default().cost(&Walk::flat(model), 0);
+    };
+    // One level: every rank its own host, so the walk's per-host link is the rank's own.
+    let flat;
+    let hosts = match levels {
+        Some(l) => l.hosts,
+        None => {
+            flat = HostMap::blocks(&vec![1; n]);
+            &flat
+        }
+    };
+    let walk = Walk::new(&first.layout, elem_size, model, levels, hosts);
+    let never = |_: usize, _: usize| false;
+    let all = 0..hosts.nhosts();
+    match walk.walk(all, |r| Ok::<_, Infallible>(&schedules[r.index()]), never) {
+        Ok(walked) => walked.cost(&walk, n),
+        Err(never) => match never {},
+    }
+}
+
+/// One walk over a job's schedules, host by host: the model's per-round loads, priced
+/// alike for every schedule in memory ([`cost_levels`]) and for schedules made a rank at a
+/// time at scale ([`crate::simulate::price`]). A rank's sends come from its own schedule,
+/// what it receives from the schedules of the peers it receives from (in the round of the
+/// primitive that sends it, the model's convention); a host's loads are the sums over its
+/// members, so a host is the unit walked, and a sample of hosts prices a sample.
+pub(crate) struct Walk<'a> {
+    hosts: &'a HostMap,
+    elem_size: usize,
+    /// The rates priced at (after [`rates_for`]).
+    model: CostModel,
+    /// Two levels: the rates inside a host (`None`: one level, nothing counted as
+    /// crossing hosts).
+    local: Option<CostModel>,
+    /// Receivers read the senders' memory and nothing is reduced: a copy's whole `beta`
+    /// falls on the receiver.
+    receivers_read: bool,
+    /// Both ends of a transfer inside a host copy through the kernel (TCP): two ranks on
+    /// one CPU pay [`SAME_CPU_COPY`] or [`SAME_CPU_CACHED`].
+    tcp_inside: bool,
+}
+
+impl<'a> Walk<'a> {
+    /// A walk of `layout` (elements of `elem_size` bytes) over `hosts` (`levels`' map, or
+    /// one rank per host without levels), at the rates [`rates_for`] gives.
+    pub(crate) fn new(
+        layout: &super::Layout,
+        elem_size: usize,
+        model: &CostModel,
+        levels: Option<&Levels<'_>>,
+        hosts: &'a HostMap,
+    ) -> Walk<'a> {
+        let (model, levels) = rates_for(layout, elem_size, model, levels);
+        Walk {
+            hosts,
+            elem_size,
+            model,
+            local: levels.map(|l| l.local),
+            receivers_read: levels
+                .is_some_and(|l| l.receivers_read && !layout.collective.reduces()),
+            tcp_inside: levels.is_some_and(|l| !l.receivers_read),
         }
     }
-    // Only where a transfer costs both ends a copy through the kernel (not shared memory).
-    let tcp_inside = levels.is_some_and(|l| !l.receivers_read);
-    let receivers_read = levels.is_some_and(|l| l.receivers_read)
-        && !schedules
-            .iter()
-            .any(|s| s.primitives().any(|(_, _, p)| p.reduces()));
-    for (r, schedule) in schedules.iter().enumerate() {
-        // Channels run concurrently: step s of every channel falls in round s.
-        for (_, s, p) in schedule.primitives() {
-            let bytes = (p.len() * elem_size) as u64;
-            if p.reduces() {
-                reduced[s][r] += bytes;
+
+    fn flat(model: &CostModel) -> Walk<'static> {
+        static NONE: std::sync::OnceLock<HostMap> = std::sync::OnceLock::new();
+        Walk {
+            hosts: NONE.get_or_init(|| HostMap::blocks(&[])),
+            elem_size: 0,
+            model: *model,
+            local: None,
+            receivers_read: false,
+            tcp_inside: false,
+        }
+    }
+
+    /// Walks the hosts of `order` while `more(visited, hosts walked)` holds after the
+    /// first, taking each rank's schedule from `get` (its own, then its senders').
+    /// `visited` counts primitives, or steps where a schedule has more of those (a
+    /// pipelined schedule over many hosts has thousands of steps, most of them empty for
+    /// any one rank, and making them is most of its cost).
+    pub(crate) fn walk<S, E>(
+        &self,
+        order: impl IntoIterator<Item = usize>,
+        mut get: impl FnMut(Rank) -> Result<S, E>,
+        mut stop: impl FnMut(usize, usize) -> bool,
+    ) -> Result<Walked, E>
+    where
+        S: std::ops::Deref<Target = Schedule>,
+    {
+        let hosts = self.hosts;
+        let two_levels = self.local.is_some();
+        let elem = self.elem_size as u64;
+        let mut acc = Walked::default();
+        let mut visited = 0usize;
+        let mut rank = Loads::default();
+        let mut host = Loads::default();
+        let mut cpus = CpuLoads::default();
+        for h in order {
+            if stop(visited, acc.hosts_priced) {
+                break;
             }
-            for to in p.send_to() {
-                round[s] = true;
-                if tcp_inside && cpu_of[r].is_some() && cpu_of[r] == cpu_of[to.index()] {
-                    let counter = match bytes >= SAME_CPU_MIN {
-                        true => &mut same_cpu,
-                        false => &mut same_cpu_cached,
-                    };
-                    counter[s][r] += bytes;
-                    counter[s][to.index()] += bytes;
-                }
-                let (tx, rx, count) = if same_host(r, to.index()) {
-                    local_messages[s] = true;
-                    (&mut local_sent, &mut local_received, &mut local_ends)
-                } else {
-                    global_messages[s] = true;
-                    if levels.is_some() {
-                        cross_host_messages += 1;
-                        cross_host_bytes += bytes;
-                    }
-                    (&mut sent, &mut received, &mut ends)
+            acc.hosts_priced += 1;
+            host.clear();
+            // A host with more ranks than CPUs: local rank i on CPU i mod cpus.
+            let crowded = hosts
+                .cpus(h)
+                .filter(|&c| two_levels && hosts.members(h).len() > c);
+            let cpu_of = |r: Rank| crowded.map(|c| hosts.local_rank(r) % c);
+            cpus.clear(crowded.unwrap_or(0));
+            for &r in hosts.members(h) {
+                acc.ranks_priced += 1;
+                rank.clear();
+                let same_cpu = |q: Rank, bytes: u64| match self.tcp_inside
+                    && cpu_of(r).is_some()
+                    && hosts.same_host(r, q)
+                    && cpu_of(r) == cpu_of(q)
+                {
+                    false => None,
+                    true if bytes >= SAME_CPU_MIN => Some(Load::SameCpu),
+                    true => Some(Load::SameCpuCached),
                 };
-                count[s][r] += 1;
-                if let Some(row) = count[s].get_mut(to.index()) {
-                    *row += 1;
+                let own = get(r)?;
+                visited += work(&own);
+                let mut sent_total = 0u64;
+                let mut peers: Vec<Rank> = Vec::new();
+                for (_, s, p) in own.primitives() {
+                    let bytes = p.len() as u64 * elem;
+                    if p.reduces() {
+                        rank.add(s, Load::Reduced, bytes);
+                    }
+                    if let Some(from) = p.recv_from() {
+                        if !peers.contains(&from) {
+                            peers.push(from);
+                        }
+                    }
+                    for &to in p.send_to() {
+                        acc.round(s).sends = true;
+                        acc.messages += 1;
+                        acc.total_bytes += bytes;
+                        sent_total += bytes;
+                        if let Some(load) = same_cpu(to, bytes) {
+                            rank.add(s, load, bytes);
+                        }
+                        if hosts.same_host(r, to) {
+                            rank.add(s, Load::Sent, bytes);
+                            rank.add(s, Load::Messages, 1);
+                        } else {
+                            rank.add(s, Load::GlobalEnds, 1);
+                            host.add(s, Load::Sent, bytes);
+                            host.add(s, Load::Messages, 1);
+                            if two_levels {
+                                acc.cross_host_messages += 1;
+                                acc.cross_host_bytes += bytes;
+                            }
+                        }
+                    }
                 }
-                tx[s][r] += bytes;
-                if let Some(row) = rx[s].get_mut(to.index()) {
-                    *row += bytes;
+                acc.max_sent_per_rank = acc.max_sent_per_rank.max(sent_total);
+                drop(own);
+                for q in peers {
+                    let theirs = get(q)?;
+                    visited += work(&theirs);
+                    let inside = hosts.same_host(q, r);
+                    for (_, s, p) in theirs.primitives() {
+                        let n = p.send_to().iter().filter(|&&to| to == r).count() as u64;
+                        if n == 0 {
+                            continue;
+                        }
+                        // Its round has a sender, walked or not.
+                        acc.round(s).sends = true;
+                        let bytes = n * p.len() as u64 * elem;
+                        if let Some(load) = same_cpu(q, p.len() as u64 * elem) {
+                            rank.add(s, load, bytes);
+                        }
+                        if !inside {
+                            rank.add(s, Load::GlobalEnds, n);
+                        }
+                        let loads = if inside { &mut rank } else { &mut host };
+                        loads.add(s, Load::Received, bytes);
+                        loads.add(s, Load::Messages, n);
+                    }
                 }
-                total_bytes += bytes;
-                per_rank[r] += bytes;
-                messages += 1;
+                self.fold_rank(&rank, crowded.is_some(), &mut acc);
+                if let Some(cpu) = cpu_of(r) {
+                    cpus.add(cpu, &rank, self.receivers_read);
+                }
+            }
+            for &s in &host.touched {
+                let [sent, received, _, messages, ..] = host.rounds[s];
+                let round = acc.round(s);
+                round.global = round.global.max(sent.max(received));
+                round.global_messages |= messages > 0;
+            }
+            if let (Some(c), Some(local)) = (crowded, &self.local) {
+                cpus.fold(c, &self.model, local, &mut acc);
             }
         }
+        Ok(acc)
     }
-    let rounds: Vec<Round> = (0..nsteps)
-        .map(|s| Round {
-            sends: round[s],
-            global_messages: global_messages[s],
-            local_messages: local_messages[s],
-            // Across hosts: per host link with levels, per rank without.
-            global: match levels {
-                Some(l) => (0..l.hosts.nhosts())
-                    .map(|h| {
-                        let m = l.hosts.members(h);
-                        let out: u64 = m.iter().map(|r| sent[s][r.index()]).sum();
-                        let inn: u64 = m.iter().map(|r| received[s][r.index()]).sum();
-                        out.max(inn)
-                    })
-                    .max()
-                    .unwrap_or(0),
-                None => (0..n)
-                    .map(|r| sent[s][r].max(received[s][r]))
-                    .max()
-                    .unwrap_or(0),
-            },
-            // A rank of a crowded host copies at CPU speed, each end of a transfer its
-            // own half: what it sends and receives together at half of beta (its CPU's
-            // other ranks are counted in `core`).
-            local: (0..n)
-                .map(|r| match (receivers_read, cpu_of[r].is_some()) {
-                    (true, _) => local_received[s][r],
-                    (false, false) => local_sent[s][r].max(local_received[s][r]),
-                    (false, true) => (local_sent[s][r] + local_received[s][r]).div_ceil(2),
-                })
-                .max()
-                .unwrap_or(0),
-            reduced: reduced[s].iter().copied().max().unwrap_or(0),
-            global_ends: ends[s].iter().copied().max().unwrap_or(0),
-            local_ends: local_ends[s].iter().copied().max().unwrap_or(0),
-            ..levels.map_or_else(Default::default, |l| {
-                let cpu_us = busiest_cpu(l, &crowded, model, |r| CpuRound {
-                    inside_ends: local_ends[s][r],
-                    across_ends: ends[s][r],
-                    copies: match receivers_read {
-                        true => 2 * local_received[s][r],
-                        false => local_sent[s][r] + local_received[s][r],
-                    },
-                    same_cpu: same_cpu[s][r],
-                    same_cpu_cached: same_cpu_cached[s][r],
-                    reduced: reduced[s][r],
-                });
-                Round {
-                    cpu_us,
-                    ..Default::default()
-                }
-            })
-        })
-        .collect();
-    let (predicted_us, _) = price_rounds(&rounds, model, levels.map(|l| &l.local));
-    // Bytes as moved (a crowded host's ranks are priced on half their sum, not reported so).
-    let max_step = (0..nsteps)
-        .filter(|&s| round[s])
-        .flat_map(|s| {
-            let (tx, rx) = (&local_sent[s], &local_received[s]);
-            (0..n).map(move |r| tx[r].max(rx[r]))
-        })
-        .chain(rounds.iter().map(|r| r.global))
-        .max()
-        .unwrap_or(0);
-    Cost {
-        steps: round.iter().filter(|r| **r).count(),
-        total_bytes,
-        max_step_bytes_per_rank: max_step,
-        max_bytes_sent_per_rank: per_rank.iter().copied().max().unwrap_or(0),
-        messages,
-        cross_host_messages,
-        cross_host_bytes,
-        predicted_us,
+
+    /// Raises the job's per-round maxima to one rank's loads inside its host.
+    fn fold_rank(&self, rank: &Loads, crowded: bool, acc: &mut Walked) {
+        for &s in &rank.touched {
+            let [sent, received, reduced, messages, global_ends, ..] = rank.rounds[s];
+            // A rank of a crowded host copies at CPU speed, each end of a transfer its own
+            // half: what it sends and receives together at half of beta (its CPU's other
+            // ranks are counted in `cpu_us`).
+            let local = match (self.receivers_read, crowded) {
+                (true, _) => received,
+                (false, false) => sent.max(received),
+                (false, true) => (sent + received).div_ceil(2),
+            };
+            acc.max_local_moved = acc.max_local_moved.max(sent.max(received));
+            let round = acc.round(s);
+            round.local = round.local.max(local);
+            round.local_messages |= messages > 0;
+            round.local_ends = round.local_ends.max(messages);
+            round.global_ends = round.global_ends.max(global_ends);
+            round.reduced = round.reduced.max(reduced);
+        }
+    }
+}
+
+/// What visiting `s` costs a walk's budget: its primitives, or its steps where it has more.
+fn work(s: &Schedule) -> usize {
+    let steps: usize = s.channels.iter().map(|c| c.steps.len()).sum();
+    s.primitive_count().max(steps)
+}
+
+/// The job's per-round maxima and totals over the hosts walked so far.
+#[derive(Default)]
+pub(crate) struct Walked {
+    rounds: Vec<Round>,
+    total_bytes: u64,
+    messages: u64,
+    cross_host_messages: u64,
+    cross_host_bytes: u64,
+    max_sent_per_rank: u64,
+    /// The most bytes a rank sent or received inside its host in one round, as moved (a
+    /// crowded host's ranks are priced on half their sum, not reported so).
+    max_local_moved: u64,
+    ranks_priced: usize,
+    /// Hosts walked.
+    pub(crate) hosts_priced: usize,
+}
+
+impl Walked {
+    fn round(&mut self, s: usize) -> &mut Round {
+        if self.rounds.len() <= s {
+            self.rounds.resize(s + 1, Round::default());
+        }
+        &mut self.rounds[s]
+    }
+
+    /// The price at `walk`'s rates, totals scaled from the ranks walked to `nranks`.
+    pub(crate) fn cost(&self, walk: &Walk<'_>, nranks: usize) -> Cost {
+        let scale = |x: u64| -> u64 {
+            if self.ranks_priced == nranks {
+                x
+            } else {
+                (x as f64 * nranks as f64 / self.ranks_priced.max(1) as f64).round() as u64
+            }
+        };
+        let sending = self.rounds.iter().filter(|r| r.sends);
+        Cost {
+            steps: sending.clone().count(),
+            total_bytes: scale(self.total_bytes),
+            max_step_bytes_per_rank: sending
+                .map(|r| r.global)
+                .fold(self.max_local_moved, u64::max),
+            max_bytes_sent_per_rank: self.max_sent_per_rank,
+            messages: scale(self.messages),
+            cross_host_messages: scale(self.cross_host_messages),
+            cross_host_bytes: scale(self.cross_host_bytes),
+            predicted_us: price_rounds(&self.rounds, &walk.model, walk.local.as_ref()),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Load {
+    Sent,
+    Received,
+    Reduced,
+    /// Message ends (sent or received): a rank's inside its host, a host's across.
+    Messages,
+    /// A rank's message ends across hosts.
+    GlobalEnds,
+    /// Bytes to or from a rank on the same CPU of a crowded host (over TCP only), in
+    /// messages of at least [`SAME_CPU_MIN`] bytes.
+    SameCpu,
+    /// And in smaller messages.
+    SameCpuCached,
+}
+
+const LOADS: usize = 7;
+
+/// One rank's (or host's) loads per round, sparse: only the rounds it touches are reset.
+#[derive(Default)]
+struct Loads {
+    rounds: Vec<[u64; LOADS]>,
+    touched: Vec<usize>,
+}
+
+impl Loads {
+    fn add(&mut self, round: usize, load: Load, bytes: u64) {
+        // A round is touched once, by its first load that is not zero.
+        if bytes == 0 {
+            return;
+        }
+        if self.rounds.len() <= round {
+            self.rounds.resize(round + 1, [0; LOADS]);
+        }
+        let cell = &mut self.rounds[round];
+        if *cell == [0; LOADS] {
+            self.touched.push(round);
+        }
+        cell[load as usize] += bytes;
+    }
+
+    fn clear(&mut self) {
+        for &s in &self.touched {
+            self.rounds[s] = [0; LOADS];
+        }
+        self.touched.clear();
+    }
+}
+
+/// A crowded host's CPUs' loads per round, summed over the ranks each holds.
+#[derive(Default)]
+struct CpuLoads {
+    /// Per round, per CPU.
+    rounds: Vec<Vec<CpuRound>>,
+    touched: Vec<usize>,
+    cpus: usize,
+}
+
+impl CpuLoads {
+    fn clear(&mut self, cpus: usize) {
+        for &s in &self.touched {
+            self.rounds[s].clear();
+        }
+        self.touched.clear();
+        self.cpus = cpus;
+    }
+
+    /// Adds what one rank on `cpu` does in each round it touches.
+    fn add(&mut self, cpu: usize, rank: &Loads, receivers_read: bool) {
+        for &s in &rank.touched {
+            let [sent, received, reduced, messages, global_ends, same_cpu, same_cpu_cached] =
+                rank.rounds[s];
+            if self.rounds.len() <= s {
+                self.rounds.resize(s + 1, Vec::new());
+            }
+            let per_cpu = &mut self.rounds[s];
+            if per_cpu.is_empty() {
+                per_cpu.resize(self.cpus, CpuRound::default());
+                self.touched.push(s);
+            }
+            per_cpu[cpu].add(&CpuRound {
+                inside_ends: messages,
+                across_ends: global_ends,
+                copies: match receivers_read {
+                    true => 2 * received,
+                    false => sent + received,
+                },
+                same_cpu,
+                same_cpu_cached,
+                reduced,
+            });
+        }
+    }
+
+    /// Raises each round's `cpu_us` to this host's busiest CPU's time: what the ranks it
+    /// holds do, one thing after another, with a share of the host's work spread over its
+    /// CPUs ([`SPREAD_SHARE`]) and, where ranks poll, the round's `alpha`.
+    fn fold(&self, cpus: usize, model: &CostModel, local: &CostModel, acc: &mut Walked) {
+        let waits = if local.polls { local.alpha_us } else { 0.0 };
+        for &s in &self.touched {
+            let per_cpu = &self.rounds[s];
+            let mut host = CpuRound::default();
+            for c in per_cpu {
+                host.add(c);
+            }
+            let spread = SPREAD_SHARE * host.us(model, local) / cpus as f64;
+            let round = acc.round(s);
+            for c in per_cpu.iter().filter(|c| **c != CpuRound::default()) {
+                let us = waits + (1.0 - SPREAD_SHARE) * c.us(model, local) + spread;
+                round.cpu_us = round.cpu_us.max(us);
+            }
+        }
     }
 }
 
@@ -527,38 +746,9 @@ impl CpuRound {
     }
 }
 
-/// The time of the busiest CPU of the crowded hosts in one round (0 when none is busy):
-/// what the ranks it holds do (`load` of each rank), one thing after another, with a share
-/// of its host's work spread over its CPUs ([`SPREAD_SHARE`]) and, where ranks poll, the
-/// round's `alpha`.
-fn busiest_cpu(
-    levels: &Levels<'_>,
-    crowded: &[(usize, u64)],
-    model: &CostModel,
-    load: impl Fn(usize) -> CpuRound,
-) -> f64 {
-    let local = &levels.local;
-    let waits = if local.polls { local.alpha_us } else { 0.0 };
-    let mut worst = 0.0f64;
-    for &(h, cpus) in crowded {
-        let mut per_cpu = vec![CpuRound::default(); cpus as usize];
-        let mut host = CpuRound::default();
-        for (i, r) in levels.hosts.members(h).iter().enumerate() {
-            let l = load(r.index());
-            per_cpu[i % cpus as usize].add(&l);
-            host.add(&l);
-        }
-        let spread = SPREAD_SHARE * host.us(model, local) / cpus as f64;
-        for c in per_cpu.iter().filter(|c| **c != CpuRound::default()) {
-            worst = worst.max(waits + (1.0 - SPREAD_SHARE) * c.us(model, local) + spread);
-        }
-    }
-    worst
-}
-
 /// One round's busiest loads, the inputs of the model's sum.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Round {
+struct Round {
     /// Whether any rank sends in it.
     pub sends: bool,
     /// Whether a message crosses hosts in it (any message, without levels).
@@ -589,17 +779,12 @@ pub(crate) struct Round {
 /// memory).
 const TIE_SHARE: f64 = 0.01;
 
-/// The model's sum over `rounds`, and the most bytes of any one round. With `local`
+/// The model's sum over `rounds`. With `local`
 /// (two levels), a round costs the slower of its two levels, and a level no message of
 /// the round uses costs nothing (an empty message still costs its level's latency).
-pub(crate) fn price_rounds(
-    rounds: &[Round],
-    model: &CostModel,
-    local: Option<&CostModel>,
-) -> (f64, u64) {
+fn price_rounds(rounds: &[Round], model: &CostModel, local: Option<&CostModel>) -> f64 {
     let gamma_us_per_byte = 1.0 / (model.reduce_gbytes_per_s * 1e3);
     let mut predicted_us = 0.0;
-    let mut max_step = 0u64;
     for r in rounds {
         let mut round_us = 0.0;
         if r.sends {
@@ -617,7 +802,6 @@ pub(crate) fn price_rounds(
                 _ => 0.0,
             };
             round_us = global.max(within);
-            max_step = max_step.max(r.global.max(r.local));
         }
         round_us += gamma_us_per_byte * r.reduced as f64;
         // A crowded host's busiest CPU takes every message end, copy and reduction of the
@@ -628,5 +812,5 @@ pub(crate) fn price_rounds(
         // the lesser bound breaks the tie.
         predicted_us += round_us.max(cpu_us) + TIE_SHARE * round_us.min(cpu_us);
     }
-    (predicted_us, max_step)
+    predicted_us
 }
