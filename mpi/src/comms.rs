@@ -322,6 +322,15 @@ pub fn comm_info(comm: Comm) -> Result<(usize, usize), Reason> {
     }
 }
 
+/// The world's communicator, when `comm` is `MPI_COMM_WORLD`, served, and giving MPI its
+/// small blocking calls ([`Ready::too_small`]).
+pub fn world_giving_small(comm: Comm) -> Option<&'static Ready> {
+    if !LIVE.load(Ordering::Acquire) || comm != world_handle() {
+        return None;
+    }
+    WORLD.get()?.ready().filter(|r| r.small_below > 0)
+}
+
 /// The entry of `comm` if it has one (`Err`: MPI was not initialized through the shim).
 pub fn lookup(comm: Comm) -> Result<Option<Held>, Reason> {
     if !LIVE.load(Ordering::Acquire) {

@@ -71,12 +71,16 @@ fn op_kind(op: Op) -> OpKind {
 unsafe fn collective<'a>(
     coll: Coll,
     comm: Comm,
+    block: Option<(c_int, Datatype)>,
     send: *const c_void,
     recv: *mut c_void,
     args: impl FnOnce(usize, usize) -> Args<'a, Datatype>,
     forward: impl FnOnce() -> c_int,
 ) -> c_int {
     guarded(coll.mpi_name(), || {
+        if let Some(small) = small_on_world(coll, comm, block) {
+            return tally(coll, Err(small), forward);
+        }
         // SAFETY: the caller's contract, passed on.
         tally(
             coll,
@@ -84,6 +88,26 @@ unsafe fn collective<'a>(
             forward,
         )
     })
+}
+
+/// The size rule ahead of the decision, for a call on the world's communicator whose
+/// bytes are its `block` (count and datatype) on every rank: `MPI_Allreduce`, `MPI_Reduce`
+/// and `MPI_Bcast`, and `MPI_Barrier` with none. Taking a call apart for the decision
+/// costs a small call about what vader's whole exchange does, and the decision gives MPI
+/// every plan under the threshold anyway; a small call it would not serve at all goes to
+/// MPI either way, counted here for its size. Other communicators, and calls whose bytes
+/// depend on the rank's side (a gather's), take the whole way.
+fn small_on_world(coll: Coll, comm: Comm, block: Option<(c_int, Datatype)>) -> Option<Reason> {
+    let (count, dtype) = block?;
+    let ready = comms::world_giving_small(comm)?;
+    if !comms::control()?.serves(coll) {
+        return None;
+    }
+    let bytes = match usize::try_from(count).ok()? {
+        0 => 0,
+        n => n.saturating_mul(type_of(dtype).size),
+    };
+    ready.too_small(bytes).err()
 }
 
 /// A call's outcome, counted when the stats are printed (`RCOLL_MPI_STATS=1`; otherwise
@@ -603,6 +627,7 @@ pub unsafe extern "C" fn MPI_Allreduce(
         collective(
             c,
             comm,
+            Some((count, datatype)),
             sendbuf,
             recvbuf,
             |r, n| reduction(c, (r, n), (sendbuf, recvbuf), count, datatype, op, 0),
@@ -631,6 +656,7 @@ pub unsafe extern "C" fn MPI_Reduce(
         collective(
             c,
             comm,
+            Some((count, datatype)),
             sendbuf,
             recvbuf,
             |r, n| reduction(c, (r, n), (sendbuf, recvbuf), count, datatype, op, root),
@@ -658,6 +684,7 @@ pub unsafe extern "C" fn MPI_Bcast(
         collective(
             c,
             comm,
+            Some((count, datatype)),
             none,
             buffer,
             |r, n| {
@@ -694,6 +721,7 @@ pub unsafe extern "C" fn MPI_Allgather(
         collective(
             c,
             comm,
+            None,
             sendbuf,
             recvbuf,
             |r, n| {
@@ -733,6 +761,7 @@ pub unsafe extern "C" fn MPI_Reduce_scatter_block(
         collective(
             c,
             comm,
+            None,
             sendbuf,
             recvbuf,
             |r, n| reduction(c, (r, n), (sendbuf, recvbuf), recvcount, datatype, op, 0),
@@ -760,6 +789,7 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
         collective(
             c,
             comm,
+            None,
             sendbuf,
             recvbuf,
             |r, n| {
@@ -799,6 +829,7 @@ pub unsafe extern "C" fn MPI_Alltoall(
         collective(
             c,
             comm,
+            None,
             sendbuf,
             recvbuf,
             |r, n| {
@@ -840,6 +871,7 @@ pub unsafe extern "C" fn MPI_Gather(
         collective(
             c,
             comm,
+            None,
             sendbuf,
             recvbuf,
             |r, n| {
@@ -881,6 +913,7 @@ pub unsafe extern "C" fn MPI_Scatter(
         collective(
             c,
             comm,
+            None,
             sendbuf,
             recvbuf,
             |r, n| {
@@ -914,6 +947,7 @@ pub unsafe extern "C" fn MPI_Barrier(comm: Comm) -> c_int {
         collective(
             c,
             comm,
+            Some((0, NO_DATATYPE)),
             none,
             nothing,
             |r, n| movement(c, (r, n), (none, 0, NO_DATATYPE), (none, 0, NO_DATATYPE), 0),
