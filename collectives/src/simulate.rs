@@ -23,11 +23,12 @@ use rcoll_transport::Rank;
 
 use crate::algorithm::hierarchical::{has_levels, LevelAlgorithms};
 use crate::algorithm::{Algorithm, ScheduleError};
-use crate::schedule::cost::{Cost, CostModel, Levels, Walk};
+use crate::schedule::cost::{Cost, CostModel, Levels, Source, Walk};
 use crate::schedule::{Layout, Schedule};
 
-/// Primitives (or steps, see `work`) visited per pricing before hosts are sampled: about
-/// a few seconds of work.
+/// Primitives visited per pricing before hosts are sampled (or steps, where a schedule
+/// has more of those: a pipelined schedule over many hosts has thousands, most of them
+/// empty for any one rank, and making them is most of its cost): a few seconds of work.
 pub const DEFAULT_BUDGET: usize = 10_000_000;
 
 /// A price and how much of the job it looked at.
@@ -77,13 +78,13 @@ pub fn price(
     let chosen = (algorithm == Algorithm::Hierarchical && has_levels(hosts))
         .then(|| crate::select::level_algorithms(layout, elem_size, model, levels));
     let mut cache = Cache::new(algorithm, *layout, hosts, chosen.unwrap_or_default());
-    let walk = Walk::new(layout, elem_size, model, Some(levels), hosts);
+    let walk = Walk::new(layout, elem_size, model, Some(levels), layout.nranks);
     // Hosts in an order whose every prefix is spread over the job (the ends first, then
-    // midpoints); pricing stops once the primitives visited pass the budget.
+    // midpoints); pricing stops once the work done passes the budget.
     let enough = |visited: usize, priced: usize| priced >= MIN_HOSTS && visited > budget;
-    let walked = walk.walk(spread_order(hosts.nhosts()), |r| cache.get(r), enough)?;
+    let walked = walk.walk(spread_order(hosts.nhosts()), &mut cache, enough)?;
     Ok(Pricing {
-        cost: walked.cost(&walk, layout.nranks),
+        cost: walk.cost(&walked, layout.nranks),
         hosts_priced: walked.hosts_priced,
         hosts: hosts.nhosts(),
         levels: chosen,
@@ -141,8 +142,13 @@ impl<'a> Cache<'a> {
             recent: VecDeque::with_capacity(Self::CAPACITY),
         }
     }
+}
 
-    fn get(&mut self, r: Rank) -> Result<Rc<Schedule>, ScheduleError> {
+impl Source for Cache<'_> {
+    type Held = Rc<Schedule>;
+    type Error = ScheduleError;
+
+    fn schedule(&mut self, r: Rank) -> Result<Rc<Schedule>, ScheduleError> {
         if let Some((_, s)) = self.recent.iter().find(|(x, _)| *x == r) {
             return Ok(Rc::clone(s));
         }

@@ -288,34 +288,151 @@ pub fn cost_levels(
     let n = schedules.len();
     let levels = levels.filter(|l| l.hosts.nranks() == n);
     let Some(first) = schedules.first() else {
-        return Walked::default().cost(&Walk::flat(model), 0);
+        return Walked::default().cost(model, None, 0);
     };
-    // One level: every rank its own host, so the walk's per-host link is the rank's own.
-    let flat;
-    let hosts = match levels {
-        Some(l) => l.hosts,
-        None => {
-            flat = HostMap::blocks(&vec![1; n]);
-            &flat
+    let walk = Walk::new(&first.layout, elem_size, model, levels, n);
+    let mut source = InMemory::new(schedules);
+    let Ok(walked) = walk.walk(0..walk.nhosts(), &mut source, |_, _| false);
+    walk.cost(&walked, n)
+}
+
+/// Where a walk takes each rank's schedule, and what each rank receives.
+pub(crate) trait Source {
+    /// A schedule as the source hands it out.
+    type Held: std::ops::Deref<Target = Schedule>;
+    /// Why a schedule could not be had.
+    type Error;
+
+    /// Rank `r`'s schedule.
+    fn schedule(&mut self, r: Rank) -> Result<Self::Held, Self::Error>;
+
+    /// Calls `each(round, sender, elements)` for every message `r` (whose schedule is
+    /// `own`) receives, in the round of the primitive that sends it (the model's
+    /// convention); returns the work done, as [`work`] counts it. By default from the
+    /// schedules of the peers `own` receives from.
+    fn receives(
+        &mut self,
+        r: Rank,
+        own: &Schedule,
+        each: &mut dyn FnMut(usize, Rank, usize),
+    ) -> Result<usize, Self::Error> {
+        let mut peers: Vec<Rank> = own
+            .primitives()
+            .filter_map(|(_, _, p)| p.recv_from())
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        let mut visited = 0;
+        for q in peers {
+            let theirs = self.schedule(q)?;
+            visited += work(&theirs);
+            for (_, s, p) in theirs.primitives() {
+                for _ in p.send_to().iter().filter(|&&to| to == r) {
+                    each(s, q, p.len());
+                }
+            }
         }
-    };
-    let walk = Walk::new(&first.layout, elem_size, model, levels, hosts);
-    let never = |_: usize, _: usize| false;
-    let all = 0..hosts.nhosts();
-    match walk.walk(all, |r| Ok::<_, Infallible>(&schedules[r.index()]), never) {
-        Ok(walked) => walked.cost(&walk, n),
-        Err(never) => match never {},
+        Ok(visited)
+    }
+}
+
+/// Every rank's schedule in memory, with each rank's incoming messages indexed once (a
+/// rank of a mesh hears from every other: scanning their schedules for each would take
+/// p^3).
+struct InMemory<'a> {
+    schedules: &'a [Schedule],
+    /// Per rank, the messages it receives: (round, sender, elements).
+    inbox: Vec<Vec<(usize, Rank, usize)>>,
+}
+
+impl<'a> InMemory<'a> {
+    fn new(schedules: &'a [Schedule]) -> InMemory<'a> {
+        let mut inbox = vec![Vec::new(); schedules.len()];
+        for (q, schedule) in schedules.iter().enumerate() {
+            for (_, s, p) in schedule.primitives() {
+                for to in p.send_to() {
+                    if let Some(messages) = inbox.get_mut(to.index()) {
+                        messages.push((s, Rank::from(q), p.len()));
+                    }
+                }
+            }
+        }
+        InMemory { schedules, inbox }
+    }
+}
+
+impl<'a> Source for InMemory<'a> {
+    type Held = &'a Schedule;
+    type Error = Infallible;
+
+    fn schedule(&mut self, r: Rank) -> Result<&'a Schedule, Infallible> {
+        Ok(&self.schedules[r.index()])
+    }
+
+    fn receives(
+        &mut self,
+        r: Rank,
+        _own: &Schedule,
+        each: &mut dyn FnMut(usize, Rank, usize),
+    ) -> Result<usize, Infallible> {
+        for &(s, q, len) in &self.inbox[r.index()] {
+            each(s, q, len);
+        }
+        Ok(0)
+    }
+}
+
+/// The hosts a walk goes through: a map's, or with one level every rank a host of its own.
+enum Hosts<'a> {
+    Map(&'a HostMap),
+    Flat(Vec<Rank>),
+}
+
+impl Hosts<'_> {
+    fn nhosts(&self) -> usize {
+        match self {
+            Hosts::Map(m) => m.nhosts(),
+            Hosts::Flat(ranks) => ranks.len(),
+        }
+    }
+
+    fn members(&self, h: usize) -> &[Rank] {
+        match self {
+            Hosts::Map(m) => m.members(h),
+            Hosts::Flat(ranks) => std::slice::from_ref(&ranks[h]),
+        }
+    }
+
+    fn same_host(&self, a: Rank, b: Rank) -> bool {
+        match self {
+            Hosts::Map(m) => m.same_host(a, b),
+            Hosts::Flat(_) => a == b,
+        }
+    }
+
+    /// Host `h`'s CPUs when it has fewer than ranks, which then take turns on them.
+    fn crowded(&self, h: usize) -> Option<usize> {
+        match self {
+            Hosts::Map(m) => m.cpus(h).filter(|&c| m.members(h).len() > c),
+            Hosts::Flat(_) => None,
+        }
+    }
+
+    fn local_rank(&self, r: Rank) -> usize {
+        match self {
+            Hosts::Map(m) => m.local_rank(r),
+            Hosts::Flat(_) => 0,
+        }
     }
 }
 
 /// One walk over a job's schedules, host by host: the model's per-round loads, priced
 /// alike for every schedule in memory ([`cost_levels`]) and for schedules made a rank at a
 /// time at scale ([`crate::simulate::price`]). A rank's sends come from its own schedule,
-/// what it receives from the schedules of the peers it receives from (in the round of the
-/// primitive that sends it, the model's convention); a host's loads are the sums over its
-/// members, so a host is the unit walked, and a sample of hosts prices a sample.
+/// what it receives from its [`Source`]; a host's loads are the sums over its members, so
+/// a host is the unit walked, and a sample of hosts prices a sample.
 pub(crate) struct Walk<'a> {
-    hosts: &'a HostMap,
+    hosts: Hosts<'a>,
     elem_size: usize,
     /// The rates priced at (after [`rates_for`]).
     model: CostModel,
@@ -331,54 +448,54 @@ pub(crate) struct Walk<'a> {
 }
 
 impl<'a> Walk<'a> {
-    /// A walk of `layout` (elements of `elem_size` bytes) over `hosts` (`levels`' map, or
-    /// one rank per host without levels), at the rates [`rates_for`] gives.
+    /// A walk of `layout` (elements of `elem_size` bytes, `nranks` ranks) over `levels`'
+    /// hosts, or without levels every rank a host of its own, at the rates [`rates_for`]
+    /// gives.
     pub(crate) fn new(
         layout: &super::Layout,
         elem_size: usize,
         model: &CostModel,
-        levels: Option<&Levels<'_>>,
-        hosts: &'a HostMap,
+        levels: Option<&Levels<'a>>,
+        nranks: usize,
     ) -> Walk<'a> {
+        let hosts = match levels {
+            Some(l) => Hosts::Map(l.hosts),
+            None => Hosts::Flat((0..nranks).map(Rank::from).collect()),
+        };
         let (model, levels) = rates_for(layout, elem_size, model, levels);
         Walk {
             hosts,
             elem_size,
             model,
             local: levels.map(|l| l.local),
+            // A barrier's schedules reduce, at count 0: nothing to copy either way.
             receivers_read: levels
                 .is_some_and(|l| l.receivers_read && !layout.collective.reduces()),
             tcp_inside: levels.is_some_and(|l| !l.receivers_read),
         }
     }
 
-    fn flat(model: &CostModel) -> Walk<'static> {
-        static NONE: std::sync::OnceLock<HostMap> = std::sync::OnceLock::new();
-        Walk {
-            hosts: NONE.get_or_init(|| HostMap::blocks(&[])),
-            elem_size: 0,
-            model: *model,
-            local: None,
-            receivers_read: false,
-            tcp_inside: false,
-        }
+    /// The hosts walked.
+    pub(crate) fn nhosts(&self) -> usize {
+        self.hosts.nhosts()
     }
 
-    /// Walks the hosts of `order` while `more(visited, hosts walked)` holds after the
-    /// first, taking each rank's schedule from `get` (its own, then its senders').
-    /// `visited` counts primitives, or steps where a schedule has more of those (a
-    /// pipelined schedule over many hosts has thousands of steps, most of them empty for
-    /// any one rank, and making them is most of its cost).
-    pub(crate) fn walk<S, E>(
+    /// What `walked` costs at this walk's rates, totals scaled from the ranks walked to
+    /// `nranks`.
+    pub(crate) fn cost(&self, walked: &Walked, nranks: usize) -> Cost {
+        walked.cost(&self.model, self.local.as_ref(), nranks)
+    }
+
+    /// Walks the hosts of `order`, each rank's schedule and receipts from `source`, and
+    /// stops before a host when `stop(visited, hosts walked)` holds. `visited` counts the
+    /// work done ([`work`]).
+    pub(crate) fn walk<S: Source>(
         &self,
         order: impl IntoIterator<Item = usize>,
-        mut get: impl FnMut(Rank) -> Result<S, E>,
+        source: &mut S,
         mut stop: impl FnMut(usize, usize) -> bool,
-    ) -> Result<Walked, E>
-    where
-        S: std::ops::Deref<Target = Schedule>,
-    {
-        let hosts = self.hosts;
+    ) -> Result<Walked, S::Error> {
+        let hosts = &self.hosts;
         let two_levels = self.local.is_some();
         let elem = self.elem_size as u64;
         let mut acc = Walked::default();
@@ -392,10 +509,8 @@ impl<'a> Walk<'a> {
             }
             acc.hosts_priced += 1;
             host.clear();
-            // A host with more ranks than CPUs: local rank i on CPU i mod cpus.
-            let crowded = hosts
-                .cpus(h)
-                .filter(|&c| two_levels && hosts.members(h).len() > c);
+            // Local rank i on CPU i mod cpus.
+            let crowded = hosts.crowded(h).filter(|_| two_levels);
             let cpu_of = |r: Rank| crowded.map(|c| hosts.local_rank(r) % c);
             cpus.clear(crowded.unwrap_or(0));
             for &r in hosts.members(h) {
@@ -410,19 +525,13 @@ impl<'a> Walk<'a> {
                     true if bytes >= SAME_CPU_MIN => Some(Load::SameCpu),
                     true => Some(Load::SameCpuCached),
                 };
-                let own = get(r)?;
+                let own = source.schedule(r)?;
                 visited += work(&own);
                 let mut sent_total = 0u64;
-                let mut peers: Vec<Rank> = Vec::new();
                 for (_, s, p) in own.primitives() {
                     let bytes = p.len() as u64 * elem;
                     if p.reduces() {
                         rank.add(s, Load::Reduced, bytes);
-                    }
-                    if let Some(from) = p.recv_from() {
-                        if !peers.contains(&from) {
-                            peers.push(from);
-                        }
                     }
                     for &to in p.send_to() {
                         acc.round(s).sends = true;
@@ -447,30 +556,22 @@ impl<'a> Walk<'a> {
                     }
                 }
                 acc.max_sent_per_rank = acc.max_sent_per_rank.max(sent_total);
-                drop(own);
-                for q in peers {
-                    let theirs = get(q)?;
-                    visited += work(&theirs);
-                    let inside = hosts.same_host(q, r);
-                    for (_, s, p) in theirs.primitives() {
-                        let n = p.send_to().iter().filter(|&&to| to == r).count() as u64;
-                        if n == 0 {
-                            continue;
-                        }
-                        // Its round has a sender, walked or not.
-                        acc.round(s).sends = true;
-                        let bytes = n * p.len() as u64 * elem;
-                        if let Some(load) = same_cpu(q, p.len() as u64 * elem) {
-                            rank.add(s, load, bytes);
-                        }
-                        if !inside {
-                            rank.add(s, Load::GlobalEnds, n);
-                        }
-                        let loads = if inside { &mut rank } else { &mut host };
-                        loads.add(s, Load::Received, bytes);
-                        loads.add(s, Load::Messages, n);
+                visited += source.receives(r, &own, &mut |s, q, len| {
+                    // Its round has a sender, walked or not.
+                    acc.round(s).sends = true;
+                    let bytes = len as u64 * elem;
+                    if let Some(load) = same_cpu(q, bytes) {
+                        rank.add(s, load, bytes);
                     }
-                }
+                    let inside = hosts.same_host(q, r);
+                    if !inside {
+                        rank.add(s, Load::GlobalEnds, 1);
+                    }
+                    let loads = if inside { &mut rank } else { &mut host };
+                    loads.add(s, Load::Received, bytes);
+                    loads.add(s, Load::Messages, 1);
+                })?;
+                drop(own);
                 self.fold_rank(&rank, crowded.is_some(), &mut acc);
                 if let Some(cpu) = cpu_of(r) {
                     cpus.add(cpu, &rank, self.receivers_read);
@@ -512,7 +613,9 @@ impl<'a> Walk<'a> {
     }
 }
 
-/// What visiting `s` costs a walk's budget: its primitives, or its steps where it has more.
+/// What visiting `s` costs a walk: its primitives, or its steps where it has more (a
+/// pipelined schedule over many hosts has thousands of steps, most of them empty for any
+/// one rank, and making them is most of its cost).
 fn work(s: &Schedule) -> usize {
     let steps: usize = s.channels.iter().map(|c| c.steps.len()).sum();
     s.primitive_count().max(steps)
@@ -543,8 +646,9 @@ impl Walked {
         &mut self.rounds[s]
     }
 
-    /// The price at `walk`'s rates, totals scaled from the ranks walked to `nranks`.
-    pub(crate) fn cost(&self, walk: &Walk<'_>, nranks: usize) -> Cost {
+    /// The price at `model`'s rates (and `local`'s inside a host, with two levels),
+    /// totals scaled from the ranks walked to `nranks`.
+    fn cost(&self, model: &CostModel, local: Option<&CostModel>, nranks: usize) -> Cost {
         let scale = |x: u64| -> u64 {
             if self.ranks_priced == nranks {
                 x
@@ -563,7 +667,7 @@ impl Walked {
             messages: scale(self.messages),
             cross_host_messages: scale(self.cross_host_messages),
             cross_host_bytes: scale(self.cross_host_bytes),
-            predicted_us: price_rounds(&self.rounds, &walk.model, walk.local.as_ref()),
+            predicted_us: price_rounds(&self.rounds, model, local),
         }
     }
 }
@@ -750,25 +854,25 @@ impl CpuRound {
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Round {
     /// Whether any rank sends in it.
-    pub sends: bool,
+    sends: bool,
     /// Whether a message crosses hosts in it (any message, without levels).
-    pub global_messages: bool,
+    global_messages: bool,
     /// Whether a message stays inside a host in it (with levels).
-    pub local_messages: bool,
+    local_messages: bool,
     /// Bytes over the busiest network link, one direction (per host link with levels).
-    pub global: u64,
+    global: u64,
     /// Bytes over the busiest rank's connections inside its host, one direction; for a
     /// rank of a crowded host, half what it sends and receives there together.
-    pub local: u64,
+    local: u64,
     /// Bytes the busiest rank reduces.
-    pub reduced: u64,
+    reduced: u64,
     /// Messages the busiest rank sends and receives across hosts (all, without levels).
-    pub global_ends: u64,
+    global_ends: u64,
     /// Messages the busiest rank sends and receives inside its host (with levels).
-    pub local_ends: u64,
+    local_ends: u64,
     /// On the hosts with more ranks than CPUs, the busiest CPU's time in microseconds
-    /// ([`busiest_cpu`]; 0 when no host is crowded, or their CPUs are unknown).
-    pub cpu_us: f64,
+    /// (0 when no host is crowded, or their CPUs are unknown).
+    cpu_us: f64,
 }
 
 /// The share of a round's lesser bound (its busiest rank's, or its busiest CPU's on a
@@ -779,9 +883,9 @@ struct Round {
 /// memory).
 const TIE_SHARE: f64 = 0.01;
 
-/// The model's sum over `rounds`. With `local`
-/// (two levels), a round costs the slower of its two levels, and a level no message of
-/// the round uses costs nothing (an empty message still costs its level's latency).
+/// The model's sum over `rounds`. With `local` (two levels), a round costs the slower of
+/// its two levels, and a level no message of the round uses costs nothing (an empty
+/// message still costs its level's latency).
 fn price_rounds(rounds: &[Round], model: &CostModel, local: Option<&CostModel>) -> f64 {
     let gamma_us_per_byte = 1.0 / (model.reduce_gbytes_per_s * 1e3);
     let mut predicted_us = 0.0;
