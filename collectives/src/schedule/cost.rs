@@ -29,8 +29,8 @@
 //! moves the same bytes in all; what this separates is where they fall. On 3 ranks and
 //! 2 CPUs, a ring's two ranks on CPU 0 copy twice what the one on CPU 1 does, in every
 //! round, while halving-doubling's fold leaves one of them idle after its first message:
-//! 4 copies of the vector on the busiest CPU against 5.3, and it ran 1.3 times faster
-//! (64 MiB over loopback TCP: 49 ms against 64 ms, and 1.17 times over shared memory).
+//! 4 copies of the vector on the busiest CPU against 5.3, and it runs faster (measured:
+//! docs/src/algorithms.md, "How the model's constants were set").
 //! Over loopback TCP, a byte of a large message between two ranks of one CPU costs that
 //! CPU more than its two copies (`SAME_CPU_COPY`, from `SAME_CPU_MIN` bytes), which
 //! puts halving-doubling's first exchange on 4 ranks (ranks 0 and 2, on one CPU) behind
@@ -98,12 +98,11 @@ impl CostModel {
     /// A default for TCP between ranks of one host (loopback): a round costs a wake-up (the
     /// waiting rank sleeps: its CPU serves others), a message a system call, bytes cross at
     /// the rate of a kernel copy each way, [`LOOPBACK_CACHE_SPEEDUP`] times as fast for a
-    /// vector that stays in cache. Out of cache 25 Gbit/s, about what two ranks with a CPU
-    /// each reached (a 64 MiB all_reduce in 23.9 ms, each rank sending and receiving 64 MiB
-    /// and reducing half), and near what 4 iperf3 streams on 2 CPUs reach (8 GB/s together:
-    /// 8 GB/s of kernel copies per CPU, against 6.25 at half of this beta per copy). 15, as
-    /// it was, made a crowded host's CPU bound (where bytes count at both ends) outweigh
-    /// its message costs at 32 KiB, where the fewest messages still won.
+    /// vector that stays in cache. Out of cache 25 Gbit/s: what two ranks with a CPU each
+    /// reach, near what iperf3 streams reach on the same CPUs; a slower rate lets a crowded
+    /// host's CPU bound (where bytes count at both ends) outweigh its message costs at
+    /// sizes where the fewest messages still win (measured: docs/src/algorithms.md, "How
+    /// the model's constants were set").
     pub fn tcp_loopback() -> CostModel {
         CostModel {
             alpha_us: 6.0,
@@ -179,7 +178,7 @@ fn polls_by_default() -> bool {
 pub const CACHED_VECTOR: u64 = 1 << 20;
 
 /// How many times as fast copies and reductions between ranks that share memory run in
-/// cache as out of it: just above the largest gain measured (2.7-3.8x), where a smaller
+/// cache as out of it: just above the largest gain measured, where a smaller
 /// factor let more rounds of smaller messages price below fewer rounds that ran faster
 /// (measured: docs/src/algorithms.md, "How the model's constants were set").
 pub const CACHE_SPEEDUP: f64 = 4.0;

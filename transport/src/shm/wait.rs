@@ -16,9 +16,9 @@ pub(super) const BELL_DRAIN: usize = 64;
 /// Looks at the rings per clock read while a wait spins.
 const CLOCK_EVERY: u32 = 16;
 
-/// How much longer than its spin a wait spins while a peer reads this rank's memory: a
-/// 64 MiB read takes 5-13 ms here; past this, sleeping costs little beside the read (and a
-/// stopped reader burns no core).
+/// How much longer than its spin a wait spins while a peer reads this rank's memory:
+/// longer than a 64 MiB read takes at memory speed; past this, sleeping costs little beside
+/// the read (and a stopped reader burns no core).
 const READ_SPIN: Duration = Duration::from_millis(20);
 
 impl ShmTransport {
