@@ -416,8 +416,11 @@ fn form(comm: Comm, rank: usize, size: usize, label: &str) -> Entry {
     // Agreed by all, each the least of the members' values: whether every member built
     // its rank; whether every one reaches all the others through shared memory alone
     // (rcoll's "shm": a pair that could not map its peer's segment goes over TCP on those
-    // two ranks only, see `rcoll_transport::shm`); the smallest call served there.
-    let shm_only = built.as_ref().is_ok_and(|c| c.transport_name() == "shm");
+    // two ranks only, see `rcoll_transport::shm`), or has no other to reach (one rank,
+    // whose every call is a copy); the smallest call served there.
+    let shm_only = built
+        .as_ref()
+        .is_ok_and(|c| c.transport_name() == "shm" || size == 1);
     let shm_min = control().map_or(0, |c| c.shm_min);
     let mut agreed = [
         c_int::from(built.is_ok()),

@@ -72,7 +72,8 @@ truth!(i8, u8, i32, u32, i64, u64);
 
 /// A logical op: the inputs become 0 or 1 (in place, the one buffer, which the result
 /// overwrites anyway; otherwise a copy of the send buffer), then `plan.op` (min, max or
-/// xor) reduces them.
+/// xor) reduces them. On one rank there is nothing to reduce and the result is the input
+/// as it is, as MPI libraries give it (Open MPI and MPICH copy it).
 ///
 /// # Safety
 /// As [`execute`], and `T` is `plan.dtype`.
@@ -82,6 +83,10 @@ unsafe fn logical<T: Truth>(
     send: *const c_void,
     recv: *mut c_void,
 ) -> rcoll::Result<()> {
+    if comm.size() == 1 {
+        // SAFETY: the caller's contract, passed on.
+        return unsafe { typed::<T>(comm, plan, send, recv) };
+    }
     let (send_len, recv_len) = plan.lengths(comm.rank(), comm.size());
     if plan.in_place && plan.action == Action::ReduceScatter {
         // The blocks after the first keep the input (see `typed`): the truths of a copy of
