@@ -3,10 +3,12 @@
 # at test time into target/mpi-clients, never committed.
 #  (a) MPICH's collective tests (test/mpi/coll of Debian's mpich source package, fetched
 #      through a private apt configuration: the system's sources are not touched), built
-#      against Open MPI's mpicc, each run of its testlist with the shim preloaded, and under
-#      plain Open MPI where it failed: every run that passes plainly must pass under the
-#      shim, and the shim's statistics must show calls served and none forwarded because
-#      the shim could not serve them (no rcoll communicator, MPI_Init not seen).
+#      against Open MPI's mpicc, each run of its testlist with the shim preloaded serving
+#      every size (the reductions' and broadcasts' runs on up to 5 ranks also with the shim
+#      as it comes), and under plain Open MPI where it failed: every run that passes
+#      plainly must pass under the shim, and the shim's statistics must show calls served
+#      and none forwarded because the shim could not serve them (no rcoll communicator,
+#      MPI_Init not seen).
 #  (b) mpi4py's own collective tests (test/test_cco_*.py of its sdist), mpi4py built against
 #      the same Open MPI, on 2 and 4 ranks under the shim.
 #  (c) the shim built for Debian's MPICH (RCOLL_MPICC=mpicc.mpich, integer handles) passing
@@ -78,8 +80,9 @@ build_mpich_tests() {
   touch "$t/coll/.built"
 }
 
-# One testlist line, plain or with the shim: prints PASS/FAIL and, for the shim, the
-# statistics lines; the output of a failed run is kept in $work/mpich-runs.
+# One testlist line, plain, with the shim serving every size (shim) or with the shim as it
+# comes (default: small calls inside one host given MPI): prints PASS/FAIL and, under the
+# shim, the statistics lines; the output of a failed run is kept in $work/mpich-runs.
 run_mpich_test() {
   local mode=$1 name=$2 np=$3
   shift 3
@@ -97,10 +100,10 @@ run_mpich_test() {
   session=$(mktemp -d "$work/ompi-session.XXXXXX")
   local cmd=(mpirun --oversubscribe --bind-to none -np "$np" --mca orte_tmpdir_base "$session"
     --mca pml ob1 --mca btl vader,self "${env[@]}")
+  [ "$mode" = plain ] || cmd+=(-x "LD_PRELOAD=$shim" -x RCOLL_MPI_STATS=1 -x RCOLL_TIMEOUT=30)
   # RCOLL_MPI_SHM_MIN=0: rcoll serves every size, the smallest too (which go to MPI inside
   # one host by default): these suites check rcoll's answers.
-  [ "$mode" = shim ] && cmd+=(-x "LD_PRELOAD=$shim" -x RCOLL_MPI_STATS=1 -x RCOLL_TIMEOUT=30
-    -x RCOLL_MPI_SHM_MIN=0)
+  [ "$mode" = shim ] && cmd+=(-x RCOLL_MPI_SHM_MIN=0)
   local out rc=0
   out=$(cd "$work/mpich/test/mpi/coll" && timeout -k 5 90 "${cmd[@]}" "./$name" "${args[@]}" 2>&1 </dev/null) || rc=$?
   rm -rf "$session"
@@ -139,11 +142,16 @@ mpich_suite() {
     # Under the shim, and plainly only where the shim's run failed: "every run that passes
     # plainly passes under the shim" is "every run that fails under the shim fails
     # plainly", at a fraction of the runs (the plain one right after, under the same load).
+    # The reductions' and broadcasts' tests on up to 5 ranks run under the shim as it comes
+    # too: small calls given MPI beside large ones served, on the world's communicator
+    # and the tests' own.
+    local modes=(shim)
+    [[ $name =~ ^(allred|bcast|red|reduce|op) && $np -le 5 ]] && modes+=(default)
     # shellcheck disable=SC2086 # the testlist's key=value words, one argument each
     {
-      out=$(run_mpich_test shim "$name" "$np" $rest)
+      out=$(for m in "${modes[@]}"; do run_mpich_test "$m" "$name" "$np" $rest; done)
       echo "$out"
-      if grep -q '^FAIL shim' <<<"$out"; then run_mpich_test plain "$name" "$np" $rest; fi
+      if grep -q '^FAIL \(shim\|default\)' <<<"$out"; then run_mpich_test plain "$name" "$np" $rest; fi
     } >"$work/mpich-runs/$(printf %04d $i).log" &
     pids+=($!)
     if [ ${#pids[@]} -ge "$jobs" ]; then
@@ -153,29 +161,37 @@ mpich_suite() {
   done <"$coll/testlist"
   for p in "${pids[@]}"; do wait "$p"; done
   cat "$work"/mpich-runs/[0-9][0-9][0-9][0-9].log >"$log"
-  local runs shimmed failed plain_too
+  local runs shimmed failed plain_too defaults default_passed
   runs=$(grep -c '^\(PASS\|FAIL\) shim' "$log" || true)
   shimmed=$(grep -c '^PASS shim' "$log" || true)
-  failed=$(grep -c '^FAIL shim' "$log" || true)
+  # Lines that failed under the shim either way (each then run plainly once).
+  failed=$(sed -n 's/^FAIL \(shim\|default\) \(.*\) (exit [0-9]*)$/\2/p' "$log" | sort -u | wc -l)
+  defaults=$(grep -c '^\(PASS\|FAIL\) default' "$log" || true)
+  default_passed=$(grep -c '^PASS default' "$log" || true)
   plain_too=$(grep -c '^FAIL plain' "$log" || true)
   local served forwarded
   served=$(sed -n 's/^STAT rcoll-mpi: MPI_[A-Za-z_]*: \([0-9]*\) served.*/\1/p' "$log" | awk '{ t += $1 } END { print t + 0 }')
   forwarded=$(sed -n 's/^STAT rcoll-mpi: .* served, \([0-9]*\) forwarded.*/\1/p' "$log" | awk '{ t += $1 } END { print t + 0 }')
-  say "MPICH coll: $runs runs ($(grep -c '^NOTBUILT' "$log" || true) not built against Open MPI 4.1), $shimmed pass under the shim; of the $failed that fail there, $plain_too fail under plain Open MPI too; $served calls served, $forwarded forwarded"
+  say "MPICH coll: $runs runs ($(grep -c '^NOTBUILT' "$log" || true) not built against Open MPI 4.1), $shimmed pass under the shim; of the $failed lines that fail under it (either way), $plain_too fail under plain Open MPI too; $served calls served, $forwarded forwarded; under the shim as it comes $default_passed of $defaults runs pass"
   echo "mpi-clients: forwarded calls by collective and reason (from rank 0 of each run):"
   sed -n 's/^STAT rcoll-mpi: \(MPI_[A-Za-z_]*\): [0-9]* served, [0-9]* forwarded (\(.*\))$/\1 \2/p' "$log" |
     awk '{ c = $1; sub(/^[^ ]* /, ""); n = split($0, parts, ", "); for (i = 1; i <= n; i++) {
            k = parts[i]; m = k + 0; sub(/^[0-9]* /, "", k); sum[c ": " k] += m } }
          END { for (k in sum) printf "  %7d %s\n", sum[k], k }' | sort -rn | head -n 15
   local bad=0 id
-  # Every run that fails under the shim fails plainly too.
-  while IFS= read -r id; do
+  # Every run that fails under the shim (either way) fails plainly too.
+  local mode
+  while read -r mode id; do
     if ! grep -qF "FAIL plain $id (exit " "$log"; then
-      echo "mpi-clients: FAIL: '$id' passes under plain Open MPI, not under the shim:" >&2
-      sed -n 1,40p "$work/mpich-runs/shim-${id// /_}.txt" >&2 || true
+      echo "mpi-clients: FAIL: '$id' passes under plain Open MPI, not under the shim ($mode):" >&2
+      sed -n 1,40p "$work/mpich-runs/$mode-${id// /_}.txt" >&2 || true
       bad=1
     fi
-  done < <(sed -n 's/^FAIL shim \(.*\) (exit [0-9]*)$/\1/p' "$log")
+  done < <(sed -n 's/^FAIL \(shim\|default\) \(.*\) (exit [0-9]*)$/\1 \2/p' "$log")
+  if [ "${defaults:-0}" -eq 0 ]; then
+    echo "mpi-clients: FAIL: no MPICH test ran under the shim as it comes" >&2
+    bad=1
+  fi
   # Calls served, and none forwarded because the shim could not serve them.
   if [ "${served:-0}" -eq 0 ]; then
     echo "mpi-clients: FAIL: the shim served no call in MPICH's tests" >&2

@@ -52,7 +52,8 @@ pub struct Ready {
     /// read by every call: a load, not a lock.
     failed: OnceLock<String>,
     /// Blocking calls of fewer bytes go to MPI (0: none): `RCOLL_MPI_SHM_MIN` where every
-    /// member reaches every other through rcoll's shared memory alone. Agreed by all
+    /// member reaches every other through rcoll's shared memory alone, or where one rank
+    /// is the whole communicator. Agreed by all
     /// members when the communicator was formed, as the calls forwarded for their size
     /// must be.
     small_below: usize,
@@ -417,14 +418,15 @@ fn form(comm: Comm, rank: usize, size: usize, label: &str) -> Entry {
     // its rank; whether every one reaches all the others through shared memory alone
     // (rcoll's "shm": a pair that could not map its peer's segment goes over TCP on those
     // two ranks only, see `rcoll_transport::shm`), or has no other to reach (one rank,
-    // whose every call is a copy); the smallest call served there.
-    let shm_only = built
+    // where a small call is a copy MPI makes sooner, as inside any host); the smallest
+    // call served there.
+    let one_host = built
         .as_ref()
         .is_ok_and(|c| c.transport_name() == "shm" || size == 1);
     let shm_min = control().map_or(0, |c| c.shm_min);
     let mut agreed = [
         c_int::from(built.is_ok()),
-        c_int::from(shm_only),
+        c_int::from(one_host),
         c_int::try_from(shm_min).unwrap_or(c_int::MAX),
     ];
     // SAFETY: `agreed` is writable for its length; every member makes this call.

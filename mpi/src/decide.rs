@@ -1,8 +1,10 @@
 //! Served or forwarded, and why: the shim's policy, as pure functions of a call's arguments
 //! (what C says of its datatypes and op, the communicator's rank and size), so that unit
-//! tests reach every rule. One rule more is applied once the communicator's rcoll side is
-//! known: small blocking calls inside one host go to MPI (`comms::Ready::too_small`, on
-//! [`Plan::bytes`] and what the members agreed on when the communicator formed).
+//! tests reach every rule. One rule more needs the communicator's rcoll side: small
+//! blocking calls inside one host go to MPI (`comms::Ready::too_small`, on [`Plan::bytes`]
+//! and what the members agreed on when the communicator formed). It is applied after
+//! these, except on the world's communicator, where a call whose bytes are its one count
+//! and datatype is measured first (`entry::small_on_world`).
 //!
 //! Every rank of a communicator must take the same decision for the same call, or one
 //! rank runs rcoll while another runs MPI and both wait forever. So a rule may look only

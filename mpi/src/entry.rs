@@ -91,12 +91,14 @@ unsafe fn collective<'a>(
 }
 
 /// The size rule ahead of the decision, for a call on the world's communicator whose
-/// bytes are its `block` (count and datatype) on every rank: `MPI_Allreduce`, `MPI_Reduce`
-/// and `MPI_Bcast`, and `MPI_Barrier` with none. Taking a call apart for the decision
-/// costs a small call about what vader's whole exchange does, and the decision gives MPI
-/// every plan under the threshold anyway; a small call it would not serve at all goes to
-/// MPI either way, counted here for its size. Other communicators, and calls whose bytes
-/// depend on the rank's side (a gather's), take the whole way.
+/// bytes are its `block` (count and datatype) on every rank: `MPI_Allreduce`,
+/// `MPI_Reduce`, `MPI_Bcast`, `MPI_Reduce_scatter_block` (its block per rank), and
+/// `MPI_Barrier` with none. Taking a small call apart for the decision costs about a fifth
+/// of vader's whole exchange, and the decision gives MPI every plan under the threshold
+/// anyway. So on the world the size comes first: a small call the decision would not
+/// serve at all (`MPI_MAXLOC`, a user's op) goes to MPI either way, and is counted for
+/// its size. Other communicators, and calls whose bytes depend on the rank's side (a
+/// gather's), take the whole way.
 fn small_on_world(coll: Coll, comm: Comm, block: Option<(c_int, Datatype)>) -> Option<Reason> {
     let (count, dtype) = block?;
     let ready = comms::world_giving_small(comm)?;
@@ -761,7 +763,7 @@ pub unsafe extern "C" fn MPI_Reduce_scatter_block(
         collective(
             c,
             comm,
-            None,
+            Some((recvcount, datatype)),
             sendbuf,
             recvbuf,
             |r, n| reduction(c, (r, n), (sendbuf, recvbuf), recvcount, datatype, op, 0),
