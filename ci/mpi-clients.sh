@@ -103,7 +103,11 @@ run_mpich_test() {
   [ "$mode" = plain ] || cmd+=(-x "LD_PRELOAD=$shim" -x RCOLL_MPI_STATS=1 -x RCOLL_TIMEOUT=30)
   # RCOLL_MPI_SHM_MIN=0: rcoll serves every size, the smallest too (which go to MPI inside
   # one host by default): these suites check rcoll's answers.
-  [ "$mode" = shim ] && cmd+=(-x RCOLL_MPI_SHM_MIN=0)
+  # default: the shim's own threshold, whatever this environment says.
+  case $mode in
+    shim) cmd+=(-x RCOLL_MPI_SHM_MIN=0) ;;
+    default) cmd+=(-x RCOLL_MPI_SHM_MIN=) ;;
+  esac
   local out rc=0
   out=$(cd "$work/mpich/test/mpi/coll" && timeout -k 5 90 "${cmd[@]}" "./$name" "${args[@]}" 2>&1 </dev/null) || rc=$?
   rm -rf "$session"
@@ -128,9 +132,8 @@ mpich_suite() {
   local log=$work/mpich.log
   : >"$log"
   local name np rest i=0 pids=()
-  # Each testlist line run plain then under the shim (the machine's load alike for both),
-  # RCOLL_MPI_CLIENT_JOBS lines at once (default 2: much of a run is its launch), the logs
-  # joined in the testlist's order.
+  # Each testlist line run under the shim, RCOLL_MPI_CLIENT_JOBS lines at once (default 2:
+  # much of a run is its launch), the logs joined in the testlist's order.
   local jobs=${RCOLL_MPI_CLIENT_JOBS:-2}
   while read -r name np rest; do
     case $name in '' | '#'*) continue ;; esac
@@ -146,7 +149,7 @@ mpich_suite() {
     # too: small calls given MPI beside large ones served, on the world's communicator
     # and the tests' own.
     local modes=(shim)
-    [[ $name =~ ^(allred|bcast|red|reduce|op) && $np -le 5 ]] && modes+=(default)
+    [[ $name =~ ^(allred|bcast|red|op) && $np -le 5 ]] && modes+=(default)
     # shellcheck disable=SC2086 # the testlist's key=value words, one argument each
     {
       out=$(for m in "${modes[@]}"; do run_mpich_test "$m" "$name" "$np" $rest; done)

@@ -245,6 +245,14 @@ mod tests {
                             streamed.cost.cross_host_bytes, whole.cross_host_bytes,
                             "{what}"
                         );
+                        assert_eq!(
+                            streamed.cost.cross_host_messages, whole.cross_host_messages,
+                            "{what}"
+                        );
+                        assert_eq!(
+                            streamed.cost.max_bytes_sent_per_rank, whole.max_bytes_sent_per_rank,
+                            "{what}"
+                        );
                         let (x, y) = (streamed.cost.predicted_us, whole.predicted_us);
                         assert!((x - y).abs() <= 1e-9 * y.max(1.0), "{what}: {x} vs {y}");
                     }

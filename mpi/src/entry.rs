@@ -93,9 +93,9 @@ unsafe fn collective<'a>(
 /// The size rule ahead of the decision, for a call on the world's communicator whose
 /// bytes are its `block` (count and datatype) on every rank: `MPI_Allreduce`,
 /// `MPI_Reduce`, `MPI_Bcast`, `MPI_Reduce_scatter_block` (its block per rank), and
-/// `MPI_Barrier` with none. Taking a small call apart for the decision costs about a fifth
-/// of vader's whole exchange, and the decision gives MPI every plan under the threshold
-/// anyway. So on the world the size comes first: a small call the decision would not
+/// `MPI_Barrier` with none. Taking a small call apart for the decision is a large share of
+/// what MPI's own exchange costs, and the decision gives MPI every plan under the
+/// threshold anyway. So on the world the size comes first: a small call the decision would not
 /// serve at all (`MPI_MAXLOC`, a user's op) goes to MPI either way, and is counted for
 /// its size. Other communicators, and calls whose bytes depend on the rank's side (a
 /// gather's), take the whole way.

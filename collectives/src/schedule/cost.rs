@@ -47,10 +47,9 @@
 //! This is the unpipelined bound of the textbook analysis (and of the seed lecture's table);
 //! the engine pipelines segments within a step and can beat it for chain and tree shapes.
 
-use rcoll_transport::hosts::HostMap;
-
 use std::convert::Infallible;
 
+use rcoll_transport::hosts::HostMap;
 use rcoll_transport::Rank;
 
 use super::Schedule;
@@ -246,7 +245,7 @@ pub struct Cost {
 /// `levels`', or, where the rates inside a host have a [`CostModel::cache_speedup`] and the
 /// call's vector stays in cache ([`CACHED_VECTOR`]), copies inside a host and every
 /// reduction that many times as fast (the network's rate stays).
-pub(crate) fn rates_for<'a>(
+fn rates_for<'a>(
     layout: &super::Layout,
     elem_size: usize,
     model: &CostModel,
@@ -875,11 +874,10 @@ struct Round {
 }
 
 /// The share of a round's lesser bound (its busiest rank's, or its busiest CPU's on a
-/// crowded host) added to the greater: a tie-break, small against either bound. Measured
-/// on 4 ranks and 2 CPUs, where halving-doubling, the double binary tree and the ring
-/// copy alike per CPU: the double binary tree, whose busiest rank does twice the others'
-/// work, ran 1.1-1.8 times slower than halving-doubling at 16-64 MiB (TCP and shared
-/// memory).
+/// crowded host) added to the greater: a tie-break, small against either bound, so that
+/// where schedules copy alike per CPU the one whose busiest rank has less of its own to
+/// do prices lower, as it runs faster (measured: docs/src/algorithms.md, "How the
+/// model's constants were set").
 const TIE_SHARE: f64 = 0.01;
 
 /// The model's sum over `rounds`. With `local` (two levels), a round costs the slower of
