@@ -234,25 +234,19 @@ mod tests {
                             "{a} {c} count {count} on {}, receivers read: {receivers_read}",
                             hosts.describe()
                         );
-                        assert_eq!(streamed.cost.steps, whole.steps, "{what}");
-                        assert_eq!(streamed.cost.total_bytes, whole.total_bytes, "{what}");
-                        assert_eq!(streamed.cost.messages, whole.messages, "{what}");
-                        assert_eq!(
-                            streamed.cost.max_step_bytes_per_rank, whole.max_step_bytes_per_rank,
-                            "{what}"
-                        );
-                        assert_eq!(
-                            streamed.cost.cross_host_bytes, whole.cross_host_bytes,
-                            "{what}"
-                        );
-                        assert_eq!(
-                            streamed.cost.cross_host_messages, whole.cross_host_messages,
-                            "{what}"
-                        );
-                        assert_eq!(
-                            streamed.cost.max_bytes_sent_per_rank, whole.max_bytes_sent_per_rank,
-                            "{what}"
-                        );
+                        // Every count, then the price within rounding.
+                        let counts = |c: &Cost| {
+                            [
+                                c.steps as u64,
+                                c.total_bytes,
+                                c.messages,
+                                c.max_step_bytes_per_rank,
+                                c.max_bytes_sent_per_rank,
+                                c.cross_host_messages,
+                                c.cross_host_bytes,
+                            ]
+                        };
+                        assert_eq!(counts(&streamed.cost), counts(&whole), "{what}");
                         let (x, y) = (streamed.cost.predicted_us, whole.predicted_us);
                         assert!((x - y).abs() <= 1e-9 * y.max(1.0), "{what}: {x} vs {y}");
                     }
