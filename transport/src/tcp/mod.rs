@@ -376,7 +376,8 @@ impl TcpTransport {
         }
     }
 
-    fn gone(&self, peer: usize) -> bool {
+    /// Whether `peer`'s connection is gone (its process died or it closed).
+    pub(crate) fn gone(&self, peer: usize) -> bool {
         matches!(self.peers.get(peer), Some(Some(p)) if p.gone.is_some())
     }
     /// Takes the message `tag` from `peer` whatever its length (control messages).

@@ -113,18 +113,19 @@ impl VerbsTransport {
                 self.fail_peer(p, e);
                 return;
             }
+            let failed = TransportError::Completion {
+                rank: self.me.rank,
+                peer: Rank::from(p),
+                op,
+                status,
+                vendor_err: c.vendor_err,
+            };
+            // The pair is broken, whatever the transport's error names (a new epoch
+            // carries on without it).
+            self.fail_peer(p, failed.clone());
             // Flushes after the first error repeat it; keep the first.
             if self.broken.is_none() {
-                let e = self.cause_behind(
-                    p,
-                    TransportError::Completion {
-                        rank: self.me.rank,
-                        peer: Rank::from(p),
-                        op,
-                        status,
-                        vendor_err: c.vendor_err,
-                    },
-                );
+                let e = self.cause_behind(p, failed);
                 self.fail(e);
             }
             return;

@@ -9,6 +9,7 @@
 //! go on; an operation toward that peer returns the error until the peer is excluded,
 //! when its queue pair is stopped and its slots come back to the pool.
 
+use super::ffi::MemoryWindow;
 use super::VerbsTransport;
 use crate::error::TransportError;
 use crate::types::{Rank, Tag};
@@ -26,9 +27,10 @@ impl VerbsTransport {
             };
             match peer {
                 Some(p) => self.fail_peer(p.index(), e),
-                // Pairs this rank stopped after the failure (`reap`): each is its peer's
-                // failure already.
-                None if matches!(e, TransportError::Aborted { by, .. } if by == self.me.rank) => {}
+                // An abort: this rank's, for the pairs it stopped after the failure
+                // (`reap`), or a peer's word standing for a failed completion
+                // (`cause_behind`). Each of those pairs is its peer's failure already.
+                None if matches!(e, TransportError::Aborted { .. }) => {}
                 // Not one peer's: the device or the completion queue itself.
                 None => {
                     self.broken = Some(e.clone());
@@ -89,7 +91,22 @@ impl VerbsTransport {
             p.credits.clear();
             p.owed.clear();
             p.deficit = 0;
-            self.free.extend(lent);
+            for (id, v) in lent {
+                // A slot's window is still bound on the stopped pair (never invalidated):
+                // it cannot be bound again, so the slot gets a fresh one, or stays out of
+                // the pool without one.
+                let buf = &mut self.bufs[id as usize];
+                if buf.window.is_some() {
+                    match MemoryWindow::new(&self.pd) {
+                        Ok(w) => buf.window = Some(w),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "verbs: no fresh window for a slot");
+                            continue;
+                        }
+                    }
+                }
+                self.free.push((id, v));
+            }
         }
         self.fail_peer(
             r,

@@ -60,8 +60,12 @@
 //!   ahead of their arrival as soon as nothing else uses their memory, up to twice the
 //!   window per peer: more than the slots a sender
 //!   may fill ahead, so that after the first window the offers are there first. On a
-//!   failure, every pair with an offer out is stopped before the call returns
-//!   ([`crate::Transport::reap_borrowed`]): no device writes a buffer given back. Caller memory is
+//!   failure, before the call returns ([`crate::Transport::reap_borrowed`]), the windows of
+//!   the offers out are invalidated here and the sends from caller memory finish, so no
+//!   device touches a buffer given back; a pair stops only where its peer is gone, an offer
+//!   has no window to invalidate, or its device neither finishes nor fails the work in
+//!   time. (A survivor's write racing the invalidation fails with a remote access error,
+//!   which breaks that pair: the shrink then leaves one of the two out.) Caller memory is
 //!   then registered for remote writes, as slots are without windows. With windows (scoped),
 //!   it is registered for windows instead: each offer binds a window over its range on the
 //!   peer's queue pair (only while nothing but binds is in flight there, as for slots), the

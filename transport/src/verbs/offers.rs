@@ -378,72 +378,126 @@ impl VerbsTransport {
         }
     }
 
-    /// [`crate::Transport::reap_borrowed`]: after a failure, no send still reads caller memory and
-    /// no peer can still write it (the pairs of those that do not finish at once stop).
+    /// [`crate::Transport::reap_borrowed`]: after a failure, no send still reads caller
+    /// memory and no peer can still write it. A pair stops only where that cannot be waited
+    /// for, and that stop is its peer's failure alone (the survivors of a shrink keep every
+    /// other pair): the peer is gone (its connection closed, so its device acknowledges
+    /// nothing more), an offer to it cannot be revoked (no window), or its device neither
+    /// acknowledged nor failed the sends within [`REAP_TIMEOUT`]. A live peer's sends
+    /// finish on their own, acknowledged or failed once its retries run out.
     pub(super) fn reap(&mut self) {
         // Landed and never taken: nothing more to do with them.
         self.placed.clear();
-        if self.borrowed.is_empty() && self.offers.is_empty() && self.withdrawing.is_empty() {
+        // Offers not sent yet never reach the peer: nothing to stop for them (a window
+        // bound for one is invalidated below all the same).
+        let unsent: std::collections::BTreeSet<u32> = self
+            .peers
+            .iter_mut()
+            .flatten()
+            .flat_map(|peer| {
+                peer.offers_out = 0;
+                let owed = peer.owed.iter().filter_map(|g| match g {
+                    Grant::Offer(c, _) => Some(c.id),
+                    Grant::Slot(_) => None,
+                });
+                let riding = peer.riding.drain(..).filter_map(|(_, g)| match g {
+                    Grant::Offer(c, _) => Some(c.id),
+                    Grant::Slot(_) => None,
+                });
+                let ids: Vec<u32> = owed.chain(riding).collect();
+                peer.owed.retain(|g| matches!(g, Grant::Slot(_)));
+                ids
+            })
+            .collect();
+        self.offers_due = false;
+        if self.reclaimed() {
             return;
         }
-        // Most complete on their own within a moment.
-        let soon = Instant::now() + Duration::from_millis(50);
-        while !self.borrowed.is_empty() && Instant::now() < soon {
-            self.progress();
-            std::thread::yield_now();
+        let mut stopped: Vec<usize> = Vec::new();
+        // Most sends complete on their own within a moment.
+        self.settle(
+            Instant::now() + Duration::from_millis(50),
+            false,
+            &mut stopped,
+        );
+        self.stop_gone(&mut stopped);
+        // The offers still out: a window is invalidated here (the peer can no longer
+        // write through it); one made under its region's key can be revoked only by
+        // stopping the pair, unless it never went out.
+        let ids: Vec<u32> = self.offers.keys().copied().collect();
+        for id in ids {
+            let Some(mut o) = self.offers.remove(&id) else {
+                continue;
+            };
+            let p = o.peer;
+            let Some(window) = o.window.take() else {
+                o.reading.fetch_sub(1, Ordering::Release);
+                if !unsent.contains(&id) {
+                    let e = self.pair_stopped(
+                        p,
+                        "a destination offered under its region's key (no window) can be \
+                         revoked only by stopping the pair",
+                    );
+                    self.stop_pair(p, e, &mut stopped);
+                }
+                continue;
+            };
+            let posted = match self.peers[p].as_mut() {
+                Some(peer) if !stopped.contains(&p) => peer
+                    .qp
+                    .post_local_invalidate(wr(WR_INVALIDATE, p, id), &window)
+                    .map(|()| peer.sends += 1)
+                    .is_ok(),
+                _ => false,
+            };
+            o.window = Some(window);
+            self.withdrawing.insert(id, o);
+            if !posted {
+                let e = self.pair_stopped(p, "the window of an offer could not be invalidated");
+                self.stop_pair(p, e, &mut stopped);
+            }
         }
-        if self.borrowed.is_empty() && self.offers.is_empty() && self.withdrawing.is_empty() {
-            return;
-        }
-        // The rest may wait on a dead peer for the whole retry budget (7 ACK timeouts):
-        // stop their queue pairs, and the device flushes every work request at once. A
-        // peer holding an offer could still write the caller's memory: its pair stops too
-        // (a stopped queue pair executes no more incoming writes).
-        let stuck: std::collections::BTreeSet<usize> = self
+        self.offered.clear();
+        // The rest finish on their own: a live peer's device acknowledges, a silent one's
+        // retries run out (7 ACK timeouts) and the sends fail; either way they complete.
+        self.settle(Instant::now() + REAP_TIMEOUT, true, &mut stopped);
+        let late: std::collections::BTreeSet<usize> = self
             .borrowed
             .values()
             .map(|(p, _)| *p)
-            .chain(self.offers.values().map(|o| o.peer))
             .chain(self.withdrawing.values().map(|o| o.peer))
+            .filter(|p| !stopped.contains(p))
             .collect();
-        for &p in &stuck {
-            if let Some(peer) = self.peers[p].as_mut() {
-                if let Err(e) = peer.qp.stop() {
-                    tracing::warn!(peer = p, error = %e, "cannot stop the queue pair");
-                }
-            }
+        for p in late {
+            let e = TransportError::Timeout {
+                rank: self.me.rank,
+                peer: Rank::from(p),
+                what: "its device to finish this rank's writes of caller memory, or the \
+                       invalidation of an offer to it, after a failure: the pair is stopped"
+                    .into(),
+                waited: REAP_TIMEOUT,
+            };
+            self.stop_pair(p, e, &mut stopped);
         }
-        let stopped: Vec<String> = stuck.iter().map(|&p| Rank::from(p).to_string()).collect();
-        let e = TransportError::Aborted {
-            rank: self.me.rank,
-            by: self.me.rank,
-            reason: format!(
-                "queue pairs to {} stopped to reclaim sends from, and offers of, caller \
-                 memory after a failure",
-                stopped.join(", ")
-            ),
-        };
-        // Each of those pairs is out for good, also if the survivors carry on (`epoch`).
-        for &p in &stuck {
-            self.fail_peer(p, e.clone());
+        if !stopped.is_empty() {
+            // Their work is flushed at once.
+            self.settle(Instant::now() + REAP_TIMEOUT, false, &mut stopped);
+            let names: Vec<String> = stopped.iter().map(|&p| Rank::from(p).to_string()).collect();
+            self.fail(TransportError::Aborted {
+                rank: self.me.rank,
+                by: self.me.rank,
+                reason: format!(
+                    "queue pairs to {} stopped to reclaim sends from, and offers of, caller \
+                     memory after a failure",
+                    names.join(", ")
+                ),
+            });
         }
-        self.fail(e);
-        // Their peers can no longer write here: the offers are void (their windows, bound
-        // to stopped pairs, are freed).
-        for (_, o) in self.offers.drain().chain(self.withdrawing.drain()) {
-            drop(o.window);
+        // Invalidations on stopped pairs: their windows' state is unknown, so they are
+        // freed, not reused.
+        for (_, mut o) in self.withdrawing.drain() {
+            drop(o.window.take());
             o.reading.fetch_sub(1, Ordering::Release);
-        }
-        self.offered.clear();
-        for peer in self.peers.iter_mut().flatten() {
-            peer.offers_out = 0;
-            peer.owed.retain(|g| matches!(g, Grant::Slot(_)));
-            peer.riding.clear();
-        }
-        let until = Instant::now() + REAP_TIMEOUT;
-        while !self.borrowed.is_empty() && Instant::now() < until {
-            self.progress();
-            std::thread::sleep(Duration::from_micros(200));
         }
         if !self.borrowed.is_empty() {
             // The memory they read stays allocated and registered (see `Registered`).
@@ -451,6 +505,76 @@ impl VerbsTransport {
                 sends = self.borrowed.len(),
                 "the device did not flush sends from caller memory: that memory is leaked"
             );
+        }
+    }
+
+    /// Whether no send reads caller memory and no offer or invalidation is out.
+    fn reclaimed(&self) -> bool {
+        self.borrowed.is_empty() && self.offers.is_empty() && self.withdrawing.is_empty()
+    }
+
+    /// Polls completions until sends from caller memory (and, with `invalidations`, the
+    /// invalidations of offers' windows) are done, or `until`, stopping the pairs of the
+    /// peers found gone meanwhile ([`stop_gone`](Self::stop_gone)).
+    fn settle(&mut self, until: Instant, invalidations: bool, stopped: &mut Vec<usize>) {
+        while !(self.borrowed.is_empty() && (!invalidations || self.withdrawing.is_empty()))
+            && Instant::now() < until
+        {
+            self.stop_gone(stopped);
+            self.progress();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Stops the pair of every peer that a send, an offer or an invalidation involves and
+    /// whose connection closed: its device acknowledges nothing more, and the stop flushes
+    /// that work at once instead of after its retries.
+    fn stop_gone(&mut self, stopped: &mut Vec<usize>) {
+        // The control plane: where a dead peer's connection is seen to close.
+        let _ = self.control(false);
+        let involved: std::collections::BTreeSet<usize> = self
+            .borrowed
+            .values()
+            .map(|(p, _)| *p)
+            .chain(self.offers.values().map(|o| o.peer))
+            .chain(self.withdrawing.values().map(|o| o.peer))
+            .filter(|p| !stopped.contains(p))
+            .collect();
+        for p in involved {
+            if self.tcp.gone(p) {
+                // Its own failure, not the abort that may have ended the call.
+                let e = TransportError::PeerClosed {
+                    rank: self.me.rank,
+                    peer: Rank::from(p),
+                };
+                self.stop_pair(p, e, stopped);
+            }
+        }
+    }
+
+    /// Stops the pair to `p` (its device flushes every work request on it) and records `e`
+    /// as `p`'s failure, also if the survivors carry on (`epoch`).
+    fn stop_pair(&mut self, p: usize, e: TransportError, stopped: &mut Vec<usize>) {
+        if stopped.contains(&p) {
+            return;
+        }
+        if let Some(peer) = self.peers[p].as_mut() {
+            if let Err(err) = peer.qp.stop() {
+                tracing::warn!(peer = p, error = %err, "cannot stop the queue pair");
+            }
+        }
+        self.fail_peer(p, e);
+        stopped.push(p);
+    }
+
+    /// The error of a pair this rank stops after a failure because `why`.
+    fn pair_stopped(&self, p: usize, why: &str) -> TransportError {
+        TransportError::Verbs {
+            rank: self.me.rank,
+            peer: Some(Rank::from(p)),
+            verb: "reclaiming caller memory after a failure",
+            errno: 0,
+            message: format!("{why}: the queue pair to it is stopped"),
         }
     }
 }
