@@ -442,8 +442,7 @@ fn a_killed_rank_fails_the_others_naming_it() {
 /// reclaims them by stopping that rank's queue pair, and the stop is the dead rank's
 /// failure alone: both survivors shrink and go on ([`shrink::reaped`]). With slots lent as
 /// regions (Soft-RoCE's default) and through memory windows, where the slots the dead rank
-/// held come back with fresh windows (theirs stay bound on its stopped pair) and the
-/// receiving survivor's offers to it are voided.
+/// held come back with fresh windows (theirs stay bound on its stopped pair).
 #[test]
 #[ignore = "needs RDMA devices: run in soft-roce/run-in-vm.sh"]
 fn a_survivor_that_reclaimed_writes_to_the_dead_rank_shrinks_with_the_other() {

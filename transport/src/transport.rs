@@ -496,9 +496,11 @@ pub trait Transport: Group {
 
     /// Makes sure no device reads caller memory lent by [`Transport::try_send_from`],
     /// or writes caller memory offered by [`Transport::offer`], any more, before the engine
-    /// hands the caller its buffer back after a failure: waits briefly for those sends,
-    /// then stops the queues that still have them or an offer, and reaps what they flush. The transport may be unusable afterwards (it failed anyway). Backends
-    /// that never leave a device reading caller memory have nothing to do.
+    /// hands the caller its buffer back after a failure: waits for those sends, revokes
+    /// the offers, and stops the queues where that cannot be waited for (a dead peer's),
+    /// reaping what they flush. The transport may be unusable afterwards (it failed
+    /// anyway). Backends that never leave a device reading caller memory have nothing to
+    /// do.
     fn reap_borrowed(&mut self) {}
 
     /// Takes the message `tag` from `peer` if it has arrived.

@@ -238,6 +238,10 @@ impl VerbsTransport {
             if let Some((_, len)) = offered.filter(|&(key, _)| key == rkey) {
                 return self.landed(from, id, len);
             }
+            // Into an offer a failure voided (see `landed`).
+            if offered.is_none() && self.voided.get(&id) == Some(&from) {
+                return;
+            }
             return self.fail(TransportError::Protocol {
                 rank: me,
                 peer: Rank::from(from),

@@ -350,6 +350,7 @@ impl Group for VerbsTransport {
             pool_buffers: self.bufs.len(),
             pool_bytes: self.bufs.len() * (HEADER + self.slot_bytes + TRAILER),
             pool_accounted: self.free.len()
+                + self.retired.len()
                 + advertised
                 + self.inflight.len()
                 + self.arrived.len()

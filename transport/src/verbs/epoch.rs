@@ -93,14 +93,15 @@ impl VerbsTransport {
             p.deficit = 0;
             for (id, v) in lent {
                 // A slot's window is still bound on the stopped pair (never invalidated):
-                // it cannot be bound again, so the slot gets a fresh one, or stays out of
-                // the pool without one.
+                // it cannot be bound again, so the slot gets a fresh one, or is retired
+                // without one (kept, as registered memory is, never lent again).
                 let buf = &mut self.bufs[id as usize];
                 if buf.window.is_some() {
                     match MemoryWindow::new(&self.pd) {
                         Ok(w) => buf.window = Some(w),
                         Err(e) => {
                             tracing::warn!(error = %e, "verbs: no fresh window for a slot");
+                            self.retired.push((id, v));
                             continue;
                         }
                     }

@@ -59,20 +59,24 @@
 //!   Offered once the send had completed, 0-17 of 48 such segments landed in place. The engine offers a receive's segments
 //!   ahead of their arrival as soon as nothing else uses their memory, up to twice the
 //!   window per peer: more than the slots a sender
-//!   may fill ahead, so that after the first window the offers are there first. On a
-//!   failure, before the call returns ([`crate::Transport::reap_borrowed`]), the windows of
-//!   the offers out are invalidated here and the sends from caller memory finish, so no
-//!   device touches a buffer given back; a pair stops only where its peer is gone, an offer
-//!   has no window to invalidate, or its device neither finishes nor fails the work in
-//!   time. (A survivor's write racing the invalidation fails with a remote access error,
-//!   which breaks that pair: the shrink then leaves one of the two out.) Caller memory is
-//!   then registered for remote writes, as slots are without windows. With windows (scoped),
+//!   may fill ahead, so that after the first window the offers are there first. Caller
+//!   memory is then registered for remote writes, as slots are without windows. With windows (scoped),
 //!   it is registered for windows instead: each offer binds a window over its range on the
 //!   peer's queue pair (only while nothing but binds is in flight there, as for slots), the
 //!   sender writes through it and invalidates it with a SEND WITH INVALIDATE naming the
 //!   offer, and an offer a slot overtook is invalidated here (LOCAL INVALIDATE) before the
 //!   receive returns, so the peer can write only the one range, once, and only while the
 //!   receive is under way.
+//! - **After a failure**, before the call returns ([`crate::Transport::reap_borrowed`]):
+//!   the sends from caller memory finish (acknowledged, or failed once their retries run
+//!   out) and the windows of the offers out are invalidated here, so no device touches a
+//!   buffer given back. A pair stops only where its peer is gone, an offer to it went out
+//!   without a window (nothing else revokes it), or its device neither finishes nor fails
+//!   that work in time; the stop is that peer's failure alone, and the survivors of a
+//!   shrink keep every other pair. A survivor's write into an offer racing its
+//!   invalidation breaks their pair (its write meets a revoked key, or the invalidation
+//!   comes second): the shrink then leaves one of the two out. A write that landed before
+//!   the void and is found after it is ignored (`voided`).
 //! - A received payload is the registered slot itself: the engine reduces into it and may
 //!   forward it with `try_send`, which writes it to the next peer straight from that memory
 //!   (zero copy on forward). A receive into the engine's memory (`try_recv_into`, every
@@ -332,6 +336,9 @@ pub struct VerbsTransport {
     /// Registered buffers by id; `free` holds the ones nobody uses.
     bufs: Vec<Buf>,
     free: Vec<(u32, Vec<u8>)>,
+    /// Slots taken out of use: lent to an excluded peer, with no fresh window to bind
+    /// (`epoch`). Kept, never freed while registered.
+    retired: Vec<(u32, Vec<u8>)>,
     /// Buffers lent to the caller (as payloads), by address.
     lent: Map<usize, u32>,
     /// Of those, the ones that arrived from a peer (which it counts in `held`), by id.
@@ -396,6 +403,10 @@ pub struct VerbsTransport {
     offers: Map<u32, Offer>,
     /// Offers a slot overtook whose windows are being invalidated here, by id.
     withdrawing: Map<u32, Offer>,
+    /// Offers a failure voided after they went out ([`VerbsTransport::reap`]), by id: the
+    /// peer's. A write into one that completed before the void is reported late, and
+    /// is no protocol error.
+    voided: Map<u32, usize>,
     /// Unbound windows for offers (scoped grants).
     offer_windows: Vec<MemoryWindow>,
     /// The same, by peer and tag.

@@ -13,7 +13,9 @@ use crate::error::TransportError;
 use crate::transport::{check_tag, Offered, P2P};
 use crate::types::{Rank, Tag, TagKey};
 
-/// How long [`crate::Transport::reap_borrowed`] waits for stopped queue pairs to flush.
+/// How long [`crate::Transport::reap_borrowed`] waits for sends from caller memory and the
+/// invalidations of offers' windows to finish, before it stops their pairs, and then for
+/// the stopped pairs to flush.
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a withdrawal waits for the local invalidation of its window.
 const INVALIDATE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -90,8 +92,9 @@ impl VerbsTransport {
                 // leaves it alone until the message is taken or the call fails (the
                 // contract of `offer`), and the window stays bound until the peer's
                 // invalidation of it completes here (`landed`), or this rank's
-                // (`withdraw`), or its queue pair is stopped (`reap_borrowed`): in each
-                // case before the receive or the call returns.
+                // (`withdraw`, or after a failure `reap_borrowed`), or its queue pair is
+                // stopped (`reap_borrowed`): in each case before the receive or the call
+                // returns.
                 match unsafe {
                     state
                         .qp
@@ -116,6 +119,8 @@ impl VerbsTransport {
         };
         self.next_offer = self.next_offer.wrapping_add(1);
         state.offers_out += 1;
+        // The id comes round again: a late write into its voided namesake is long done.
+        self.voided.remove(&id);
         let credit = Credit {
             id,
             addr: addr as u64,
@@ -283,9 +288,14 @@ impl VerbsTransport {
 
     /// A write into offer `id` from `from`, of `len` bytes, completed: the message is in
     /// place. Into an offer this rank did not make to `from`, or of another length, it is
-    /// a protocol error naming the peer (the offer stays out: the failure's reap stops the
-    /// pair).
+    /// a protocol error naming the peer (the offer stays out: the failure's reap voids
+    /// it).
     pub(super) fn landed(&mut self, from: usize, id: u32, len: usize) {
+        // Written before a failure voided it (`reap`), found only now: the caller's memory
+        // was given back after the write, and nobody takes the message.
+        if !self.offers.contains_key(&id) && self.voided.get(&id) == Some(&from) {
+            return;
+        }
         let reason = match self.offers.get(&id) {
             Some(o) if o.peer == from && o.len == len => None,
             Some(o) if o.peer != from => Some(format!(
@@ -421,6 +431,8 @@ impl VerbsTransport {
             &mut stopped,
         );
         self.stop_gone(&mut stopped);
+        // Writes into offers that completed are taken first: those offers need no void.
+        self.progress();
         // The offers still out: a window is invalidated here (the peer can no longer
         // write through it); one made under its region's key can be revoked only by
         // stopping the pair, unless it never went out.
@@ -430,6 +442,9 @@ impl VerbsTransport {
                 continue;
             };
             let p = o.peer;
+            if !unsent.contains(&id) {
+                self.voided.insert(id, p);
+            }
             let Some(window) = o.window.take() else {
                 o.reading.fetch_sub(1, Ordering::Release);
                 if !unsent.contains(&id) {

@@ -133,6 +133,7 @@ pub fn upgrade_for(
         by_qpn: Default::default(),
         bufs: Vec::new(),
         free: Vec::new(),
+        retired: Vec::new(),
         lent: Default::default(),
         lent_from: Default::default(),
         // Generous: at least 8 windows, and at least 64 MiB of slots per peer. A peer past
@@ -173,6 +174,7 @@ pub fn upgrade_for(
         direct: opts.direct.unwrap_or(scoped),
         offers: Default::default(),
         withdrawing: Default::default(),
+        voided: Default::default(),
         offer_windows: Vec::new(),
         offered: Default::default(),
         placed: Default::default(),
