@@ -291,11 +291,6 @@ impl VerbsTransport {
     /// a protocol error naming the peer (the offer stays out: the failure's reap voids
     /// it).
     pub(super) fn landed(&mut self, from: usize, id: u32, len: usize) {
-        // Written before a failure voided it (`reap`), found only now: the caller's memory
-        // was given back after the write, and nobody takes the message.
-        if !self.offers.contains_key(&id) && self.voided.get(&id) == Some(&from) {
-            return;
-        }
         let reason = match self.offers.get(&id) {
             Some(o) if o.peer == from && o.len == len => None,
             Some(o) if o.peer != from => Some(format!(
@@ -306,6 +301,9 @@ impl VerbsTransport {
                 "wrote {len} bytes into a destination of {} offered for one message",
                 o.len
             )),
+            // Written before a failure voided it (`reap`), found only now: the caller's
+            // memory was given back after the write, and nobody takes the message.
+            None if self.voided.get(&id) == Some(&from) => return,
             None => Some(format!(
                 "wrote into destination {id:#x}, which it does not hold"
             )),
